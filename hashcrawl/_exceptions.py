@@ -1,0 +1,40 @@
+"""hashcrawl's exceptions.
+
+The tree::
+
+    HashcrawlError
+    ├── ConfigError (also ValueError)     a bad URL, crawl name, flag or setting: exit 2
+    │   └── InvalidURL                    a URL hashcrawl cannot crawl or connect to
+    ├── QueueError (also ConnectionError) Redis unreachable, hanging or refusing: exit 1
+    │   └── Fenced                        this worker lost its membership (a lease passed)
+    └── FetchError                        a page could not be fetched (network, timeout, size)
+
+Errors from redis-py and httpx are translated into these at the adapter that calls them,
+and no message ever carries a password.
+"""
+
+from __future__ import annotations
+
+
+class HashcrawlError(Exception):
+    """Base class of every error hashcrawl raises on purpose."""
+
+
+class ConfigError(HashcrawlError, ValueError):
+    """A setting, flag, crawl name or URL is not acceptable."""
+
+
+class InvalidURL(ConfigError):
+    """A URL that hashcrawl cannot crawl (or, for Redis URLs, connect to)."""
+
+
+class QueueError(HashcrawlError, ConnectionError):
+    """The shared store could not be reached, hung, or refused what was asked."""
+
+
+class Fenced(QueueError):
+    """This worker is no longer a member: others have taken back what it held."""
+
+
+class FetchError(HashcrawlError):
+    """A page could not be fetched: network error, timeout, or body too large."""

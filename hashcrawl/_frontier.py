@@ -1,0 +1,161 @@
+"""An owner's in-memory frontier: per-host queues and pacing. Pure: time is passed in.
+
+Every entry here is pending in the owner's stream (a lease), so memory is bounded by
+how much the reader takes (``Frontier.size``), never by the stream's length. Hosts are
+scheduled by when they may next be fetched, so a slow or heavily paced host never
+holds back the others.
+"""
+
+from __future__ import annotations
+
+import heapq
+import itertools
+from collections.abc import Iterator
+
+import attrs
+
+from ._entry import Entry
+
+
+@attrs.frozen
+class Held:
+    """An entry this owner holds: its stream id, decoded entry and host."""
+
+    eid: str
+    entry: Entry
+    host: str
+
+
+@attrs.define
+class Host:
+    """What the owner knows of one host: its queue, pacing and permission state.
+
+    ``since`` is the membership epoch from which this owner owns the host: it fetches
+    only once every member has applied that epoch, so the previous owner has stopped.
+    ``paced`` is False until the previous owner's pacing state has been read.
+    """
+
+    name: str
+    since: int
+    queue: list[tuple[int, int, Held]] = attrs.Factory(list)
+    in_flight: int = 0
+    last_start: float = float("-inf")
+    last_end: float = float("-inf")
+    backoff_until: float = float("-inf")
+    crawl_delay: float = 0.0
+    paced: bool = False
+    revoked: bool = False
+
+    def next_start(self, delay: float, per_host: int) -> float:
+        """The earliest moment the next request to this host may start."""
+        gap = max(delay, self.crawl_delay)
+        after = self.last_end if per_host == 1 else self.last_start
+        return max(self.last_start + gap, after + gap, self.backoff_until)
+
+
+class Frontier:
+    """Per-host queues with politeness: at most ``per_host`` in flight, ``delay`` apart."""
+
+    def __init__(self, *, delay: float, per_host: int) -> None:
+        self.delay = delay
+        self.per_host = per_host
+        self.hosts: dict[str, Host] = {}
+        self.size = 0
+        self._seq = itertools.count()
+        self._timeline: list[tuple[float, str]] = []
+
+    def add(self, held: Held, *, epoch: int) -> Host:
+        host = self.hosts.get(held.host)
+        if host is None:
+            host = self.hosts[held.host] = Host(held.host, since=epoch)
+        heapq.heappush(host.queue, (-held.entry.priority, next(self._seq), held))
+        self.size += 1
+        self._schedule(host)
+        return host
+
+    def _schedule(self, host: Host) -> None:
+        if host.queue and host.in_flight < self.per_host and not host.revoked:
+            heapq.heappush(self._timeline, (host.next_start(self.delay, self.per_host), host.name))
+
+    def take(self, now: float, may_fetch: set[str] | None = None) -> Held | float | None:
+        """The next entry whose host may be fetched at ``now``.
+
+        Returns the entry (its host is then counted in flight), or the time at which
+        something may become ready, or None when nothing is queued or every queued host
+        is waiting for permission (``may_fetch`` names hosts allowed; None allows all).
+        """
+        deferred: list[tuple[float, str]] = []
+        try:
+            while self._timeline:
+                at, name = self._timeline[0]
+                host = self.hosts.get(name)
+                if host is None or not self._eligible(host):
+                    heapq.heappop(self._timeline)
+                    continue
+                start = host.next_start(self.delay, self.per_host)
+                if start > at:  # pacing moved since this slot was scheduled
+                    heapq.heapreplace(self._timeline, (start, name))
+                    continue
+                if at > now:
+                    return at
+                heapq.heappop(self._timeline)
+                if may_fetch is not None and name not in may_fetch:
+                    deferred.append((at, name))
+                    continue
+                return self._start(host, now)
+            return None
+        finally:
+            for item in deferred:
+                heapq.heappush(self._timeline, item)
+
+    def _eligible(self, host: Host) -> bool:
+        return bool(host.queue) and host.in_flight < self.per_host and not host.revoked
+
+    def _start(self, host: Host, now: float) -> Held:
+        _, _, held = heapq.heappop(host.queue)
+        self.size -= 1
+        host.in_flight += 1
+        host.last_start = now
+        self._schedule(host)
+        return held
+
+    def done(self, name: str, now: float) -> None:
+        """A request to ``name`` finished (answered or failed) at ``now``."""
+        host = self.hosts[name]
+        host.in_flight -= 1
+        host.last_end = max(host.last_end, now)
+        self._schedule(host)
+
+    def note_request(self, name: str, start: float, end: float) -> None:
+        """Count an extra request (robots.txt) in the host's pacing."""
+        host = self.hosts[name]
+        host.last_start = max(host.last_start, start)
+        host.last_end = max(host.last_end, end)
+
+    def back_off(self, name: str, until: float) -> None:
+        host = self.hosts[name]
+        host.backoff_until = max(host.backoff_until, until)
+        self._schedule(host)
+
+    def reschedule(self, name: str) -> None:
+        """Look at a host again after its permission or pacing changed."""
+        host = self.hosts.get(name)
+        if host is not None:
+            self._schedule(host)
+
+    def revoke(self, name: str) -> Host:
+        """Stop scheduling ``name``: another owner takes it over."""
+        host = self.hosts[name]
+        host.revoked = True
+        return host
+
+    def drop(self, name: str) -> list[Held]:
+        """Forget a host (after its handoff); returns the entries it still had queued."""
+        host = self.hosts.pop(name)
+        self.size -= len(host.queue)
+        return [held for _, _, held in host.queue]
+
+    def queued(self) -> Iterator[Held]:
+        for host in self.hosts.values():
+            for _, _, held in host.queue:
+                yield held

@@ -1,0 +1,85 @@
+"""Requests and responses: the values a fetcher, a parse callback and a sink exchange."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Mapping
+from typing import Any
+
+import attrs
+
+from ._exceptions import ConfigError
+
+
+def _json_meta(_: object, attribute: attrs.Attribute[Any], value: Any) -> None:
+    try:
+        json.dumps(value)
+    except (TypeError, ValueError):
+        raise ConfigError(f"Request.meta must be JSON-serialisable, got {value!r:.80}") from None
+
+
+@attrs.frozen
+class Request:
+    """A URL to fetch, with what travels with it through Redis.
+
+    Args:
+        url: an absolute http(s) URL (or any URL a custom fetcher understands).
+        priority: higher is fetched first among a host's waiting requests.
+        meta: JSON-serialisable data handed to the callback with the response.
+        callback: the name of the spider method that parses the response.
+        dont_filter: enqueue even if the URL was seen before.
+    """
+
+    url: str
+    priority: int = attrs.field(default=0, kw_only=True)
+    meta: Any = attrs.field(default=None, kw_only=True, validator=_json_meta)
+    callback: str | None = attrs.field(default=None, kw_only=True)
+    dont_filter: bool = attrs.field(default=False, kw_only=True)
+    depth: int = attrs.field(default=0, kw_only=True)
+
+
+@attrs.frozen
+class Response:
+    """What a fetcher got for a request: status, headers and body.
+
+    ``url`` is where the body came from (after any redirect the fetcher followed itself).
+    """
+
+    url: str
+    status: int
+    headers: Mapping[str, str]
+    body: bytes
+    request: Request
+
+    @property
+    def text(self) -> str:
+        """The body decoded with the charset the headers declare (UTF-8 otherwise)."""
+        charset = _charset(self.headers.get("content-type"))
+        return self.body.decode(charset or "utf-8", errors="replace")
+
+    @property
+    def is_html(self) -> bool:
+        from ._html import is_html
+
+        return is_html(self.headers.get("content-type"))
+
+    def links(self) -> list[str]:
+        """The page's absolute http(s) links (none unless the body is HTML)."""
+        from ._html import parse_html
+
+        if not self.is_html:
+            return []
+        return list(parse_html(self.body, self.url).links)
+
+    def title(self) -> str | None:
+        from ._html import parse_html
+
+        return parse_html(self.body, self.url).title if self.is_html else None
+
+
+def _charset(content_type: str | None) -> str | None:
+    for part in (content_type or "").split(";")[1:]:
+        key, _, value = part.strip().partition("=")
+        if key.lower() == "charset" and value:
+            return value.strip('"').strip()
+    return None

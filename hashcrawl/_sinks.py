@@ -1,0 +1,122 @@
+"""Sinks: where items go. JSON Lines (default) and CSV built in; a protocol for your own.
+
+The worker writes a batch of items, then flushes, and only then acknowledges the batch's
+entries in Redis: what the fleet counts as done is in the sink. Delivery is at least
+once (a worker that dies after flushing and before acknowledging repeats those pages),
+so a sink that upserts on the URL makes repeats harmless.
+"""
+
+from __future__ import annotations
+
+import csv
+import io
+import json
+import os
+from collections.abc import Mapping, Sequence
+from typing import Any, Protocol, runtime_checkable
+
+import attrs
+
+
+@runtime_checkable
+class Sink(Protocol):
+    """Anything with ``write(items)``, ``flush()`` and ``close()``, all blocking.
+
+    ``flush`` returns only once the items written so far would survive the process
+    dying. The worker calls these from a thread, one call at a time.
+    """
+
+    def write(self, items: Sequence[Mapping[str, Any]]) -> None: ...
+
+    def flush(self) -> None: ...
+
+    def close(self) -> None: ...
+
+
+def as_dict(item: Any) -> Mapping[str, Any]:
+    """An item as a mapping: dicts as they are, attrs instances through attrs.asdict."""
+    if isinstance(item, Mapping):
+        return item
+    if attrs.has(type(item)):
+        return attrs.asdict(item)
+    raise TypeError(f"an item must be a dict or an attrs instance, got {type(item).__name__}")
+
+
+class JsonLinesSink:
+    """One JSON object per line, appended with single writes to an O_APPEND file.
+
+    Several workers on one machine may share a file: each batch lands whole.
+    """
+
+    def __init__(self, path: str | os.PathLike[str]) -> None:
+        self.path = os.fspath(path)
+        self._fd = os.open(self.path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
+        self._pending: list[str] = []
+
+    def write(self, items: Sequence[Mapping[str, Any]]) -> None:
+        for item in items:
+            self._pending.append(json.dumps(item, ensure_ascii=False, default=str) + "\n")
+
+    def flush(self) -> None:
+        if self._pending:
+            data = "".join(self._pending).encode()
+            self._pending.clear()
+            while data:
+                data = data[os.write(self._fd, data) :]
+
+    def close(self) -> None:
+        self.flush()
+        os.close(self._fd)
+
+
+class CsvSink:
+    """Comma-separated values with a header row; columns from the first item."""
+
+    def __init__(self, path: str | os.PathLike[str], *, fields: Sequence[str] | None = None) -> None:
+        self.path = os.fspath(path)
+        self._fields = list(fields) if fields else None
+        self._buffer = io.StringIO()
+        self._fd = os.open(self.path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
+        self._header = os.fstat(self._fd).st_size == 0
+
+    def write(self, items: Sequence[Mapping[str, Any]]) -> None:
+        for item in items:
+            if self._fields is None:
+                self._fields = list(item)
+            writer = csv.DictWriter(self._buffer, self._fields, extrasaction="ignore")
+            if self._header:
+                writer.writeheader()
+                self._header = False
+            writer.writerow(item)
+
+    def flush(self) -> None:
+        data = self._buffer.getvalue().encode()
+        self._buffer = io.StringIO()
+        while data:
+            data = data[os.write(self._fd, data) :]
+
+    def close(self) -> None:
+        self.flush()
+        os.close(self._fd)
+
+
+class NullSink:
+    """Discards items: for crawls whose parse callback stores its own results."""
+
+    def write(self, items: Sequence[Mapping[str, Any]]) -> None:
+        pass
+
+    def flush(self) -> None:
+        pass
+
+    def close(self) -> None:
+        pass
+
+
+def sink_for(path: str | None) -> Sink:
+    """The built-in sink for an output path: CSV for ``.csv``, JSON Lines otherwise."""
+    if path is None:
+        return NullSink()
+    if path.endswith(".csv"):
+        return CsvSink(path)
+    return JsonLinesSink(path)

@@ -1,0 +1,373 @@
+"""The one module that talks to Redis: the key schema, the scripts, every command.
+
+Every key of a crawl starts with ``hc:{NAME}:`` (the braces make it a Redis Cluster hash
+tag, so all of a crawl's keys share a slot). Under that prefix:
+
+=================  ======  =============================================================
+key                type    written by
+=================  ======  =============================================================
+``members``        ZSET    join, heartbeat, leave, expiry: worker id -> last heartbeat ms
+``applied``        HASH    join, heartbeat, commit: worker -> epoch whose handoff it did
+``epoch``          STRING  join, leave, expiry: +1 on every membership change
+``workers``        SET     join: every worker id that ever joined (for fleet totals)
+``w:ID``           HASH    join, heartbeat: a worker's host, pid and own counters
+``q:ID``           STREAM  commit (XADD, XACK, XDEL), read (XREADGROUP): ID's frontier;
+                           group ``g``, consumer ID; pending entries are its leases
+``inbox``          STREAM  commit: submissions made while no worker is alive
+``orphans``        SET     leave, expiry: streams of departed workers, drained by anyone
+``seen:N``         STRING  commit: layer N of the Bloom seen filter (BITFIELD)
+``seenmeta``       HASH    commit: the seen filter's shape and fill
+``outstanding``    STRING  commit: entries waiting or held anywhere, fleet-wide
+``idle_since``     STRING  heartbeat, commit: server ms since nothing was outstanding
+``pace``           HASH    commit, leave: host -> pacing state for its next owner
+``dead``           HASH    commit: url -> last error, for pages out of attempts
+``stats``          HASH    commit, heartbeat: fleet counters
+=================  ======  =============================================================
+
+Time in every lease and liveness decision is the Redis server's (``TIME`` in scripts),
+so clock skew between machines changes nothing. The Lua scripts live in ``lua/``, each
+opening with the keys it touches.
+
+The methods here are blocking; the worker calls them from a thread (see ``_worker``).
+redis-py errors never leave this module untranslated: they become ``QueueError``.
+"""
+
+from __future__ import annotations
+
+import functools
+import json
+from collections.abc import Callable, Iterator, Mapping, Sequence
+from importlib import resources
+from typing import Any, ParamSpec, TypeVar
+
+import attrs
+import redis
+from redis.backoff import NoBackoff
+from redis.retry import Retry
+
+from ._exceptions import QueueError
+from ._redisurl import RedisURL
+
+P = ParamSpec("P")
+T = TypeVar("T")
+GROUP = "g"
+
+
+def _script(name: str) -> str:
+    return resources.files(__package__).joinpath("lua", f"{name}.lua").read_text()
+
+
+def _translated(method: Callable[P, T]) -> Callable[P, T]:
+    """Turn redis-py's errors into QueueError, naming the server without its password."""
+
+    @functools.wraps(method)
+    def call(*args: P.args, **kwargs: P.kwargs) -> T:
+        try:
+            return method(*args, **kwargs)
+        except redis.RedisError as exc:
+            store = args[0]
+            assert isinstance(store, Store)
+            raise QueueError(f"Redis at {store.url.redacted()}: {_reason(exc)}") from None
+
+    return call
+
+
+def _reason(exc: redis.RedisError) -> str:
+    text = str(exc).splitlines()[0] if str(exc) else type(exc).__name__
+    if isinstance(exc, redis.TimeoutError):
+        return f"no answer in time ({text})"
+    return text
+
+
+@attrs.frozen(kw_only=True)
+class Beat:
+    """What a heartbeat learned: the fleet as the server sees it now."""
+
+    alive: bool
+    now_ms: int
+    epoch: int = 0
+    settled: int = 0
+    idle_since: int = -1
+    orphans: int = 0
+    members: tuple[str, ...] | None = None
+
+    @classmethod
+    def from_reply(cls, reply: Sequence[Any]) -> Beat:
+        if reply[0] != "ok":
+            return cls(alive=False, now_ms=int(reply[1]))
+        members = tuple(sorted(reply[6:])) if len(reply) > 6 else None
+        return cls(
+            alive=True,
+            now_ms=int(reply[1]),
+            epoch=int(reply[2]),
+            settled=int(reply[3]),
+            idle_since=int(reply[4]),
+            orphans=int(reply[5]),
+            members=members,
+        )
+
+
+@attrs.frozen(kw_only=True)
+class Committed:
+    """The outcome of a commit: done, or refused as stale or fenced."""
+
+    status: str
+    epoch: int = 0
+    added: int = 0
+    acked: int = 0
+    moved: int = 0
+
+    @classmethod
+    def from_reply(cls, reply: Sequence[Any]) -> Committed:
+        if reply[0] == "ok":
+            return cls(status="ok", added=int(reply[1]), acked=int(reply[2]), moved=int(reply[3]))
+        if reply[0] == "stale":
+            return cls(status="stale", epoch=int(reply[1]))
+        return cls(status="fenced")
+
+
+@attrs.define
+class Batch:
+    """One commit: acknowledgements, moves and new entries, applied atomically.
+
+    ``add`` holds ``[target_stream, payload, h1, h2, filter]``; ``mv`` holds
+    ``[id, target_stream, payload]``.
+    """
+
+    worker: str
+    epoch: int
+    src: str = ""
+    ack: list[str] = attrs.Factory(list)
+    mv: list[list[Any]] = attrs.Factory(list)
+    add: list[list[Any]] = attrs.Factory(list)
+    pace: list[str] = attrs.Factory(list)
+    dead: list[str] = attrs.Factory(list)
+    stats: dict[str, int] = attrs.Factory(dict)
+    applied: int | None = None
+
+    def to_json(self) -> str:
+        doc: dict[str, Any] = {"w": self.worker, "e": self.epoch, "src": self.src}
+        for name in ("ack", "mv", "add", "pace", "dead"):
+            if value := getattr(self, name):
+                doc[name] = value
+        if self.stats:
+            doc["stats"] = self.stats
+        if self.applied is not None:
+            doc["applied"] = self.applied
+        return json.dumps(doc, separators=(",", ":"), ensure_ascii=False)
+
+    def __len__(self) -> int:
+        return len(self.ack) + len(self.mv) + len(self.add) + len(self.dead)
+
+
+class Store:
+    """A crawl's keys on one Redis server, and every operation on them."""
+
+    def __init__(self, url: RedisURL, crawl: str, *, timeout: float = 20.0) -> None:
+        self.url = url
+        self.crawl = crawl
+        self.prefix = f"hc:{{{crawl}}}:"
+        self._timeout = timeout
+        self._redis = self._client(timeout)
+        self._blocking: redis.Redis | None = None
+        self._scripts = {
+            name: self._redis.register_script(_script(name))
+            for name in ("heartbeat", "join", "leave", "commit", "release")
+        }
+
+    def _client(self, timeout: float) -> redis.Redis:
+        return redis.Redis(
+            **self.url.client_kwargs(),
+            socket_timeout=timeout,
+            socket_connect_timeout=timeout,
+            retry=Retry(NoBackoff(), 0),
+            decode_responses=True,
+            protocol=2,
+            health_check_interval=0,
+        )
+
+    def key(self, suffix: str) -> str:
+        return self.prefix + suffix
+
+    def stream_of(self, worker: str) -> str:
+        return self.prefix + "q:" + worker
+
+    @property
+    def inbox(self) -> str:
+        return self.prefix + "inbox"
+
+    def close(self) -> None:
+        self._redis.close()
+        if self._blocking is not None:
+            self._blocking.close()
+
+    # -- membership ---------------------------------------------------------------
+
+    @_translated
+    def ping(self) -> None:
+        self._redis.ping()
+
+    @_translated
+    def join(self, worker: str, info: Mapping[str, str | int]) -> tuple[int, int]:
+        """Add ``worker`` to the ring; returns (server ms, epoch)."""
+        reply = self._scripts["join"](args=[self.prefix, worker, *_flat(info)])
+        return int(reply[0]), int(reply[1])
+
+    @_translated
+    def heartbeat(
+        self,
+        worker: str,
+        *,
+        lease_ms: int,
+        applied: int,
+        known_epoch: int,
+        stats: Mapping[str, str | int] = {},
+    ) -> Beat:
+        args = [self.prefix, worker, lease_ms, applied, known_epoch, *_flat(stats)]
+        return Beat.from_reply(self._scripts["heartbeat"](args=args))
+
+    @_translated
+    def leave(self, worker: str, pace: Mapping[str, str]) -> int:
+        """Take ``worker`` out of the ring; returns the new epoch (0 if it had gone)."""
+        return int(self._scripts["leave"](args=[self.prefix, worker, *_flat(pace)]))
+
+    @_translated
+    def members(self) -> tuple[int, tuple[str, ...]]:
+        """The current epoch and the sorted member ids, read together."""
+        with self._redis.pipeline(transaction=True) as pipe:
+            pipe.get(self.key("epoch"))
+            pipe.zrange(self.key("members"), 0, -1)
+            epoch, members = pipe.execute()
+        return int(epoch or 0), tuple(sorted(members))
+
+    # -- the frontier ---------------------------------------------------------------
+
+    @_translated
+    def commit(self, batch: Batch) -> Committed:
+        reply = self._scripts["commit"](args=[self.prefix, batch.to_json()])
+        return Committed.from_reply(reply)
+
+    @_translated
+    def read(self, worker: str, *, count: int, block_ms: int) -> list[tuple[str, str | None]]:
+        """Entries never delivered before, now pending for ``worker``: (id, payload)."""
+        if self._blocking is None:
+            self._blocking = self._client(self._timeout + block_ms / 1000)
+        reply = self._blocking.xreadgroup(
+            GROUP, worker, {self.stream_of(worker): ">"}, count=count, block=block_ms
+        )
+        return [(eid, (fields or {}).get("r")) for _, entries in reply or () for eid, fields in entries]
+
+    @_translated
+    def orphan(self) -> str | None:
+        """One stream left by a departed worker, if any (submissions without owner too)."""
+        stream = self._redis.srandmember(self.key("orphans"))
+        if stream is None and self._redis.xlen(self.inbox):
+            return self.inbox
+        return stream  # type: ignore[no-any-return]
+
+    @_translated
+    def entries(self, stream: str, *, count: int) -> list[tuple[str, str | None]]:
+        """The first ``count`` entries still in ``stream``, pending or not."""
+        reply = self._redis.xrange(stream, count=count)
+        return [(eid, (fields or {}).get("r")) for eid, fields in reply]
+
+    @_translated
+    def release(self, stream: str) -> bool:
+        """Delete a drained orphan stream; False if entries arrived meanwhile."""
+        return bool(self._scripts["release"](keys=[stream], args=[self.prefix]))
+
+    @_translated
+    def pace(self, hosts: Sequence[str]) -> dict[str, str]:
+        if not hosts:
+            return {}
+        values = self._redis.hmget(self.key("pace"), list(hosts))
+        return {h: v for h, v in zip(hosts, values, strict=True) if v is not None}
+
+    # -- operators' views -------------------------------------------------------------
+
+    @_translated
+    def status(self) -> dict[str, Any]:
+        """The fleet as ``hashcrawl status`` shows it."""
+        r = self._redis
+        epoch, members = self.members()
+        beats = dict(r.zrange(self.key("members"), 0, -1, withscores=True))
+        streams = [self.stream_of(m) for m in members] + list(r.smembers(self.key("orphans")))
+        streams.append(self.inbox)
+        held = sum(_pending(r, s) for s in streams)
+        queued_now = sum(r.xlen(s) for s in streams)
+        stats = r.hgetall(self.key("stats"))
+        workers = [self._worker_view(m, beats.get(m)) for m in members]
+        totals = self._totals(r.smembers(self.key("workers")))
+        return {
+            "crawl": self.crawl,
+            "waiting": queued_now - held,
+            "held": held,
+            "workers": len(members),
+            "members": workers,
+            "seen": int(stats.get("seen", 0)),
+            "queued": int(stats.get("queued", 0)),
+            "fetched": totals.get("fetched", 0),
+            "failed": totals.get("failed", 0),
+            "dead": r.hlen(self.key("dead")),
+            "leases_reclaimed": int(stats.get("leases_reclaimed", 0)),
+            "queue_bad": totals.get("queue_bad", 0),
+            "epoch": epoch,
+            "ended": queued_now == 0 and not members,
+        }
+
+    def _worker_view(self, worker: str, beat: float | None) -> dict[str, Any]:
+        info = self._redis.hgetall(self.key("w:" + worker))
+        return {
+            "id": worker,
+            "hosts": int(info.get("hosts", 0)),
+            "fetched": int(info.get("fetched", 0)),
+            "host": info.get("host"),
+            "pid": int(info.get("pid", 0)),
+            "last_heartbeat_ms": int(beat or 0),
+        }
+
+    def _totals(self, workers: set[str]) -> dict[str, int]:
+        totals: dict[str, int] = {}
+        for worker in workers:
+            for field, value in self._redis.hgetall(self.key("w:" + worker)).items():
+                if value.lstrip("-").isdigit() and field != "pid":
+                    totals[field] = totals.get(field, 0) + int(value)
+        return totals
+
+    @_translated
+    def clear(self) -> int:
+        """Delete every key of the crawl; returns how many."""
+        deleted = 0
+        for chunk in _chunks(self._redis.scan_iter(match=self._pattern(), count=1000), 500):
+            deleted += self._redis.unlink(*chunk)
+        return deleted
+
+    def _pattern(self) -> str:
+        # Braces and other glob characters in the prefix must match themselves.
+        return "".join("\\" + c if c in "{}[]*?\\" else c for c in self.prefix) + "*"
+
+    @_translated
+    def dead(self) -> dict[str, str]:
+        return self._redis.hgetall(self.key("dead"))  # type: ignore[no-any-return]
+
+
+def _pending(r: redis.Redis, stream: str) -> int:
+    try:
+        return int(r.xpending(stream, GROUP)["pending"])
+    except redis.ResponseError:  # no such stream or group: nothing held there
+        return 0
+
+
+def _flat(mapping: Mapping[str, Any]) -> list[Any]:
+    return [item for pair in mapping.items() for item in pair]
+
+
+def _chunks(items: Iterator[Any], size: int) -> Iterator[list[Any]]:
+    chunk: list[Any] = []
+    for item in items:
+        chunk.append(item)
+        if len(chunk) == size:
+            yield chunk
+            chunk = []
+    if chunk:
+        yield chunk

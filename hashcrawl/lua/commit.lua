@@ -1,0 +1,156 @@
+-- commit: the one atomic step that finishes work and routes what it found.
+-- It acknowledges entries of one stream, moves entries between streams, appends new
+-- entries that pass the seen filter, and records pacing, dead letters and counters,
+-- all or nothing, and only while the caller is a member at the epoch it routed by.
+--   P..'members'      ZSET   checked: a worker that is no longer a member is fenced
+--   P..'epoch'        STRING checked: routing by a stale ring is refused
+--   P..'q:'..worker   STREAM XACK + XDEL of finished entries; XADD of routed ones
+--   P..'inbox'        STREAM XADD when no worker is alive (drained like an orphan)
+--   P..'seen:'..i     STRING Bloom filter layer i (bits, set with BITFIELD)
+--   P..'seenmeta'     HASH   L (layers), n (entries in the last layer), c0, p
+--   P..'outstanding'  STRING + entries added, - entries deleted
+--   P..'idle_since'   STRING deleted whenever something is added
+--   P..'pace'         HASH   host -> pacing state handed to its next owner
+--   P..'applied'      HASH   worker -> epoch whose handoffs are done
+--   P..'dead'         HASH   url -> last error, for pages that used up their attempts
+--   P..'stats'        HASH   fleet counters (queued, seen, dead, queue_bad)
+-- ARGV[1] = P, ARGV[2] = JSON batch:
+--   w: worker id ('' for a submitter), e: epoch the batch was routed at,
+--   src: stream acknowledged and moved from ('' for none), ack: [ids],
+--   mv: [[id, target, payload]]  an entry of src re-routed (skipped if already gone),
+--   add: [[target, payload, h1, h2, filter]]  a new entry (filter 1: seen-filter gated),
+--   pace: [host, state, ...], applied: epoch or absent, dead: [url, error, ...],
+--   stats: {field: increment}
+-- Returns {'ok', added, acked, moved}, {'stale', epoch} or {'fenced'}.
+local P = ARGV[1]
+local b = cjson.decode(ARGV[2])
+
+if b.w ~= '' and not redis.call('ZSCORE', P .. 'members', b.w) then
+  return {'fenced'}
+end
+local epoch = tonumber(redis.call('GET', P .. 'epoch') or '0')
+if epoch ~= tonumber(b.e) then
+  return {'stale', epoch}
+end
+
+-- The seen filter: a scalable Bloom filter. Layer i holds c0 * 2^i entries at a false
+-- positive rate of p / 2^(i+1), so the rate over all layers stays below p.
+local meta = redis.call('HMGET', P .. 'seenmeta', 'L', 'n', 'c0', 'p')
+local L, n = tonumber(meta[1] or '0'), tonumber(meta[2] or '0')
+local c0, p = tonumber(meta[3] or '1048576'), tonumber(meta[4] or '1e-6')
+if L == 0 then
+  L = 1
+  redis.call('HSET', P .. 'seenmeta', 'L', 1, 'n', 0, 'c0', c0, 'p', p)
+end
+local function capacity(i) return c0 * 2 ^ math.min(i, 6) end
+local function shape(i)
+  local k = math.ceil(math.log(2 ^ (i + 1) / p) / math.log(2))
+  return math.ceil(capacity(i) * k / math.log(2)), k
+end
+local function bits(rec, i)
+  local m, k = shape(i)
+  local h1, h2, out = tonumber(rec[3]), tonumber(rec[4]), {}
+  for j = 0, k - 1 do out[#out + 1] = (h1 + j * h2) % m end
+  return out
+end
+-- Runs BITFIELD ops in chunks (Lua's unpack limit) and returns every reply in order.
+local function bitfield(key, ops, width)
+  local replies, chunk = {}, 1800 * width
+  for s = 1, #ops, chunk do
+    local part = redis.call('BITFIELD', key, unpack(ops, s, math.min(s + chunk - 1, #ops)))
+    for _, v in ipairs(part) do replies[#replies + 1] = v end
+  end
+  return replies
+end
+local function in_layer(cands, i)
+  local ops, key = {}, P .. 'seen:' .. i
+  for _, rec in ipairs(cands) do
+    for _, o in ipairs(bits(rec, i)) do
+      ops[#ops + 1] = 'GET'; ops[#ops + 1] = 'u1'; ops[#ops + 1] = o
+    end
+  end
+  local got, r, keep = bitfield(key, ops, 3), 1, {}
+  for _, rec in ipairs(cands) do
+    local _, k = shape(i)
+    local all = true
+    for _ = 1, k do
+      if got[r] == 0 then all = false end
+      r = r + 1
+    end
+    if not all then keep[#keep + 1] = rec end
+  end
+  return keep
+end
+local function insert(cands)
+  if #cands == 0 then return {} end
+  if n >= capacity(L - 1) then
+    L, n = L + 1, 0
+  end
+  local i, ops = L - 1, {}
+  for _, rec in ipairs(cands) do
+    for _, o in ipairs(bits(rec, i)) do
+      ops[#ops + 1] = 'SET'; ops[#ops + 1] = 'u1'; ops[#ops + 1] = o; ops[#ops + 1] = 1
+    end
+  end
+  local old, r, fresh = bitfield(P .. 'seen:' .. i, ops, 4), 1, {}
+  local _, k = shape(i)
+  for _, rec in ipairs(cands) do
+    local was = true
+    for _ = 1, k do
+      if old[r] == 0 then was = false end
+      r = r + 1
+    end
+    if not was then
+      fresh[#fresh + 1] = rec
+      n = n + 1
+    end
+  end
+  redis.call('HSET', P .. 'seenmeta', 'L', L, 'n', n)
+  return fresh
+end
+
+local filtered, appended = {}, {}
+for _, rec in ipairs(b.add or {}) do
+  if tonumber(rec[5]) == 1 then filtered[#filtered + 1] = rec else appended[#appended + 1] = rec end
+end
+local new_seen = 0
+if #filtered > 0 then
+  for i = 0, L - 2 do filtered = in_layer(filtered, i) end
+  filtered = insert(filtered)
+  new_seen = #filtered
+  for _, rec in ipairs(filtered) do appended[#appended + 1] = rec end
+end
+
+local added, deleted, moved, acked = 0, 0, 0, 0
+for _, rec in ipairs(appended) do
+  redis.call('XADD', rec[1], '*', 'r', rec[2])
+  added = added + 1
+end
+if b.src ~= '' then
+  for _, mv in ipairs(b.mv or {}) do
+    if redis.call('XDEL', b.src, mv[1]) == 1 then
+      redis.call('XADD', mv[2], '*', 'r', mv[3])
+      moved = moved + 1
+    end
+  end
+  if b.ack and #b.ack > 0 then
+    redis.call('XACK', b.src, 'g', unpack(b.ack))
+    acked = redis.call('XDEL', b.src, unpack(b.ack))
+  end
+end
+local delta = added - acked
+if delta ~= 0 then redis.call('INCRBY', P .. 'outstanding', delta) end
+if added > 0 then redis.call('DEL', P .. 'idle_since') end
+if b.pace and #b.pace > 0 then redis.call('HSET', P .. 'pace', unpack(b.pace)) end
+if b.applied then redis.call('HSET', P .. 'applied', b.w, b.applied) end
+if b.dead and #b.dead > 0 then redis.call('HSET', P .. 'dead', unpack(b.dead)) end
+local stats = b.stats or {}
+if new_seen > 0 then stats.seen = (stats.seen or 0) + new_seen end
+if added > 0 then stats.queued = (stats.queued or 0) + added end
+local flat = {}
+for f, v in pairs(stats) do
+  if tonumber(v) ~= 0 then flat[#flat + 1] = f; flat[#flat + 1] = v end
+end
+-- Counters are kept as a few HINCRBYs; one field each is what Redis offers.
+for j = 1, #flat, 2 do redis.call('HINCRBY', P .. 'stats', flat[j], flat[j + 1]) end
+return {'ok', added, acked, moved}

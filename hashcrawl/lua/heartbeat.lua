@@ -1,0 +1,70 @@
+-- heartbeat: renew this worker's membership, expire silent members, report the fleet.
+-- KEYS: none (every key is P .. suffix, all in one {crawl} hash slot)
+--   P..'members'     ZSET  worker -> last heartbeat, server ms          (join, heartbeat)
+--   P..'applied'     HASH  worker -> epoch whose handoffs it has done   (join, heartbeat)
+--   P..'epoch'       STRING membership epoch, +1 on every change        (join, leave, expiry)
+--   P..'orphans'     SET   streams of departed workers, to be drained   (leave, expiry)
+--   P..'outstanding' STRING entries waiting or held, fleet-wide         (commit)
+--   P..'idle_since'  STRING server ms since which nothing was outstanding
+--   P..'stats'       HASH  fleet counters (leases_reclaimed here)
+--   P..'w:'..worker  HASH  the worker's own counters, replaced wholesale
+-- ARGV: P, worker, lease_ms, applied_epoch, known_epoch, then field/value pairs of stats
+-- Returns {status, now_ms, epoch, settled_epoch, idle_since, orphans, members...}
+--   status 'ok', or 'gone' when this worker is no longer (or no longer may be) a member.
+local P, worker = ARGV[1], ARGV[2]
+local lease, applied, known = tonumber(ARGV[3]), tonumber(ARGV[4]), tonumber(ARGV[5])
+local t = redis.call('TIME')
+local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
+
+local function expire(w)
+  redis.call('ZREM', P .. 'members', w)
+  redis.call('HDEL', P .. 'applied', w)
+  redis.call('INCR', P .. 'epoch')
+  local stream = P .. 'q:' .. w
+  if redis.call('EXISTS', stream) == 1 then
+    local held = redis.call('XPENDING', stream, 'g')[1]
+    redis.call('HINCRBY', P .. 'stats', 'leases_reclaimed', held)
+    redis.call('SADD', P .. 'orphans', stream)
+  end
+end
+
+local last = redis.call('ZSCORE', P .. 'members', worker)
+if not last then
+  return {'gone', now}
+end
+if now - tonumber(last) > lease then
+  expire(worker)
+  return {'gone', now}
+end
+redis.call('ZADD', P .. 'members', now, worker)
+redis.call('HSET', P .. 'applied', worker, applied)
+if #ARGV > 5 then
+  redis.call('HSET', P .. 'w:' .. worker, unpack(ARGV, 6))
+end
+for _, w in ipairs(redis.call('ZRANGEBYSCORE', P .. 'members', '-inf', '(' .. (now - lease))) do
+  expire(w)
+end
+
+local epoch = tonumber(redis.call('GET', P .. 'epoch') or '0')
+local members = redis.call('ZRANGE', P .. 'members', 0, -1)
+local settled = epoch
+for _, a in ipairs(redis.call('HMGET', P .. 'applied', unpack(members))) do
+  settled = math.min(settled, tonumber(a or '0'))
+end
+local orphans = redis.call('SCARD', P .. 'orphans')
+local outstanding = tonumber(redis.call('GET', P .. 'outstanding') or '0')
+local idle_since = -1
+if outstanding <= 0 and orphans == 0 then
+  idle_since = tonumber(redis.call('GET', P .. 'idle_since') or '-1')
+  if idle_since < 0 then
+    redis.call('SET', P .. 'idle_since', now)
+    idle_since = now
+  end
+else
+  redis.call('DEL', P .. 'idle_since')
+end
+local reply = {'ok', now, epoch, settled, idle_since, orphans}
+if epoch ~= known then
+  for _, m in ipairs(members) do reply[#reply + 1] = m end
+end
+return reply
