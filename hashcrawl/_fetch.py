@@ -45,7 +45,9 @@ class HttpxFetcher:
         transport: httpx.AsyncBaseTransport | None = None,
     ) -> None:
         self.max_bytes = max_bytes
-        limits = httpx.Limits(max_connections=max_connections, max_keepalive_connections=max_connections)
+        limits = httpx.Limits(
+            max_connections=max_connections, max_keepalive_connections=max_connections
+        )
         self._client = httpx.AsyncClient(
             headers={"User-Agent": user_agent},
             timeout=httpx.Timeout(timeout),
@@ -61,8 +63,11 @@ class HttpxFetcher:
         except httpx.HTTPError as exc:
             raise FetchError(f"{type(exc).__name__}: {exc}"[:300]) from None
         return Response(
-            url=str(answer.url), status=answer.status_code, headers=answer.headers,
-            body=body, request=request,
+            url=str(answer.url),
+            status=answer.status_code,
+            headers=answer.headers,
+            body=body,
+            request=request,
         )
 
     async def _read(self, answer: httpx.Response) -> bytes:

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import heapq
 import itertools
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 
 import attrs
 
@@ -77,7 +77,9 @@ class Frontier:
         if host.queue and host.in_flight < self.per_host and not host.revoked:
             heapq.heappush(self._timeline, (host.next_start(self.delay, self.per_host), host.name))
 
-    def take(self, now: float, may_fetch: set[str] | None = None) -> Held | float | None:
+    def take(
+        self, now: float, may_fetch: Callable[[Host], bool] | None = None
+    ) -> Held | float | None:
         """The next entry whose host may be fetched at ``now``.
 
         Returns the entry (its host is then counted in flight), or the time at which
@@ -99,7 +101,7 @@ class Frontier:
                 if at > now:
                     return at
                 heapq.heappop(self._timeline)
-                if may_fetch is not None and name not in may_fetch:
+                if may_fetch is not None and not may_fetch(host):
                     deferred.append((at, name))
                     continue
                 return self._start(host, now)

@@ -36,7 +36,9 @@ class RedisURL:
         if parts.scheme == "redis+unix":
             return cls._parse_unix(parts)
         if parts.scheme not in ("redis", "rediss"):
-            raise InvalidURL(f"--redis must be redis://, rediss:// or redis+unix://, got {_shown(url)}")
+            raise InvalidURL(
+                f"--redis must be redis://, rediss:// or redis+unix://, got {_shown(url)}"
+            )
         if not parts.hostname:
             raise InvalidURL(f"--redis URL has no host: {_shown(url)}")
         try:

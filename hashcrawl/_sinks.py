@@ -72,7 +72,9 @@ class JsonLinesSink:
 class CsvSink:
     """Comma-separated values with a header row; columns from the first item."""
 
-    def __init__(self, path: str | os.PathLike[str], *, fields: Sequence[str] | None = None) -> None:
+    def __init__(
+        self, path: str | os.PathLike[str], *, fields: Sequence[str] | None = None
+    ) -> None:
         self.path = os.fspath(path)
         self._fields = list(fields) if fields else None
         self._buffer = io.StringIO()

@@ -255,7 +255,9 @@ class Store:
         reply = self._blocking.xreadgroup(
             GROUP, worker, {self.stream_of(worker): ">"}, count=count, block=block_ms
         )
-        return [(eid, (fields or {}).get("r")) for _, entries in reply or () for eid, fields in entries]
+        return [
+            (eid, (fields or {}).get("r")) for _, entries in reply or () for eid, fields in entries
+        ]
 
     @_translated
     def orphan(self) -> str | None:

@@ -129,6 +129,7 @@ end
 if b.src ~= '' then
   for _, mv in ipairs(b.mv or {}) do
     if redis.call('XDEL', b.src, mv[1]) == 1 then
+      redis.call('XACK', b.src, 'g', mv[1])
       redis.call('XADD', mv[2], '*', 'r', mv[3])
       moved = moved + 1
     end

@@ -1,0 +1,366 @@
+"""The ``hashcrawl`` command: join, submit, status, clear, dead, retry-dead, crawl.
+
+Exit status: 0 done; 1 Redis unreachable or lost (one line); 2 a bad URL, crawl name
+or flag (one line).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import logging
+import os
+import signal
+import subprocess
+import sys
+from collections.abc import Iterator, Sequence
+from pathlib import Path
+from typing import Any, NoReturn
+
+import trio
+
+from . import __version__
+from ._exceptions import ConfigError, HashcrawlError, QueueError
+from ._queue import Queue
+from ._redisurl import RedisURL, check_crawl_name
+from ._settings import Settings
+from ._sinks import sink_for
+
+log = logging.getLogger("hashcrawl")
+DEFAULT_CRAWL = "default"
+
+
+class _Parser(argparse.ArgumentParser):
+    def error(self, message: str) -> NoReturn:
+        print(f"hashcrawl: {message}", file=sys.stderr)
+        raise SystemExit(2)
+
+
+def _idle(text: str) -> float | None:
+    if text.lower() == "none":
+        return None
+    return _number(text)
+
+
+def _number(text: str) -> float:
+    try:
+        return float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected a number, got {text!r}") from None
+
+
+def _common(p: argparse.ArgumentParser, *, redis: bool = True) -> None:
+    if redis:
+        p.add_argument(
+            "--redis",
+            required=True,
+            help="redis://[user:password@]host:port/db, rediss://, redis+unix:///path?db=N",
+        )
+    p.add_argument("--crawl", default=DEFAULT_CRAWL, help="the crawl's name (namespaces its keys)")
+    p.add_argument("-v", "--verbose", action="store_true", help="log progress")
+
+
+def _crawler_flags(p: argparse.ArgumentParser) -> None:
+    p.add_argument(
+        "-o", "--output", help="write items to FILE (JSON Lines; CSV if it ends in .csv)"
+    )
+    p.add_argument(
+        "--delay", type=_number, default=1.0, help="least seconds between requests to a host"
+    )
+    p.add_argument("--per-host", type=int, default=1, help="most requests in flight to a host")
+    p.add_argument(
+        "--concurrency", type=int, default=16, help="most requests in flight from a worker"
+    )
+    p.add_argument(
+        "--idle",
+        type=_idle,
+        default=30.0,
+        help="end after this many idle seconds; 'none' waits for ever",
+    )
+    p.add_argument(
+        "--lease",
+        type=_number,
+        default=60.0,
+        help="seconds of silence before a worker is taken for dead",
+    )
+    p.add_argument(
+        "--grace",
+        type=_number,
+        default=30.0,
+        help="seconds to finish requests in flight on SIGTERM",
+    )
+    p.add_argument(
+        "--user-agent", help="the User-Agent header (default names hashcrawl and its version)"
+    )
+    p.add_argument(
+        "--allow-domain",
+        action="append",
+        default=[],
+        help="only follow links within this domain (repeatable)",
+    )
+    p.add_argument("--max-depth", type=int, help="do not follow links deeper than this")
+    p.add_argument(
+        "--max-attempts", type=int, default=4, help="tries before a page is dead-lettered"
+    )
+    p.add_argument("--timeout", type=_number, default=30.0, help="seconds for one fetch")
+    p.add_argument("--ignore-robots", action="store_true", help="do not fetch or obey robots.txt")
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = _Parser(prog="hashcrawl", description="A distributed web crawler on Redis.")
+    parser.add_argument("--version", action="version", version=f"hashcrawl {__version__}")
+    sub = parser.add_subparsers(dest="command", required=True, parser_class=_Parser)
+    join = sub.add_parser("join", help="run a worker in a crawl fleet")
+    _common(join)
+    _crawler_flags(join)
+    submit = sub.add_parser("submit", help="feed URLs into a crawl ('-' reads standard input)")
+    _common(submit)
+    submit.add_argument("--priority", type=int, default=0)
+    submit.add_argument("--dont-filter", action="store_true", help="submit even URLs seen before")
+    submit.add_argument("urls", nargs="+", metavar="URL")
+    status = sub.add_parser("status", help="show the fleet and the crawl's progress")
+    _common(status)
+    status.add_argument("--json", action="store_true")
+    clear = sub.add_parser("clear", help="delete the crawl's keys")
+    _common(clear)
+    dead = sub.add_parser("dead", help="list pages that used up their attempts")
+    _common(dead)
+    crawl = sub.add_parser("crawl", help="crawl on this machine with a private Redis (no setup)")
+    _common(crawl, redis=False)
+    _crawler_flags(crawl)
+    crawl.add_argument("--workers", type=int, default=2, help="worker processes")
+    crawl.add_argument(
+        "--state-dir", default=".hashcrawl", help="where the private Redis keeps its data"
+    )
+    crawl.add_argument("urls", nargs="+", metavar="URL")
+    return parser
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    args = build_parser().parse_args(argv)
+    logging.basicConfig(
+        level=logging.INFO if args.verbose else logging.WARNING,
+        format="hashcrawl: %(message)s",
+    )
+    logging.getLogger("httpx").setLevel(logging.WARNING)  # a line per request is too much
+    try:
+        return int(_COMMANDS[args.command](args) or 0)
+    except ConfigError as exc:
+        print(f"hashcrawl: {exc}", file=sys.stderr)
+        return 2
+    except QueueError as exc:
+        print(f"hashcrawl: {exc}", file=sys.stderr)
+        return 1
+    except HashcrawlError as exc:
+        print(f"hashcrawl: {exc}", file=sys.stderr)
+        return 1
+
+
+def settings_from(args: argparse.Namespace) -> Settings:
+    extra: dict[str, Any] = {"user_agent": args.user_agent} if args.user_agent else {}
+    return Settings(
+        delay=args.delay,
+        per_host=args.per_host,
+        concurrency=args.concurrency,
+        idle=args.idle,
+        lease=args.lease,
+        grace=args.grace,
+        allow_domains=tuple(args.allow_domain),
+        max_depth=args.max_depth,
+        max_attempts=args.max_attempts,
+        timeout=args.timeout,
+        obey_robots=not args.ignore_robots,
+        **extra,
+    )
+
+
+def cmd_join(args: argparse.Namespace) -> int:
+    from ._worker import Worker
+
+    settings = settings_from(args)
+    url = RedisURL.parse(args.redis)
+    check_crawl_name(args.crawl)
+    worker = Worker(url, args.crawl, settings=settings, sink=sink_for(args.output))
+
+    async def main() -> None:
+        async with trio.open_nursery() as nursery:
+            nursery.start_soon(_stop_on_signals, worker, nursery.cancel_scope)
+            await worker.run()
+            nursery.cancel_scope.cancel()
+
+    try:
+        trio.run(main)
+    finally:
+        worker.sink.close()
+    return 0
+
+
+async def _stop_on_signals(worker: Any, scope: trio.CancelScope) -> None:
+    with trio.open_signal_receiver(signal.SIGTERM, signal.SIGINT) as signals:
+        async for _ in signals:
+            if worker._stop_requested:
+                # A second signal: go now; the lease brings back whatever was held.
+                os._exit(1)
+            log.warning("stopping: finishing requests in flight, then handing hosts back")
+            worker.stop()
+
+
+def cmd_submit(args: argparse.Namespace) -> int:
+    with Queue(args.redis, args.crawl) as queue:
+        if args.urls == ["-"]:
+            bad = _BadLines()
+            added = queue.submit(
+                bad.filter(sys.stdin), priority=args.priority, dont_filter=args.dont_filter
+            )
+            print(
+                f"submitted {added} new URLs"
+                + (f"; {bad.count} bad lines skipped" if bad.count else "")
+            )
+            return 2 if bad.count else 0
+        from ._urls import canonicalize
+
+        for url in args.urls:
+            canonicalize(url)  # every URL is checked before any goes in
+        added = queue.submit(args.urls, priority=args.priority, dont_filter=args.dont_filter)
+        print(f"submitted {added} new URLs")
+    return 0
+
+
+class _BadLines:
+    """Skips lines that are not crawlable URLs, reporting each on standard error."""
+
+    def __init__(self) -> None:
+        self.count = 0
+
+    def filter(self, lines: Iterator[str]) -> Iterator[str]:
+        from ._urls import canonicalize
+
+        for number, line in enumerate(lines, 1):
+            url = line.strip()
+            if not url:
+                continue
+            try:
+                canonicalize(url)
+            except ConfigError as exc:
+                self.count += 1
+                print(f"hashcrawl: line {number}: {exc}", file=sys.stderr)
+                continue
+            yield url
+
+
+def cmd_status(args: argparse.Namespace) -> int:
+    with Queue(args.redis, args.crawl) as queue:
+        status = queue.status()
+    if args.json:
+        print(json.dumps(status, indent=2))
+        return 0
+    for key in (
+        "crawl",
+        "waiting",
+        "held",
+        "workers",
+        "seen",
+        "queued",
+        "fetched",
+        "failed",
+        "dead",
+        "leases_reclaimed",
+        "queue_bad",
+        "ended",
+    ):
+        print(f"{key}: {status[key]}")
+    for member in status["members"]:
+        print(f"  {member['id']}: {member['hosts']} hosts, {member['fetched']} fetched")
+    return 0
+
+
+def cmd_clear(args: argparse.Namespace) -> int:
+    with Queue(args.redis, args.crawl) as queue:
+        print(f"deleted {queue.clear()} keys")
+    return 0
+
+
+def cmd_dead(args: argparse.Namespace) -> int:
+    with Queue(args.redis, args.crawl) as queue:
+        for url, error in sorted(queue.dead().items()):
+            print(f"{url}\t{error}")
+    return 0
+
+
+def cmd_crawl(args: argparse.Namespace) -> int:
+    from ._server import RedisServer
+    from ._urls import canonicalize
+
+    check_crawl_name(args.crawl)
+    settings_from(args)  # check the flags before starting anything
+    for url in args.urls:
+        canonicalize(url)
+    state = Path(args.state_dir) / args.crawl
+    state.mkdir(parents=True, exist_ok=True)
+    with RedisServer(directory=state, unix_socket=True, appendonly=True) as server:
+        redis_url = server.url
+        with Queue(redis_url, args.crawl) as queue:
+            added = queue.submit(args.urls)
+        log.info("submitted %d new URLs; starting %d workers", added, args.workers)
+        return _run_workers(args, redis_url)
+
+
+def _run_workers(args: argparse.Namespace, redis_url: str) -> int:
+    passed = _passed_flags(args)
+    command = [
+        sys.executable,
+        "-m",
+        "hashcrawl",
+        "join",
+        "--redis",
+        redis_url,
+        "--crawl",
+        args.crawl,
+        *passed,
+    ]
+    processes = [subprocess.Popen(command) for _ in range(args.workers)]
+    previous = signal.signal(signal.SIGTERM, lambda *_: [p.terminate() for p in processes])
+    try:
+        codes = [p.wait() for p in processes]
+    except KeyboardInterrupt:
+        codes = [p.wait() for p in processes]  # they got the same Ctrl-C and stop gracefully
+    finally:
+        signal.signal(signal.SIGTERM, previous)
+    return max(codes)
+
+
+def _passed_flags(args: argparse.Namespace) -> list[str]:
+    flags: list[str] = []
+    for name in (
+        "output",
+        "delay",
+        "per_host",
+        "concurrency",
+        "lease",
+        "grace",
+        "user_agent",
+        "max_depth",
+        "max_attempts",
+        "timeout",
+    ):
+        value = getattr(args, name)
+        if value is not None:
+            flags += [f"--{name.replace('_', '-')}" if name != "output" else "-o", str(value)]
+    flags += ["--idle", "none" if args.idle is None else str(args.idle)]
+    for domain in args.allow_domain:
+        flags += ["--allow-domain", domain]
+    if args.ignore_robots:
+        flags.append("--ignore-robots")
+    if args.verbose:
+        flags.append("-v")
+    return flags
+
+
+_COMMANDS = {
+    "join": cmd_join,
+    "submit": cmd_submit,
+    "status": cmd_status,
+    "clear": cmd_clear,
+    "dead": cmd_dead,
+    "crawl": cmd_crawl,
+}

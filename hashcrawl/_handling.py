@@ -1,0 +1,208 @@
+"""From a response to an outcome: the items to write and the requests to follow.
+
+An :class:`Outcome` is everything one held entry leads to, and knows how to put itself
+into a commit :class:`~hashcrawl._store.Batch`. A :class:`Handler` turns responses into
+outcomes; with no parse callback it writes one item per page and follows every link.
+"""
+
+from __future__ import annotations
+
+import datetime
+import inspect
+from collections.abc import Callable, Iterable
+from typing import TYPE_CHECKING, Any
+
+import attrs
+
+from ._entry import Entry
+from ._exceptions import InvalidURL
+from ._frontier import Held
+from ._models import Request, Response
+from ._robots import parse_retry_after
+from ._sinks import as_dict
+from ._store import Batch
+from ._urls import canonicalize, domain_allowed, fingerprint, host_key, join_url
+
+if TYPE_CHECKING:
+    from ._ring import Ring
+    from ._worker import _Session
+
+Parse = Callable[[Response], Any]
+BACK_OFF_STATUSES = (429, 503)
+
+
+@attrs.frozen(kw_only=True)
+class Outcome:
+    """What one held entry came to; ``kind`` is done, retry, bad or forward."""
+
+    kind: str
+    eid: str
+    held: Held | None = None
+    items: list[Any] = attrs.Factory(list)
+    follows: list[Entry] = attrs.Factory(list)
+    error: str = ""
+    payload: str = ""
+
+    @classmethod
+    def done(cls, held: Held, items: list[Any], follows: list[Entry]) -> Outcome:
+        return cls(kind="done", eid=held.eid, held=held, items=items, follows=follows)
+
+    @classmethod
+    def retry(cls, held: Held, error: str) -> Outcome:
+        return cls(kind="retry", eid=held.eid, held=held, error=error)
+
+    @classmethod
+    def bad(cls, eid: str) -> Outcome:
+        return cls(kind="bad", eid=eid)
+
+    @classmethod
+    def forward(cls, held: Held, payload: str) -> Outcome:
+        return cls(kind="forward", eid=held.eid, held=held, payload=payload)
+
+    def add_to(self, batch: Batch, session: _Session, ring: Ring) -> None:
+        if self.kind == "forward":
+            assert self.held is not None
+            batch.mv.append([self.eid, session.target_of(ring, self.held.host), self.payload])
+            return
+        batch.ack.append(self.eid)
+        if self.kind == "bad":
+            batch.stats["queue_bad"] = batch.stats.get("queue_bad", 0) + 1
+        elif self.kind == "retry":
+            self._add_retry(batch, session, ring)
+        for entry in self.follows:
+            self._add_follow(batch, session, ring, entry)
+
+    def _add_retry(self, batch: Batch, session: _Session, ring: Ring) -> None:
+        assert self.held is not None
+        entry = attrs.evolve(self.held.entry, attempts=self.held.entry.attempts + 1)
+        if entry.attempts >= session.s.max_attempts:
+            batch.dead += [entry.url, f"{entry.attempts} attempts; last: {self.error}"[:500]]
+            batch.stats["dead"] = batch.stats.get("dead", 0) + 1
+            return
+        batch.add.append([session.target_of(ring, self.held.host), entry.encode(), 0, 0, 0])
+
+    @staticmethod
+    def _add_follow(batch: Batch, session: _Session, ring: Ring, entry: Entry) -> None:
+        h1, h2 = fingerprint(entry.url)
+        if not entry.dont_filter and session.is_cached((h1, h2)):
+            return
+        target = session.target_of(ring, host_key(entry.url))
+        batch.add.append([target, entry.encode(), h1, h2, 0 if entry.dont_filter else 1])
+
+
+class Handler:
+    """Turns a response into an outcome, through an optional parse callback.
+
+    The callback takes a :class:`Response` and returns (or yields) items (dicts or attrs
+    instances) and things to follow (:class:`Request` objects or URL strings). It may be
+    a plain function, a generator, or async. Without one, each page gives one item and
+    every link is followed.
+    """
+
+    def __init__(
+        self, parse: Parse | None = None, *, callbacks: Callable[[str], Parse] | None = None
+    ):
+        self.parse = parse
+        self.callbacks = callbacks
+
+    async def handle(self, session: _Session, held: Held, response: Response) -> Outcome:
+        if response.status in BACK_OFF_STATUSES:
+            wait = parse_retry_after(response.headers.get("retry-after"), _unix_now())
+            session.frontier.back_off(
+                held.host, session.now() + (wait if wait is not None else 60.0)
+            )
+            return Outcome.retry(held, f"HTTP {response.status}")
+        items, follows = await self._produce(held, response, session)
+        follows += self._redirect(held, response)
+        return Outcome.done(held, items, self._allowed(follows, session))
+
+    async def _produce(
+        self, held: Held, response: Response, session: _Session
+    ) -> tuple[list[Any], list[Entry]]:
+        parse = self._callback_for(held)
+        if parse is None:
+            links = response.links() if 200 <= response.status < 300 else []
+            item = page_item(held, response, session.id)
+            return [item], [Entry(url=u, depth=held.entry.depth + 1) for u in links]
+        items: list[Any] = []
+        follows: list[Entry] = []
+        for thing in await _results(parse(response)):
+            if isinstance(thing, Request | str):
+                follow = _as_entry(thing, response, held.entry.depth + 1)
+                if follow is not None:
+                    follows.append(follow)
+            elif thing is not None:
+                items.append(as_dict(thing))
+        return items, follows
+
+    def _callback_for(self, held: Held) -> Parse | None:
+        if held.entry.callback and self.callbacks is not None:
+            return self.callbacks(held.entry.callback)
+        return self.parse
+
+    @staticmethod
+    def _redirect(held: Held, response: Response) -> list[Entry]:
+        location = response.headers.get("location")
+        if not (300 <= response.status < 400 and location):
+            return []
+        target = join_url(response.url, location)
+        return [] if target is None else [attrs.evolve(held.entry, url=target, attempts=0)]
+
+    @staticmethod
+    def _allowed(follows: list[Entry], session: _Session) -> list[Entry]:
+        s = session.s
+        return [
+            e
+            for e in follows
+            if (s.max_depth is None or e.depth <= s.max_depth)
+            and domain_allowed(host_key(e.url), s.allow_domains)
+        ]
+
+
+def page_item(held: Held, response: Response, worker: str) -> dict[str, Any]:
+    """The item hashcrawl writes for a page when no parse callback is given."""
+    return {
+        "url": held.entry.url,
+        "final_url": response.url,
+        "status": response.status,
+        "title": response.title(),
+        "depth": held.entry.depth,
+        "fetched_at": datetime.datetime.now(datetime.UTC).isoformat(timespec="milliseconds"),
+        "worker": worker,
+    }
+
+
+async def _results(produced: Any) -> list[Any]:
+    if inspect.isawaitable(produced):
+        produced = await produced
+    if inspect.isasyncgen(produced):
+        return [thing async for thing in produced]
+    if produced is None:
+        return []
+    if isinstance(produced, dict) or attrs.has(type(produced)):
+        return [produced]
+    if isinstance(produced, Iterable) and not isinstance(produced, str):
+        return list(produced)
+    return [produced]
+
+
+def _as_entry(thing: Request | str, response: Response, depth: int) -> Entry | None:
+    request = thing if isinstance(thing, Request) else Request(thing)
+    try:
+        url = canonicalize(join_url(response.url, request.url) or request.url)
+    except InvalidURL:
+        return None
+    return Entry(
+        url=url,
+        depth=depth,
+        priority=request.priority,
+        meta=request.meta,
+        callback=request.callback,
+        dont_filter=request.dont_filter,
+    )
+
+
+def _unix_now() -> float:
+    import time
+
+    return time.time()

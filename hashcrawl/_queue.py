@@ -1,0 +1,91 @@
+"""Feeding and inspecting a crawl from outside the fleet (blocking, for scripts and the CLI)."""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Iterator
+from typing import Any
+
+from ._entry import Entry
+from ._redisurl import RedisURL, check_crawl_name
+from ._ring import Ring
+from ._store import Batch, Store
+from ._urls import canonicalize, fingerprint, host_key
+
+BATCH = 1000
+
+
+class Queue:
+    """A crawl's shared queue: ``submit`` URLs into it, read its ``status``, ``clear`` it.
+
+    Args:
+        redis: the Redis URL (``redis://``, ``rediss://``, ``redis+unix://``).
+        crawl: the crawl's name; its keys are namespaced by it.
+    """
+
+    def __init__(self, redis: str | RedisURL, crawl: str, *, timeout: float = 20.0) -> None:
+        url = redis if isinstance(redis, RedisURL) else RedisURL.parse(redis)
+        self._store = Store(url, check_crawl_name(crawl), timeout=timeout)
+
+    def submit(self, urls: Iterable[str], *, priority: int = 0, dont_filter: bool = False) -> int:
+        """Add URLs to the crawl, a thousand at a time; returns how many were new.
+
+        Each URL goes to its host owner's stream, or waits in the inbox until a worker
+        joins. A URL seen before is left out unless ``dont_filter``.
+
+        Raises:
+            InvalidURL: a URL is not an http(s) URL (those before it are already in).
+            QueueError: Redis could not be reached.
+        """
+        added = 0
+        for chunk in _chunks(urls, BATCH):
+            entries = [
+                Entry(url=canonicalize(u), priority=priority, dont_filter=dont_filter)
+                for u in chunk
+            ]
+            added += self._submit_entries(entries)
+        return added
+
+    def _submit_entries(self, entries: list[Entry]) -> int:
+        while True:
+            ring = Ring.of(*self._store.members())
+            batch = Batch(worker="", epoch=ring.epoch)
+            for entry in entries:
+                owner = ring.owner_of(host_key(entry.url))
+                target = self._store.stream_of(owner) if owner else self._store.inbox
+                h1, h2 = fingerprint(entry.url)
+                batch.add.append([target, entry.encode(), h1, h2, 0 if entry.dont_filter else 1])
+            result = self._store.commit(batch)
+            if result.status == "ok":
+                return result.added
+
+    def status(self) -> dict[str, Any]:
+        """Waiting, held, workers (with hosts owned and pages fetched), seen, fetched..."""
+        return self._store.status()
+
+    def clear(self) -> int:
+        """Delete every key of the crawl; returns how many were deleted."""
+        return self._store.clear()
+
+    def dead(self) -> dict[str, str]:
+        """Pages that used up their attempts, with their last error."""
+        return self._store.dead()
+
+    def close(self) -> None:
+        self._store.close()
+
+    def __enter__(self) -> Queue:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+
+def _chunks(items: Iterable[str], size: int) -> Iterator[list[str]]:
+    chunk: list[str] = []
+    for item in items:
+        chunk.append(item)
+        if len(chunk) >= size:
+            yield chunk
+            chunk = []
+    if chunk:
+        yield chunk

@@ -1,0 +1,660 @@
+"""A worker: one member of the fleet, owning the hosts the ring gives it.
+
+One nursery owns every task of a worker session:
+
+- the heartbeat renews membership, learns of epochs and ends the crawl when idle;
+- the reader moves entries from the worker's stream into its frontier (or forwards
+  entries of hosts it does not own);
+- the dispatcher starts fetches when a host's pacing allows, and only while this
+  worker's membership is fresh and every member has applied the epoch it owns by;
+- the committer writes items, flushes, then acknowledges and routes links atomically;
+- the applier hands over the hosts a new epoch takes away;
+- the drainer moves departed workers' streams to their hosts' new owners.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+import math
+import os
+import secrets
+import socket
+import time
+from collections.abc import AsyncIterator, Callable, Iterator
+from typing import Any, TypeVar
+
+import attrs
+import trio
+
+from ._entry import BadEntry, Entry
+from ._exceptions import Fenced, FetchError, InvalidURL, QueueError
+from ._fetch import Fetcher, HttpxFetcher
+from ._frontier import Frontier, Held, Host
+from ._handling import Outcome, Handler
+from ._redisurl import RedisURL, check_crawl_name
+from ._ring import Ring
+from ._robots import Robots, robots_for_status, robots_url
+from ._settings import Settings
+from ._sinks import Sink, sink_for
+from ._store import Batch, Beat, Store
+from ._urls import fingerprint, host_key
+from ._models import Request
+
+log = logging.getLogger("hashcrawl")
+T = TypeVar("T")
+SEEN_CACHE = 200_000
+COMMIT_EVERY = 0.05
+COMMIT_MAX = 200
+
+
+@contextlib.asynccontextmanager
+async def _unwrapped() -> AsyncIterator[None]:
+    """Let the error that ended a session through as itself, not inside a group."""
+    try:
+        yield
+    except BaseExceptionGroup as group:
+        leaves = list(_leaves(group))
+        for wanted in (Fenced, QueueError, Exception):
+            for exc in leaves:
+                if isinstance(exc, wanted):
+                    raise exc from None
+        raise
+
+
+def _leaves(group: BaseExceptionGroup[BaseException]) -> Iterator[BaseException]:
+    for exc in group.exceptions:
+        if isinstance(exc, BaseExceptionGroup):
+            yield from _leaves(exc)
+        else:
+            yield exc
+
+
+def new_worker_id() -> str:
+    host = socket.gethostname().split(".")[0][:24] or "host"
+    return f"{host}-{os.getpid()}-{secrets.token_hex(2)}"
+
+
+@attrs.define
+class Counters:
+    fetched: int = 0
+    failed: int = 0
+    items: int = 0
+    robots_denied: int = 0
+    queue_bad: int = 0
+    retried: int = 0
+    dead: int = 0
+    fenced: int = 0
+
+
+class Worker:
+    """One member of a crawl fleet. ``await worker.run()`` under trio, or ``run_sync()``."""
+
+    def __init__(
+        self,
+        redis: str | RedisURL,
+        crawl: str,
+        *,
+        fetcher: Fetcher | None = None,
+        handler: Handler | None = None,
+        sink: Sink | None = None,
+        settings: Settings | None = None,
+        worker_id: str | None = None,
+    ) -> None:
+        self.url = redis if isinstance(redis, RedisURL) else RedisURL.parse(redis)
+        self.crawl = check_crawl_name(crawl)
+        self.settings = settings or Settings()
+        self.id = worker_id or new_worker_id()
+        self._fetcher = fetcher
+        self.handler = handler or Handler()
+        self.sink = sink or sink_for(None)
+        self.counters = Counters()
+        self._stop_requested = False
+
+    def run_sync(self) -> None:
+        """Run until the crawl ends or a stop is requested (blocking)."""
+        trio.run(self.run)
+
+    def stop(self) -> None:
+        """Ask for a graceful stop: finish what is in flight, hand hosts back, return."""
+        self._stop_requested = True
+        if self._session is not None:
+            self._session.request_stop()
+
+    _session: _Session | None = None
+
+    async def run(self) -> None:
+        """Crawl until the fleet has been idle ``idle`` seconds, or until stopped.
+
+        Raises:
+            QueueError: Redis could not be reached for a whole lease.
+        """
+        store = Store(self.url, self.crawl, timeout=self.settings.answer_timeout)
+        own_fetcher = self._fetcher is None
+        fetcher = self._fetcher or HttpxFetcher(
+            user_agent=self.settings.user_agent,
+            timeout=self.settings.timeout,
+            max_bytes=self.settings.max_bytes,
+            max_connections=self.settings.concurrency,
+        )
+        try:
+            while True:
+                self._session = _Session(self, store, fetcher)
+                if self._stop_requested:
+                    return
+                try:
+                    await self._session.run()
+                    return
+                except Fenced as exc:
+                    # Others took back what this worker held: start afresh under a new id.
+                    log.warning("%s; rejoining as a new member", exc)
+                    self.counters.fenced += 1
+                    self.id = new_worker_id()
+        finally:
+            self._session = None
+            if own_fetcher:
+                await fetcher.aclose()  # type: ignore[attr-defined]
+            store.close()
+
+
+class _Session:
+    """One membership of a worker, from join to leave (or to being fenced)."""
+
+    def __init__(self, worker: Worker, store: Store, fetcher: Fetcher) -> None:
+        self.w = worker
+        self.id = worker.id
+        self.s = worker.settings
+        self.store = store
+        self.fetcher = fetcher
+        self.stream = store.stream_of(self.id)
+        self.frontier = Frontier(delay=self.s.delay, per_host=self.s.per_host)
+        self.ring = Ring.of(0, ())
+        self.latest = self.ring
+        self.applied = 0
+        self.settled = 0
+        self.offset_ms = 0.0
+        self.rtt = 0.0
+        self.confirmed_at = -math.inf
+        self.joined_ms = 0
+        self.robots: dict[str, Robots] = {}
+        self.robots_busy: dict[str, trio.Event] = {}
+        self.outcomes: list[Outcome] = []
+        self.in_flight = 0
+        self.seen_cache: dict[tuple[int, int], None] = {}
+        self.stopping = False
+        self.wake = trio.Event()
+        self.space = trio.Event()
+        self.epoch_changed = trio.Event()
+        self.orphans_waiting = trio.Event()
+        self.flushed = trio.Event()
+        self.done_fetching = trio.Event()
+        self.limiter = trio.CapacityLimiter(4)
+
+    # -- plumbing ------------------------------------------------------------------
+
+    async def call(self, fn: Callable[..., T], *args: Any, **kwargs: Any) -> T:
+        """Run a blocking store call in a thread; cancellable at once."""
+        return await trio.to_thread.run_sync(
+            lambda: fn(*args, **kwargs), limiter=self.limiter, abandon_on_cancel=True
+        )
+
+    async def persist(self, fn: Callable[..., T], *args: Any, **kwargs: Any) -> T:
+        """Retry a store call at most a second apart until it succeeds.
+
+        The heartbeat is what gives up: after a lease without a good heartbeat it ends
+        the session, cancelling this loop.
+        """
+        while True:
+            try:
+                return await self.call(fn, *args, **kwargs)
+            except Fenced:
+                raise
+            except QueueError as exc:
+                log.debug("retrying: %s", exc)
+                await trio.sleep(min(1.0, self.s.beat_interval))
+
+    def now(self) -> float:
+        return trio.current_time()
+
+    def poke(self) -> None:
+        self.wake.set()
+
+    def request_stop(self) -> None:
+        self.stopping = True
+        self.poke()
+        self.space.set()
+
+    # -- the session -----------------------------------------------------------------
+
+    async def run(self) -> None:
+        info = {"host": socket.gethostname(), "pid": os.getpid(), "started": int(time.time())}
+        sent = self.now()
+        now_ms, epoch = await self.persist_join(info)
+        self._clock_sample(sent, now_ms)
+        self.joined_ms = now_ms
+        epoch, members = await self.persist(self.store.members)
+        self.ring = self.latest = Ring.of(epoch, members)
+        self.applied = self.settled = epoch
+        self.confirmed_at = sent
+        log.info(
+            "%s joined crawl %s at epoch %d with %d members",
+            self.id,
+            self.w.crawl,
+            epoch,
+            len(members),
+        )
+        try:
+            async with _unwrapped(), trio.open_nursery() as nursery:
+                self.nursery = nursery
+                nursery.start_soon(self.heartbeat_loop)
+                nursery.start_soon(self.reader_loop)
+                nursery.start_soon(self.dispatch_loop)
+                nursery.start_soon(self.commit_loop)
+                nursery.start_soon(self.apply_loop)
+                nursery.start_soon(self.drain_loop)
+        finally:
+            self.w.sink.flush()
+
+    async def persist_join(self, info: dict[str, Any]) -> tuple[int, int]:
+        deadline = self.now() + self.s.lease
+        while True:
+            try:
+                return await self.call(self.store.join, self.id, info)
+            except QueueError:
+                if self.now() > deadline:
+                    raise
+                await trio.sleep(1.0)
+
+    def _clock_sample(self, sent: float, server_ms: int) -> None:
+        received = self.now()
+        self.rtt = received - sent
+        self.offset_ms = server_ms - (sent + received) / 2 * 1000
+
+    def local_time(self, server_ms: float) -> float:
+        return (server_ms - self.offset_ms) / 1000
+
+    def server_ms(self, local: float) -> int:
+        return int(local * 1000 + self.offset_ms)
+
+    # -- heartbeat and the end -------------------------------------------------------
+
+    async def heartbeat_loop(self) -> None:
+        while True:
+            sent = self.now()
+            try:
+                beat = await self.call(
+                    self.store.heartbeat,
+                    self.id,
+                    lease_ms=int(self.s.lease * 1000),
+                    applied=self.applied,
+                    known_epoch=self.latest.epoch,
+                    stats=self.stats(),
+                )
+            except QueueError as exc:
+                if sent - self.confirmed_at > self.s.lease:
+                    raise QueueError(
+                        f"{exc}; gave up after a lease ({self.s.lease:g} s) without a heartbeat"
+                    ) from None
+                log.warning("heartbeat failed: %s", exc)
+                await trio.sleep(min(1.0, self.s.beat_interval))
+                continue
+            if not beat.alive:
+                raise Fenced(
+                    f"worker {self.id} was silent longer than its lease and lost its membership"
+                )
+            self.on_beat(beat, sent)
+            if self.finished(beat):
+                await self.leave()
+                return
+            if self.stopping and self.done_fetching.is_set():
+                await self.leave()
+                return
+            with trio.move_on_after(self.s.beat_interval):
+                await self._stopped_fetching_or_never()
+
+    async def _stopped_fetching_or_never(self) -> None:
+        if self.stopping:
+            await self.done_fetching.wait()
+        else:
+            await trio.sleep_forever()
+
+    def on_beat(self, beat: Beat, sent: float) -> None:
+        self._clock_sample(sent, beat.now_ms)
+        self.confirmed_at = sent
+        if beat.members is not None and beat.epoch != self.latest.epoch:
+            self.latest = Ring.of(beat.epoch, beat.members)
+            self.epoch_changed.set()
+        if beat.settled != self.settled:
+            self.settled = beat.settled
+            self.poke()
+        if beat.orphans:
+            self.orphans_waiting.set()
+        self.last_beat = beat
+        self.poke()
+
+    def finished(self, beat: Beat) -> bool:
+        if self.s.idle is None or beat.idle_since < 0 or self.busy():
+            return False
+        quiet_ms = beat.now_ms - max(beat.idle_since, self.joined_ms)
+        return quiet_ms >= self.s.idle * 1000
+
+    def busy(self) -> bool:
+        return bool(self.frontier.size or self.in_flight or self.outcomes)
+
+    def stats(self) -> dict[str, int]:
+        return {**attrs.asdict(self.w.counters), "hosts": len(self.frontier.hosts)}
+
+    async def leave(self) -> None:
+        """Hand every host back at once: out of the ring, stream drained to new owners."""
+        self.stopping = True
+        await self.flush_now()
+        pace = self.pace_records(list(self.frontier.hosts))
+        await self.persist(self.store.leave, self.id, pace)
+        await self.drain(self.stream)
+        log.info("%s left the crawl", self.id)
+        self.nursery.cancel_scope.cancel()
+
+    # -- reading the stream ------------------------------------------------------------
+
+    async def reader_loop(self) -> None:
+        while not self.stopping:
+            room = self.s.max_buffer - self.frontier.size
+            if room <= 0:
+                self.space = trio.Event()
+                await self.space.wait()
+                continue
+            try:
+                got = await self.call(self.store.read, self.id, count=min(200, room), block_ms=500)
+            except QueueError as exc:
+                log.debug("read failed: %s", exc)
+                await trio.sleep(min(1.0, self.s.beat_interval))
+                continue
+            if got:
+                self.take_in(got)
+
+    def take_in(self, got: list[tuple[str, str | None]]) -> None:
+        fresh: list[str] = []
+        for eid, payload in got:
+            try:
+                entry = Entry.decode(payload)
+                host = host_key(entry.url)
+            except (BadEntry, InvalidURL) as exc:
+                log.warning("dropping a bad entry %s: %s", eid, exc)
+                self.outcomes.append(Outcome.bad(eid))
+                continue
+            held = Held(eid, entry, host)
+            owner = self.latest.owner_of(host)
+            if owner != self.id:
+                self.outcomes.append(Outcome.forward(held, payload or ""))
+                continue
+            known = held.host in self.frontier.hosts
+            self.frontier.add(held, epoch=self.latest.epoch)
+            if not known:
+                fresh.append(host)
+        if fresh:
+            self.nursery.start_soon(self.load_pace, fresh)
+        self.poke()
+
+    async def load_pace(self, hosts: list[str]) -> None:
+        """Read the previous owners' pacing state for hosts new to this owner."""
+        records = await self.persist(self.store.pace, hosts)
+        for name in hosts:
+            host = self.frontier.hosts.get(name)
+            if host is None:
+                continue
+            if name in records:
+                self.apply_pace(host, records[name])
+            host.paced = True
+            self.frontier.reschedule(name)
+        self.poke()
+
+    def apply_pace(self, host: Host, record: str) -> None:
+        try:
+            last_ms, backoff_ms, crawl_delay = (float(x) for x in record.split(","))
+        except ValueError:
+            return
+        margin = self.rtt + 0.005  # the two clocks agree to within a round trip
+        host.last_end = max(host.last_end, self.local_time(last_ms) + margin)
+        host.last_start = max(host.last_start, host.last_end)
+        host.backoff_until = max(host.backoff_until, self.local_time(backoff_ms) + margin)
+        host.crawl_delay = max(host.crawl_delay, crawl_delay)
+
+    def pace_records(self, names: list[str]) -> dict[str, str]:
+        records = {}
+        now = self.now()
+        for name in names:
+            host = self.frontier.hosts[name]
+            gap = max(self.s.delay, host.crawl_delay)
+            if max(host.last_end + gap, host.backoff_until) > now:
+                last = self.server_ms(host.last_end)
+                backoff = self.server_ms(host.backoff_until) if host.backoff_until > 0 else 0
+                records[name] = f"{last},{backoff},{host.crawl_delay}"
+        return records
+
+    # -- dispatching -------------------------------------------------------------------
+
+    def may_fetch(self, host: Host) -> bool:
+        return (
+            host.paced
+            and self.settled >= host.since
+            and self.ring.epoch == self.latest.epoch
+            and self.latest.owner_of(host.name) == self.id
+        )
+
+    def fresh(self) -> bool:
+        return self.now() - self.confirmed_at < self.s.fresh_for
+
+    async def dispatch_loop(self) -> None:
+        async with trio.open_nursery() as fetches:
+            await self.dispatch(fetches)
+            with trio.move_on_after(self.s.grace):
+                while self.in_flight:
+                    self.wake = trio.Event()
+                    await self.wake.wait()
+            # Past the grace period: what is still in flight stays pending in the stream,
+            # and goes to the hosts' new owners with the rest.
+            fetches.cancel_scope.cancel()
+        self.done_fetching.set()
+
+    async def dispatch(self, fetches: trio.Nursery) -> None:
+        while not self.stopping:
+            self.wake = trio.Event()
+            timeout = math.inf
+            while self.in_flight < self.s.concurrency and self.fresh():
+                got = self.frontier.take(self.now(), self.may_fetch)
+                if isinstance(got, Held):
+                    self.in_flight += 1
+                    fetches.start_soon(self.fetch_one, got)
+                    continue
+                if got is not None:
+                    timeout = got - self.now()
+                break
+            if not self.fresh():
+                timeout = min(timeout, self.s.beat_interval)
+            with trio.move_on_after(max(timeout, 0.001)):
+                await self.wake.wait()
+
+    async def fetch_one(self, held: Held) -> None:
+        try:
+            outcome = await self.fetch_and_handle(held)
+        finally:
+            self.in_flight -= 1
+            self.poke()
+        if outcome is not None:
+            self.outcomes.append(outcome)
+            if self.frontier.size < self.s.max_buffer:
+                self.space.set()
+
+    async def fetch_and_handle(self, held: Held) -> Outcome | None:
+        host = self.frontier.hosts[held.host]
+        if self.s.obey_robots and held.entry.url.startswith(("http://", "https://")):
+            robots = self.robots.get(held.host)
+            if robots is None:
+                await self.fetch_robots(held)
+                self.frontier.done(held.host, self.now())
+                # The robots.txt request used this slot: the page waits its turn again.
+                self.frontier.add(held, epoch=host.since)
+                return None
+            if not robots.allowed(held.entry.url):
+                self.frontier.done(held.host, host.last_start)
+                self.w.counters.robots_denied += 1
+                return Outcome.done(held, [], [])
+        request = Request(
+            held.entry.url,
+            priority=held.entry.priority,
+            meta=held.entry.meta,
+            callback=held.entry.callback,
+            dont_filter=held.entry.dont_filter,
+            depth=held.entry.depth,
+        )
+        try:
+            response = await self.fetcher.fetch(request)
+        except FetchError as exc:
+            self.frontier.done(held.host, self.now())
+            self.w.counters.failed += 1
+            return Outcome.retry(held, str(exc))
+        self.frontier.done(held.host, self.now())
+        self.w.counters.fetched += 1
+        return await self.w.handler.handle(self, held, response)
+
+    async def fetch_robots(self, held: Held) -> None:
+        url = robots_url(held.entry.url)
+        try:
+            response = await self.fetcher.fetch(Request(url))
+            robots = robots_for_status(response.status, response.text, self.s.user_agent)
+        except FetchError:
+            robots = Robots.allow_all()
+        self.robots[held.host] = robots
+        delay = robots.crawl_delay
+        if delay:
+            self.frontier.hosts[held.host].crawl_delay = min(delay, self.s.lease / 2)
+
+    # -- committing --------------------------------------------------------------------
+
+    async def commit_loop(self) -> None:
+        while True:
+            if self.outcomes:
+                await self.commit_now()
+            if self.stopping and not self.outcomes and self.in_flight == 0:
+                self.flushed.set()
+            await trio.sleep(COMMIT_EVERY)
+
+    async def flush_now(self) -> None:
+        while self.outcomes:
+            await self.commit_now()
+
+    async def commit_now(self) -> None:
+        outcomes, self.outcomes = self.outcomes[:COMMIT_MAX], self.outcomes[COMMIT_MAX:]
+        items = [item for o in outcomes for item in o.items]
+        if items:
+            await trio.to_thread.run_sync(self._write_items, items)
+        while True:
+            batch = self.batch_of(outcomes, self.latest)
+            result = await self.persist(self.store.commit, batch)
+            if result.status == "ok":
+                self.remember(outcomes)
+                return
+            if result.status == "fenced":
+                raise Fenced(f"worker {self.id} lost its membership before committing")
+            epoch, members = await self.persist(self.store.members)
+            if epoch != self.latest.epoch:
+                self.latest = Ring.of(epoch, members)
+                self.epoch_changed.set()
+
+    def _write_items(self, items: list[Any]) -> None:
+        self.w.sink.write(items)
+        self.w.sink.flush()
+        self.w.counters.items += len(items)
+
+    def batch_of(self, outcomes: list[Outcome], ring: Ring) -> Batch:
+        batch = Batch(worker=self.id, epoch=ring.epoch, src=self.stream)
+        for o in outcomes:
+            o.add_to(batch, self, ring)
+        return batch
+
+    def target_of(self, ring: Ring, host: str) -> str:
+        owner = ring.owner_of(host)
+        return self.store.stream_of(owner) if owner else self.store.inbox
+
+    def is_cached(self, fp: tuple[int, int]) -> bool:
+        return fp in self.seen_cache
+
+    def remember(self, outcomes: list[Outcome]) -> None:
+        for o in outcomes:
+            for entry in o.follows:
+                if not entry.dont_filter:
+                    self.seen_cache[fingerprint(entry.url)] = None
+        while len(self.seen_cache) > SEEN_CACHE:
+            del self.seen_cache[next(iter(self.seen_cache))]
+
+    # -- membership changes -------------------------------------------------------------
+
+    async def apply_loop(self) -> None:
+        while True:
+            await self.epoch_changed.wait()
+            self.epoch_changed = trio.Event()
+            await self.apply(self.latest)
+
+    async def apply(self, ring: Ring) -> None:
+        """Adopt a new epoch: stop the hosts it takes away, then hand them over."""
+        if self.id not in ring:
+            raise Fenced(f"worker {self.id} is no longer a member at epoch {ring.epoch}")
+        skipped = ring.epoch != self.ring.epoch + 1
+        lost = [name for name in self.frontier.hosts if ring.owner_of(name) != self.id]
+        for name, host in self.frontier.hosts.items():
+            if skipped and name not in lost:
+                host.since = ring.epoch  # someone may have owned it in the epochs we skipped
+        for name in lost:
+            self.frontier.revoke(name)
+        self.ring = ring
+        while any(self.frontier.hosts[name].in_flight for name in lost):
+            self.wake = trio.Event()
+            await self.wake.wait()
+        batch = Batch(worker=self.id, epoch=ring.epoch, src=self.stream, applied=ring.epoch)
+        batch.pace = [x for pair in self.pace_records(lost).items() for x in pair]
+        for name in lost:
+            for held in self.frontier.hosts[name].queue:
+                h = held[2]
+                batch.mv.append([h.eid, self.target_of(ring, name), h.entry.encode()])
+        result = await self.persist(self.store.commit, batch)
+        if result.status == "fenced":
+            raise Fenced(f"worker {self.id} lost its membership during a handoff")
+        if result.status == "stale":
+            self.epoch_changed.set()  # a newer epoch is on its way: apply that one
+            return
+        for name in lost:
+            self.frontier.drop(name)
+            self.robots.pop(name, None)
+        self.applied = ring.epoch
+        log.info("%s applied epoch %d: handed over %d hosts", self.id, ring.epoch, len(lost))
+        self.poke()
+
+    async def drain_loop(self) -> None:
+        while True:
+            await self.orphans_waiting.wait()
+            self.orphans_waiting = trio.Event()
+            while (stream := await self.persist(self.store.orphan)) is not None:
+                await self.drain(stream)
+
+    async def drain(self, stream: str) -> None:
+        """Move every entry left in a departed worker's stream to its host's owner."""
+        while True:
+            got = await self.persist(self.store.entries, stream, count=500)
+            if not got:
+                if await self.persist(self.store.release, stream):
+                    return
+                continue
+            epoch, members = await self.persist(self.store.members)
+            ring = Ring.of(epoch, members)
+            batch = Batch(worker="" if stream == self.stream else self.id, epoch=epoch, src=stream)
+            for eid, payload in got:
+                try:
+                    host = host_key(Entry.decode(payload).url)
+                except (BadEntry, InvalidURL):
+                    batch.ack.append(eid)
+                    self.w.counters.queue_bad += 1
+                    continue
+                batch.mv.append([eid, self.target_of(ring, host), payload])
+            result = await self.persist(self.store.commit, batch)
+            if result.status == "fenced":
+                raise Fenced(f"worker {self.id} lost its membership while draining")
