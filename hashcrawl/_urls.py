@@ -1,0 +1,180 @@
+"""URL canonicalization, host keys and fingerprints: the decisions dedupe and routing rest on.
+
+Every function here is pure. A canonical URL is what ``canonicalize`` returns; the other
+functions expect one, and two URLs are "the same page" exactly when their canonical
+forms are equal.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import ipaddress
+import re
+from urllib.parse import SplitResult, urljoin, urlsplit, urlunsplit
+
+from w3lib.url import canonicalize_url
+
+from hashcrawl._exceptions import InvalidURL
+
+_DEFAULT_PORTS = {"http": 80, "https": 443}
+# DNS labels: 1-63 letters, digits, "-" or "_" (real hosts use "_" despite RFC 952).
+_HOST_NAME = re.compile(r"[a-z0-9_-]{1,63}(?:\.[a-z0-9_-]{1,63})*", re.ASCII)
+# The userinfo of an authority, so that no message repeats a password.
+_USERINFO = re.compile(r"(//)[^/?#]*@")
+_SHOWN_CHARS = 200
+
+
+def canonicalize(url: str) -> str:
+    """Return the canonical form of an http(s) URL, used for dedupe and routing.
+
+    On top of w3lib's ``canonicalize_url`` (sorted query, normalized percent-escapes,
+    dot segments resolved, IDNA host, no fragment), the default port is dropped, a
+    trailing dot on the host is dropped, and an empty path becomes "/".
+
+    Raises:
+        InvalidURL: not http(s), no host, a bad host or port, or userinfo in the URL.
+    """
+    try:
+        canonical = canonicalize_url(url)
+    except ValueError as error:  # UnicodeError (bad IDNA) is a ValueError too
+        raise _invalid("unparsable URL", url, str(error)) from None
+    parts = urlsplit(canonical)
+    if parts.scheme not in _DEFAULT_PORTS:
+        raise _invalid("not an http(s) URL", url)
+    if "@" in parts.netloc:
+        # Credentials would travel through the shared queue and into logs.
+        raise _invalid("URL carries credentials (user:password@)", url)
+    authority = _authority(url, parts)
+    return urlunsplit((parts.scheme, authority, parts.path or "/", parts.query, ""))
+
+
+def host_key(canonical_url: str) -> str:
+    """Return the routing key of a URL: its host, plus ":port" when not the default.
+
+    ``http://h/`` and ``https://h/`` share the key "h"; ``http://h:8080/`` is "h:8080".
+
+    Raises:
+        InvalidURL: the URL is not http(s) or has no valid host or port.
+    """
+    parts = _split(canonical_url)
+    if parts.scheme not in _DEFAULT_PORTS:
+        raise _invalid("not an http(s) URL", canonical_url)
+    return _authority(canonical_url, parts)
+
+
+def fingerprint(canonical_url: str) -> tuple[int, int]:
+    """Return two unsigned 32-bit hashes of a URL, seeds for a Bloom filter's double hashing.
+
+    Both come from one 128-bit blake2b digest; the second is forced odd so that it is
+    never zero (a zero step would probe one bit k times).
+    """
+    digest = hashlib.blake2b(canonical_url.encode("utf-8"), digest_size=16).digest()
+    first = int.from_bytes(digest[:4], "big")
+    second = int.from_bytes(digest[4:8], "big") | 1
+    return first, second
+
+
+def domain_allowed(host: str, allowed: tuple[str, ...]) -> bool:
+    """Return True when ``host`` (a host key) is, or is under, one of ``allowed``.
+
+    An empty ``allowed`` allows every host. Matching is by whole labels, so
+    "a.example.com" is under "example.com" and "badexample.com" is not.
+    """
+    if not allowed:
+        return True
+    name = _without_port(host).lower().removesuffix(".")
+    return any(_is_within(name, _normal_domain(domain)) for domain in allowed)
+
+
+def join_url(base: str, href: str) -> str | None:
+    """Resolve ``href`` against ``base`` and return the canonical absolute URL.
+
+    Returns None when there is nothing to crawl: an empty or fragment-only href (the
+    same page), a non-http(s) scheme (mailto:, javascript:, tel:, data:, ...), or a
+    result that ``canonicalize`` rejects.
+    """
+    href = href.strip()
+    if not href or href.startswith("#"):
+        return None
+    try:
+        return canonicalize(urljoin(base, href))
+    except ValueError:  # InvalidURL is a ValueError; urljoin raises it on bad IPv6
+        return None
+
+
+def _split(url: str) -> SplitResult:
+    try:
+        return urlsplit(url)
+    except ValueError as error:
+        raise _invalid("unparsable URL", url, str(error)) from None
+
+
+def _authority(url: str, parts: SplitResult) -> str:
+    host = _host(url, parts.hostname)
+    port = _port(url, parts)
+    if port is None or port == _DEFAULT_PORTS[parts.scheme]:
+        return host
+    return f"{host}:{port}"
+
+
+def _host(url: str, hostname: str | None) -> str:
+    if not hostname:
+        raise _invalid("URL has no host", url)
+    if ":" in hostname:
+        return f"[{_ipv6(url, hostname)}]"
+    # "example.com." names the same host as "example.com"; one form keeps one owner.
+    name = hostname.lower().removesuffix(".")
+    if not _HOST_NAME.fullmatch(name):
+        raise _invalid("invalid host", url)
+    return name
+
+
+def _ipv6(url: str, hostname: str) -> str:
+    try:
+        return str(ipaddress.IPv6Address(hostname))
+    except ValueError:
+        raise _invalid("invalid IPv6 host", url) from None
+
+
+def _port(url: str, parts: SplitResult) -> int | None:
+    try:
+        port = parts.port
+    except ValueError:
+        raise _invalid("invalid port", url) from None
+    if port == 0:
+        raise _invalid("invalid port (0)", url)
+    return port
+
+
+def _without_port(host: str) -> str:
+    if host.startswith("["):
+        return host[: host.find("]") + 1]
+    return host.partition(":")[0]
+
+
+def _normal_domain(domain: str) -> str:
+    domain = domain.strip().strip(".").lower()
+    if domain.isascii():
+        return domain
+    try:
+        return domain.encode("idna").decode("ascii")  # the codec w3lib encodes hosts with
+    except UnicodeError:
+        return domain  # matches nothing, since every canonical host is ASCII
+
+
+def _is_within(name: str, domain: str) -> bool:
+    return bool(domain) and (name == domain or name.endswith("." + domain))
+
+
+def _invalid(rule: str, url: str, detail: str = "") -> InvalidURL:
+    # A library's detail may quote the raw netloc, userinfo and all.
+    suffix = f" ({detail})" if detail and "@" not in detail else ""
+    return InvalidURL(f"{rule}: {_shown(url)}{suffix}")
+
+
+def _shown(url: str) -> str:
+    """Return the URL as quoted in messages: userinfo masked, cut to a readable length."""
+    masked = _USERINFO.sub(r"\1***@", url, count=1)
+    if len(masked) > _SHOWN_CHARS:
+        return repr(masked[:_SHOWN_CHARS] + "...")
+    return repr(masked)

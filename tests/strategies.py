@@ -1,0 +1,84 @@
+"""Hypothesis strategies shared by the test suite."""
+
+from __future__ import annotations
+
+from hypothesis import strategies as st
+
+_LABELS = st.from_regex(r"[A-Za-z0-9_-]{1,12}", fullmatch=True)
+
+#: ASCII host names, mixed case, sometimes with the trailing root dot.
+ascii_hosts = st.builds(
+    lambda labels, dot: ".".join(labels) + dot,
+    st.lists(_LABELS, min_size=1, max_size=4),
+    st.sampled_from(["", "."]),
+)
+
+#: Hosts as they appear in URLs, including IDNs and IP literals.
+hosts = st.one_of(
+    ascii_hosts,
+    st.sampled_from(
+        ["bücher.de", "ÉXAMPLE.com", "例え.jp", "127.0.0.1", "[::1]", "[2001:DB8::0:1]"]
+    ),
+)
+
+#: A port in a URL: absent, a scheme default, or any valid one.
+ports = st.one_of(st.none(), st.sampled_from([80, 443, 8080]), st.integers(1, 65535))
+
+_SEGMENTS = st.one_of(
+    st.sampled_from([".", "..", "", "%2e", "%7E", "%", "%zz", "%ff", "a b", "é", ";p"]),
+    st.text(max_size=6),
+)
+
+#: Absolute paths with dot segments, odd escapes and arbitrary text.
+paths = st.lists(_SEGMENTS, max_size=5).map(lambda segments: "/" + "/".join(segments))
+
+_PAIRS = st.tuples(st.text(max_size=4), st.text(max_size=4)).map("=".join)
+
+#: A query string with its "?", or nothing.
+queries = st.one_of(
+    st.just(""),
+    st.lists(_PAIRS, max_size=4).map(lambda pairs: "?" + "&".join(pairs)),
+    st.text(max_size=10).map("?".__add__),
+)
+
+#: A fragment with its "#", or nothing.
+fragments = st.one_of(st.just(""), st.text(max_size=6).map("#".__add__))
+
+
+def _url(scheme: str, host: str, port: int | None, path: str, query: str, fragment: str) -> str:
+    authority = host if port is None else f"{host}:{port}"
+    return f"{scheme}://{authority}{path}{query}{fragment}"
+
+
+#: Well-formed http(s) URLs that are far from canonical.
+http_urls = st.builds(
+    _url,
+    st.sampled_from(["http", "https", "HTTP", "hTTps"]),
+    hosts,
+    ports,
+    paths,
+    queries,
+    fragments,
+)
+
+#: Anything that might be offered as a URL, well-formed or not.
+any_urls = st.one_of(http_urls, st.text(), st.text().map("http://".__add__))
+
+#: What an <a href> may hold: relative paths, absolute URLs, other schemes, junk.
+hrefs = st.one_of(
+    st.text(),
+    paths,
+    http_urls,
+    st.builds("".join, st.lists(st.one_of(paths, queries, fragments), max_size=3)),
+    st.sampled_from(["#top", "", " ", "mailto:a@b.c", "javascript:void(0)", "//cdn.example/x"]),
+)
+
+_TAGS = st.sampled_from(
+    ["<a href='", "<area href=", "<base href=", "<title>", "</title>", "'>", "<", ">", "<!--"]
+)
+
+#: Bytes that look somewhat like HTML: tag fragments, hrefs and random bytes.
+html_like_bodies = st.lists(
+    st.one_of(_TAGS, hrefs).map(lambda s: s.encode("utf-8")) | st.binary(max_size=8),
+    max_size=12,
+).map(b"".join)
