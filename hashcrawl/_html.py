@@ -1,0 +1,98 @@
+"""What a crawler needs from an HTML page: its title and the links to follow.
+
+Parsing is lxml's HTML parser, which repairs broken markup the way libxml2 does rather
+than refusing it; decoding is w3lib's, which follows the browsers' order (byte-order
+mark, then the Content-Type charset, then ``<meta charset>``, then UTF-8).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+
+import attrs
+import lxml.html
+from lxml import etree
+from w3lib.encoding import html_to_unicode
+
+from hashcrawl._urls import join_url
+
+_HTML_TYPES = frozenset({"text/html", "application/xhtml+xml"})
+# Text is re-encoded to UTF-8 before lxml sees it: lxml refuses str input that carries
+# an XML declaration, and this parser's declared encoding then overrides any in the page.
+_PARSER = lxml.html.HTMLParser(encoding="utf-8")
+
+
+@attrs.frozen
+class Page:
+    """The title (None if absent or blank) and the absolute, canonical, unique links."""
+
+    title: str | None
+    links: tuple[str, ...]
+
+
+def parse_html(body: bytes, url: str, *, encoding: str | None = None) -> Page:
+    """Extract the title and the ``<a href>``/``<area href>`` links of an HTML page.
+
+    Links are resolved against the first ``<base href>`` (itself resolved against
+    ``url``) or else ``url``, canonicalized, and kept in first-seen order without
+    duplicates; fragment-only, non-http(s) and invalid links are dropped. Never raises:
+    an empty or unparsable body gives ``Page(None, ())``.
+
+    Args:
+        body: the response body, undecoded.
+        url: the URL the page was fetched from (after redirects).
+        encoding: the charset from the Content-Type header, if any; it wins over a
+            ``<meta charset>`` in the page, as in browsers.
+    """
+    root = _parse(body, encoding)
+    if root is None:
+        return Page(None, ())
+    base = _base_url(root, url)
+    return Page(_title(root), _unique(_links(root, base)))
+
+
+def is_html(content_type: str | None) -> bool:
+    """Return True for a text/html or application/xhtml+xml Content-Type header."""
+    if content_type is None:
+        return False
+    media_type = content_type.partition(";")[0].strip().lower()
+    return media_type in _HTML_TYPES
+
+
+def _parse(body: bytes, encoding: str | None) -> lxml.html.HtmlElement | None:
+    header = f"text/html; charset={encoding}" if encoding else None
+    try:
+        _, text = html_to_unicode(header, body)
+        return lxml.html.document_fromstring(text.encode("utf-8"), parser=_PARSER)
+    except (etree.LxmlError, ValueError):  # "Document is empty" is an LxmlError
+        return None
+
+
+def _title(root: lxml.html.HtmlElement) -> str | None:
+    element = next(root.iter("title"), None)
+    if element is None:
+        return None
+    # Titles often wrap across lines in the source; one line is what a reader sees.
+    text = " ".join(element.text_content().split())
+    return text or None
+
+
+def _base_url(root: lxml.html.HtmlElement, url: str) -> str:
+    """Return the page's base URL: the first ``<base href>`` if it resolves, else ``url``."""
+    for element in root.iter("base"):
+        href = element.get("href")
+        if href is not None:
+            return join_url(url, href) or url
+    return url
+
+
+def _links(root: lxml.html.HtmlElement, base: str) -> Iterator[str]:
+    for element in root.iter("a", "area"):
+        href = element.get("href")
+        link = join_url(base, href) if href is not None else None
+        if link is not None:
+            yield link
+
+
+def _unique(links: Iterator[str]) -> tuple[str, ...]:
+    return tuple(dict.fromkeys(links))
