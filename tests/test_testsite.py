@@ -5,6 +5,7 @@ from __future__ import annotations
 import http.client
 import itertools
 import json
+import time
 from collections.abc import Iterator
 from pathlib import Path
 from urllib.parse import urlsplit
@@ -315,3 +316,18 @@ def test_verdict_lines_name_each_figure(site: Site) -> None:
         "missing from output",
     ):
         assert label in text
+
+
+def test_logged_time_is_when_the_request_arrived(server: SiteServer) -> None:
+    """A request's time falls between the client sending it and reading the answer."""
+    connection = http.client.HTTPConnection("127.0.0.4", server.site.port)
+    try:
+        connection.connect()
+        before = time.time()
+        connection.request("GET", "/")
+        connection.getresponse().read()
+        after = time.time()
+    finally:
+        connection.close()
+    (record,) = server.requests()
+    assert before <= record.time <= after

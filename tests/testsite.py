@@ -25,6 +25,7 @@ import posixpath
 import random
 import selectors
 import socket
+import struct
 import sys
 import threading
 import time
@@ -49,6 +50,9 @@ _ROBOTS_TEXT = {
     "disallow": "User-agent: *\nDisallow: /private/\n",
     "delay": f"User-agent: *\nCrawl-delay: {ROBOTS_CRAWL_DELAY}\nDisallow: /private/\n",
 }
+
+# Linux's SO_TIMESTAMPNS (the socket module lacks it): the kernel stamps each packet on arrival.
+_SO_TIMESTAMPNS = 35 if sys.platform == "linux" else None
 
 Key = tuple[str, str]  # (host, path)
 
@@ -369,7 +373,11 @@ def _file(k: int) -> Resource:
 
 @attrs.frozen
 class Request:
-    """One request as the server saw it; `time` is taken when the request line is parsed."""
+    """One request as the server saw it.
+
+    `time` is when the request's first byte reached the server's socket (a kernel stamp, on
+    Linux), else when its request line was parsed.
+    """
 
     time: float
     host: str
@@ -404,14 +412,40 @@ class Request:
         )
 
 
+def _enable_arrival_stamps(sock: socket.socket) -> None:
+    if _SO_TIMESTAMPNS is not None:
+        sock.setsockopt(socket.SOL_SOCKET, _SO_TIMESTAMPNS, 1)
+
+
+def _arrival_stamp(connection: socket.socket) -> float | None:
+    """When the next unread byte reached the kernel, waiting for it; None if unknown.
+
+    A handler thread may run milliseconds after the request arrived (the GIL, a busy CPU),
+    which would make requests look closer together than the crawler sent them.
+    """
+    if _SO_TIMESTAMPNS is None:
+        return None
+    try:
+        _, ancillary, _, _ = connection.recvmsg(1, socket.CMSG_SPACE(16), socket.MSG_PEEK)
+    except OSError:  # a timeout or a reset: handle_one_request will meet it again
+        return None
+    for level, kind, data in ancillary:
+        if (level, kind) == (socket.SOL_SOCKET, _SO_TIMESTAMPNS) and len(data) >= 16:
+            seconds, nanoseconds = struct.unpack("qq", data[:16])
+            return float(seconds + nanoseconds / 1e9)
+    return None
+
+
 class _Handler(http.server.BaseHTTPRequestHandler):
     protocol_version = "HTTP/1.1"  # keep-alive; every response carries Content-Length
     disable_nagle_algorithm = True  # headers and body go out in two writes
+    rbufsize = 0  # unbuffered, so the next request's bytes wait in the kernel for their stamp
     timeout = 30  # an idle keep-alive connection ends after this many seconds
     server: _HostServer
 
     def setup(self) -> None:
         super().setup()
+        _enable_arrival_stamps(self.connection)
         self.server.owner._track(self.connection)
 
     def finish(self) -> None:
@@ -420,8 +454,12 @@ class _Handler(http.server.BaseHTTPRequestHandler):
         finally:
             self.server.owner._untrack(self.connection)
 
+    def handle_one_request(self) -> None:
+        self.arrived_at = _arrival_stamp(self.connection)
+        super().handle_one_request()
+
     def parse_request(self) -> bool:
-        self.received_at = time.time()
+        self.received_at = self.arrived_at or time.time()
         return super().parse_request()
 
     def do_GET(self) -> None:
@@ -469,6 +507,7 @@ class _HostServer(http.server.ThreadingHTTPServer):
     def server_bind(self) -> None:
         # HTTPServer.server_bind would resolve the name of 127.0.0.x, which can hang offline.
         super(http.server.HTTPServer, self).server_bind()
+        _enable_arrival_stamps(self.socket)  # so the first request's packets get stamps too
         self.server_name, self.server_port = self.server_address[:2]  # type: ignore[assignment]
 
     def handle_error(self, request: Any, client_address: Any) -> None:
