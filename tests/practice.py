@@ -1,0 +1,255 @@
+"""The practice run: workers crawl a generated site, one is killed mid-crawl and replaced.
+
+The run is judged from outside, by the test server's request log and the workers' output
+files (see `tests.testsite.judge`). `scripts/practice` is a command line over `run_practice`,
+and `tests/test_practice.py` runs a small one.
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+import time
+from collections.abc import Callable, Sequence
+from pathlib import Path
+
+import attrs
+
+from hashcrawl._server import RedisServer
+from tests.testsite import SiteServer, Verdict, generate_site, judge
+
+REPO = Path(__file__).resolve().parent.parent
+CRAWL = "practice"
+MAX_DUPLICATES = 64  # refetches of what the killed worker held when it died
+MAX_ROBOTS_PER_HOST = 3  # one fetch, plus one per change of a host's owner
+_PROGRESS_EVERY = 5.0  # seconds between progress lines while waiting
+_COMMAND_TIMEOUT = 60.0
+
+Progress = Callable[[str], None]
+
+
+@attrs.frozen
+class WorkerExit:
+    """How one worker process ended; `killed` marks the one the run killed on purpose."""
+
+    label: str
+    code: int | None
+    killed: bool = False
+
+
+def run_practice(
+    *,
+    pages: int,
+    hosts: int,
+    workers: int,
+    delay: float,
+    lease: float,
+    idle: float,
+    replace_after: float,
+    workdir: Path,
+    kill: bool = True,
+    seed: int = 1,
+    timeout: float = 900.0,
+    latency: float = 0.0,
+    tolerance: float = 0.0,
+    verbose: bool = False,
+    progress: Progress = print,
+) -> tuple[Verdict, list[WorkerExit]]:
+    """Crawl a generated site with `workers` processes, SIGKILL one a third of the way in.
+
+    Args:
+        replace_after: seconds between the kill and the start of a replacement worker.
+        workdir: holds the request log, the Redis directory, worker logs and output files.
+        timeout: seconds the whole crawl may take; then every worker is killed.
+        tolerance: seconds a per-host gap may fall short of `delay` (clock jitter).
+        verbose: workers log their progress (to worker-N.log in `workdir`).
+    """
+    workdir.mkdir(parents=True, exist_ok=True)
+    site = generate_site(pages=pages, hosts=hosts, seed=seed, port=0)
+    log_path = workdir / "requests.jsonl"
+    with (
+        SiteServer(site, latency=latency, log_path=log_path) as server,
+        RedisServer(directory=workdir / "redis") as redis,
+    ):
+        expected = len(server.site.expected())
+        progress(f"site: {expected} expected URLs on {hosts} hosts at {server.site.root}")
+        flags = ["--delay", str(delay), "--lease", str(lease), "--idle", str(idle)]
+        flags += ["-v"] if verbose else []
+        pool = _Workers(redis.url, workdir, flags, progress)
+        try:
+            _crawl(
+                server,
+                pool,
+                workers=workers,
+                kill=kill,
+                replace_after=replace_after,
+                target=expected // 3,
+                deadline=time.monotonic() + timeout,
+            )
+        finally:
+            pool.kill_remaining()
+        _report_status(redis.url, progress)
+        requests = server.requests()
+    verdict = judge(server.site, requests, pool.outputs, delay=delay, tolerance=tolerance)
+    return verdict, pool.exits
+
+
+def practice_failures(verdict: Verdict, exits: Sequence[WorkerExit]) -> list[str]:
+    """The acceptance criteria the run missed, each as a sentence; empty if it passed."""
+    checks = [
+        (not verdict.missing, f"{len(verdict.missing)} expected URLs were never requested"),
+        (not verdict.missing_from_output, f"{len(verdict.missing_from_output)} URLs have no item"),
+        (verdict.too_close == 0, f"{verdict.too_close} request pairs came closer than the delay"),
+        (not verdict.forbidden_fetched, f"{len(verdict.forbidden_fetched)} forbidden fetches"),
+        (
+            verdict.robots_fetches_per_host <= MAX_ROBOTS_PER_HOST,
+            f"robots.txt fetched {verdict.robots_fetches_per_host} times on one host "
+            f"(at most {MAX_ROBOTS_PER_HOST})",
+        ),
+        (
+            verdict.duplicates <= MAX_DUPLICATES,
+            f"{verdict.duplicates} duplicate requests (at most {MAX_DUPLICATES})",
+        ),
+    ]
+    failures = [message for passed, message in checks if not passed]
+    failures += [
+        f"{worker.label} exited with {worker.code}, expected 0"
+        for worker in exits
+        if not worker.killed and worker.code != 0
+    ]
+    return failures
+
+
+def _crawl(
+    server: SiteServer,
+    pool: _Workers,
+    *,
+    workers: int,
+    kill: bool,
+    replace_after: float,
+    target: int,
+    deadline: float,
+) -> None:
+    for _ in range(workers):
+        pool.start()
+    pool.submit(server.site.root)
+    if kill and _wait_for_requests(server, pool, target, deadline):
+        pool.kill_one()
+        time.sleep(replace_after)  # the run's specified pause, not a wait for a condition
+        pool.start()
+    pool.wait_all(deadline, lambda: f"{len(server.requests())} requests so far")
+
+
+def _wait_for_requests(server: SiteServer, pool: _Workers, target: int, deadline: float) -> bool:
+    """Wait until the server has logged `target` requests; False if every worker exited first."""
+    pool.progress(f"waiting for {target} requests before the kill")
+    while time.monotonic() < deadline and pool.running():
+        wait = min(_PROGRESS_EVERY, max(0.0, deadline - time.monotonic()))
+        if server.wait_for_requests(target, timeout=wait):
+            return True
+        pool.progress(f"{len(server.requests())} requests so far")
+    pool.progress("no kill: the workers stopped or the time ran out first")
+    return False
+
+
+class _Workers:
+    """The worker processes of one run, with their logs and output files."""
+
+    def __init__(self, redis_url: str, workdir: Path, flags: list[str], progress: Progress):
+        self.redis_url = redis_url
+        self.workdir = workdir
+        self.flags = flags
+        self.progress = progress
+        self.processes: dict[str, subprocess.Popen[bytes]] = {}
+        self.killed: set[str] = set()
+        self.outputs: list[Path] = []
+
+    def start(self) -> None:
+        number = len(self.processes) + 1
+        label, output = f"worker-{number}", self.workdir / f"items-{number}.jsonl"
+        command = ["join", "--redis", self.redis_url, "--crawl", CRAWL, "-o", str(output)]
+        with (self.workdir / f"{label}.log").open("wb") as log:
+            self.processes[label] = _hashcrawl(command + self.flags, stdout=log)
+        self.outputs.append(output)
+        self.progress(f"started {label} (pid {self.processes[label].pid})")
+
+    def submit(self, url: str) -> None:
+        command = ["submit", "--redis", self.redis_url, "--crawl", CRAWL, url]
+        result = _run(command)
+        if result.returncode != 0:
+            raise RuntimeError(f"hashcrawl submit exited {result.returncode}: {result.stdout!r}")
+        self.progress(f"submitted {url}")
+
+    def kill_one(self) -> None:
+        label, process = next(iter(self.processes.items()))
+        process.send_signal(signal.SIGKILL)
+        process.wait()
+        self.killed.add(label)
+        self.progress(f"killed {label} with SIGKILL")
+
+    def running(self) -> bool:
+        return any(process.poll() is None for process in self.processes.values())
+
+    def wait_all(self, deadline: float, status: Callable[[], str]) -> None:
+        """Wait for every worker to exit by itself, until `deadline`."""
+        for label, process in self.processes.items():
+            while process.poll() is None and time.monotonic() < deadline:
+                try:
+                    process.wait(timeout=min(_PROGRESS_EVERY, deadline - time.monotonic()))
+                except subprocess.TimeoutExpired:
+                    self.progress(f"waiting for {label} to finish: {status()}")
+            if process.returncode is not None:
+                self.progress(f"{label} exited with {process.returncode}")
+        if self.running():
+            self.progress("timed out: killing the workers still running")
+
+    def kill_remaining(self) -> None:
+        for process in self.processes.values():
+            if process.poll() is None:
+                process.kill()
+                process.wait()
+
+    @property
+    def exits(self) -> list[WorkerExit]:
+        return [
+            WorkerExit(label, process.returncode, killed=label in self.killed)
+            for label, process in self.processes.items()
+        ]
+
+
+def _hashcrawl(arguments: list[str], *, stdout: object) -> subprocess.Popen[bytes]:
+    return subprocess.Popen(
+        [sys.executable, "-m", "hashcrawl", *arguments],
+        cwd=REPO,
+        env=_environment(),
+        stdin=subprocess.DEVNULL,
+        stdout=stdout,  # type: ignore[arg-type]
+        stderr=subprocess.STDOUT,
+    )
+
+
+def _run(arguments: list[str]) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        [sys.executable, "-m", "hashcrawl", *arguments],
+        cwd=REPO,
+        env=_environment(),
+        stdin=subprocess.DEVNULL,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
+        timeout=_COMMAND_TIMEOUT,
+        check=False,
+    )
+
+
+def _environment() -> dict[str, str]:
+    """The environment for hashcrawl commands: the repository importable, installed or not."""
+    path = os.environ.get("PYTHONPATH")
+    return {**os.environ, "PYTHONPATH": str(REPO) + (os.pathsep + path if path else "")}
+
+
+def _report_status(redis_url: str, progress: Progress) -> None:
+    result = _run(["status", "--redis", redis_url, "--crawl", CRAWL, "--json"])
+    progress(f"hashcrawl status (exit {result.returncode}): {result.stdout.strip()[:2000]}")
