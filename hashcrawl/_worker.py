@@ -189,6 +189,7 @@ class _Session:
         self.flushed = trio.Event()
         self.done_fetching = trio.Event()
         self.limiter = trio.CapacityLimiter(4)
+        self.counters = worker.counters = Counters()
 
     # -- plumbing ------------------------------------------------------------------
 
@@ -252,6 +253,7 @@ class _Session:
                 nursery.start_soon(self.commit_loop)
                 nursery.start_soon(self.apply_loop)
                 nursery.start_soon(self.drain_loop)
+            await self.leave()
         finally:
             self.w.sink.flush()
 
@@ -303,11 +305,8 @@ class _Session:
                     f"worker {self.id} was silent longer than its lease and lost its membership"
                 )
             self.on_beat(beat, sent)
-            if self.finished(beat):
-                await self.leave()
-                return
-            if self.stopping and self.done_fetching.is_set():
-                await self.leave()
+            if self.finished(beat) or (self.stopping and self.done_fetching.is_set()):
+                self.nursery.cancel_scope.cancel()
                 return
             with trio.move_on_after(self.s.beat_interval):
                 await self._stopped_fetching_or_never()
@@ -342,17 +341,25 @@ class _Session:
         return bool(self.frontier.size or self.in_flight or self.outcomes)
 
     def stats(self) -> dict[str, int]:
-        return {**attrs.asdict(self.w.counters), "hosts": len(self.frontier.hosts)}
+        return {**attrs.asdict(self.counters), "hosts": len(self.frontier.hosts)}
 
     async def leave(self) -> None:
-        """Hand every host back at once: out of the ring, stream drained to new owners."""
+        """Hand every host back at once: out of the ring, stream drained to new owners.
+
+        Runs after every other task of the session has stopped.
+        """
         self.stopping = True
-        await self.flush_now()
-        pace = self.pace_records(list(self.frontier.hosts))
-        await self.persist(self.store.leave, self.id, pace)
-        await self.drain(self.stream)
+        try:
+            with trio.fail_after(self.s.lease):
+                await self.flush_now()
+                pace = self.pace_records(list(self.frontier.hosts))
+                await self.persist(self.store.leave, self.id, pace)
+                await self.drain(self.stream)
+        except trio.TooSlowError:
+            raise QueueError(
+                f"could not leave the crawl within a lease ({self.s.lease:g} s)"
+            ) from None
         log.info("%s left the crawl", self.id)
-        self.nursery.cancel_scope.cancel()
 
     # -- reading the stream ------------------------------------------------------------
 
@@ -497,7 +504,7 @@ class _Session:
                 return None
             if not robots.allowed(held.entry.url):
                 self.frontier.done(held.host, host.last_start)
-                self.w.counters.robots_denied += 1
+                self.counters.robots_denied += 1
                 return Outcome.done(held, [], [])
         request = Request(
             held.entry.url,
@@ -511,10 +518,10 @@ class _Session:
             response = await self.fetcher.fetch(request)
         except FetchError as exc:
             self.frontier.done(held.host, self.now())
-            self.w.counters.failed += 1
+            self.counters.failed += 1
             return Outcome.retry(held, str(exc))
         self.frontier.done(held.host, self.now())
-        self.w.counters.fetched += 1
+        self.counters.fetched += 1
         return await self.w.handler.handle(self, held, response)
 
     async def fetch_robots(self, held: Held) -> None:
@@ -564,7 +571,7 @@ class _Session:
     def _write_items(self, items: list[Any]) -> None:
         self.w.sink.write(items)
         self.w.sink.flush()
-        self.w.counters.items += len(items)
+        self.counters.items += len(items)
 
     def batch_of(self, outcomes: list[Outcome], ring: Ring) -> Batch:
         batch = Batch(worker=self.id, epoch=ring.epoch, src=self.stream)
@@ -652,7 +659,7 @@ class _Session:
                     host = host_key(Entry.decode(payload).url)
                 except (BadEntry, InvalidURL):
                     batch.ack.append(eid)
-                    self.w.counters.queue_bad += 1
+                    self.counters.queue_bad += 1
                     continue
                 batch.mv.append([eid, self.target_of(ring, host), payload])
             result = await self.persist(self.store.commit, batch)
