@@ -75,6 +75,20 @@ def new_worker_id() -> str:
     return f"{host}-{os.getpid()}-{secrets.token_hex(2)}"
 
 
+class Signal:
+    """Wakes every task waiting for "something changed"; waiters re-check their condition."""
+
+    def __init__(self) -> None:
+        self._event = trio.Event()
+
+    def notify(self) -> None:
+        self._event.set()
+        self._event = trio.Event()
+
+    async def wait(self) -> None:
+        await self._event.wait()
+
+
 @attrs.define
 class Counters:
     fetched: int = 0
@@ -182,7 +196,7 @@ class _Session:
         self.in_flight = 0
         self.seen_cache: dict[tuple[int, int], None] = {}
         self.stopping = False
-        self.wake = trio.Event()
+        self.changed = Signal()
         self.space = trio.Event()
         self.epoch_changed = trio.Event()
         self.orphans_waiting = trio.Event()
@@ -218,7 +232,7 @@ class _Session:
         return trio.current_time()
 
     def poke(self) -> None:
-        self.wake.set()
+        self.changed.notify()
 
     def request_stop(self) -> None:
         self.stopping = True
@@ -456,8 +470,7 @@ class _Session:
             await self.dispatch(fetches)
             with trio.move_on_after(self.s.grace):
                 while self.in_flight:
-                    self.wake = trio.Event()
-                    await self.wake.wait()
+                    await self.changed.wait()
             # Past the grace period: what is still in flight stays pending in the stream,
             # and goes to the hosts' new owners with the rest.
             fetches.cancel_scope.cancel()
@@ -465,7 +478,6 @@ class _Session:
 
     async def dispatch(self, fetches: trio.Nursery) -> None:
         while not self.stopping:
-            self.wake = trio.Event()
             timeout = math.inf
             while self.in_flight < self.s.concurrency and self.fresh():
                 got = self.frontier.take(self.now(), self.may_fetch)
@@ -479,7 +491,7 @@ class _Session:
             if not self.fresh():
                 timeout = min(timeout, self.s.beat_interval)
             with trio.move_on_after(max(timeout, 0.001)):
-                await self.wake.wait()
+                await self.changed.wait()
 
     async def fetch_one(self, held: Held) -> None:
         try:
@@ -615,8 +627,7 @@ class _Session:
             self.frontier.revoke(name)
         self.ring = ring
         while any(self.frontier.hosts[name].in_flight for name in lost):
-            self.wake = trio.Event()
-            await self.wake.wait()
+            await self.changed.wait()
         batch = Batch(worker=self.id, epoch=ring.epoch, src=self.stream, applied=ring.epoch)
         batch.pace = [x for pair in self.pace_records(lost).items() for x in pair]
         for name in lost:

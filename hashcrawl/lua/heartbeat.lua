@@ -4,6 +4,7 @@
 --   P..'applied'     HASH  worker -> epoch whose handoffs it has done   (join, heartbeat)
 --   P..'epoch'       STRING membership epoch, +1 on every change        (join, leave, expiry)
 --   P..'orphans'     SET   streams of departed workers, to be drained   (leave, expiry)
+--   P..'inbox'       STREAM submissions made while no worker was alive  (commit)
 --   P..'outstanding' STRING entries waiting or held, fleet-wide         (commit)
 --   P..'idle_since'  STRING server ms since which nothing was outstanding
 --   P..'stats'       HASH  fleet counters (leases_reclaimed here)
@@ -52,6 +53,9 @@ for _, a in ipairs(redis.call('HMGET', P .. 'applied', unpack(members))) do
   settled = math.min(settled, tonumber(a or '0'))
 end
 local orphans = redis.call('SCARD', P .. 'orphans')
+if redis.call('XLEN', P .. 'inbox') > 0 then
+  orphans = orphans + 1  -- submissions made while nobody was alive wait there
+end
 local outstanding = tonumber(redis.call('GET', P .. 'outstanding') or '0')
 local idle_since = -1
 if outstanding <= 0 and orphans == 0 then
