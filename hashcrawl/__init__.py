@@ -2,7 +2,7 @@
 
 __version__ = "0.1.0"
 
-from ._exceptions import (  # noqa: E402
+from ._exceptions import (
     ConfigError,
     Fenced,
     FetchError,

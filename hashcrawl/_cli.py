@@ -103,6 +103,9 @@ def _crawler_flags(p: argparse.ArgumentParser) -> None:
         "--max-attempts", type=int, default=4, help="tries before a page is dead-lettered"
     )
     p.add_argument("--timeout", type=_number, default=30.0, help="seconds for one fetch")
+    p.add_argument(
+        "--max-buffer", type=int, default=10_000, help="entries a worker holds in memory"
+    )
     p.add_argument("--ignore-robots", action="store_true", help="do not fetch or obey robots.txt")
 
 
@@ -169,6 +172,7 @@ def settings_from(args: argparse.Namespace) -> Settings:
         max_depth=args.max_depth,
         max_attempts=args.max_attempts,
         timeout=args.timeout,
+        max_buffer=args.max_buffer,
         obey_robots=not args.ignore_robots,
         **extra,
     )
@@ -342,6 +346,7 @@ def _passed_flags(args: argparse.Namespace) -> list[str]:
         "max_depth",
         "max_attempts",
         "timeout",
+        "max_buffer",
     ):
         value = getattr(args, name)
         if value is not None:

@@ -33,7 +33,7 @@ BACK_OFF_STATUSES = (429, 503)
 
 @attrs.frozen(kw_only=True)
 class Outcome:
-    """What one held entry came to; ``kind`` is done, retry, bad or forward."""
+    """What one held entry came to; ``kind`` is done, retry, bad, forward or park."""
 
     kind: str
     eid: str
@@ -59,10 +59,18 @@ class Outcome:
     def forward(cls, held: Held, payload: str) -> Outcome:
         return cls(kind="forward", eid=held.eid, held=held, payload=payload)
 
+    @classmethod
+    def park(cls, held: Held, payload: str) -> Outcome:
+        return cls(kind="park", eid=held.eid, held=held, payload=payload)
+
     def add_to(self, batch: Batch, session: _Session, ring: Ring) -> None:
         if self.kind == "forward":
             assert self.held is not None
             batch.mv.append([self.eid, session.target_of(ring, self.held.host), self.payload])
+            return
+        if self.kind == "park":
+            assert self.held is not None
+            batch.park.append([self.eid, self.held.host, park_score(self.held), self.payload])
             return
         batch.ack.append(self.eid)
         if self.kind == "bad":
@@ -157,6 +165,12 @@ class Handler:
             if (s.max_depth is None or e.depth <= s.max_depth)
             and domain_allowed(host_key(e.url), s.allow_domains)
         ]
+
+
+def park_score(held: Held) -> float:
+    """Order in a host's overflow set: higher priority first, then oldest first."""
+    ms = int(held.eid.split("-", 1)[0]) if held.eid[:1].isdigit() else 0
+    return -max(-500, min(500, held.entry.priority)) * 1e13 + ms
 
 
 def page_item(held: Held, response: Response, worker: str) -> dict[str, Any]:

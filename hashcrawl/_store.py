@@ -20,6 +20,8 @@ key                type    written by
 ``outstanding``    STRING  commit: entries waiting or held anywhere, fleet-wide
 ``idle_since``     STRING  heartbeat, commit: server ms since nothing was outstanding
 ``pace``           HASH    commit, leave: host -> pacing state for its next owner
+``park:HOST``      ZSET    commit, unpark: a host's overflow, out of its owner's memory
+``parked``         SET     commit, unpark: hosts that have an overflow set
 ``dead``           HASH    commit: url -> last error, for pages out of attempts
 ``stats``          HASH    commit, heartbeat: fleet counters
 =================  ======  =============================================================
@@ -140,6 +142,7 @@ class Batch:
     ack: list[str] = attrs.Factory(list)
     mv: list[list[Any]] = attrs.Factory(list)
     add: list[list[Any]] = attrs.Factory(list)
+    park: list[list[Any]] = attrs.Factory(list)
     pace: list[str] = attrs.Factory(list)
     dead: list[str] = attrs.Factory(list)
     stats: dict[str, int] = attrs.Factory(dict)
@@ -147,7 +150,7 @@ class Batch:
 
     def to_json(self) -> str:
         doc: dict[str, Any] = {"w": self.worker, "e": self.epoch, "src": self.src}
-        for name in ("ack", "mv", "add", "pace", "dead"):
+        for name in ("ack", "mv", "add", "park", "pace", "dead"):
             if value := getattr(self, name):
                 doc[name] = value
         if self.stats:
@@ -157,7 +160,7 @@ class Batch:
         return json.dumps(doc, separators=(",", ":"), ensure_ascii=False)
 
     def __len__(self) -> int:
-        return len(self.ack) + len(self.mv) + len(self.add) + len(self.dead)
+        return len(self.ack) + len(self.mv) + len(self.add) + len(self.park) + len(self.dead)
 
 
 class Store:
@@ -172,7 +175,7 @@ class Store:
         self._blocking: redis.Redis | None = None
         self._scripts = {
             name: self._redis.register_script(_script(name))
-            for name in ("heartbeat", "join", "leave", "commit", "release")
+            for name in ("heartbeat", "join", "leave", "commit", "release", "unpark")
         }
 
     def _client(self, timeout: float) -> redis.Redis:
@@ -277,6 +280,22 @@ class Store:
     def release(self, stream: str) -> bool:
         """Delete a drained orphan stream; False if entries arrived meanwhile."""
         return bool(self._scripts["release"](keys=[stream], args=[self.prefix]))
+
+    @_translated
+    def unpark(self, worker: str, epoch: int, host: str, count: int) -> tuple[str, int, int]:
+        """Move up to ``count`` of a host's parked entries into ``worker``'s stream.
+
+        Returns (status, moved, left); status is ok, stale or fenced.
+        """
+        args = [self.prefix, worker, epoch, host, count]
+        reply = self._scripts["unpark"](keys=[self.stream_of(worker)], args=args)
+        if reply[0] != "ok":
+            return reply[0], 0, 0
+        return "ok", int(reply[1]), int(reply[2])
+
+    @_translated
+    def parked_hosts(self) -> set[str]:
+        return self._redis.smembers(self.key("parked"))  # type: ignore[no-any-return]
 
     @_translated
     def pace(self, hosts: Sequence[str]) -> dict[str, str]:

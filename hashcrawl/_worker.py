@@ -31,7 +31,8 @@ from ._entry import BadEntry, Entry
 from ._exceptions import Fenced, FetchError, InvalidURL, QueueError
 from ._fetch import Fetcher, HttpxFetcher
 from ._frontier import Frontier, Held, Host
-from ._handling import Outcome, Handler
+from ._handling import Handler, Outcome
+from ._models import Request
 from ._redisurl import RedisURL, check_crawl_name
 from ._ring import Ring
 from ._robots import Robots, robots_for_status, robots_url
@@ -39,13 +40,14 @@ from ._settings import Settings
 from ._sinks import Sink, sink_for
 from ._store import Batch, Beat, Store
 from ._urls import fingerprint, host_key
-from ._models import Request
 
 log = logging.getLogger("hashcrawl")
 T = TypeVar("T")
 SEEN_CACHE = 200_000
 COMMIT_EVERY = 0.05
 COMMIT_MAX = 200
+PARK_AT = 16  # with memory full, a host with this many queued parks the rest
+UNPARK_BELOW = 4  # a parked host with fewer queued takes some back
 
 
 @contextlib.asynccontextmanager
@@ -197,13 +199,13 @@ class _Session:
         self.seen_cache: dict[tuple[int, int], None] = {}
         self.stopping = False
         self.changed = Signal()
-        self.space = trio.Event()
         self.epoch_changed = trio.Event()
         self.orphans_waiting = trio.Event()
         self.flushed = trio.Event()
         self.done_fetching = trio.Event()
         self.limiter = trio.CapacityLimiter(4)
         self.counters = worker.counters = Counters()
+        self.parked: set[str] = set()
 
     # -- plumbing ------------------------------------------------------------------
 
@@ -237,7 +239,6 @@ class _Session:
     def request_stop(self) -> None:
         self.stopping = True
         self.poke()
-        self.space.set()
 
     # -- the session -----------------------------------------------------------------
 
@@ -267,6 +268,7 @@ class _Session:
                 nursery.start_soon(self.commit_loop)
                 nursery.start_soon(self.apply_loop)
                 nursery.start_soon(self.drain_loop)
+                nursery.start_soon(self.unpark_loop)
             await self.leave()
         finally:
             self.w.sink.flush()
@@ -379,21 +381,19 @@ class _Session:
 
     async def reader_loop(self) -> None:
         while not self.stopping:
-            room = self.s.max_buffer - self.frontier.size
-            if room <= 0:
-                self.space = trio.Event()
-                await self.space.wait()
-                continue
+            full = self.frontier.size >= self.s.max_buffer
+            count = 100 if full else min(200, self.s.max_buffer - self.frontier.size)
             try:
-                got = await self.call(self.store.read, self.id, count=min(200, room), block_ms=500)
+                got = await self.call(self.store.read, self.id, count=count, block_ms=500)
             except QueueError as exc:
                 log.debug("read failed: %s", exc)
                 await trio.sleep(min(1.0, self.s.beat_interval))
                 continue
             if got:
-                self.take_in(got)
+                self.take_in(got, parking=full)
 
-    def take_in(self, got: list[tuple[str, str | None]]) -> None:
+    def take_in(self, got: list[tuple[str, str | None]], *, parking: bool = False) -> None:
+        """Queue what was read; with memory full, park what a host has enough of."""
         fresh: list[str] = []
         for eid, payload in got:
             try:
@@ -401,20 +401,48 @@ class _Session:
                 host = host_key(entry.url)
             except (BadEntry, InvalidURL) as exc:
                 log.warning("dropping a bad entry %s: %s", eid, exc)
+                self.counters.queue_bad += 1
                 self.outcomes.append(Outcome.bad(eid))
                 continue
             held = Held(eid, entry, host)
-            owner = self.latest.owner_of(host)
-            if owner != self.id:
+            if self.latest.owner_of(host) != self.id:
                 self.outcomes.append(Outcome.forward(held, payload or ""))
                 continue
-            known = held.host in self.frontier.hosts
-            self.frontier.add(held, epoch=self.latest.epoch)
-            if not known:
+            queued = self.frontier.hosts.get(host)
+            if parking and queued is not None and len(queued.queue) >= PARK_AT:
+                self.outcomes.append(Outcome.park(held, payload or ""))
+                self.parked.add(host)
+                continue
+            if queued is None:
                 fresh.append(host)
+            self.frontier.add(held, epoch=self.latest.epoch)
         if fresh:
             self.nursery.start_soon(self.load_pace, fresh)
         self.poke()
+
+    async def unpark_loop(self) -> None:
+        """Bring parked entries back as their hosts run short (checked a few times a second)."""
+        await self.find_parked()
+        while True:
+            for name in sorted(self.parked):
+                host = self.frontier.hosts.get(name)
+                if self.frontier.size >= self.s.max_buffer:
+                    break
+                if host is not None and len(host.queue) >= UNPARK_BELOW:
+                    continue
+                status, _, left = await self.persist(
+                    self.store.unpark, self.id, self.latest.epoch, name, PARK_AT - UNPARK_BELOW
+                )
+                if status == "fenced":
+                    raise Fenced(f"worker {self.id} lost its membership while unparking")
+                if status == "ok" and left == 0:
+                    self.parked.discard(name)
+            await trio.sleep(0.2)
+
+    async def find_parked(self) -> None:
+        """Learn which hosts this owner has overflow sets for (at join and on handoffs)."""
+        hosts = await self.persist(self.store.parked_hosts)
+        self.parked = {h for h in hosts if self.latest.owner_of(h) == self.id}
 
     async def load_pace(self, hosts: list[str]) -> None:
         """Read the previous owners' pacing state for hosts new to this owner."""
@@ -501,8 +529,6 @@ class _Session:
             self.poke()
         if outcome is not None:
             self.outcomes.append(outcome)
-            if self.frontier.size < self.s.max_buffer:
-                self.space.set()
 
     async def fetch_and_handle(self, held: Held) -> Outcome | None:
         host = self.frontier.hosts[held.host]
@@ -643,6 +669,7 @@ class _Session:
         for name in lost:
             self.frontier.drop(name)
             self.robots.pop(name, None)
+        await self.find_parked()
         self.applied = ring.epoch
         log.info("%s applied epoch %d: handed over %d hosts", self.id, ring.epoch, len(lost))
         self.poke()

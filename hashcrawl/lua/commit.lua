@@ -11,6 +11,8 @@
 --   P..'outstanding'  STRING + entries added, - entries deleted
 --   P..'idle_since'   STRING deleted whenever something is added
 --   P..'pace'         HASH   host -> pacing state handed to its next owner
+--   P..'park:'..host  ZSET   a host's overflow: 'id payload' scored by priority, then age
+--   P..'parked'       SET    hosts with an overflow set
 --   P..'applied'      HASH   worker -> epoch whose handoffs are done
 --   P..'dead'         HASH   url -> last error, for pages that used up their attempts
 --   P..'stats'        HASH   fleet counters (queued, seen, dead, queue_bad)
@@ -19,6 +21,7 @@
 --   src: stream acknowledged and moved from ('' for none), ack: [ids],
 --   mv: [[id, target, payload]]  an entry of src re-routed (skipped if already gone),
 --   add: [[target, payload, h1, h2, filter]]  a new entry (filter 1: seen-filter gated),
+--   park: [[id, host, score, payload]]  an entry of src moved to its host's overflow set,
 --   pace: [host, state, ...], applied: epoch or absent, dead: [url, error, ...],
 --   stats: {field: increment}
 -- Returns {'ok', added, acked, moved}, {'stale', epoch} or {'fenced'}.
@@ -132,6 +135,15 @@ if b.src ~= '' then
       redis.call('XACK', b.src, 'g', mv[1])
       redis.call('XADD', mv[2], '*', 'r', mv[3])
       moved = moved + 1
+    end
+  end
+  -- Parked entries leave the stream for their host's overflow set: memory stays bounded
+  -- and a long backlog of one host never stands in front of the others.
+  for _, pk in ipairs(b.park or {}) do
+    if redis.call('XDEL', b.src, pk[1]) == 1 then
+      redis.call('XACK', b.src, 'g', pk[1])
+      redis.call('ZADD', P .. 'park:' .. pk[2], pk[3], pk[1] .. ' ' .. pk[4])
+      redis.call('SADD', P .. 'parked', pk[2])
     end
   end
   if b.ack and #b.ack > 0 then
