@@ -166,8 +166,20 @@ class Batch:
 class Store:
     """A crawl's keys on one Redis server, and every operation on them."""
 
-    def __init__(self, url: RedisURL, crawl: str, *, timeout: float = 20.0) -> None:
+    def __init__(
+        self,
+        url: RedisURL,
+        crawl: str,
+        *,
+        timeout: float = 20.0,
+        clock: Callable[[], int] | None = None,
+    ) -> None:
+        """Args:
+        clock: milliseconds to use as "now" in lease and liveness decisions instead of
+            the server's TIME; for simulations, which drive time themselves.
+        """
         self.url = url
+        self.clock = clock
         self.crawl = crawl
         self.prefix = f"hc:{{{crawl}}}:"
         self._timeout = timeout
@@ -188,6 +200,9 @@ class Store:
             protocol=2,
             health_check_interval=0,
         )
+
+    def _now(self) -> str | int:
+        return "" if self.clock is None else self.clock()
 
     def key(self, suffix: str) -> str:
         return self.prefix + suffix
@@ -213,7 +228,7 @@ class Store:
     @_translated
     def join(self, worker: str, info: Mapping[str, str | int]) -> tuple[int, int]:
         """Add ``worker`` to the ring; returns (server ms, epoch)."""
-        reply = self._scripts["join"](args=[self.prefix, worker, *_flat(info)])
+        reply = self._scripts["join"](args=[self.prefix, worker, self._now(), *_flat(info)])
         return int(reply[0]), int(reply[1])
 
     @_translated
@@ -226,7 +241,7 @@ class Store:
         known_epoch: int,
         stats: Mapping[str, str | int] = {},
     ) -> Beat:
-        args = [self.prefix, worker, lease_ms, applied, known_epoch, *_flat(stats)]
+        args = [self.prefix, worker, lease_ms, applied, known_epoch, self._now(), *_flat(stats)]
         return Beat.from_reply(self._scripts["heartbeat"](args=args))
 
     @_translated

@@ -1,11 +1,15 @@
 -- join: add a worker to the ring, with an empty stream and consumer group of its own.
 --   P..'members' ZSET, P..'applied' HASH, P..'epoch' STRING, P..'workers' SET (every id
 --   that ever joined, for fleet totals), P..'q:'..worker STREAM with group 'g'.
--- ARGV: P, worker, info field/value pairs (host name, pid, started) for P..'w:'..worker
+-- ARGV: P, worker, now_ms ('' for the server's TIME), then info field/value pairs (host
+--   name, pid, started) for P..'w:'..worker
 -- Returns {now_ms, epoch}. A new member holds nothing, so it has applied its own epoch.
 local P, worker = ARGV[1], ARGV[2]
-local t = redis.call('TIME')
-local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
+local now = tonumber(ARGV[3])
+if not now then
+  local t = redis.call('TIME')
+  now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
+end
 local epoch = redis.call('INCR', P .. 'epoch')
 redis.call('ZADD', P .. 'members', now, worker)
 redis.call('HSET', P .. 'applied', worker, epoch)
@@ -13,7 +17,7 @@ redis.call('SADD', P .. 'workers', worker)
 local stream = P .. 'q:' .. worker
 redis.call('DEL', stream)
 redis.call('XGROUP', 'CREATE', stream, 'g', '$', 'MKSTREAM')
-if #ARGV > 2 then
-  redis.call('HSET', P .. 'w:' .. worker, unpack(ARGV, 3))
+if #ARGV > 3 then
+  redis.call('HSET', P .. 'w:' .. worker, unpack(ARGV, 4))
 end
 return {now, epoch}
