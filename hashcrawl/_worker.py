@@ -243,6 +243,23 @@ class _Session:
     # -- the session -----------------------------------------------------------------
 
     async def run(self) -> None:
+        await self.begin()
+        try:
+            async with _unwrapped(), trio.open_nursery() as nursery:
+                self.nursery = nursery
+                nursery.start_soon(self.heartbeat_loop)
+                nursery.start_soon(self.reader_loop)
+                nursery.start_soon(self.dispatch_loop)
+                nursery.start_soon(self.commit_loop)
+                nursery.start_soon(self.apply_loop)
+                nursery.start_soon(self.drain_loop)
+                nursery.start_soon(self.unpark_loop)
+            await self.leave()
+        finally:
+            self.w.sink.flush()
+
+    async def begin(self) -> None:
+        """Join the ring and adopt its epoch (the first step of a session)."""
         info = {"host": socket.gethostname(), "pid": os.getpid(), "started": int(time.time())}
         sent = self.now()
         now_ms, epoch = await self.persist_join(info)
@@ -259,19 +276,6 @@ class _Session:
             epoch,
             len(members),
         )
-        try:
-            async with _unwrapped(), trio.open_nursery() as nursery:
-                self.nursery = nursery
-                nursery.start_soon(self.heartbeat_loop)
-                nursery.start_soon(self.reader_loop)
-                nursery.start_soon(self.dispatch_loop)
-                nursery.start_soon(self.commit_loop)
-                nursery.start_soon(self.apply_loop)
-                nursery.start_soon(self.drain_loop)
-                nursery.start_soon(self.unpark_loop)
-            await self.leave()
-        finally:
-            self.w.sink.flush()
 
     async def persist_join(self, info: dict[str, Any]) -> tuple[int, int]:
         deadline = self.now() + self.s.lease
@@ -298,34 +302,46 @@ class _Session:
 
     async def heartbeat_loop(self) -> None:
         while True:
-            sent = self.now()
-            try:
-                beat = await self.call(
-                    self.store.heartbeat,
-                    self.id,
-                    lease_ms=int(self.s.lease * 1000),
-                    applied=self.applied,
-                    known_epoch=self.latest.epoch,
-                    stats=self.stats(),
-                )
-            except QueueError as exc:
-                if sent - self.confirmed_at > self.s.lease:
-                    raise QueueError(
-                        f"{exc}; gave up after a lease ({self.s.lease:g} s) without a heartbeat"
-                    ) from None
-                log.warning("heartbeat failed: %s", exc)
+            beat = await self.beat_once()
+            if beat is None:
                 await trio.sleep(min(1.0, self.s.beat_interval))
                 continue
-            if not beat.alive:
-                raise Fenced(
-                    f"worker {self.id} was silent longer than its lease and lost its membership"
-                )
-            self.on_beat(beat, sent)
             if self.finished(beat) or (self.stopping and self.done_fetching.is_set()):
                 self.nursery.cancel_scope.cancel()
                 return
             with trio.move_on_after(self.s.beat_interval):
                 await self._stopped_fetching_or_never()
+
+    async def beat_once(self) -> Beat | None:
+        """One heartbeat: renew membership and learn the fleet's state; None on failure.
+
+        Raises:
+            Fenced: the worker is no longer a member.
+            QueueError: no heartbeat got through for a whole lease.
+        """
+        sent = self.now()
+        try:
+            beat = await self.call(
+                self.store.heartbeat,
+                self.id,
+                lease_ms=int(self.s.lease * 1000),
+                applied=self.applied,
+                known_epoch=self.latest.epoch,
+                stats=self.stats(),
+            )
+        except QueueError as exc:
+            if sent - self.confirmed_at > self.s.lease:
+                raise QueueError(
+                    f"{exc}; gave up after a lease ({self.s.lease:g} s) without a heartbeat"
+                ) from None
+            log.warning("heartbeat failed: %s", exc)
+            return None
+        if not beat.alive:
+            raise Fenced(
+                f"worker {self.id} was silent longer than its lease and lost its membership"
+            )
+        self.on_beat(beat, sent)
+        return beat
 
     async def _stopped_fetching_or_never(self) -> None:
         if self.stopping:
