@@ -17,6 +17,7 @@ from collections.abc import Iterator, Sequence
 from pathlib import Path
 from typing import Any, NoReturn
 
+import attrs
 import trio
 
 from . import __version__
@@ -25,6 +26,7 @@ from ._queue import Queue
 from ._redisurl import RedisURL, check_crawl_name
 from ._settings import Settings
 from ._sinks import sink_for
+from ._spider import load_spider
 
 log = logging.getLogger("hashcrawl")
 DEFAULT_CRAWL = "default"
@@ -116,6 +118,7 @@ def build_parser() -> argparse.ArgumentParser:
     join = sub.add_parser("join", help="run a worker in a crawl fleet")
     _common(join)
     _crawler_flags(join)
+    join.add_argument("--spider", help="run a Spider: path/to/file.py[:ClassName]")
     submit = sub.add_parser("submit", help="feed URLs into a crawl ('-' reads standard input)")
     _common(submit)
     submit.add_argument("--priority", type=int, default=0)
@@ -184,7 +187,14 @@ def cmd_join(args: argparse.Namespace) -> int:
     settings = settings_from(args)
     url = RedisURL.parse(args.redis)
     check_crawl_name(args.crawl)
-    worker = Worker(url, args.crawl, settings=settings, sink=sink_for(args.output))
+    spider = load_spider(args.spider) if args.spider else None
+    worker = Worker(
+        url,
+        args.crawl,
+        spider=spider,
+        sink=sink_for(args.output),
+        **attrs.asdict(settings, recurse=False),
+    )
 
     async def main() -> None:
         async with trio.open_nursery() as nursery:

@@ -15,7 +15,7 @@ from typing import TYPE_CHECKING, Any
 import attrs
 
 from ._entry import Entry
-from ._exceptions import InvalidURL
+from ._exceptions import ConfigError, InvalidURL
 from ._frontier import Held
 from ._models import Request, Response
 from ._robots import parse_retry_after
@@ -142,6 +142,18 @@ class Handler:
             elif thing is not None:
                 items.append(as_dict(thing))
         return items, follows
+
+    def accepts(self, entry: Entry) -> bool:
+        """Whether an entry's callback (if any) names a method this handler may call."""
+        if entry.callback is None:
+            return True
+        if self.callbacks is None:
+            return False
+        try:
+            self.callbacks(entry.callback)
+        except ConfigError:
+            return False
+        return True
 
     def _callback_for(self, held: Held) -> Parse | None:
         if held.entry.callback and self.callbacks is not None:

@@ -36,27 +36,7 @@ class Queue:
             InvalidURL: a URL is not an http(s) URL (those before it are already in).
             QueueError: Redis could not be reached.
         """
-        added = 0
-        for chunk in _chunks(urls, BATCH):
-            entries = [
-                Entry(url=canonicalize(u), priority=priority, dont_filter=dont_filter)
-                for u in chunk
-            ]
-            added += self._submit_entries(entries)
-        return added
-
-    def _submit_entries(self, entries: list[Entry]) -> int:
-        while True:
-            ring = Ring.of(*self._store.members())
-            batch = Batch(worker="", epoch=ring.epoch)
-            for entry in entries:
-                owner = ring.owner_of(host_key(entry.url))
-                target = self._store.stream_of(owner) if owner else self._store.inbox
-                h1, h2 = fingerprint(entry.url)
-                batch.add.append([target, entry.encode(), h1, h2, 0 if entry.dont_filter else 1])
-            result = self._store.commit(batch)
-            if result.status == "ok":
-                return result.added
+        return submit_urls(self._store, urls, priority=priority, dont_filter=dont_filter)
 
     def status(self) -> dict[str, Any]:
         """Waiting, held, workers (with hosts owned and pages fetched), seen, fetched..."""
@@ -78,6 +58,33 @@ class Queue:
 
     def __exit__(self, *exc: object) -> None:
         self.close()
+
+
+def submit_urls(
+    store: Store, urls: Iterable[str], *, priority: int = 0, dont_filter: bool = False
+) -> int:
+    """Route URLs to their host owners' streams (or the inbox), a thousand per commit."""
+    added = 0
+    for chunk in _chunks(urls, BATCH):
+        entries = [
+            Entry(url=canonicalize(u), priority=priority, dont_filter=dont_filter) for u in chunk
+        ]
+        added += _submit_entries(store, entries)
+    return added
+
+
+def _submit_entries(store: Store, entries: list[Entry]) -> int:
+    while True:
+        ring = Ring.of(*store.members())
+        batch = Batch(worker="", epoch=ring.epoch)
+        for entry in entries:
+            owner = ring.owner_of(host_key(entry.url))
+            target = store.stream_of(owner) if owner else store.inbox
+            h1, h2 = fingerprint(entry.url)
+            batch.add.append([target, entry.encode(), h1, h2, 0 if entry.dont_filter else 1])
+        result = store.commit(batch)
+        if result.status == "ok":
+            return result.added
 
 
 def _chunks(items: Iterable[str], size: int) -> Iterator[list[str]]:

@@ -28,16 +28,18 @@ import attrs
 import trio
 
 from ._entry import BadEntry, Entry
-from ._exceptions import Fenced, FetchError, InvalidURL, QueueError
+from ._exceptions import ConfigError, Fenced, FetchError, InvalidURL, QueueError
 from ._fetch import Fetcher, HttpxFetcher
 from ._frontier import Frontier, Held, Host
-from ._handling import Handler, Outcome
+from ._handling import Handler, Outcome, Parse
 from ._models import Request
+from ._queue import submit_urls
 from ._redisurl import RedisURL, check_crawl_name
 from ._ring import Ring
 from ._robots import Robots, robots_for_status, robots_url
 from ._settings import Settings
 from ._sinks import Sink, sink_for
+from ._spider import Spider
 from ._store import Batch, Beat, Store
 from ._urls import fingerprint, host_key
 
@@ -70,6 +72,16 @@ def _leaves(group: BaseExceptionGroup[BaseException]) -> Iterator[BaseException]
             yield from _leaves(exc)
         else:
             yield exc
+
+
+def _settings(given: dict[str, Any]) -> Settings:
+    known = {a.name for a in attrs.fields(Settings)}
+    unknown = sorted(set(given) - known)
+    if unknown:
+        raise ConfigError(
+            f"unknown setting {unknown[0]!r}; settings are {', '.join(sorted(known))}"
+        )
+    return Settings(**given)
 
 
 def new_worker_id() -> str:
@@ -112,17 +124,35 @@ class Worker:
         crawl: str,
         *,
         fetcher: Fetcher | None = None,
-        handler: Handler | None = None,
+        parse: Parse | None = None,
+        spider: Spider | type[Spider] | None = None,
         sink: Sink | None = None,
-        settings: Settings | None = None,
-        worker_id: str | None = None,
+        **settings: Any,
     ) -> None:
+        """Args:
+        redis: the Redis URL (``redis://``, ``rediss://``, ``redis+unix://``).
+        crawl: the crawl's name; every worker of one crawl uses the same.
+        fetcher: fetches requests (default: httpx); pacing and robots.txt still apply.
+        parse: a callback from a response to items and requests to follow.
+        spider: a :class:`Spider` (class or instance) instead of ``parse``.
+        sink: where items go (default: nowhere; the CLI's ``-o`` gives JSON Lines).
+        settings: any field of :class:`Settings` (delay, per_host, concurrency, ...).
+
+        Raises:
+            ConfigError: a bad URL, crawl name or setting, or both parse and spider.
+        """
         self.url = redis if isinstance(redis, RedisURL) else RedisURL.parse(redis)
         self.crawl = check_crawl_name(crawl)
-        self.settings = settings or Settings()
-        self.id = worker_id or new_worker_id()
+        self.settings = _settings(settings)
+        self.id = new_worker_id()
         self._fetcher = fetcher
-        self.handler = handler or Handler()
+        self.spider = spider() if isinstance(spider, type) else spider
+        if parse is not None and self.spider is not None:
+            raise ConfigError("give a Worker either parse or spider, not both")
+        if self.spider is not None:
+            self.handler = Handler(self.spider.parse, callbacks=self.spider.callback)
+        else:
+            self.handler = Handler(parse)
         self.sink = sink or sink_for(None)
         self.counters = Counters()
         self._stop_requested = False
@@ -154,6 +184,9 @@ class Worker:
             max_connections=self.settings.concurrency,
         )
         try:
+            if self.spider is not None and self.spider.start_urls:
+                urls = list(self.spider.start_urls)
+                await trio.to_thread.run_sync(submit_urls, store, urls)
             while True:
                 self._session = _Session(self, store, fetcher)
                 if self._stop_requested:
@@ -415,6 +448,8 @@ class _Session:
             try:
                 entry = Entry.decode(payload)
                 host = host_key(entry.url)
+                if not self.w.handler.accepts(entry):
+                    raise BadEntry(f"entry names an unknown callback: {entry.callback!r:.80}")
             except (BadEntry, InvalidURL) as exc:
                 log.warning("dropping a bad entry %s: %s", eid, exc)
                 self.counters.queue_bad += 1
