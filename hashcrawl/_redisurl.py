@@ -10,6 +10,8 @@ import attrs
 
 from ._exceptions import ConfigError, InvalidURL
 
+_USERINFO = re.compile(r"(//)[^/?#]*@")
+_PASSWORD_PARAM = re.compile(r"((?:^|[?&;])(?:password|pass)=)[^&;#]*", re.IGNORECASE)
 _CRAWL_NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,63}$")
 
 
@@ -32,7 +34,14 @@ class RedisURL:
         Raises:
             InvalidURL: the URL has the wrong scheme, no host or socket path, or a bad port or db.
         """
-        parts = urlsplit(url)
+        try:
+            parts = urlsplit(url)
+        except ValueError:
+            raise InvalidURL(f"--redis URL cannot be parsed: {_shown(url)}") from None
+        try:
+            parts.port  # noqa: B018  (the property raises for a bad port)
+        except ValueError:
+            raise InvalidURL(f"--redis URL has a bad port: {_shown(url)}") from None
         if parts.scheme == "redis+unix":
             return cls._parse_unix(parts)
         if parts.scheme not in ("redis", "rediss"):
@@ -41,14 +50,10 @@ class RedisURL:
             )
         if not parts.hostname:
             raise InvalidURL(f"--redis URL has no host: {_shown(url)}")
-        try:
-            port = parts.port or 6379
-        except ValueError:
-            raise InvalidURL(f"--redis URL has a bad port: {_shown(url)}") from None
         return cls(
             scheme=parts.scheme,
             host=parts.hostname,
-            port=port,
+            port=parts.port or 6379,
             db=_db(parts.path.lstrip("/") or "0", url),
             username=unquote(parts.username) if parts.username else None,
             password=unquote(parts.password) if parts.password else None,
@@ -61,7 +66,7 @@ class RedisURL:
         query = {k: v[-1] for k, v in parse_qs(parts.query).items()}
         return cls(
             scheme="redis+unix",
-            path=parts.path,
+            path=unquote(parts.path),
             db=_db(query.get("db", "0"), "redis+unix://" + parts.path),
             password=query.get("password") or query.get("pass") or None,
         )
@@ -92,7 +97,7 @@ class RedisURL:
 
 def check_crawl_name(name: str) -> str:
     """Return ``name`` if it can name a crawl's keys, else raise ConfigError."""
-    if not _CRAWL_NAME.match(name):
+    if not _CRAWL_NAME.fullmatch(name):
         raise ConfigError(
             f"--crawl must be 1-64 letters, digits, '.', '_' or '-' starting with a letter "
             f"or digit, got {name!r}"
@@ -107,13 +112,7 @@ def _db(text: str, url: str) -> int:
 
 
 def _shown(url: str) -> str:
-    """The URL with any password masked, for an error message."""
-    parts = urlsplit(url)
-    shown = url
-    if parts.password:
-        shown = shown.replace(parts.password, "***")
-    query = parse_qs(parts.query)
-    for key in ("password", "pass"):
-        for value in query.get(key, []):
-            shown = shown.replace(value, "***")
+    """The URL with any userinfo and password parameter masked, for an error message."""
+    shown = _USERINFO.sub(r"\1***@", url)
+    shown = _PASSWORD_PARAM.sub(r"\1***", shown)
     return repr(shown[:200])

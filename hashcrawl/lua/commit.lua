@@ -87,7 +87,13 @@ end
 local function insert(cands)
   if #cands == 0 then return {} end
   if n >= capacity(L - 1) then
+    -- The full layer becomes a read-only one: candidates must be checked against it too.
+    cands = in_layer(cands, L - 1)
     L, n = L + 1, 0
+    if #cands == 0 then
+      redis.call('HSET', P .. 'seenmeta', 'L', L, 'n', n)
+      return {}
+    end
   end
   local i, ops = L - 1, {}
   for _, rec in ipairs(cands) do
