@@ -6,7 +6,7 @@ to their owner's Redis stream; a consumer group's pending entries are the leases
 
 __version__ = "0.1.0"
 
-from ._exceptions import (  # noqa: E402  (the modules below read __version__)
+from ._exceptions import (
     ConfigError,
     Fenced,
     FetchError,
@@ -14,13 +14,13 @@ from ._exceptions import (  # noqa: E402  (the modules below read __version__)
     InvalidURL,
     QueueError,
 )
-from ._fetch import Fetcher, HttpxFetcher  # noqa: E402
-from ._models import Request, Response  # noqa: E402
-from ._queue import Queue  # noqa: E402
-from ._settings import Settings  # noqa: E402
-from ._sinks import CsvSink, JsonLinesSink, Sink  # noqa: E402
-from ._spider import Spider  # noqa: E402
-from ._worker import Worker  # noqa: E402
+from ._fetch import Fetcher, HttpxFetcher
+from ._models import Request, Response
+from ._queue import Queue
+from ._settings import Settings
+from ._sinks import CsvSink, JsonLinesSink, Sink
+from ._spider import Spider
+from ._worker import Worker
 
 __all__ = [
     "ConfigError",

@@ -9,6 +9,7 @@ from __future__ import annotations
 import argparse
 import json
 import logging
+import math
 import os
 import signal
 import subprocess
@@ -46,9 +47,12 @@ def _idle(text: str) -> float | None:
 
 def _number(text: str) -> float:
     try:
-        return float(text)
+        value = float(text)
     except ValueError:
         raise argparse.ArgumentTypeError(f"expected a number, got {text!r}") from None
+    if not math.isfinite(value):
+        raise argparse.ArgumentTypeError(f"expected a finite number, got {text!r}")
+    return value
 
 
 def _common(p: argparse.ArgumentParser, *, redis: bool = True) -> None:
@@ -108,6 +112,18 @@ def _crawler_flags(p: argparse.ArgumentParser) -> None:
     p.add_argument(
         "--max-buffer", type=int, default=10_000, help="entries a worker holds in memory"
     )
+    for name, kind, what in (
+        ("pages", int, "pages fetched"),
+        ("items", int, "items written"),
+        ("errors", int, "failed fetches"),
+        ("time", _number, "seconds"),
+        ("memory", _number, "MiB of resident memory"),
+    ):
+        p.add_argument(
+            f"--max-{name}",
+            type=kind,
+            help=f"stop this worker (not the crawl) after so many {what}",
+        )
     p.add_argument("--ignore-robots", action="store_true", help="do not fetch or obey robots.txt")
 
 
@@ -131,6 +147,8 @@ def build_parser() -> argparse.ArgumentParser:
     _common(clear)
     dead = sub.add_parser("dead", help="list pages that used up their attempts")
     _common(dead)
+    retry_dead = sub.add_parser("retry-dead", help="put dead-lettered pages back in the crawl")
+    _common(retry_dead)
     crawl = sub.add_parser("crawl", help="crawl on this machine with a private Redis (no setup)")
     _common(crawl, redis=False)
     _crawler_flags(crawl)
@@ -176,6 +194,11 @@ def settings_from(args: argparse.Namespace) -> Settings:
         max_attempts=args.max_attempts,
         timeout=args.timeout,
         max_buffer=args.max_buffer,
+        max_pages=args.max_pages,
+        max_items=args.max_items,
+        max_errors=args.max_errors,
+        max_time=args.max_time,
+        max_memory=args.max_memory,
         obey_robots=not args.ignore_robots,
         **extra,
     )
@@ -301,12 +324,20 @@ def cmd_dead(args: argparse.Namespace) -> int:
     return 0
 
 
+def cmd_retry_dead(args: argparse.Namespace) -> int:
+    with Queue(args.redis, args.crawl) as queue:
+        print(f"put back {queue.retry_dead()} pages")
+    return 0
+
+
 def cmd_crawl(args: argparse.Namespace) -> int:
     from ._server import RedisServer
     from ._urls import canonicalize
 
     check_crawl_name(args.crawl)
     settings_from(args)  # check the flags before starting anything
+    if args.workers < 1:
+        raise ConfigError(f"--workers must be at least 1, got {args.workers}")
     for url in args.urls:
         canonicalize(url)
     state = Path(args.state_dir) / args.crawl
@@ -357,6 +388,11 @@ def _passed_flags(args: argparse.Namespace) -> list[str]:
         "max_attempts",
         "timeout",
         "max_buffer",
+        "max_pages",
+        "max_items",
+        "max_errors",
+        "max_time",
+        "max_memory",
     ):
         value = getattr(args, name)
         if value is not None:
@@ -377,5 +413,6 @@ _COMMANDS = {
     "status": cmd_status,
     "clear": cmd_clear,
     "dead": cmd_dead,
+    "retry-dead": cmd_retry_dead,
     "crawl": cmd_crawl,
 }

@@ -19,6 +19,8 @@ class Entry:
     """One request waiting in, or held from, a stream.
 
     ``url`` is canonical; ``meta`` is JSON; ``callback`` names a spider method.
+    ``suspect`` marks an entry that a worker died holding: its owner records it as in
+    flight before fetching it, so a page that kills workers is counted and parked dead.
     """
 
     url: str
@@ -28,6 +30,7 @@ class Entry:
     meta: Any = None
     callback: str | None = None
     dont_filter: bool = False
+    suspect: bool = False
 
     def encode(self) -> str:
         """The entry as the JSON text stored in the stream's ``r`` field."""
@@ -39,6 +42,7 @@ class Entry:
             ("m", self.meta, None),
             ("c", self.callback, None),
             ("f", int(self.dont_filter), 0),
+            ("s", int(self.suspect), 0),
         ):
             if value != default:
                 doc[key] = value
@@ -73,6 +77,7 @@ class Entry:
             meta=doc.get("m"),
             callback=callback,
             dont_filter=bool(doc.get("f", 0)),
+            suspect=bool(doc.get("s", 0)),
         )
 
 

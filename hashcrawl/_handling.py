@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import datetime
 import inspect
+import json
 from collections.abc import Callable, Iterable
 from typing import TYPE_CHECKING, Any
 
@@ -84,8 +85,7 @@ class Outcome:
         assert self.held is not None
         entry = attrs.evolve(self.held.entry, attempts=self.held.entry.attempts + 1)
         if entry.attempts >= session.s.max_attempts:
-            batch.dead += [entry.url, f"{entry.attempts} attempts; last: {self.error}"[:500]]
-            batch.stats["dead"] = batch.stats.get("dead", 0) + 1
+            batch.dead += dead_letter(entry, self.error)
             return
         batch.add.append([session.target_of(ring, self.held.host), entry.encode(), 0, 0, 0])
 
@@ -177,6 +177,12 @@ class Handler:
             if (s.max_depth is None or e.depth <= s.max_depth)
             and domain_allowed(host_key(e.url), s.allow_domains)
         ]
+
+
+def dead_letter(entry: Entry, error: str) -> list[str]:
+    """The dead-letter record of an entry out of attempts: its URL, last error and entry."""
+    record = {"error": error[:500], "attempts": entry.attempts, "entry": entry.encode()}
+    return [entry.url, json.dumps(record, ensure_ascii=False)]
 
 
 def park_score(held: Held) -> float:

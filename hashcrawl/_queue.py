@@ -2,8 +2,11 @@
 
 from __future__ import annotations
 
+import json
 from collections.abc import Iterable, Iterator
 from typing import Any
+
+import attrs
 
 from ._entry import Entry
 from ._redisurl import RedisURL, check_crawl_name
@@ -48,7 +51,18 @@ class Queue:
 
     def dead(self) -> dict[str, str]:
         """Pages that used up their attempts, with their last error."""
-        return self._store.dead()
+        return {url: _dead_record(text)[1] for url, text in self._store.dead().items()}
+
+    def retry_dead(self) -> int:
+        """Put every dead-lettered page back in the crawl with fresh attempts."""
+        dead = self._store.dead()
+        retried = 0
+        for chunk in _chunks(iter(dead), BATCH):
+            entries = [_dead_record(dead[url], url)[0] for url in chunk]
+            _submit_entries(self._store, entries)
+            self._store.forget_dead(chunk)
+            retried += len(chunk)
+        return retried
 
     def close(self) -> None:
         self._store.close()
@@ -85,6 +99,17 @@ def _submit_entries(store: Store, entries: list[Entry]) -> int:
         result = store.commit(batch)
         if result.status == "ok":
             return result.added
+
+
+def _dead_record(text: str, url: str = "") -> tuple[Entry, str]:
+    """The entry to retry and the error of a dead letter (older records hold just the error)."""
+    try:
+        record = json.loads(text)
+        entry = Entry.decode(record["entry"])
+        error = str(record.get("error", ""))
+    except (ValueError, KeyError, TypeError):
+        return Entry(url=url, dont_filter=True), text
+    return attrs.evolve(entry, attempts=0, suspect=False, dont_filter=True), error
 
 
 def _chunks(items: Iterable[str], size: int) -> Iterator[list[str]]:

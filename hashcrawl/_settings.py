@@ -31,6 +31,9 @@ class Settings:
         idle: seconds the crawl must have been idle before the worker ends; None: never.
         lease: seconds of silence after which a worker is taken for dead.
         grace: seconds a stopping worker gives requests in flight.
+        max_pages, max_items, max_errors, max_time, max_memory: stop this worker (not
+            the crawl) after so many pages, items, failed fetches, seconds or MiB of
+            resident memory; what it held goes to the other workers at once.
     """
 
     delay: float = attrs.field(default=1.0, validator=_not_negative)
@@ -47,6 +50,11 @@ class Settings:
     max_bytes: int = attrs.field(default=10 * 1024 * 1024, validator=_positive)
     max_buffer: int = attrs.field(default=10_000, validator=_positive)
     obey_robots: bool = True
+    max_pages: int | None = attrs.field(default=None, validator=_positive)
+    max_items: int | None = attrs.field(default=None, validator=_positive)
+    max_errors: int | None = attrs.field(default=None, validator=_positive)
+    max_time: float | None = attrs.field(default=None, validator=_positive)
+    max_memory: float | None = attrs.field(default=None, validator=_positive)
 
     def __attrs_post_init__(self) -> None:
         if self.idle is not None and self.idle < 0:

@@ -309,6 +309,18 @@ class Store:
         return "ok", int(reply[1]), int(reply[2])
 
     @_translated
+    def note_in_flight(self, worker: str, eids: Sequence[str]) -> None:
+        """Record which suspect entries ``worker`` is fetching, in case it dies of one."""
+        self._redis.hset(self.key("w:" + worker), "inflight", ",".join(eids))
+
+    @_translated
+    def in_flight_of(self, stream: str) -> set[str]:
+        """The suspect entries the owner of ``stream`` last said it was fetching."""
+        worker = stream.removeprefix(self.prefix + "q:")
+        text = self._redis.hget(self.key("w:" + worker), "inflight") or ""
+        return set(text.split(",")) - {""}
+
+    @_translated
     def parked_hosts(self) -> set[str]:
         return self._redis.smembers(self.key("parked"))  # type: ignore[no-any-return]
 
@@ -384,7 +396,13 @@ class Store:
 
     @_translated
     def dead(self) -> dict[str, str]:
+        """Dead letters: url -> JSON record with error, attempts and entry."""
         return self._redis.hgetall(self.key("dead"))  # type: ignore[no-any-return]
+
+    @_translated
+    def forget_dead(self, urls: Sequence[str]) -> None:
+        if urls:
+            self._redis.hdel(self.key("dead"), *urls)
 
 
 def _pending(r: redis.Redis, stream: str) -> int:

@@ -31,7 +31,7 @@ from ._entry import BadEntry, Entry
 from ._exceptions import ConfigError, Fenced, FetchError, InvalidURL, QueueError
 from ._fetch import Fetcher, HttpxFetcher
 from ._frontier import Frontier, Held, Host
-from ._handling import Handler, Outcome, Parse
+from ._handling import Handler, Outcome, Parse, dead_letter
 from ._models import Request
 from ._queue import submit_urls
 from ._redisurl import RedisURL, check_crawl_name
@@ -82,6 +82,17 @@ def _settings(given: dict[str, Any]) -> Settings:
             f"unknown setting {unknown[0]!r}; settings are {', '.join(sorted(known))}"
         )
     return Settings(**given)
+
+
+def _resident_mib() -> float:
+    """This process's resident memory in MiB (Linux /proc; peak RSS elsewhere)."""
+    try:
+        with open("/proc/self/statm") as statm:
+            return int(statm.read().split()[1]) * os.sysconf("SC_PAGE_SIZE") / 2**20
+    except OSError:
+        import resource
+
+        return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
 
 
 def new_worker_id() -> str:
@@ -239,6 +250,9 @@ class _Session:
         self.limiter = trio.CapacityLimiter(4)
         self.counters = worker.counters = Counters()
         self.parked: set[str] = set()
+        self.suspects: set[str] = set()
+        self.items_pending = 0
+        self.started = trio.current_time()
 
     # -- plumbing ------------------------------------------------------------------
 
@@ -251,15 +265,24 @@ class _Session:
     async def persist(self, fn: Callable[..., T], *args: Any, **kwargs: Any) -> T:
         """Retry a store call at most a second apart until it succeeds.
 
-        The heartbeat is what gives up: after a lease without a good heartbeat it ends
-        the session, cancelling this loop.
+        Raises:
+            QueueError: it kept failing for a whole lease.
         """
+        failing_since = None
         while True:
             try:
                 return await self.call(fn, *args, **kwargs)
             except Fenced:
                 raise
             except QueueError as exc:
+                now = self.now()
+                failing_since = now if failing_since is None else failing_since
+                if now - failing_since > self.s.lease:
+                    # Redis answers heartbeats but refuses this (out of memory, say):
+                    # stop rather than keep work nobody else can take over.
+                    raise QueueError(
+                        f"{exc}; still failing after a lease ({self.s.lease:g} s)"
+                    ) from None
                 log.debug("retrying: %s", exc)
                 await trio.sleep(min(1.0, self.s.beat_interval))
 
@@ -339,6 +362,7 @@ class _Session:
             if beat is None:
                 await trio.sleep(min(1.0, self.s.beat_interval))
                 continue
+            self.check_limits()
             if self.finished(beat) or (self.stopping and self.done_fetching.is_set()):
                 self.nursery.cancel_scope.cancel()
                 return
@@ -574,12 +598,37 @@ class _Session:
 
     async def fetch_one(self, held: Held) -> None:
         try:
+            if held.entry.suspect:
+                self.suspects.add(held.eid)
+                await self.persist(self.store.note_in_flight, self.id, sorted(self.suspects))
             outcome = await self.fetch_and_handle(held)
         finally:
             self.in_flight -= 1
+            self.suspects.discard(held.eid)
             self.poke()
         if outcome is not None:
             self.outcomes.append(outcome)
+            self.items_pending += len(outcome.items)
+        self.check_limits()
+
+    def check_limits(self) -> None:
+        """Stop this worker (not the crawl) once a --max-* limit is reached."""
+        if self.stopping:
+            return
+        c, s = self.counters, self.s
+        reached = (
+            ("--max-pages", s.max_pages, c.fetched),
+            ("--max-items", s.max_items, c.items + self.items_pending),
+            ("--max-errors", s.max_errors, c.failed),
+            ("--max-time", s.max_time, self.now() - self.started),
+            ("--max-memory", s.max_memory, _resident_mib() if s.max_memory else 0),
+        )
+        for flag, limit, value in reached:
+            if limit is not None and value >= limit:
+                log.warning("stopping: %s %g reached; handing hosts back", flag, limit)
+                self.w._stop_requested = True
+                self.request_stop()
+                return
 
     async def fetch_and_handle(self, held: Held) -> Outcome | None:
         host = self.frontier.hosts[held.host]
@@ -661,6 +710,7 @@ class _Session:
         self.w.sink.write(items)
         self.w.sink.flush()
         self.counters.items += len(items)
+        self.items_pending -= len(items)
 
     def batch_of(self, outcomes: list[Outcome], ring: Ring) -> Batch:
         batch = Batch(worker=self.id, epoch=ring.epoch, src=self.stream)
@@ -733,7 +783,14 @@ class _Session:
                 await self.drain(stream)
 
     async def drain(self, stream: str) -> None:
-        """Move every entry left in a departed worker's stream to its host's owner."""
+        """Move every entry left in a departed worker's stream to its host's owner.
+
+        Entries of a worker that did not leave by itself become suspects, and those it
+        said it was fetching when it died use up an attempt: a page that kills every
+        worker that fetches it ends in the dead letters instead of killing them all.
+        """
+        own = stream == self.stream
+        dying = set() if own else await self.persist(self.store.in_flight_of, stream)
         while True:
             got = await self.persist(self.store.entries, stream, count=500)
             if not got:
@@ -741,16 +798,28 @@ class _Session:
                     return
                 continue
             epoch, members = await self.persist(self.store.members)
-            ring = Ring.of(epoch, members)
-            batch = Batch(worker="" if stream == self.stream else self.id, epoch=epoch, src=stream)
-            for eid, payload in got:
-                try:
-                    host = host_key(Entry.decode(payload).url)
-                except (BadEntry, InvalidURL):
-                    batch.ack.append(eid)
-                    self.counters.queue_bad += 1
-                    continue
-                batch.mv.append([eid, self.target_of(ring, host), payload])
+            batch = Batch(worker="" if own else self.id, epoch=epoch, src=stream)
+            self.route_orphans(batch, Ring.of(epoch, members), got, dying if not own else None)
             result = await self.persist(self.store.commit, batch)
             if result.status == "fenced":
                 raise Fenced(f"worker {self.id} lost its membership while draining")
+
+    def route_orphans(
+        self, batch: Batch, ring: Ring, got: list[tuple[str, str | None]], dying: set[str] | None
+    ) -> None:
+        for eid, payload in got:
+            try:
+                entry = Entry.decode(payload)
+                host = host_key(entry.url)
+            except (BadEntry, InvalidURL):
+                batch.ack.append(eid)
+                batch.stats["queue_bad"] = batch.stats.get("queue_bad", 0) + 1
+                continue
+            if dying is not None:
+                attempts = entry.attempts + (eid in dying)
+                entry = attrs.evolve(entry, suspect=True, attempts=attempts)
+                if attempts >= self.s.max_attempts:
+                    batch.ack.append(eid)
+                    batch.dead += dead_letter(entry, "its worker died while fetching it")
+                    continue
+            batch.mv.append([eid, self.target_of(ring, host), entry.encode()])

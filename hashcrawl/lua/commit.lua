@@ -162,8 +162,11 @@ if delta ~= 0 then redis.call('INCRBY', P .. 'outstanding', delta) end
 if added > 0 then redis.call('DEL', P .. 'idle_since') end
 if b.pace and #b.pace > 0 then redis.call('HSET', P .. 'pace', unpack(b.pace)) end
 if b.applied then redis.call('HSET', P .. 'applied', b.w, b.applied) end
-if b.dead and #b.dead > 0 then redis.call('HSET', P .. 'dead', unpack(b.dead)) end
 local stats = b.stats or {}
+if b.dead and #b.dead > 0 then
+  redis.call('HSET', P .. 'dead', unpack(b.dead))
+  stats.dead = (stats.dead or 0) + #b.dead / 2
+end
 if new_seen > 0 then stats.seen = (stats.seen or 0) + new_seen end
 if added > 0 then stats.queued = (stats.queued or 0) + added end
 local flat = {}
