@@ -657,6 +657,8 @@ class _Session:
         except FetchError as exc:
             self.frontier.done(held.host, self.now())
             self.counters.failed += 1
+            # A failing host is given time: 1, 2, 4... seconds, at most a minute.
+            self.frontier.back_off(held.host, self.now() + min(60.0, 2.0**held.entry.attempts))
             return Outcome.retry(held, str(exc))
         self.frontier.done(held.host, self.now())
         self.counters.fetched += 1
