@@ -1,0 +1,552 @@
+"""Tests for the ``hashcrawl`` command, run as a subprocess against real servers.
+
+Exit status: 0 done; 1 Redis unreachable or lost; 2 a bad URL, crawl name or flag. An
+error is one line on standard error starting "hashcrawl: ", and never shows a password.
+"""
+
+from __future__ import annotations
+
+import collections
+import json
+import os
+import selectors
+import signal
+import socket
+import subprocess
+import sys
+import threading
+import time
+from collections.abc import Iterable, Iterator
+from pathlib import Path
+from typing import Any
+
+import attrs
+import pytest
+import redis
+
+from hashcrawl._server import RedisServer
+from tests.testsite import Site, SiteServer, generate_site, judge
+
+SECRET = "pw-secret"
+TEXT_STATUS_KEYS = ("waiting", "held", "workers", "seen", "fetched", "failed", "ended")
+COMMAND_TIMEOUT = 60.0
+
+
+@attrs.frozen
+class Result:
+    """How one run of the command ended."""
+
+    code: int
+    out: str
+    err: str
+
+
+def hashcrawl(*args: str, stdin: str | bytes | None = None) -> Result:
+    """Run ``python -m hashcrawl ARGS`` to the end and collect its output."""
+    done = subprocess.run(
+        [sys.executable, "-m", "hashcrawl", *args],
+        input=stdin.encode() if isinstance(stdin, str) else stdin,
+        capture_output=True,
+        timeout=COMMAND_TIMEOUT,
+        check=False,
+    )
+    return Result(done.returncode, done.stdout.decode(), done.stderr.decode())
+
+
+def assert_one_line_error(result: Result, code: int) -> str:
+    """The run exited with ``code`` after one "hashcrawl: " line on stderr; returns it."""
+    assert result.code == code, result
+    assert "Traceback" not in result.err, result.err
+    lines = result.err.splitlines()
+    assert len(lines) == 1, result.err
+    assert lines[0].startswith("hashcrawl: "), lines[0]
+    return lines[0]
+
+
+def assert_ok(result: Result) -> str:
+    """The run exited 0 with nothing on stderr; returns its stdout."""
+    assert (result.code, result.err) == (0, ""), result
+    return result.out
+
+
+def status(redis_url: str, crawl: str) -> dict[str, Any]:
+    """``hashcrawl status --json``, parsed."""
+    doc: dict[str, Any] = json.loads(
+        assert_ok(hashcrawl("status", *at(redis_url, crawl), "--json"))
+    )
+    return doc
+
+
+def at(redis_url: str, crawl: str) -> list[str]:
+    return ["--redis", redis_url, "--crawl", crawl]
+
+
+def crawl_keys(client: redis.Redis, crawl: str) -> set[bytes]:
+    return set(client.scan_iter(match=f"hc:\\{{{crawl}\\}}:*"))
+
+
+@pytest.fixture
+def dead_port() -> Iterator[int]:
+    """A port bound by this test and never listened on, so connections are refused."""
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        yield sock.getsockname()[1]
+
+
+@pytest.fixture
+def secret_server(tmp_path: Path) -> Iterator[RedisServer]:
+    """A private server that requires the password SECRET."""
+    with RedisServer(directory=tmp_path / "secret-redis", password=SECRET) as server:
+        yield server
+
+
+# -- bad arguments: exit 2 ------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("command", ["submit", "status", "clear", "dead", "join"])
+def test_bad_redis_url_exits_2_with_one_line(command: str) -> None:
+    """--redis http://x is refused by every command that takes --redis."""
+    urls = ["http://a.example/"] if command == "submit" else []
+    line = assert_one_line_error(hashcrawl(command, "--redis", "http://x", *urls), 2)
+    assert "--redis must be redis://" in line
+    assert "'http://x'" in line
+
+
+def test_unparsable_redis_url_exits_2_without_its_password() -> None:
+    """A URL the standard library cannot split is a bad flag too, not a traceback."""
+    result = hashcrawl("status", "--redis", f"redis://:{SECRET}@[::1")
+    assert SECRET not in result.out + result.err
+    assert_one_line_error(result, 2)
+
+
+@pytest.mark.parametrize("command", ["submit", "status", "clear", "crawl"])
+def test_bad_crawl_name_exits_2_with_one_line(command: str, tmp_path: Path) -> None:
+    """--crawl 'a b' is refused before anything connects or starts."""
+    if command == "crawl":
+        args = ["--state-dir", str(tmp_path / "state"), "http://a.example/"]
+    else:
+        args = ["--redis", "redis://127.0.0.1:1/0"] + (
+            ["http://a.example/"] * (command == "submit")
+        )
+    line = assert_one_line_error(hashcrawl(command, "--crawl", "a b", *args), 2)
+    assert "--crawl must be" in line
+    assert "'a b'" in line
+    assert not (tmp_path / "state").exists()
+
+
+BAD_FLAGS = [
+    pytest.param(["--delay", "abc"], "--delay", id="delay-not-a-number"),
+    pytest.param(["--per-host", "0"], "--per-host", id="per-host-zero"),
+    pytest.param(["--delay", "31", "--lease", "60"], "--delay", id="delay-over-half-lease"),
+    pytest.param(["--idle", "-1"], "--idle", id="idle-negative"),
+]
+
+
+@pytest.mark.parametrize(("flags", "named"), BAD_FLAGS)
+@pytest.mark.parametrize("command", ["crawl", "join"])
+def test_bad_flag_value_exits_2_naming_the_flag(
+    command: str, flags: list[str], named: str, tmp_path: Path, dead_port: int
+) -> None:
+    """A bad --delay, --per-host or --idle is refused before anything starts."""
+    if command == "crawl":
+        where = ["--state-dir", str(tmp_path / "state"), "http://a.example/"]
+    else:
+        where = ["--redis", f"redis://127.0.0.1:{dead_port}/0"]
+    line = assert_one_line_error(hashcrawl(command, *flags, *where), 2)
+    assert named in line
+    assert not (tmp_path / "state").exists()
+
+
+@pytest.mark.parametrize(
+    ("flags", "named"),
+    [
+        pytest.param(["--delay", "nan"], "--delay", id="delay-nan"),
+        pytest.param(["--workers", "0"], "--workers", id="workers-zero"),
+    ],
+)
+def test_crawl_refuses_flags_that_would_break_it(
+    flags: list[str], named: str, tmp_path: Path, dead_port: int
+) -> None:
+    """--delay nan (which disables pacing) and --workers 0 are bad flags: exit 2, one line."""
+    where = ["--state-dir", str(tmp_path / "state"), "--idle", "0.5", "--max-attempts", "1"]
+    result = hashcrawl("crawl", *flags, *where, f"http://127.0.0.1:{dead_port}/")
+    line = assert_one_line_error(result, 2)
+    assert named in line
+
+
+def test_missing_command_exits_2_with_one_line() -> None:
+    """``hashcrawl`` alone says a command is needed."""
+    assert_one_line_error(hashcrawl(), 2)
+
+
+# -- Redis unreachable: exit 1 ----------------------------------------------------------------
+
+
+@pytest.mark.parametrize("command", ["submit", "status", "clear"])
+def test_unreachable_redis_exits_1_with_one_line_hiding_the_password(
+    command: str, dead_port: int
+) -> None:
+    """A Redis nobody listens at: one line naming where, no traceback, no password."""
+    url = f"redis://:{SECRET}@127.0.0.1:{dead_port}/0"
+    urls = ["http://a.example/"] if command == "submit" else []
+    result = hashcrawl(command, "--redis", url, *urls)
+    line = assert_one_line_error(result, 1)
+    assert f"127.0.0.1:{dead_port}" in line
+    assert SECRET not in result.out + result.err
+    assert result.out == ""
+
+
+def test_unreachable_redis_while_reading_stdin_exits_1(dead_port: int) -> None:
+    """submit - against a dead Redis fails at the first batch with the same one line."""
+    url = f"redis://:{SECRET}@127.0.0.1:{dead_port}/0"
+    result = hashcrawl("submit", "--redis", url, "-", stdin="http://a.example/\n")
+    assert_one_line_error(result, 1)
+    assert SECRET not in result.out + result.err
+
+
+@pytest.mark.parametrize("given", ["wrong-pw", None])
+def test_refused_password_exits_1_without_showing_any_password(
+    secret_server: RedisServer, given: str | None
+) -> None:
+    """A wrong or missing password: exit 1, one line, neither password shown."""
+    auth = f":{given}@" if given else ""
+    result = hashcrawl("status", "--redis", f"redis://{auth}127.0.0.1:{secret_server.port}/0")
+    assert_one_line_error(result, 1)
+    assert SECRET not in result.out + result.err
+    assert "wrong-pw" not in result.out + result.err
+
+
+def test_password_server_works_end_to_end_without_echoing_it(secret_server: RedisServer) -> None:
+    """With the right password submit, status and clear work and print no password."""
+    runs = [
+        hashcrawl("submit", "--redis", secret_server.url, "http://a.example/"),
+        hashcrawl("status", "--redis", secret_server.url, "--json"),
+        hashcrawl("status", "--redis", secret_server.url),
+        hashcrawl("clear", "--redis", secret_server.url),
+    ]
+    for result in runs:
+        assert_ok(result)
+        assert SECRET not in result.out
+    assert json.loads(runs[1].out)["seen"] == 1
+
+
+# -- submit -----------------------------------------------------------------------------------
+
+
+def test_submit_then_status_counts_waiting_seen_and_queued(redis_url: str, crawl_name: str) -> None:
+    """Submitted URLs wait in the queue and are counted as seen and queued."""
+    urls = ["http://a.example/", "http://a.example/2", "http://b.example/"]
+    out = assert_ok(hashcrawl("submit", *at(redis_url, crawl_name), *urls))
+    assert out == "submitted 3 new URLs\n"
+    doc = status(redis_url, crawl_name)
+    assert (doc["waiting"], doc["seen"], doc["queued"], doc["held"]) == (3, 3, 3, 0)
+
+
+def test_submitting_a_seen_url_again_adds_nothing(redis_url: str, crawl_name: str) -> None:
+    """The seen filter leaves a URL out the second time, however it is spelled."""
+    assert_ok(hashcrawl("submit", *at(redis_url, crawl_name), "http://a.example/x"))
+    again = hashcrawl("submit", *at(redis_url, crawl_name), "HTTP://A.example:80/x#frag")
+    assert assert_ok(again) == "submitted 0 new URLs\n"
+    doc = status(redis_url, crawl_name)
+    assert (doc["waiting"], doc["seen"], doc["queued"]) == (1, 1, 1)
+
+
+def test_dont_filter_submits_a_seen_url_again(redis_url: str, crawl_name: str) -> None:
+    """--dont-filter puts a seen URL in the queue again: queued grows past seen."""
+    assert_ok(hashcrawl("submit", *at(redis_url, crawl_name), "http://a.example/"))
+    again = hashcrawl("submit", *at(redis_url, crawl_name), "--dont-filter", "http://a.example/")
+    assert assert_ok(again) == "submitted 1 new URLs\n"
+    doc = status(redis_url, crawl_name)
+    assert (doc["waiting"], doc["seen"], doc["queued"]) == (2, 1, 2)
+
+
+@pytest.mark.parametrize(
+    "bad", ["ftp://a.example/", "not a url", "http://user:pw-secret@a.example/", "-"]
+)
+def test_bad_url_among_arguments_exits_2_and_submits_nothing(
+    redis_url: str, crawl_name: str, bad: str
+) -> None:
+    """One bad URL anywhere in the arguments: exit 2, and none of the others went in."""
+    urls = ["http://a.example/1", bad, "http://a.example/2"]
+    result = hashcrawl("submit", *at(redis_url, crawl_name), *urls)
+    line = assert_one_line_error(result, 2)
+    assert "pw-secret" not in line
+    assert status(redis_url, crawl_name)["seen"] == 0
+
+
+def test_submit_from_stdin_reports_bad_lines_by_number_and_adds_the_rest(
+    redis_url: str, crawl_name: str
+) -> None:
+    """Bad lines are named with their line numbers; blank lines are skipped; exit 2."""
+    lines = ["http://a.example/1", "", "ftp://a.example/", "http://a.example/2", "junk", ""]
+    result = hashcrawl("submit", *at(redis_url, crawl_name), "-", stdin="\n".join(lines))
+    assert result.code == 2
+    errors = result.err.splitlines()
+    assert len(errors) == 2
+    assert errors[0].startswith("hashcrawl: line 3: ")
+    assert errors[1].startswith("hashcrawl: line 5: ")
+    assert result.out == "submitted 2 new URLs; 2 bad lines skipped\n"
+    assert status(redis_url, crawl_name)["seen"] == 2
+
+
+def test_submit_from_stdin_commits_a_batch_before_input_ends(
+    redis_url: str, crawl_name: str
+) -> None:
+    """A full batch of 1000 lines is in Redis while standard input is still open."""
+    inbox = f"hc:{{{crawl_name}}}:inbox"
+    read, write = os.pipe()
+    args = [sys.executable, "-m", "hashcrawl", "submit", *at(redis_url, crawl_name), "-"]
+    with (
+        subprocess.Popen(args, stdin=read, stdout=subprocess.PIPE) as process,
+        redis.Redis.from_url(redis_url) as client,
+    ):
+        os.close(read)
+        with open(write, "wb") as pipe:
+            pipe.write(b"".join(b"http://a.example/%d\n" % i for i in range(1000)))
+            pipe.flush()
+            # Blocks until the first entry arrives: no sleeping, no polling.
+            assert client.xread({inbox: "0"}, count=1, block=20_000)
+            assert client.xlen(inbox) == 1000
+            pipe.write(b"http://a.example/last\n")
+        out, _ = process.communicate(timeout=COMMAND_TIMEOUT)
+    assert (process.returncode, out) == (0, b"submitted 1001 new URLs\n")
+
+
+def _feed(pipe: int, lines: Iterable[str], failures: list[BaseException]) -> None:
+    """Write ``lines`` to the pipe's write end and close it, keeping any error for the test."""
+    try:
+        with open(pipe, "wb", buffering=1 << 16) as out:
+            for line in lines:
+                out.write(line.encode())
+    except BaseException as exc:  # the test re-raises it; a thread must not die loudly
+        failures.append(exc)
+
+
+def test_submit_from_stdin_takes_200000_urls_through_a_pipe(
+    redis_url: str, crawl_name: str
+) -> None:
+    """200,000 URLs streamed into ``submit -`` all go in, a batch at a time."""
+    count = 200_000
+    lines = (f"http://h{i % 97}.example/p/{i}\n" for i in range(count))
+    read, write = os.pipe()
+    failures: list[BaseException] = []
+    args = [sys.executable, "-m", "hashcrawl", "submit", *at(redis_url, crawl_name), "-"]
+    with subprocess.Popen(
+        args, stdin=read, stdout=subprocess.PIPE, stderr=subprocess.PIPE
+    ) as process:
+        os.close(read)
+        feeder = threading.Thread(target=_feed, args=(write, lines, failures))
+        feeder.start()
+        out, err = process.communicate(timeout=COMMAND_TIMEOUT)
+        feeder.join()
+    assert not failures
+    assert (process.returncode, out, err) == (0, b"submitted 200000 new URLs\n", b"")
+    doc = status(redis_url, crawl_name)
+    assert (doc["seen"], doc["queued"], doc["waiting"]) == (count, count, count)
+
+
+# -- status -----------------------------------------------------------------------------------
+
+
+def test_status_text_lists_every_count(redis_url: str, crawl_name: str) -> None:
+    """The text form has a ``key: value`` line for each count, matching the JSON form."""
+    assert_ok(hashcrawl("submit", *at(redis_url, crawl_name), "http://a.example/"))
+    out = assert_ok(hashcrawl("status", *at(redis_url, crawl_name)))
+    shown = dict(line.split(": ", 1) for line in out.splitlines())
+    assert set(TEXT_STATUS_KEYS) <= shown.keys()
+    doc = status(redis_url, crawl_name)
+    for key in TEXT_STATUS_KEYS:
+        assert shown[key] == str(doc[key])
+    assert (shown["waiting"], shown["seen"], shown["ended"]) == ("1", "1", "False")
+
+
+def test_status_json_is_valid_json_with_every_key(redis_url: str, crawl_name: str) -> None:
+    """--json prints one JSON object with the counts and the member list."""
+    doc = status(redis_url, crawl_name)
+    assert set(TEXT_STATUS_KEYS) | {"members", "crawl", "queued"} <= doc.keys()
+    assert doc["crawl"] == crawl_name
+    assert doc["members"] == []
+    assert doc["ended"] is True
+
+
+def _read_until(stream: Any, text: str, *, timeout: float) -> str:
+    """Read a process's stream until a line containing ``text``; returns that line."""
+    buffer = b""
+    deadline = time.monotonic() + timeout
+    with selectors.DefaultSelector() as selector:
+        selector.register(stream, selectors.EVENT_READ)
+        while time.monotonic() < deadline:
+            if not selector.select(deadline - time.monotonic()):
+                break
+            chunk = os.read(stream.fileno(), 4096)
+            if not chunk:
+                break
+            buffer += chunk
+            for line in buffer.decode(errors="replace").splitlines():
+                if text in line:
+                    return line
+    raise AssertionError(f"no line with {text!r} in: {buffer.decode(errors='replace')}")
+
+
+def test_status_shows_a_joined_worker_and_what_it_fetched(redis_url: str, crawl_name: str) -> None:
+    """A running worker is a member (id, hosts, fetched); after it stops, totals remain."""
+    site = generate_site(pages=6, hosts=2, seed=5, port=0)
+    args = [sys.executable, "-m", "hashcrawl", "join", *at(redis_url, crawl_name)]
+    args += ["--delay", "0", "--idle", "none", "--lease", "10", "-v"]
+    with SiteServer(site) as server:
+        assert_ok(hashcrawl("submit", *at(redis_url, crawl_name), server.site.root))
+        with subprocess.Popen(args, stderr=subprocess.PIPE) as worker:
+            try:
+                joined = _read_until(worker.stderr, "joined crawl", timeout=30)
+                worker_id = joined.split()[1]
+                pages = len(server.site.expected())
+                assert server.wait_for_requests(pages + len(site.hosts), timeout=30)
+                doc = status(redis_url, crawl_name)
+                text = assert_ok(hashcrawl("status", *at(redis_url, crawl_name)))
+            finally:
+                worker.send_signal(signal.SIGTERM)
+                worker.communicate(timeout=COMMAND_TIMEOUT)
+        fetched = sum(not r.is_robots for r in server.requests())
+    assert worker.returncode == 0
+    assert doc["workers"] == 1
+    (member,) = doc["members"]
+    assert member["id"] == worker_id
+    assert isinstance(member["hosts"], int) and isinstance(member["fetched"], int)
+    assert f"  {worker_id}: " in text
+    after = status(redis_url, crawl_name)
+    assert (after["workers"], after["members"], after["ended"]) == (0, [], True)
+    assert after["fetched"] == fetched == pages
+
+
+def test_status_counts_entries_parked_by_a_stopped_worker_as_waiting(
+    redis_url: str, crawl_name: str
+) -> None:
+    """A worker whose buffer overflowed parks entries in Redis; status still counts them.
+
+    With --max-buffer 5, a one-host site's links overflow into the host's park set. Once
+    the worker has stopped, everything the crawl still has to do sits in the inbox or a
+    park set, and ``waiting`` must count both, or an operator reads a half-done crawl
+    as nearly (or entirely: ``ended``) finished and clears it.
+    """
+    site = generate_site(pages=60, hosts=1, seed=5, port=0)
+    args = [sys.executable, "-m", "hashcrawl", "join", *at(redis_url, crawl_name)]
+    args += ["--delay", "0.01", "--idle", "none", "--max-buffer", "5", "--grace", "1"]
+    with SiteServer(site) as server:
+        assert_ok(hashcrawl("submit", *at(redis_url, crawl_name), server.site.root))
+        with subprocess.Popen(args, stderr=subprocess.DEVNULL) as worker:
+            try:
+                assert server.wait_for_requests(12, timeout=30)
+            finally:
+                worker.send_signal(signal.SIGTERM)
+                worker.wait(timeout=COMMAND_TIMEOUT)
+    assert worker.returncode == 0
+    with redis.Redis.from_url(redis_url) as client:
+        prefix = f"hc:{{{crawl_name}}}:"
+        parked = sum(client.zcard(key) for key in client.scan_iter(match=f"{prefix}park:*"))
+        streams = client.scan_iter(match=f"{prefix}*", _type="stream")
+        in_streams = sum(client.xlen(key) for key in streams)
+    assert parked > 0, "the worker parked nothing: the test did not reach its case"
+    doc = status(redis_url, crawl_name)
+    assert (doc["workers"], doc["held"]) == (0, 0)
+    assert doc["waiting"] == in_streams + parked
+    assert doc["ended"] is False
+
+
+# -- clear ------------------------------------------------------------------------------------
+
+
+def test_clear_deletes_every_key_of_the_crawl_and_only_that_crawl(
+    redis_url: str, crawl_name: str
+) -> None:
+    """clear removes the crawl's keys; another crawl on the same server keeps all of its."""
+    other = crawl_name + "-other"
+    assert_ok(hashcrawl("submit", *at(redis_url, crawl_name), "http://a.example/"))
+    assert_ok(hashcrawl("submit", *at(redis_url, other), "http://a.example/", "http://b/"))
+    with redis.Redis.from_url(redis_url) as client:
+        mine, theirs = crawl_keys(client, crawl_name), crawl_keys(client, other)
+        assert mine and theirs
+        out = assert_ok(hashcrawl("clear", *at(redis_url, crawl_name)))
+        assert out == f"deleted {len(mine)} keys\n"
+        assert crawl_keys(client, crawl_name) == set()
+        assert crawl_keys(client, other) == theirs
+    assert status(redis_url, other)["seen"] == 2
+    assert status(redis_url, crawl_name)["seen"] == 0
+    assert_ok(hashcrawl("clear", *at(redis_url, other)))
+
+
+# -- redis+unix:// ---------------------------------------------------------------------------
+
+
+def test_unix_socket_url_works_end_to_end(tmp_path: Path) -> None:
+    """submit, status and clear over redis+unix://, password in the query, never echoed."""
+    with RedisServer(directory=tmp_path / "r", unix_socket=True, password=SECRET) as server:
+        url = server.url
+        assert url.startswith("redis+unix://") and SECRET in url
+        runs = [hashcrawl("submit", "--redis", url, "http://a.example/", "http://b.example/")]
+        runs.append(hashcrawl("status", "--redis", url, "--json"))
+        assert json.loads(runs[-1].out)["seen"] == 2
+        runs.append(hashcrawl("clear", "--redis", url))
+        runs.append(hashcrawl("status", "--redis", url, "--json"))
+        assert json.loads(runs[-1].out)["seen"] == 0
+    for result in runs:
+        assert_ok(result)
+        assert SECRET not in result.out
+
+
+def test_unix_socket_in_a_directory_with_a_space_is_reachable(tmp_path: Path) -> None:
+    """RedisServer.url percent-encodes a space in the socket path; the CLI must decode it."""
+    with RedisServer(directory=tmp_path / "my redis", unix_socket=True) as server:
+        assert "%20" in server.url
+        assert_ok(hashcrawl("status", "--redis", server.url))
+
+
+# -- crawl ------------------------------------------------------------------------------------
+
+
+def _items(path: Path) -> list[str]:
+    return [json.loads(line)["url"] for line in path.read_text().splitlines()]
+
+
+def _page_requests(server: SiteServer, start: int = 0) -> list[str]:
+    return [r.url for r in server.requests()[start:] if not r.is_robots]
+
+
+def _crawl(site: Site, output: Path, state: Path, *, workers: int = 2, idle: float = 1) -> Result:
+    flags = ["--workers", str(workers), "--delay", "0.02", "--idle", str(idle)]
+    return hashcrawl("crawl", site.root, "-o", str(output), *flags, "--state-dir", str(state))
+
+
+def test_crawl_fetches_every_page_once_and_a_rerun_fetches_nothing(tmp_path: Path) -> None:
+    """``hashcrawl crawl`` gets the whole site without duplicates; the seen filter persists.
+
+    The second run on the same --state-dir restarts the private Redis from its AOF, finds
+    the start URL seen, and ends without a page request.
+    """
+    site = generate_site(pages=100, hosts=4, seed=11, port=0)
+    output, state = tmp_path / "items.jsonl", tmp_path / "state"
+    with SiteServer(site) as server:
+        assert_ok(_crawl(server.site, output, state))
+        expected = server.site.expected()
+        verdict = judge(server.site, server.requests(), [output], delay=0.02)
+        requested = _page_requests(server)
+        assert verdict.missing == ()
+        assert verdict.missing_from_output == ()
+        assert (verdict.duplicates, verdict.unexpected, verdict.forbidden_fetched) == (0, (), ())
+        assert collections.Counter(_items(output)) == collections.Counter(expected)
+        assert sorted(requested) == sorted(expected)
+
+        logged = len(server.requests())
+        assert_ok(_crawl(server.site, output, state))
+        assert _page_requests(server, logged) == []
+    assert len(_items(output)) == len(expected)
+
+
+def test_crawl_state_dir_with_a_space_works(tmp_path: Path) -> None:
+    """A --state-dir with a space in its path is a usable place for the private Redis."""
+    site = generate_site(pages=3, hosts=1, seed=2, port=0)
+    output, state = tmp_path / "items.jsonl", tmp_path / "crawl state"
+    with SiteServer(site) as server:
+        result = _crawl(server.site, output, state, workers=1, idle=0.5)
+        expected = server.site.expected()
+    assert_ok(result)
+    assert set(_items(output)) == expected
