@@ -205,7 +205,7 @@ def settings_from(args: argparse.Namespace) -> Settings:
 
 
 def cmd_join(args: argparse.Namespace) -> int:
-    from ._worker import Worker
+    from ._worker import Worker, unwrapped
 
     settings = settings_from(args)
     url = RedisURL.parse(args.redis)
@@ -220,7 +220,7 @@ def cmd_join(args: argparse.Namespace) -> int:
     )
 
     async def main() -> None:
-        async with trio.open_nursery() as nursery:
+        async with unwrapped(), trio.open_nursery() as nursery:
             nursery.start_soon(_stop_on_signals, worker, nursery.cancel_scope)
             await worker.run()
             nursery.cancel_scope.cancel()

@@ -342,7 +342,8 @@ class Store:
         streams = [self.stream_of(m) for m in members] + list(r.smembers(self.key("orphans")))
         streams.append(self.inbox)
         held = sum(_pending(r, s) for s in streams)
-        queued_now = sum(r.xlen(s) for s in streams)
+        parked = sum(r.zcard(self.key("park:" + h)) for h in r.smembers(self.key("parked")))
+        queued_now = sum(r.xlen(s) for s in streams) + parked
         stats = r.hgetall(self.key("stats"))
         workers = [self._worker_view(m, beats.get(m)) for m in members]
         totals = self._totals(r.smembers(self.key("workers")))
@@ -358,7 +359,7 @@ class Store:
             "failed": totals.get("failed", 0),
             "dead": r.hlen(self.key("dead")),
             "leases_reclaimed": int(stats.get("leases_reclaimed", 0)),
-            "queue_bad": totals.get("queue_bad", 0),
+            "queue_bad": int(stats.get("queue_bad", 0)),
             "epoch": epoch,
             "ended": queued_now == 0 and not members,
         }

@@ -53,7 +53,7 @@ UNPARK_BELOW = 4  # a parked host with fewer queued takes some back
 
 
 @contextlib.asynccontextmanager
-async def _unwrapped() -> AsyncIterator[None]:
+async def unwrapped() -> AsyncIterator[None]:
     """Let the error that ended a session through as itself, not inside a group."""
     try:
         yield
@@ -120,7 +120,6 @@ class Counters:
     failed: int = 0
     items: int = 0
     robots_denied: int = 0
-    queue_bad: int = 0
     retried: int = 0
     dead: int = 0
     fenced: int = 0
@@ -301,7 +300,7 @@ class _Session:
     async def run(self) -> None:
         await self.begin()
         try:
-            async with _unwrapped(), trio.open_nursery() as nursery:
+            async with unwrapped(), trio.open_nursery() as nursery:
                 self.nursery = nursery
                 nursery.start_soon(self.heartbeat_loop)
                 nursery.start_soon(self.reader_loop)
@@ -391,7 +390,7 @@ class _Session:
                 raise QueueError(
                     f"{exc}; gave up after a lease ({self.s.lease:g} s) without a heartbeat"
                 ) from None
-            log.warning("heartbeat failed: %s", exc)
+            log.info("heartbeat failed: %s", exc)
             return None
         if not beat.alive:
             raise Fenced(
@@ -476,7 +475,6 @@ class _Session:
                     raise BadEntry(f"entry names an unknown callback: {entry.callback!r:.80}")
             except (BadEntry, InvalidURL) as exc:
                 log.warning("dropping a bad entry %s: %s", eid, exc)
-                self.counters.queue_bad += 1
                 self.outcomes.append(Outcome.bad(eid))
                 continue
             held = Held(eid, entry, host)
@@ -792,7 +790,8 @@ class _Session:
         worker that fetches it ends in the dead letters instead of killing them all.
         """
         own = stream == self.stream
-        dying = set() if own else await self.persist(self.store.in_flight_of, stream)
+        departed = not own and stream != self.store.inbox
+        dying = await self.persist(self.store.in_flight_of, stream) if departed else set()
         while True:
             got = await self.persist(self.store.entries, stream, count=500)
             if not got:
@@ -801,7 +800,7 @@ class _Session:
                 continue
             epoch, members = await self.persist(self.store.members)
             batch = Batch(worker="" if own else self.id, epoch=epoch, src=stream)
-            self.route_orphans(batch, Ring.of(epoch, members), got, dying if not own else None)
+            self.route_orphans(batch, Ring.of(epoch, members), got, dying if departed else None)
             result = await self.persist(self.store.commit, batch)
             if result.status == "fenced":
                 raise Fenced(f"worker {self.id} lost its membership while draining")

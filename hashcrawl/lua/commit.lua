@@ -1,3 +1,4 @@
+#!lua
 -- commit: the one atomic step that finishes work and routes what it found.
 -- It acknowledges entries of one stream, moves entries between streams, appends new
 -- entries that pass the seen filter, and records pacing, dead letters and counters,

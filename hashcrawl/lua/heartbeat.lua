@@ -1,3 +1,4 @@
+#!lua
 -- heartbeat: renew this worker's membership, expire silent members, report the fleet.
 -- KEYS: none (every key is P .. suffix, all in one {crawl} hash slot)
 --   P..'members'     ZSET  worker -> last heartbeat, server ms          (join, heartbeat)
@@ -5,7 +6,8 @@
 --   P..'epoch'       STRING membership epoch, +1 on every change        (join, leave, expiry)
 --   P..'orphans'     SET   streams of departed workers, to be drained   (leave, expiry)
 --   P..'inbox'       STREAM submissions made while no worker was alive  (commit)
---   P..'outstanding' STRING entries waiting or held, fleet-wide         (commit)
+--   P..'outstanding' STRING entries waiting or held, fleet-wide (commit); recounted here
+--   P..'parked', P..'park:'..host  read when recounting
 --   P..'idle_since'  STRING server ms since which nothing was outstanding
 --   P..'stats'       HASH  fleet counters (leases_reclaimed here)
 --   P..'w:'..worker  HASH  the worker's own counters, replaced wholesale
@@ -61,6 +63,19 @@ if redis.call('XLEN', P .. 'inbox') > 0 then
   orphans = orphans + 1  -- submissions made while nobody was alive wait there
 end
 local outstanding = tonumber(redis.call('GET', P .. 'outstanding') or '0')
+if outstanding <= 0 and orphans == 0 then
+  -- Before calling the crawl idle, count for real: entries written by hand (or lost
+  -- with a Redis that restarted without persistence) must not end a crawl early.
+  local actual = 0
+  for _, m in ipairs(members) do actual = actual + redis.call('XLEN', P .. 'q:' .. m) end
+  for _, h in ipairs(redis.call('SMEMBERS', P .. 'parked')) do
+    actual = actual + redis.call('ZCARD', P .. 'park:' .. h)
+  end
+  if actual ~= outstanding then
+    redis.call('SET', P .. 'outstanding', actual)
+    outstanding = actual
+  end
+end
 local idle_since = -1
 if outstanding <= 0 and orphans == 0 then
   idle_since = tonumber(redis.call('GET', P .. 'idle_since') or '-1')

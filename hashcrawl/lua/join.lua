@@ -1,3 +1,4 @@
+#!lua
 -- join: add a worker to the ring, with an empty stream and consumer group of its own.
 --   P..'members' ZSET, P..'applied' HASH, P..'epoch' STRING, P..'workers' SET (every id
 --   that ever joined, for fleet totals), P..'q:'..worker STREAM with group 'g'.

@@ -1,3 +1,4 @@
+#!lua
 -- leave: take a worker out of the ring at once; its stream becomes an orphan to drain.
 -- ARGV: P, worker, then host/pace pairs for P..'pace' (the hosts' pacing, carried over)
 -- Returns the new epoch, or 0 when the worker was no longer a member.

@@ -1,3 +1,4 @@
+#!lua
 -- release: forget a departed worker's stream once it has been drained.
 --   KEYS[1] the stream; P..'orphans' SET loses it.
 -- ARGV: P. Returns 1 when released, 0 when entries are still there.

@@ -1,3 +1,4 @@
+#!lua
 -- unpark: bring the first entries of a host's overflow set back into its owner's stream.
 --   P..'members' ZSET, P..'epoch' STRING: checked, as in commit (fenced or stale)
 --   P..'park:'..host ZSET: ZPOPMIN; P..'parked' SET: loses the host once its set is empty

@@ -1,0 +1,218 @@
+"""Bad entries, failing and poisonous pages, stop limits, and Redis restarting or refusing."""
+
+from __future__ import annotations
+
+import json
+import signal
+import textwrap
+from pathlib import Path
+
+import redis as redis_py
+import trio
+
+from hashcrawl._server import RedisServer
+from tests.fleet import (
+    Crew,
+    Processes,
+    crawl_in_process,
+    fast_settings,
+    flags,
+    host,
+    href,
+    make_site,
+    one_line_about_redis,
+    page,
+    request_counts,
+    status_of,
+    tree_site,
+    wait_until,
+)
+from tests.testsite import SiteServer
+
+
+def _two_host_site(pages: int = 12):
+    resources = {
+        (host(0), "/"): page("root", *[href(host(i % 2), f"/p/{i}.html") for i in range(pages)])
+    }
+    for i in range(pages):
+        resources[host(i % 2), f"/p/{i}.html"] = page(f"page {i}")
+    return make_site(resources)
+
+
+async def test_unreadable_entries_are_dropped_counted_and_crash_nothing(
+    redis_url, crawl_name, tmp_path
+):
+    """Garbage written into the queue by hand is dropped and counted as queue_bad."""
+    with SiteServer(_two_host_site()) as server:
+        raw = redis_py.Redis.from_url(redis_url)
+        inbox = f"hc:{{{crawl_name}}}:inbox"
+        raw.xadd(inbox, {"r": "not json at all"})
+        raw.xadd(inbox, {"other": "field"})
+        raw.xadd(inbox, {"r": json.dumps({"u": "ftp://x.example/"})})
+        raw.close()
+        crew = Crew(redis_url, crawl_name, tmp_path)
+        await crawl_in_process(crew, [fast_settings(idle=2)], [server.site.root])
+        counts = request_counts(server.requests())
+    assert status_of(redis_url, crawl_name)["queue_bad"] == 3
+    assert set(counts) == set(server.site.expected())
+    assert max(counts.values()) == 1
+
+
+async def test_a_page_that_keeps_failing_is_dead_lettered_and_can_be_retried(
+    redis_url, crawl_name, tmp_path
+):
+    """A page whose host refuses connections ends in the dead letters; retry-dead puts it back."""
+    dead_url = "http://127.0.0.250:9/never.html"  # the discard port: nobody listens there
+    resources = {(host(0), "/"): page("root", href(host(0), "/ok.html"), dead_url)}
+    resources[host(0), "/ok.html"] = page("ok")
+    with SiteServer(make_site(resources)) as server:
+        crew = Crew(redis_url, crawl_name, tmp_path)
+        await crawl_in_process(
+            crew, [fast_settings(max_attempts=2, timeout=2.0, idle=2)], [server.site.root]
+        )
+        from hashcrawl import Queue
+
+        with Queue(redis_url, crawl_name) as queue:
+            dead = queue.dead()
+            assert list(dead) == [dead_url]
+            assert "2 attempts" in dead[dead_url] or dead[dead_url]
+            assert queue.retry_dead() == 1
+            assert queue.dead() == {}
+            assert queue.status()["waiting"] == 1
+    assert request_counts(server.requests())[f"{server.site.root}ok.html"] == 1
+
+
+async def test_max_pages_stops_one_worker_and_the_others_finish_its_hosts(
+    redis_url, crawl_name, tmp_path
+):
+    """A worker at --max-pages stops and hands its hosts back; nothing is lost or repeated."""
+    site, _ = tree_site(hosts=4, fanout=4, levels=3)
+    with SiteServer(site) as server:
+        crew = Crew(redis_url, crawl_name, tmp_path)
+        settings = [fast_settings(max_pages=5, idle=2), fast_settings(idle=2)]
+        await crawl_in_process(crew, settings, [server.site.root])
+        counts = request_counts(server.requests())
+    assert crew.workers[0].counters.fetched <= 5 + crew.workers[0].settings.concurrency
+    assert set(counts) == set(server.site.expected())
+    assert max(counts.values()) == 1
+    assert status_of(redis_url, crawl_name)["leases_reclaimed"] == 0
+
+
+POISON_SPIDER = """
+import os
+import hashcrawl
+
+class Poisoned(hashcrawl.Spider):
+    def parse(self, response):
+        if response.url.endswith("/poison.html"):
+            os._exit(3)  # the parser crashes the whole process, every time
+        yield {"url": response.url}
+        yield from response.links()
+"""
+
+
+def test_a_page_that_kills_every_worker_ends_in_the_dead_letters(redis_url, crawl_name, tmp_path):
+    """A page whose parse kills its worker is dead-lettered after --max-attempts deaths."""
+    spider = tmp_path / "poisoned.py"
+    spider.write_text(textwrap.dedent(POISON_SPIDER))
+    links = [href(host(i % 3), f"/p/{i}.html") for i in range(9)] + [href(host(1), "/poison.html")]
+    resources = {(host(0), "/"): page("root", *links)}
+    for i in range(9):
+        resources[host(i % 3), f"/p/{i}.html"] = page(f"page {i}")
+    resources[host(1), "/poison.html"] = page("poison")
+    worker_flags = ["--spider", str(spider), *flags(delay=0.02, lease=1.5, idle=1, max_attempts=2)]
+    with (
+        SiteServer(make_site(resources)) as server,
+        Processes(redis_url, crawl_name, tmp_path) as fleet,
+    ):
+        fleet.join(*worker_flags)
+        wait_until(
+            lambda: status_of(redis_url, crawl_name)["workers"] == 1, what="the worker to join"
+        )
+        from hashcrawl import Queue
+
+        with Queue(redis_url, crawl_name) as queue:
+            queue.submit([server.site.root])
+        deaths = 0
+        # A supervisor (systemd, Kubernetes) restarts whatever dies; the crawl must end anyway.
+        while True:
+            process = fleet.started[-1]
+            code = process.wait(timeout=60)
+            if code == 0:
+                break
+            assert code == 3
+            deaths += 1
+            assert deaths <= 3, "the poison page kept killing workers"
+            fleet.join(*worker_flags)
+        with Queue(redis_url, crawl_name) as queue:
+            dead = queue.dead()
+        counts = request_counts(server.requests())
+    poison = f"http://{host(1)}:{server.site.port}/poison.html"
+    assert list(dead) == [poison]
+    assert deaths == 3  # the first death makes it a suspect, then one per attempt
+    assert all(counts[u] >= 1 for u in server.site.expected() if u != poison)
+
+
+def test_workers_carry_on_through_a_redis_restart_with_aof(tmp_path):
+    """Redis restarted mid-crawl with AOF on: workers reconnect, the crawl finishes complete."""
+    site, _ = tree_site(hosts=4, fanout=5, levels=3)
+    server_dir = tmp_path / "redis"
+    with (
+        RedisServer(directory=server_dir, appendonly=True, appendfsync="always") as redis_server,
+        SiteServer(site, latency=0.01) as server,
+        Processes(redis_server.url, "restart", tmp_path) as fleet,
+    ):
+        workers = [fleet.join(*flags(delay=0.02, lease=10, idle=1)) for _ in range(2)]
+        wait_until(
+            lambda: status_of(redis_server.url, "restart")["workers"] == 2, what="two workers"
+        )
+        from hashcrawl import Queue
+
+        with Queue(redis_server.url, "restart") as queue:
+            queue.submit([server.site.root])
+        expected = server.site.expected()
+        wait_until(lambda: len(server.requests()) > len(expected) // 3, what="a third of the crawl")
+        redis_server.restart()
+        codes = [w.wait(timeout=90) for w in workers]
+        counts = request_counts(server.requests())
+    assert codes == [0, 0]
+    assert set(counts) == set(expected)
+
+
+def test_a_redis_that_refuses_writes_stops_the_worker_with_one_line(tmp_path):
+    """Redis at maxmemory refusing every write: the worker exits 1 within a lease, one line."""
+    with RedisServer(directory=tmp_path / "redis", password="pw-refuse") as redis_server:
+        with Processes(redis_server.url, "refuse", tmp_path) as fleet:
+            worker = fleet.join(*flags(delay=0.02, lease=2, idle="none"))
+            wait_until(
+                lambda: status_of(redis_server.url, "refuse")["workers"] == 1, what="the worker"
+            )
+            raw = redis_py.Redis.from_url(redis_server.url)
+            raw.config_set("maxmemory-policy", "noeviction")
+            raw.config_set("maxmemory", "1")
+            code = worker.wait(timeout=30)
+            raw.config_set("maxmemory", "0")
+            raw.close()
+            lines = worker.stderr_lines()
+    assert code == 1
+    assert one_line_about_redis(lines, "pw-refuse"), lines
+
+
+def test_sigterm_during_a_redis_outage_still_exits(tmp_path):
+    """A worker asked to stop while Redis is paused exits within a lease, not never."""
+    with RedisServer(directory=tmp_path / "redis") as redis_server:
+        with Processes(redis_server.url, "outage", tmp_path) as fleet:
+            worker = fleet.join(*flags(delay=0.02, lease=2, idle="none"))
+            wait_until(
+                lambda: status_of(redis_server.url, "outage")["workers"] == 1, what="the worker"
+            )
+            redis_server.pause()
+            try:
+                worker.signal(signal.SIGTERM)
+                code = worker.wait(timeout=30)
+            finally:
+                redis_server.resume()
+    assert code in (0, 1)
+
+
+del Path, trio
