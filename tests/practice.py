@@ -96,7 +96,13 @@ def run_practice(
     return verdict, pool.exits
 
 
-def practice_failures(verdict: Verdict, exits: Sequence[WorkerExit]) -> list[str]:
+def practice_failures(
+    verdict: Verdict,
+    exits: Sequence[WorkerExit],
+    *,
+    max_duplicates: int = MAX_DUPLICATES,
+    max_robots_per_host: int = MAX_ROBOTS_PER_HOST,
+) -> list[str]:
     """The acceptance criteria the run missed, each as a sentence; empty if it passed."""
     checks = [
         (not verdict.missing, f"{len(verdict.missing)} expected URLs were never requested"),
@@ -104,13 +110,13 @@ def practice_failures(verdict: Verdict, exits: Sequence[WorkerExit]) -> list[str
         (verdict.too_close == 0, f"{verdict.too_close} request pairs came closer than the delay"),
         (not verdict.forbidden_fetched, f"{len(verdict.forbidden_fetched)} forbidden fetches"),
         (
-            verdict.robots_fetches_per_host <= MAX_ROBOTS_PER_HOST,
+            verdict.robots_fetches_per_host <= max_robots_per_host,
             f"robots.txt fetched {verdict.robots_fetches_per_host} times on one host "
-            f"(at most {MAX_ROBOTS_PER_HOST})",
+            f"(at most {max_robots_per_host})",
         ),
         (
-            verdict.duplicates <= MAX_DUPLICATES,
-            f"{verdict.duplicates} duplicate requests (at most {MAX_DUPLICATES})",
+            verdict.duplicates <= max_duplicates,
+            f"{verdict.duplicates} duplicate requests (at most {max_duplicates})",
         ),
     ]
     failures = [message for passed, message in checks if not passed]
@@ -142,15 +148,17 @@ def _crawl(
     pool.wait_all(deadline, lambda: f"{len(server.requests())} requests so far")
 
 
-def _wait_for_requests(server: SiteServer, pool: _Workers, target: int, deadline: float) -> bool:
+def _wait_for_requests(
+    server: SiteServer, pool: _Workers, target: int, deadline: float, *, step: str = "the kill"
+) -> bool:
     """Wait until the server has logged `target` requests; False if every worker exited first."""
-    pool.progress(f"waiting for {target} requests before the kill")
+    pool.progress(f"waiting for {target} requests before {step}")
     while time.monotonic() < deadline and pool.running():
         wait = min(_PROGRESS_EVERY, max(0.0, deadline - time.monotonic()))
         if server.wait_for_requests(target, timeout=wait):
             return True
         pool.progress(f"{len(server.requests())} requests so far")
-    pool.progress("no kill: the workers stopped or the time ran out first")
+    pool.progress(f"no {step.removeprefix('the ')}: the workers stopped or the time ran out first")
     return False
 
 

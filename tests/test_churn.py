@@ -1,0 +1,34 @@
+"""A small churn run: workers join, leave, stall past their lease, and Redis restarts."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from tests.churn import PAUSED, STOPPED, churn_failures, run_churn
+
+
+@pytest.mark.slow
+def test_churn_costs_no_pages_politeness_or_exit_status(tmp_path: Path) -> None:
+    """Through joins, SIGTERMs, an expelled-and-resumed worker and a Redis restart, every
+    page is fetched and written once (but what the paused worker held), politely spaced,
+    and every worker exits 0 by itself."""
+    churn = run_churn(
+        pages=1500,
+        hosts=20,
+        delay=0.1,
+        lease=4,
+        idle=2,
+        grace=5,
+        concurrency=16,
+        latency=0.05,
+        workdir=tmp_path,
+        timeout=120,
+        progress=lambda line: None,
+    )
+    assert churn_failures(churn) == [], "\n".join(churn.lines() + churn.verdict.lines())
+    assert churn.verdict.fetched == churn.verdict.expected
+    assert churn.verdict.unexpected == ()
+    assert {churn.roles[label] for label in STOPPED} == {"stopped with SIGTERM"}
+    assert [exit.code for exit in churn.exits if exit.label == PAUSED] == [0]
