@@ -136,6 +136,8 @@ class Handler:
         follows: list[Entry] = []
         for thing in await _results(parse(response)):
             if isinstance(thing, Request | str):
+                if isinstance(thing, Request) and not self._knows(thing.callback):
+                    raise ConfigError(f"Request names an unknown callback {thing.callback!r}")
                 follow = _as_entry(thing, response, held.entry.depth + 1)
                 if follow is not None:
                     follows.append(follow)
@@ -145,12 +147,15 @@ class Handler:
 
     def accepts(self, entry: Entry) -> bool:
         """Whether an entry's callback (if any) names a method this handler may call."""
-        if entry.callback is None:
+        return self._knows(entry.callback)
+
+    def _knows(self, name: str | None) -> bool:
+        if name is None:
             return True
         if self.callbacks is None:
             return False
         try:
-            self.callbacks(entry.callback)
+            self.callbacks(name)
         except ConfigError:
             return False
         return True

@@ -7,6 +7,7 @@ from collections.abc import Mapping
 from typing import Any
 
 import attrs
+import httpx
 
 from ._exceptions import ConfigError
 
@@ -42,12 +43,14 @@ class Request:
 class Response:
     """What a fetcher got for a request: status, headers and body.
 
+    Header names are case-insensitive, as in HTTP.
+
     ``url`` is where the body came from (after any redirect the fetcher followed itself).
     """
 
     url: str
     status: int
-    headers: Mapping[str, str]
+    headers: Mapping[str, str] = attrs.field(converter=lambda h: httpx.Headers(h))
     body: bytes
     request: Request
 

@@ -36,7 +36,8 @@ class Queue:
         joins. A URL seen before is left out unless ``dont_filter``.
 
         Raises:
-            InvalidURL: a URL is not an http(s) URL (those before it are already in).
+            InvalidURL: a URL is not an http(s) URL. Each batch of a thousand is checked
+                before it goes in: earlier batches are in, this one and later ones are not.
             QueueError: Redis could not be reached.
         """
         return submit_urls(self._store, urls, priority=priority, dont_filter=dont_filter)

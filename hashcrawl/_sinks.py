@@ -43,14 +43,20 @@ def as_dict(item: Any) -> Mapping[str, Any]:
 
 
 class JsonLinesSink:
-    """One JSON object per line, appended with single writes to an O_APPEND file.
+    """One JSON object per line, appended with single writes to an O_APPEND file (the default).
 
     Several workers on one machine may share a file: each batch lands whole.
     """
 
     def __init__(self, path: str | os.PathLike[str]) -> None:
+        """Args:
+        path: the file to append to; "-" for standard output.
+        """
         self.path = os.fspath(path)
-        self._fd = os.open(self.path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
+        if self.path == "-":
+            self._fd = os.dup(1)
+        else:
+            self._fd = os.open(self.path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
         self._pending: list[str] = []
 
     def write(self, items: Sequence[Mapping[str, Any]]) -> None:
@@ -116,9 +122,12 @@ class NullSink:
 
 
 def sink_for(path: str | None) -> Sink:
-    """The built-in sink for an output path: CSV for ``.csv``, JSON Lines otherwise."""
+    """The built-in sink for an output path: CSV for ``.csv``, JSON Lines otherwise.
+
+    Without a path, items go to standard output as JSON Lines.
+    """
     if path is None:
-        return NullSink()
+        return JsonLinesSink("-")
     if path.endswith(".csv"):
         return CsvSink(path)
     return JsonLinesSink(path)

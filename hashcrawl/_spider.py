@@ -30,7 +30,7 @@ class Spider:
         yield {"url": response.request.url, "status": response.status, "title": response.title()}
         yield from response.links()
 
-    def callback(self, name: str) -> Callable[[Response], Any]:
+    def _callback(self, name: str) -> Callable[[Response], Any]:
         """The method an entry names, if it may be named.
 
         Raises:

@@ -36,7 +36,7 @@ from ._models import Request
 from ._queue import submit_urls
 from ._redisurl import RedisURL, check_crawl_name
 from ._ring import Ring
-from ._robots import Robots, robots_for_status, robots_url
+from ._robots import Robots, parse_retry_after, robots_for_status, robots_url
 from ._settings import Settings
 from ._sinks import Sink, sink_for
 from ._spider import Spider
@@ -160,10 +160,10 @@ class Worker:
         if parse is not None and self.spider is not None:
             raise ConfigError("give a Worker either parse or spider, not both")
         if self.spider is not None:
-            self.handler = Handler(self.spider.parse, callbacks=self.spider.callback)
+            self.handler = Handler(self.spider.parse, callbacks=self.spider._callback)
         else:
             self.handler = Handler(parse)
-        self.sink = sink or sink_for(None)
+        self.sink = sink if sink is not None else sink_for("-")
         self.counters = Counters()
         self._stop_requested = False
 
@@ -250,6 +250,7 @@ class _Session:
         self.counters = worker.counters = Counters()
         self.parked: set[str] = set()
         self.suspects: set[str] = set()
+        self.isolating = False
         self.items_pending = 0
         self.started = trio.current_time()
 
@@ -557,11 +558,24 @@ class _Session:
 
     def may_fetch(self, host: Host) -> bool:
         return (
-            host.paced
+            self.suspect_may_start(host)
+            and host.paced
             and self.settled >= host.since
             and self.ring.epoch == self.latest.epoch
             and self.latest.owner_of(host.name) == self.id
         )
+
+    def suspect_may_start(self, host: Host) -> bool:
+        """A suspect already blamed for a death is fetched alone among suspects.
+
+        Then if it kills this worker too, the in-flight record names it and no other.
+        """
+        if not host.queue:
+            return True
+        entry = host.queue[0][2].entry
+        if not entry.suspect:
+            return True
+        return not self.isolating and not (entry.attempts and self.suspects)
 
     def fresh(self) -> bool:
         return self.now() - self.confirmed_at < self.s.fresh_for
@@ -598,11 +612,14 @@ class _Session:
         try:
             if held.entry.suspect:
                 self.suspects.add(held.eid)
+                self.isolating = self.isolating or held.entry.attempts > 0
                 await self.persist(self.store.note_in_flight, self.id, sorted(self.suspects))
             outcome = await self.fetch_and_handle(held)
         finally:
             self.in_flight -= 1
             self.suspects.discard(held.eid)
+            if held.entry.suspect and held.entry.attempts > 0:
+                self.isolating = False
             self.poke()
         if outcome is not None:
             self.outcomes.append(outcome)
@@ -652,7 +669,9 @@ class _Session:
         )
         try:
             response = await self.fetcher.fetch(request)
-        except FetchError as exc:
+        except Exception as exc:  # a user's fetcher may raise anything: a failed page
+            if not isinstance(exc, FetchError):
+                log.exception("fetcher failed on %s", held.entry.url)
             self.frontier.done(held.host, self.now())
             self.counters.failed += 1
             # A failing host is given time: 1, 2, 4... seconds, at most a minute.
@@ -660,19 +679,32 @@ class _Session:
             return Outcome.retry(held, str(exc))
         self.frontier.done(held.host, self.now())
         self.counters.fetched += 1
-        return await self.w.handler.handle(self, held, response)
+        try:
+            return await self.w.handler.handle(self, held, response)
+        except Exception as exc:  # a parse callback's bug fails its page, not the worker
+            log.exception("parsing %s failed", held.entry.url)
+            return Outcome.retry(held, f"{type(exc).__name__}: {exc}")
 
     async def fetch_robots(self, held: Held) -> None:
+        """Fetch and keep a host's robots.txt; a server error backs the host off instead.
+
+        Google's rule: a 5xx or 429 means "assume everything is disallowed for now", so
+        the host's pages wait and robots.txt is asked for again after the backoff.
+        """
         url = robots_url(held.entry.url)
         try:
             response = await self.fetcher.fetch(Request(url))
-            robots = robots_for_status(response.status, response.text, self.s.user_agent)
         except FetchError:
-            robots = Robots.allow_all()
+            self.robots[held.host] = Robots.allow_all()  # unreachable robots.txt: Scrapy's rule
+            return
+        if response.status == 429 or response.status >= 500:
+            wait = parse_retry_after(response.headers.get("retry-after"), time.time())
+            self.frontier.back_off(held.host, self.now() + (wait if wait is not None else 60.0))
+            return
+        robots = robots_for_status(response.status, response.text, self.s.user_agent)
         self.robots[held.host] = robots
-        delay = robots.crawl_delay
-        if delay:
-            self.frontier.hosts[held.host].crawl_delay = min(delay, self.s.lease / 2)
+        if robots.crawl_delay:
+            self.frontier.hosts[held.host].crawl_delay = min(robots.crawl_delay, self.s.lease / 2)
 
     # -- committing --------------------------------------------------------------------
 

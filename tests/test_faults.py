@@ -120,7 +120,7 @@ def test_a_page_that_kills_every_worker_ends_in_the_dead_letters(redis_url, craw
     for i in range(9):
         resources[host(i % 3), f"/p/{i}.html"] = page(f"page {i}")
     resources[host(1), "/poison.html"] = page("poison")
-    worker_flags = ["--spider", str(spider), *flags(delay=0.02, lease=1.5, idle=1, max_attempts=2)]
+    worker_flags = ["-v", "--spider", str(spider), *flags(delay=0.02, lease=1.5, idle=1, max_attempts=2)]
     with (
         SiteServer(make_site(resources)) as server,
         Processes(redis_url, crawl_name, tmp_path) as fleet,
