@@ -4,8 +4,6 @@ Every host has one owner on a consistent-hash ring of the live workers; links tr
 to their owner's Redis stream; a consumer group's pending entries are the leases.
 """
 
-__version__ = "0.1.0"
-
 from ._exceptions import (
     ConfigError,
     Fenced,
@@ -20,6 +18,7 @@ from ._queue import Queue
 from ._settings import Settings
 from ._sinks import CsvSink, JsonLinesSink, Sink
 from ._spider import Spider
+from ._version import __version__
 from ._worker import Worker
 
 __all__ = [

@@ -21,13 +21,13 @@ from typing import Any, NoReturn
 import attrs
 import trio
 
-from . import __version__
 from ._exceptions import ConfigError, HashcrawlError, QueueError
 from ._queue import Queue
 from ._redisurl import RedisURL, check_crawl_name
 from ._settings import Settings
 from ._sinks import sink_for
 from ._spider import load_spider
+from ._version import __version__
 
 log = logging.getLogger("hashcrawl")
 DEFAULT_CRAWL = "default"
@@ -364,7 +364,12 @@ def _run_workers(args: argparse.Namespace, redis_url: str) -> int:
         *passed,
     ]
     processes = [subprocess.Popen(command) for _ in range(args.workers)]
-    previous = signal.signal(signal.SIGTERM, lambda *_: [p.terminate() for p in processes])
+
+    def forward(*_: object) -> None:
+        for process in processes:
+            process.terminate()
+
+    previous = signal.signal(signal.SIGTERM, forward)
     try:
         codes = [p.wait() for p in processes]
     except KeyboardInterrupt:

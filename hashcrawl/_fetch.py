@@ -10,11 +10,9 @@ from typing import Protocol, runtime_checkable
 
 import httpx
 
-from . import __version__
 from ._exceptions import FetchError
 from ._models import Request, Response
-
-DEFAULT_USER_AGENT = f"hashcrawl/{__version__} (+https://pypi.org/project/hashcrawl/)"
+from ._version import DEFAULT_USER_AGENT
 
 
 @runtime_checkable

@@ -50,7 +50,7 @@ class Response:
 
     url: str
     status: int
-    headers: Mapping[str, str] = attrs.field(converter=lambda h: httpx.Headers(h))
+    headers: Mapping[str, str] = attrs.field(converter=httpx.Headers)
     body: bytes
     request: Request
 

@@ -7,7 +7,7 @@ from typing import Any
 import attrs
 
 from ._exceptions import ConfigError
-from ._fetch import DEFAULT_USER_AGENT
+from ._version import DEFAULT_USER_AGENT
 
 
 def _positive(_: object, attribute: attrs.Attribute[Any], value: float | None) -> None:
@@ -42,7 +42,7 @@ class Settings:
     idle: float | None = 30.0
     lease: float = attrs.field(default=60.0, validator=_positive)
     grace: float = attrs.field(default=30.0, validator=_not_negative)
-    user_agent: str = DEFAULT_USER_AGENT
+    user_agent: str = attrs.field(default=DEFAULT_USER_AGENT)
     allow_domains: tuple[str, ...] = attrs.field(default=(), converter=tuple)
     max_depth: int | None = None
     max_attempts: int = attrs.field(default=4, validator=_positive)

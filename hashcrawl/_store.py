@@ -183,19 +183,21 @@ class Store:
         self.crawl = crawl
         self.prefix = f"hc:{{{crawl}}}:"
         self._timeout = timeout
-        self._redis = self._client(timeout)
-        self._blocking: redis.Redis | None = None
+        # redis-py's annotations cannot know that decode_responses=True makes every
+        # reply a str, so the clients are typed loosely here and replies checked in use.
+        self._redis: Any = self._client(timeout)
+        self._blocking: Any = None
         self._scripts = {
             name: self._redis.register_script(_script(name))
             for name in ("heartbeat", "join", "leave", "commit", "release", "unpark")
         }
 
-    def _client(self, timeout: float) -> redis.Redis:
+    def _client(self, timeout: float) -> Any:
         return redis.Redis(
             **self.url.client_kwargs(),
             socket_timeout=timeout,
             socket_connect_timeout=timeout,
-            retry=Retry(NoBackoff(), 0),
+            retry=Retry(NoBackoff(), 0),  # hashcrawl retries itself, at most a second apart
             decode_responses=True,
             protocol=2,
             health_check_interval=0,
@@ -283,7 +285,7 @@ class Store:
         stream = self._redis.srandmember(self.key("orphans"))
         if stream is None and self._redis.xlen(self.inbox):
             return self.inbox
-        return stream  # type: ignore[no-any-return]
+        return str(stream) if stream is not None else None
 
     @_translated
     def entries(self, stream: str, *, count: int) -> list[tuple[str, str | None]]:
@@ -322,7 +324,7 @@ class Store:
 
     @_translated
     def parked_hosts(self) -> set[str]:
-        return self._redis.smembers(self.key("parked"))  # type: ignore[no-any-return]
+        return set(self._redis.smembers(self.key("parked")))
 
     @_translated
     def pace(self, hosts: Sequence[str]) -> dict[str, str]:
@@ -398,7 +400,7 @@ class Store:
     @_translated
     def dead(self) -> dict[str, str]:
         """Dead letters: url -> JSON record with error, attempts and entry."""
-        return self._redis.hgetall(self.key("dead"))  # type: ignore[no-any-return]
+        return dict(self._redis.hgetall(self.key("dead")))
 
     @_translated
     def forget_dead(self, urls: Sequence[str]) -> None:
@@ -406,7 +408,7 @@ class Store:
             self._redis.hdel(self.key("dead"), *urls)
 
 
-def _pending(r: redis.Redis, stream: str) -> int:
+def _pending(r: Any, stream: str) -> int:
     try:
         return int(r.xpending(stream, GROUP)["pending"])
     except redis.ResponseError:  # no such stream or group: nothing held there
