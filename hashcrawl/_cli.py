@@ -164,7 +164,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
     logging.basicConfig(
         level=logging.INFO if args.verbose else logging.WARNING,
-        format="hashcrawl: %(message)s",
+        format="%(asctime)s hashcrawl: %(message)s" if args.verbose else "hashcrawl: %(message)s",
     )
     logging.getLogger("httpx").setLevel(logging.WARNING)  # a line per request is too much
     try:
@@ -207,6 +207,9 @@ def settings_from(args: argparse.Namespace) -> Settings:
 def cmd_join(args: argparse.Namespace) -> int:
     from ._worker import Worker, unwrapped
 
+    early_stop: list[int] = []
+    # A SIGTERM before trio takes over the signals must still mean "stop", not death.
+    previous = signal.signal(signal.SIGTERM, lambda number, _: early_stop.append(number))
     settings = settings_from(args)
     url = RedisURL.parse(args.redis)
     check_crawl_name(args.crawl)
@@ -221,19 +224,24 @@ def cmd_join(args: argparse.Namespace) -> int:
 
     async def main() -> None:
         async with unwrapped(), trio.open_nursery() as nursery:
-            nursery.start_soon(_stop_on_signals, worker, nursery.cancel_scope)
+            nursery.start_soon(_stop_on_signals, worker, nursery.cancel_scope, early_stop)
             await worker.run()
             nursery.cancel_scope.cancel()
 
+    if early_stop:
+        return 0  # asked to stop before it had joined: nothing to hand back
     try:
         trio.run(main)
     finally:
+        signal.signal(signal.SIGTERM, previous)
         worker.sink.close()
     return 0
 
 
-async def _stop_on_signals(worker: Any, scope: trio.CancelScope) -> None:
+async def _stop_on_signals(worker: Any, scope: trio.CancelScope, early: list[int]) -> None:
     with trio.open_signal_receiver(signal.SIGTERM, signal.SIGINT) as signals:
+        if early:
+            worker.stop()
         async for _ in signals:
             if worker._stop_requested:
                 # A second signal: go now; the lease brings back whatever was held.

@@ -251,6 +251,7 @@ class _Session:
         self.parked: set[str] = set()
         self.suspects: set[str] = set()
         self.isolating = False
+        self.written: set[int] = set()
         self.items_pending = 0
         self.started = trio.current_time()
 
@@ -363,7 +364,7 @@ class _Session:
                 await trio.sleep(min(1.0, self.s.beat_interval))
                 continue
             self.check_limits()
-            if self.finished(beat) or (self.stopping and self.done_fetching.is_set()):
+            if self.finished(beat) or (self.stopping and self.flushed.is_set()):
                 self.nursery.cancel_scope.cancel()
                 return
             with trio.move_on_after(self.s.beat_interval):
@@ -402,7 +403,7 @@ class _Session:
 
     async def _stopped_fetching_or_never(self) -> None:
         if self.stopping:
-            await self.done_fetching.wait()
+            await self.flushed.wait()
         else:
             await trio.sleep_forever()
 
@@ -645,11 +646,24 @@ class _Session:
                 self.request_stop()
                 return
 
+    def still_may_send(self, held: Held) -> bool:
+        """Check again just before a request leaves: the task may have waited (a pause,
+        a slow Redis) since the dispatcher allowed it. Otherwise the entry waits again."""
+        if self.fresh() and self.latest.owner_of(held.host) == self.id:
+            return True
+        host = self.frontier.hosts.get(held.host)
+        if host is not None:
+            self.frontier.done(held.host, host.last_end)
+            self.frontier.add(held, epoch=host.since)
+        return False
+
     async def fetch_and_handle(self, held: Held) -> Outcome | None:
         host = self.frontier.hosts[held.host]
         if self.s.obey_robots and held.entry.url.startswith(("http://", "https://")):
             robots = self.robots.get(held.host)
             if robots is None:
+                if not self.still_may_send(held):
+                    return None
                 await self.fetch_robots(held)
                 self.frontier.done(held.host, self.now())
                 # The robots.txt request used this slot: the page waits its turn again.
@@ -667,6 +681,8 @@ class _Session:
             dont_filter=held.entry.dont_filter,
             depth=held.entry.depth,
         )
+        if not self.still_may_send(held):
+            return None
         try:
             response = await self.fetcher.fetch(request)
         except Exception as exc:  # a user's fetcher may raise anything: a failed page
@@ -721,14 +737,23 @@ class _Session:
             await self.commit_now()
 
     async def commit_now(self) -> None:
-        outcomes, self.outcomes = self.outcomes[:COMMIT_MAX], self.outcomes[COMMIT_MAX:]
-        items = [item for o in outcomes for item in o.items]
+        """Write the oldest outcomes' items, then acknowledge and route them atomically.
+
+        Outcomes leave ``self.outcomes`` only once committed, so a commit cut short (by
+        a stop, say) is done again by the next one, without writing its items twice.
+        """
+        outcomes = self.outcomes[:COMMIT_MAX]
+        unwritten = [o for o in outcomes if id(o) not in self.written]
+        items = [item for o in unwritten for item in o.items]
         if items:
             await trio.to_thread.run_sync(self._write_items, items)
+        self.written.update(id(o) for o in unwritten)
         while True:
             batch = self.batch_of(outcomes, self.latest)
             result = await self.persist(self.store.commit, batch)
             if result.status == "ok":
+                del self.outcomes[: len(outcomes)]
+                self.written.difference_update(id(o) for o in outcomes)
                 self.remember(outcomes)
                 return
             if result.status == "fenced":

@@ -20,7 +20,6 @@ from tests.fleet import (
     host,
     href,
     make_site,
-    one_line_about_redis,
     page,
     request_counts,
     status_of,
@@ -28,6 +27,11 @@ from tests.fleet import (
     wait_until,
 )
 from tests.testsite import SiteServer
+
+
+def one_line_about_redis(lines: list[str], password: str) -> bool:
+    """Whether ``lines`` is one line that names Redis and does not give ``password`` away."""
+    return len(lines) == 1 and "redis" in lines[0].lower() and password not in lines[0]
 
 
 def _two_host_site(pages: int = 12):
