@@ -1,0 +1,254 @@
+"""Politeness, as the site's server saw it: per-host spacing, concurrency, robots.txt, back-off."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from pathlib import Path
+
+import pytest
+import trio
+
+from hashcrawl._server import RedisServer
+from hashcrawl._urls import host_key
+from hashcrawl._worker import Worker
+from tests.fleet import (
+    DEADLINE,
+    BusyOnce,
+    Crawled,
+    Crew,
+    Scenarios,
+    await_until,
+    crawl_site,
+    fast_settings,
+    host,
+    href,
+    make_site,
+    new_crawl_name,
+    page,
+    page_requests,
+    request_counts,
+    robots,
+    robots_requests_per_host,
+    status_of,
+    submit,
+    times_by_host,
+)
+from tests.testsite import ROBOTS_PATH, Site, SiteServer, generate_site, judge
+
+DELAY = 0.05
+LATENCY = 0.1  # how long the slow server holds each response
+CRAWL_DELAY = 0.3
+RETRY_AFTER = 1
+# Long enough that a new owner could only keep it by using the pacing its predecessor
+# handed over: a handoff takes a heartbeat or two (0.1-0.5 s here).
+HANDOFF_DELAY = 1.0
+HANDOFF_HOSTS = 8
+
+
+def per_host_site() -> Site:
+    """A root linking a hub on each of 3 hosts, each hub linking 12 pages of its host."""
+    leaves = {host(n): [f"/leaf/{k}.html" for k in range(12)] for n in range(3)}
+    resources = {(host(0), "/"): page("root", *(href(h, "/hub") for h in leaves))}
+    for name, paths in leaves.items():
+        resources[name, "/hub"] = page("hub", *(href(name, p) for p in paths))
+        resources.update({(name, p): page(p) for p in paths})
+    return make_site(resources)
+
+
+def crawl_delay_site() -> Site:
+    """Two hosts of 4 pages each; the root's host asks for a Crawl-delay of 0.3 s."""
+    slow, fast = host(0), host(1)
+    pages = [f"/p/{k}.html" for k in range(4)]
+    resources = {
+        (slow, "/"): page("root", *(href(h, p) for h in (slow, fast) for p in pages)),
+        (slow, ROBOTS_PATH): robots(f"User-agent: *\nCrawl-delay: {CRAWL_DELAY}\n"),
+        **{(h, p): page(p) for h in (slow, fast) for p in pages},
+    }
+    return make_site(resources, crawl_delays={slow: CRAWL_DELAY})
+
+
+def busy_site(path: str, status: int) -> Site:
+    """One host of 5 pages, whose `path` first answers `status` with Retry-After: 1."""
+    a = host(0)
+    others = [f"/p/{k}.html" for k in range(4)]
+    resources = {
+        (a, "/"): page("root", href(a, "/busy"), *(href(a, p) for p in others)),
+        (a, "/busy"): page("busy"),
+        **{(a, p): page(p) for p in others},
+    }
+    return BusyOnce(make_site(resources), {(a, path): (status, RETRY_AFTER)})  # type: ignore[return-value]
+
+
+def spread_site(*, hosts: int, pages: int) -> Site:
+    """A root that links `pages` pages on each of `hosts` hosts (its own included)."""
+    paths = [f"/p/{k}.html" for k in range(pages)]
+    links = [href(host(n), p) for n in range(hosts) for p in paths]
+    resources = {(host(0), "/"): page("root", *links)}
+    resources.update({(host(n), p): page(p) for n in range(hosts) for p in paths})
+    return make_site(resources)
+
+
+async def crawl_with_handoff(redis_url: str, directory: Path, *, change: str) -> Crawled:
+    """Crawl the spread site and, once a page of each host is in, make hosts change owner.
+
+    `change` is "stop" (the busiest of three workers stops) or "join" (two workers join one).
+    """
+    crew = Crew(redis_url, new_crawl_name(), directory)
+    first = 3 if change == "stop" else 1
+    settings = fast_settings(delay=HANDOFF_DELAY)
+    with SiteServer(spread_site(hosts=HANDOFF_HOSTS, pages=2)) as server, trio.fail_after(DEADLINE):
+        async with trio.open_nursery() as nursery:
+            for _ in range(first):
+                nursery.start_soon(crew.run, crew.hire(settings))
+            await await_until(lambda: crew.members() == first, what=f"{first} members")
+            await trio.to_thread.run_sync(submit, redis_url, crew.crawl, [server.site.root])
+            # A page (not only robots.txt) of every host, so the items show who fetched what.
+            await await_until(
+                lambda: len(page_requests(server.requests())) > HANDOFF_HOSTS,
+                what="a page per host",
+            )
+            if change == "stop":
+                (await busiest_worker(crew)).stop()
+            else:
+                for _ in range(2):
+                    nursery.start_soon(crew.run, crew.hire(settings))
+        return Crawled(server.site, server.requests(), crew)
+
+
+async def busiest_worker(crew: Crew) -> Worker:
+    """The crew's worker that owns the most hosts, by its last heartbeat."""
+    status = await trio.to_thread.run_sync(status_of, crew.redis_url, crew.crawl)
+    busiest = max(status["members"], key=lambda member: member["hosts"])
+    return next(w for w in crew.workers if w.id == busiest["id"])
+
+
+@pytest.fixture(scope="module")
+def crawls(shared_redis: RedisServer, tmp_path_factory: pytest.TempPathFactory) -> Scenarios:
+    """Every crawl this module judges, run side by side."""
+    url, directory = shared_redis.url, tmp_path_factory.mktemp("crawls")
+    one = [fast_settings()]
+    return Scenarios(
+        {
+            "paced": lambda: crawl_site(
+                url,
+                directory,
+                generate_site(pages=100, hosts=6, seed=6, port=0),
+                [fast_settings(delay=DELAY)],
+            ),
+            "per-host-2": lambda: crawl_site(
+                url, directory, per_host_site(), [fast_settings(per_host=2)], latency=LATENCY
+            ),
+            "crawl-delay": lambda: crawl_site(url, directory, crawl_delay_site(), one),
+            "robots-503": lambda: crawl_site(url, directory, busy_site(ROBOTS_PATH, 503), one),
+            "busy-429": lambda: crawl_site(url, directory, busy_site("/busy", 429), one),
+            "busy-503": lambda: crawl_site(url, directory, busy_site("/busy", 503), one),
+            "stop": lambda: crawl_with_handoff(url, directory, change="stop"),
+            "join": lambda: crawl_with_handoff(url, directory, change="join"),
+        }
+    ).run()
+
+
+# --- spacing ------------------------------------------------------------------------------
+
+
+def test_requests_to_one_host_are_never_closer_than_the_delay(crawls: Scenarios) -> None:
+    """With per_host 1, arrivals at a host (robots.txt included) are at least --delay apart."""
+    paced: Crawled = crawls["paced"]
+    verdict = judge(paced.site, paced.requests, [], delay=DELAY)
+    assert verdict.too_close == 0, verdict.min_gap
+
+
+def test_per_host_2_keeps_at_most_two_requests_in_flight_to_a_host(crawls: Scenarios) -> None:
+    """With per_host 2 and a slow server, no three requests to one host are ever answered at once.
+
+    The server holds every response for LATENCY seconds after the request arrives, so
+    three arrivals at one host within LATENCY would mean three requests in flight.
+    """
+    slow: Crawled = crawls["per-host-2"]
+    times = times_by_host(slow.requests)
+    overlapped = [b - a < LATENCY for stamps in times.values() for a, b in apart(stamps, 1)]
+    assert any(overlapped), "no two requests to a host overlapped: per_host 2 was not exercised"
+    three_at_once = {
+        name: [(a, c) for a, c in apart(stamps, 2) if c - a < LATENCY]
+        for name, stamps in times.items()
+    }
+    assert {name: pairs for name, pairs in three_at_once.items() if pairs} == {}
+
+
+def apart(stamps: Sequence[float], by: int) -> list[tuple[float, float]]:
+    """Pairs of times `by` positions apart in a sorted list."""
+    return list(zip(stamps, stamps[by:], strict=False))
+
+
+# --- robots.txt ---------------------------------------------------------------------------
+
+
+def test_pages_robots_txt_forbids_are_never_requested(crawls: Scenarios) -> None:
+    """No URL that a host's robots.txt disallows is requested, though such URLs are linked."""
+    paced: Crawled = crawls["paced"]
+    assert paced.site.forbidden(), "the site links no forbidden page: the test shows nothing"
+    assert set(request_counts(paced.requests)) & paced.site.forbidden() == set()
+
+
+def test_a_single_worker_requests_robots_txt_once_per_host(crawls: Scenarios) -> None:
+    """One worker that owns every host throughout reads each host's robots.txt exactly once."""
+    paced: Crawled = crawls["paced"]
+    assert robots_requests_per_host(paced.requests) == {name: 1 for name in paced.site.hosts}
+
+
+def test_crawl_delay_longer_than_the_delay_spaces_that_hosts_requests(crawls: Scenarios) -> None:
+    """A robots.txt Crawl-delay of 0.3 s is kept on its host although --delay is 0.02."""
+    delayed: Crawled = crawls["crawl-delay"]
+    verdict = judge(delayed.site, delayed.requests, [], delay=0.02)
+    assert verdict.fetched == verdict.expected == 9
+    assert verdict.too_close == 0, verdict.min_gap
+
+
+def test_robots_txt_briefly_unavailable_is_read_again_and_the_host_crawled(
+    crawls: Scenarios,
+) -> None:
+    """A robots.txt that first answers 503 with Retry-After: 1 does not cost the host its pages."""
+    unavailable: Crawled = crawls["robots-503"]
+    assert set(request_counts(unavailable.requests)) == unavailable.site.expected()
+
+
+# --- back-off -----------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("status", [429, 503])
+def test_retry_after_holds_back_every_request_to_that_host(crawls: Scenarios, status: int) -> None:
+    """After a 429/503 with Retry-After: 1, the host's next request comes at least 1 s later."""
+    busy: Crawled = crawls[f"busy-{status}"]
+    records = sorted(busy.requests, key=lambda r: r.time)
+    refused = next(r for r in records if r.status == status)
+    after = [r for r in records if r.time > refused.time]
+    assert after, "nothing was requested after the refusal"
+    assert after[0].time - refused.time >= RETRY_AFTER
+
+
+@pytest.mark.parametrize("status", [429, 503])
+def test_page_refused_with_retry_after_is_retried_until_fetched(
+    crawls: Scenarios, status: int
+) -> None:
+    """The refused page is requested again, fetched, and written once with status 200."""
+    busy: Crawled = crawls[f"busy-{status}"]
+    url = busy.site.url(host(0), "/busy")
+    assert [r.status for r in busy.requests if r.url == url] == [status, 200]
+    assert [i["status"] for i in busy.crew.items() if i["url"] == url] == [200]
+
+
+# --- politeness across owners -----------------------------------------------------------
+
+
+@pytest.mark.parametrize("change", ["stop", "join"])
+def test_hosts_that_change_owner_stay_paced(crawls: Scenarios, change: str) -> None:
+    """When a worker stops or others join mid-crawl, a host's new owner keeps --delay after the
+    old owner's last request to it."""
+    handed: Crawled = crawls[change]
+    owners: dict[str, set[str]] = {}
+    for item in handed.crew.items():
+        owners.setdefault(host_key(item["url"]), set()).add(item["worker"])
+    assert any(len(ids) > 1 for ids in owners.values()), "no host changed owner"
+    verdict = judge(handed.site, handed.requests, handed.crew.outputs, delay=HANDOFF_DELAY)
+    assert verdict.missing == ()
+    assert verdict.too_close == 0, verdict.min_gap
