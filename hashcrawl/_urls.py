@@ -163,7 +163,17 @@ def _normal_domain(domain: str) -> str:
 
 
 def _is_within(name: str, domain: str) -> bool:
+    if _is_ip(name) or _is_ip(domain):
+        return name == domain  # an address has no subdomains: 0.0.2 is not above 127.0.0.2
     return bool(domain) and (name == domain or name.endswith("." + domain))
+
+
+def _is_ip(name: str) -> bool:
+    try:
+        ipaddress.ip_address(name.strip("[]"))
+    except ValueError:
+        return False
+    return True
 
 
 def _invalid(rule: str, url: str, detail: str = "") -> InvalidURL:

@@ -252,6 +252,8 @@ class _Session:
         self.suspects: set[str] = set()
         self.isolating = False
         self.written: set[int] = set()
+        self.uncommitted = 0
+        self.commit_soon = trio.Event()
         self.items_pending = 0
         self.started = trio.current_time()
 
@@ -595,7 +597,7 @@ class _Session:
     async def dispatch(self, fetches: trio.Nursery) -> None:
         while not self.stopping:
             timeout = math.inf
-            while self.in_flight < self.s.concurrency and self.fresh():
+            while not self.saturated() and self.fresh():
                 got = self.frontier.take(self.now(), self.may_fetch)
                 if isinstance(got, Held):
                     self.in_flight += 1
@@ -624,7 +626,10 @@ class _Session:
             self.poke()
         if outcome is not None:
             self.outcomes.append(outcome)
+            self.uncommitted += 1
             self.items_pending += len(outcome.items)
+            if self.saturated():
+                self.commit_soon.set()
         self.check_limits()
 
     def check_limits(self) -> None:
@@ -730,7 +735,17 @@ class _Session:
                 await self.commit_now()
             if self.stopping and not self.outcomes and self.in_flight == 0:
                 self.flushed.set()
-            await trio.sleep(COMMIT_EVERY)
+            with trio.move_on_after(COMMIT_EVERY):
+                await self.commit_soon.wait()
+            self.commit_soon = trio.Event()
+
+    def saturated(self) -> bool:
+        """Every slot is taken by a request in flight or a page not yet committed.
+
+        Counting the uncommitted keeps what a killed worker held, and so what is
+        fetched twice, within --concurrency.
+        """
+        return self.in_flight + self.uncommitted >= self.s.concurrency
 
     async def flush_now(self) -> None:
         while self.outcomes:
@@ -753,6 +768,8 @@ class _Session:
             result = await self.persist(self.store.commit, batch)
             if result.status == "ok":
                 del self.outcomes[: len(outcomes)]
+                self.uncommitted -= sum(o.kind in ("done", "retry") for o in outcomes)
+                self.poke()
                 self.written.difference_update(id(o) for o in outcomes)
                 self.remember(outcomes)
                 return

@@ -375,3 +375,9 @@ def test_join_url_never_returns_a_fragment(base: str, href: str) -> None:
     if joined is not None:
         assert "#" not in joined
         assert canonicalize(joined) == joined
+
+
+def test_an_ip_address_allows_only_itself() -> None:
+    """An address has no subdomains: --allow-domain 0.0.2 must not admit 127.0.0.2."""
+    assert domain_allowed("127.0.0.2:8080", ("127.0.0.2",))
+    assert not domain_allowed("127.0.0.2:8080", ("0.0.2",))
