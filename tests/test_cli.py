@@ -398,7 +398,7 @@ def test_status_shows_a_joined_worker_and_what_it_fetched(redis_url: str, crawl_
         with subprocess.Popen(args, stderr=subprocess.PIPE) as worker:
             try:
                 joined = _read_until(worker.stderr, "joined crawl", timeout=30)
-                worker_id = joined.split()[1]
+                worker_id = joined.split("hashcrawl: ", 1)[1].split()[0]
                 pages = len(server.site.expected())
                 assert server.wait_for_requests(pages + len(site.hosts), timeout=30)
                 doc = status(redis_url, crawl_name)
