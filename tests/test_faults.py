@@ -124,7 +124,12 @@ def test_a_page_that_kills_every_worker_ends_in_the_dead_letters(redis_url, craw
     for i in range(9):
         resources[host(i % 3), f"/p/{i}.html"] = page(f"page {i}")
     resources[host(1), "/poison.html"] = page("poison")
-    worker_flags = ["-v", "--spider", str(spider), *flags(delay=0.02, lease=1.5, idle=1, max_attempts=2)]
+    worker_flags = [
+        "-v",
+        "--spider",
+        str(spider),
+        *flags(delay=0.02, lease=1.5, idle=1, max_attempts=2),
+    ]
     with (
         SiteServer(make_site(resources)) as server,
         Processes(redis_url, crawl_name, tmp_path) as fleet,
@@ -220,3 +225,48 @@ def test_sigterm_during_a_redis_outage_still_exits(tmp_path):
 
 
 del Path, trio
+
+
+async def _stopped_early(redis_url, crawl_name, tmp_path, **limit):
+    """Crawl a tree with one limited worker and one plain one; return the crew and counts."""
+    site, _ = tree_site(hosts=4, fanout=4, levels=3)
+    with SiteServer(site) as server:
+        crew = Crew(redis_url, crawl_name, tmp_path)
+        settings = [fast_settings(idle=2, **limit), fast_settings(idle=2)]
+        await crawl_in_process(crew, settings, [server.site.root])
+        counts = request_counts(server.requests())
+        expected = server.site.expected()
+    assert set(counts) == set(expected), "the other worker finishes the crawl"
+    assert max(counts.values()) == 1, "nothing the stopped worker held is fetched twice"
+    return crew
+
+
+async def test_max_items_stops_one_worker_not_the_crawl(redis_url, crawl_name, tmp_path):
+    """--max-items stops the worker that wrote that many items; the crawl completes."""
+    crew = await _stopped_early(redis_url, crawl_name, tmp_path, max_items=5)
+    assert crew.workers[0].counters.items < len(crew.items())
+
+
+async def test_max_time_stops_one_worker_not_the_crawl(redis_url, crawl_name, tmp_path):
+    """--max-time stops the worker after that many seconds; the crawl completes."""
+    crew = await _stopped_early(redis_url, crawl_name, tmp_path, max_time=0.3, delay=0.05)
+    assert crew.workers[0].counters.fetched < crew.workers[1].counters.fetched
+
+
+async def test_max_memory_stops_a_worker_over_it(redis_url, crawl_name, tmp_path):
+    """--max-memory below what Python itself takes stops the worker at once."""
+    crew = await _stopped_early(redis_url, crawl_name, tmp_path, max_memory=1)
+    assert crew.workers[0].counters.fetched <= crew.workers[0].settings.concurrency
+
+
+async def test_max_errors_stops_a_worker_whose_fetches_fail(redis_url, crawl_name, tmp_path):
+    """--max-errors stops a worker after that many failed fetches."""
+    resources = {
+        (host(0), "/"): page("root", *[f"http://127.0.0.250:9/{i}.html" for i in range(6)])
+    }
+    with SiteServer(make_site(resources)) as server:
+        crew = Crew(redis_url, crawl_name, tmp_path)
+        settings = [fast_settings(idle=2, max_errors=2, timeout=1.0, max_attempts=1)]
+        await crawl_in_process(crew, settings, [server.site.root])
+    assert 2 <= crew.workers[0].counters.failed < 6
+    assert status_of(redis_url, crawl_name)["workers"] == 0
