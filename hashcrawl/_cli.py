@@ -110,7 +110,7 @@ def _crawler_flags(p: argparse.ArgumentParser) -> None:
     )
     p.add_argument("--timeout", type=_number, default=30.0, help="seconds for one fetch")
     p.add_argument(
-        "--max-buffer", type=int, default=10_000, help="entries a worker holds in memory"
+        "--max-buffer", type=int, default=50_000, help="entries a worker holds in memory"
     )
     for name, kind, what in (
         ("pages", int, "pages fetched"),

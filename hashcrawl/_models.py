@@ -4,12 +4,15 @@ from __future__ import annotations
 
 import json
 from collections.abc import Mapping
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import attrs
 import httpx
 
 from ._exceptions import ConfigError
+
+if TYPE_CHECKING:
+    from ._html import Page
 
 
 def _json_meta(_: object, attribute: attrs.Attribute[Any], value: Any) -> None:
@@ -53,6 +56,7 @@ class Response:
     headers: Mapping[str, str] = attrs.field(converter=httpx.Headers)
     body: bytes
     request: Request
+    _parsed: list[Page | None] = attrs.field(factory=list, init=False, eq=False, repr=False)
 
     @property
     def text(self) -> str:
@@ -68,16 +72,21 @@ class Response:
 
     def links(self) -> list[str]:
         """The page's absolute http(s) links (none unless the body is HTML)."""
-        from ._html import parse_html
-
-        if not self.is_html:
-            return []
-        return list(parse_html(self.body, self.url).links)
+        page = self._page()
+        return list(page.links) if page is not None else []
 
     def title(self) -> str | None:
-        from ._html import parse_html
+        """The page's <title>, whitespace collapsed (None unless the body is HTML)."""
+        page = self._page()
+        return page.title if page is not None else None
 
-        return parse_html(self.body, self.url).title if self.is_html else None
+    def _page(self) -> Page | None:
+        # Parsed once however many of links() and title() are asked for.
+        if not self._parsed:
+            from ._html import parse_html
+
+            self._parsed.append(parse_html(self.body, self.url) if self.is_html else None)
+        return self._parsed[0]
 
 
 def _charset(content_type: str | None) -> str | None:

@@ -48,7 +48,7 @@ class Settings:
     max_attempts: int = attrs.field(default=4, validator=_positive)
     timeout: float = attrs.field(default=30.0, validator=_positive)
     max_bytes: int = attrs.field(default=10 * 1024 * 1024, validator=_positive)
-    max_buffer: int = attrs.field(default=10_000, validator=_positive)
+    max_buffer: int = attrs.field(default=50_000, validator=_positive)
     obey_robots: bool = True
     max_pages: int | None = attrs.field(default=None, validator=_positive)
     max_items: int | None = attrs.field(default=None, validator=_positive)

@@ -7,6 +7,7 @@ forms are equal.
 
 from __future__ import annotations
 
+import functools
 import hashlib
 import ipaddress
 import re
@@ -24,6 +25,7 @@ _USERINFO = re.compile(r"(//)[^/?#]*@")
 _SHOWN_CHARS = 200
 
 
+@functools.lru_cache(maxsize=65536)
 def canonicalize(url: str) -> str:
     """Return the canonical form of an http(s) URL, used for dedupe and routing.
 

@@ -457,6 +457,12 @@ class _Session:
 
     async def reader_loop(self) -> None:
         while not self.stopping:
+            if len(self.outcomes) >= 2 * COMMIT_MAX:
+                # What was read must be committed (parked, forwarded) before reading on,
+                # or memory grows with the stream after all.
+                self.commit_soon.set()
+                await self.changed.wait()
+                continue
             full = self.frontier.size >= self.s.max_buffer
             count = 100 if full else min(200, self.s.max_buffer - self.frontier.size)
             try:
@@ -735,8 +741,9 @@ class _Session:
                 await self.commit_now()
             if self.stopping and not self.outcomes and self.in_flight == 0:
                 self.flushed.set()
-            with trio.move_on_after(COMMIT_EVERY):
-                await self.commit_soon.wait()
+            if len(self.outcomes) < COMMIT_MAX:
+                with trio.move_on_after(COMMIT_EVERY):
+                    await self.commit_soon.wait()
             self.commit_soon = trio.Event()
 
     def saturated(self) -> bool:
