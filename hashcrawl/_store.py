@@ -16,7 +16,7 @@ key                type    written by
 ``inbox``          STREAM  commit: submissions made while no worker is alive
 ``orphans``        SET     leave, expiry: streams of departed workers, drained by anyone
 ``seen:N``         STRING  commit: layer N of the Bloom seen filter (BITFIELD)
-``seenmeta``       HASH    commit: the seen filter's shape and fill
+``seenmeta``       HASH    commit: the seen filter's shape and fill; URLs seen and queued
 ``outstanding``    STRING  commit: entries waiting or held anywhere, fleet-wide
 ``idle_since``     STRING  heartbeat, commit: server ms since nothing was outstanding
 ``pace``           HASH    commit, leave: host -> pacing state for its next owner
@@ -347,6 +347,7 @@ class Store:
         parked = sum(r.zcard(self.key("park:" + h)) for h in r.smembers(self.key("parked")))
         queued_now = sum(r.xlen(s) for s in streams) + parked
         stats = r.hgetall(self.key("stats"))
+        counts = r.hgetall(self.key("seenmeta"))
         workers = [self._worker_view(m, beats.get(m)) for m in members]
         totals = self._totals(r.smembers(self.key("workers")))
         return {
@@ -355,8 +356,8 @@ class Store:
             "held": held,
             "workers": len(members),
             "members": workers,
-            "seen": int(stats.get("seen", 0)),
-            "queued": int(stats.get("queued", 0)),
+            "seen": int(counts.get("seen", 0)),
+            "queued": int(counts.get("queued", 0)),
             "fetched": totals.get("fetched", 0),
             "failed": totals.get("failed", 0),
             "dead": r.hlen(self.key("dead")),

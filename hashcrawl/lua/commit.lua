@@ -8,7 +8,7 @@
 --   P..'q:'..worker   STREAM XACK + XDEL of finished entries; XADD of routed ones
 --   P..'inbox'        STREAM XADD when no worker is alive (drained like an orphan)
 --   P..'seen:'..i     STRING Bloom filter layer i (bits, set with BITFIELD)
---   P..'seenmeta'     HASH   L (layers), n (entries in the last layer), c0, p
+--   P..'seenmeta'     HASH   L (layers), n (entries in the last layer), c0, p; seen, queued
 --   P..'outstanding'  STRING + entries added, - entries deleted
 --   P..'idle_since'   STRING deleted whenever something is added
 --   P..'pace'         HASH   host -> pacing state handed to its next owner
@@ -16,7 +16,7 @@
 --   P..'parked'       SET    hosts with an overflow set
 --   P..'applied'      HASH   worker -> epoch whose handoffs are done
 --   P..'dead'         HASH   url -> last error, for pages that used up their attempts
---   P..'stats'        HASH   fleet counters (queued, seen, dead, queue_bad)
+--   P..'stats'        HASH   fleet counters (dead, queue_bad)
 -- ARGV[1] = P, ARGV[2] = JSON batch:
 --   w: worker id ('' for a submitter), e: epoch the batch was routed at,
 --   src: stream acknowledged and moved from ('' for none), ack: [ids],
@@ -39,8 +39,10 @@ end
 
 -- The seen filter: a scalable Bloom filter. Layer i holds c0 * 2^i entries at a false
 -- positive rate of p / 2^(i+1), so the rate over all layers stays below p.
-local meta = redis.call('HMGET', P .. 'seenmeta', 'L', 'n', 'c0', 'p')
+local meta = redis.call('HMGET', P .. 'seenmeta', 'L', 'n', 'c0', 'p', 'seen', 'queued')
 local L, n = tonumber(meta[1] or '0'), tonumber(meta[2] or '0')
+local L0, n0 = L, n
+local seen0, queued0 = tonumber(meta[5] or '0'), tonumber(meta[6] or '0')
 local c0, p = tonumber(meta[3] or '1048576'), tonumber(meta[4] or '1e-6')
 if L == 0 then
   L = 1
@@ -92,7 +94,6 @@ local function insert(cands)
     cands = in_layer(cands, L - 1)
     L, n = L + 1, 0
     if #cands == 0 then
-      redis.call('HSET', P .. 'seenmeta', 'L', L, 'n', n)
       return {}
     end
   end
@@ -115,7 +116,6 @@ local function insert(cands)
       n = n + 1
     end
   end
-  redis.call('HSET', P .. 'seenmeta', 'L', L, 'n', n)
   return fresh
 end
 
@@ -168,8 +168,10 @@ if b.dead and #b.dead > 0 then
   redis.call('HSET', P .. 'dead', unpack(b.dead))
   stats.dead = (stats.dead or 0) + #b.dead / 2
 end
-if new_seen > 0 then stats.seen = (stats.seen or 0) + new_seen end
-if added > 0 then stats.queued = (stats.queued or 0) + added end
+-- The seen filter's fill and the two busiest counters go back in one HSET.
+if L ~= L0 or n ~= n0 or added > 0 then
+  redis.call('HSET', P .. 'seenmeta', 'L', L, 'n', n, 'seen', seen0 + new_seen, 'queued', queued0 + added)
+end
 local flat = {}
 for f, v in pairs(stats) do
   if tonumber(v) ~= 0 then flat[#flat + 1] = f; flat[#flat + 1] = v end
