@@ -1,0 +1,255 @@
+"""One crawl of the bench site by one contender, measured from outside.
+
+Each run gets a fresh private Redis server and a fresh access log. What is measured:
+
+- pages: distinct HTML pages the static server answered 200 for (robots.txt excluded);
+- wall: from the first request the server saw to the last page it served (so neither
+  interpreter start-up nor hashcrawl's ``--idle`` wait at the end counts);
+- CPU and peak RSS of the crawler processes only, from ``wait4``'s rusage (threads
+  included; user + system);
+- Redis: every command the server executed (INFO commandstats, commands called inside
+  Lua scripts included, the bench's own INFO calls excluded), ``used_memory`` at the
+  end minus at the start, and the server's own CPU.
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+import time
+from collections.abc import Callable, Sequence
+from pathlib import Path
+from typing import Any
+
+import attrs
+import redis as redis_py
+from bench_site import StaticServer, read_log
+
+from hashcrawl import Queue
+from hashcrawl._server import RedisServer
+
+CRAWL = "bench"
+SCRIPTS = Path(__file__).resolve().parent
+_OWN_COMMANDS = {"info"}  # the snapshots themselves
+
+
+@attrs.frozen(kw_only=True)
+class Result:
+    name: str
+    processes: int
+    pages: int
+    requests: int
+    wall: float
+    cpu: float
+    rss_kb: int
+    redis_calls: dict[str, int]
+    redis_memory: int
+    redis_cpu: float
+    seen: int
+    items: int
+    complete: bool
+
+    @property
+    def pages_per_s(self) -> float:
+        return self.pages / self.wall if self.wall > 0 else 0.0
+
+    @property
+    def cpu_per_1k(self) -> float:
+        return self.cpu / self.pages * 1000 if self.pages else 0.0
+
+    @property
+    def calls_per_page(self) -> float:
+        return sum(self.redis_calls.values()) / self.pages if self.pages else 0.0
+
+    @property
+    def memory_per_url(self) -> float:
+        return self.redis_memory / self.seen if self.seen else 0.0
+
+    def top_calls(self, count: int = 6) -> str:
+        ranked = sorted(self.redis_calls.items(), key=lambda kv: -kv[1])[:count]
+        return ", ".join(f"{name} {calls / max(self.pages, 1):.2f}" for name, calls in ranked)
+
+    def as_dict(self) -> dict[str, Any]:
+        derived = {
+            "pages_per_s": self.pages_per_s,
+            "cpu_per_1k": self.cpu_per_1k,
+            "calls_per_page": self.calls_per_page,
+            "memory_per_url": self.memory_per_url,
+        }
+        return attrs.asdict(self) | derived
+
+
+@attrs.define
+class Usage:
+    cpu: float = 0.0
+    rss_kb: int = 0
+
+
+def wait_all(pids: Sequence[int], deadline: float) -> tuple[Usage, bool]:
+    """Reap ``pids`` with their rusage; kill what is left at ``deadline``.
+
+    Returns the summed usage, and whether every process exited 0 before the deadline.
+    """
+    usage, left, in_time = Usage(), set(pids), True
+    while left:
+        for pid in list(left):
+            done, status, rusage = os.wait4(pid, os.WNOHANG)
+            if done:
+                left.discard(pid)
+                in_time = in_time and os.waitstatus_to_exitcode(status) == 0
+                usage.cpu += rusage.ru_utime + rusage.ru_stime
+                usage.rss_kb = max(usage.rss_kb, rusage.ru_maxrss)
+        if left and time.monotonic() > deadline:
+            in_time = False
+            for pid in left:
+                os.kill(pid, signal.SIGKILL)
+            deadline = float("inf")
+        time.sleep(0.05)
+    return usage, in_time
+
+
+def redis_snapshot(url: str) -> tuple[dict[str, int], int, float]:
+    """(calls per command, used_memory, server CPU seconds) right now."""
+    client = redis_py.Redis.from_url(url)
+    try:
+        stats = client.info("commandstats")
+        memory = int(client.info("memory")["used_memory"])
+        cpu = client.info("cpu")
+    finally:
+        client.close()
+    calls = {
+        name.removeprefix("cmdstat_"): int(value["calls"])
+        for name, value in stats.items()
+        if name.removeprefix("cmdstat_") not in _OWN_COMMANDS
+    }
+    return calls, memory, float(cpu["used_cpu_user"]) + float(cpu["used_cpu_sys"])
+
+
+def served(log: Path) -> tuple[int, int, float, float]:
+    """(distinct pages answered 200, requests, first request time, last page time)."""
+    pages: set[tuple[str, str]] = set()
+    requests, first, last = 0, float("inf"), 0.0
+    for at, status, host, uri in read_log(log):
+        requests += 1
+        first = min(first, at)
+        if status == 200 and uri != "/robots.txt":
+            pages.add((host, uri))
+            last = max(last, at)
+    return len(pages), requests, first, last
+
+
+def count_lines(paths: Sequence[Path]) -> int:
+    total = 0
+    for path in paths:
+        if path.exists():
+            with open(path, "rb") as f:
+                total += sum(1 for _ in f)
+    return total
+
+
+Launch = Callable[[str, Path], tuple[list[int], Callable[[str], int], list[Path]]]
+
+
+def measure(
+    name: str,
+    launch: Launch,
+    *,
+    site: StaticServer,
+    work: Path,
+    expected_pages: int,
+    timeout: float,
+) -> Result:
+    """Run one contender against a fresh Redis and a fresh access log."""
+    run_dir = work / name.replace(" ", "-")
+    run_dir.mkdir(parents=True, exist_ok=True)
+    log = run_dir / "access.log"
+    site.start(log)
+    server = RedisServer(directory=run_dir / "redis")
+    server.start()
+    try:
+        _, memory_before, cpu_before = redis_snapshot(server.url)
+        pids, seen_of, outputs = launch(server.url, run_dir)
+        usage, in_time = wait_all(pids, time.monotonic() + timeout)
+        calls, memory_after, cpu_after = redis_snapshot(server.url)
+        seen = seen_of(server.url)
+    finally:
+        server.stop()
+        site.stop()
+    pages, requests, first, last = served(log)
+    return Result(
+        name=name,
+        processes=len(pids),
+        pages=pages,
+        requests=requests,
+        wall=last - first,
+        cpu=usage.cpu,
+        rss_kb=usage.rss_kb,
+        redis_calls=calls,
+        redis_memory=memory_after - memory_before,
+        redis_cpu=cpu_after - cpu_before,
+        seen=seen,
+        items=count_lines(outputs),
+        complete=in_time and pages >= expected_pages,
+    )
+
+
+def hashcrawl_launcher(
+    seeds: list[str], workers: int, extra: Sequence[str] = (), wrap: Sequence[str] = ()
+) -> Launch:
+    """Submit the seeds, then start ``workers`` ``hashcrawl join`` processes.
+
+    ``wrap`` goes before each command (a profiler, say).
+    """
+
+    def launch(url: str, run_dir: Path) -> tuple[list[int], Callable[[str], int], list[Path]]:
+        with Queue(url, CRAWL) as queue:
+            queue.submit(seeds)
+        outputs = [run_dir / f"items-{i}.jsonl" for i in range(workers)]
+        pids = [
+            _spawn([*wrap, *_join_command(url, out, extra)], run_dir / f"worker-{i}.err")
+            for i, out in enumerate(outputs)
+        ]
+        return pids, _hashcrawl_seen, outputs
+
+    return launch
+
+
+def _join_command(url: str, output: Path, extra: Sequence[str]) -> list[str]:
+    return [
+        sys.executable, "-m", "hashcrawl", "join", "--redis", url, "--crawl", CRAWL,
+        "-o", str(output), "--delay", "0", "--per-host", "1", "--concurrency", "64",
+        "--idle", "2", "--lease", "30", *extra,
+    ]  # fmt: skip
+
+
+def _hashcrawl_seen(url: str) -> int:
+    with Queue(url, CRAWL) as queue:
+        return int(queue.status()["seen"])
+
+
+def scrapy_launcher(seeds: list[str]) -> Launch:
+    def launch(url: str, run_dir: Path) -> tuple[list[int], Callable[[str], int], list[Path]]:
+        output = run_dir / "items.jsonl"
+        command = [sys.executable, str(SCRIPTS / "bench_scrapy_spider.py"), "--redis", url]
+        command += ["--output", str(output), *seeds]
+        return [_spawn(command, run_dir / "scrapy.err")], _scrapy_seen, [output]
+
+    return launch
+
+
+def _scrapy_seen(url: str) -> int:
+    client = redis_py.Redis.from_url(url)
+    try:
+        return int(client.scard("bench:dupefilter"))
+    finally:
+        client.close()
+
+
+def _spawn(command: list[str], err: Path) -> int:
+    """Start a crawler; its pid is reaped by ``wait_all`` (for the rusage)."""
+    with open(err, "wb") as stderr:
+        process = subprocess.Popen(command, stdout=stderr, stderr=subprocess.STDOUT)
+    process.returncode = 0  # reaped by wait4 in wait_all: keep Popen from reaping it
+    return process.pid

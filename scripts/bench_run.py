@@ -1,0 +1,343 @@
+"""hashcrawl's benchmark: crawl a local multi-host site with hashcrawl and scrapy-redis.
+
+Run through ``scripts/bench`` (which prepares ``.venv-bench``). One run, on one machine:
+
+1. generate a site of ``--pages`` pages over ``--hosts`` loopback hosts and serve it
+   with nginx (or a fallback server, named in the output);
+2. crawl it to the end with hashcrawl (1 worker), scrapy-redis (1 process), then
+   hashcrawl with 2 and 4 workers, each against a fresh private Redis;
+3. push ``--seen-urls`` URLs through the seen filter and measure its memory and its
+   wrongly-seen rate; watch a worker's memory with ``--queued`` URLs queued;
+4. optionally (``--profile``) crawl once more under py-spy and print the top of the
+   profile.
+
+It prints a table and the ratios hashcrawl / scrapy-redis. Nothing here asserts on
+time: the figures are for reading, and the targets are printed beside them.
+"""
+
+from __future__ import annotations
+
+import argparse
+import hashlib
+import json
+import os
+import platform
+import shutil
+import subprocess
+import sys
+import tempfile
+import time
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import bench_crawl
+import bench_memory
+import bench_profile
+import bench_site
+
+REPO = Path(__file__).resolve().parent.parent
+MB = 1024
+
+
+def main() -> int:
+    args = _parser().parse_args()
+    work = Path(args.workdir or tempfile.mkdtemp(prefix="hashcrawl-bench-"))
+    work.mkdir(parents=True, exist_ok=True)
+    clock = _Clock()
+    machine = describe_machine()
+    clock.say(f"work directory {work}; load average {_load()}")
+    port = bench_site.free_port()
+    seeds = bench_site.generate(work / "site", hosts=args.hosts, pages=args.pages, port=port)
+    pages = len(seeds) * max(1, args.pages // args.hosts)
+    site = bench_site.StaticServer(
+        work / "site", work / "server", hosts=args.hosts, port=port, use_nginx=not args.no_nginx
+    )
+    clock.say(f"site: {pages} pages on {args.hosts} hosts, served by {site.kind}")
+    results = []
+    for name, launch in _contenders(args, seeds) if args.pages else []:
+        result = bench_crawl.measure(
+            name, launch, site=site, work=work, expected_pages=pages, timeout=args.timeout
+        )
+        results.append(result)
+        clock.say(f"{name}: {result.pages_per_s:.0f} pages/s; load average {_load()}")
+    seen = queued = None
+    if args.seen_urls:
+        seen = bench_memory.seen_filter(
+            work, urls=args.seen_urls, probes=args.probes, batch=args.batch
+        )
+        clock.say(f"seen filter: {seen['urls']} URLs at {seen['urls_per_s']:.0f}/s")
+    if args.queued:
+        site.start(work / "queued-access.log")
+        try:
+            queued = bench_memory.queued_rss(
+                work, site_hosts=site.hosts, port=port, urls=args.queued, watch=args.watch
+            )
+        finally:
+            site.stop()
+        clock.say(f"queued: {args.queued} URLs queued, worker peak RSS measured")
+    profile = _profile(args, seeds, site, work, pages, clock) if args.profile else None
+    report = {
+        "machine": machine,
+        "command": " ".join(["scripts/bench", *sys.argv[1:]]),
+        "server": site.kind,
+        "pages": pages,
+        "hosts": args.hosts,
+        "load_at_end": _load(),
+        "seconds": clock.elapsed(),
+        "crawls": [r.as_dict() for r in results],
+        "seen_filter": seen,
+        "queued": queued,
+    }
+    (work / "results.json").write_text(json.dumps(report, indent=1))
+    print(render(report, results, profile))
+    if not args.keep and not args.workdir:
+        shutil.rmtree(work, ignore_errors=True)
+    else:
+        print(f"\nlogs, outputs and results.json are in {work}")
+    return 0
+
+
+def _contenders(args: argparse.Namespace, seeds: list[str]) -> list[tuple[str, Any]]:
+    runs: list[tuple[str, Any]] = [("hashcrawl x1", bench_crawl.hashcrawl_launcher(seeds, 1))]
+    if not args.no_scrapy:
+        runs.append(("scrapy-redis x1", bench_crawl.scrapy_launcher(seeds)))
+    for n in args.scale:
+        runs.append((f"hashcrawl x{n}", bench_crawl.hashcrawl_launcher(seeds, n)))
+    return runs
+
+
+def _profile(
+    args: argparse.Namespace,
+    seeds: list[str],
+    site: bench_site.StaticServer,
+    work: Path,
+    pages: int,
+    clock: _Clock,
+) -> str:
+    spy = shutil.which("py-spy") or str(Path(sys.executable).parent / "py-spy")
+    raw = work / "profile.txt"
+    wrap = [spy, "record", "--rate", "100", "--format", "raw", "--output", str(raw), "--"]
+    launch = bench_crawl.hashcrawl_launcher(seeds, 1, wrap=wrap)
+    bench_crawl.measure(
+        "profile", launch, site=site, work=work, expected_pages=pages, timeout=args.timeout
+    )
+    clock.say("profiled one more hashcrawl x1 crawl under py-spy")
+    return bench_profile.top(raw)
+
+
+# -- the report ----------------------------------------------------------------------------
+
+
+def render(report: dict[str, Any], results: list[Any], profile: str | None) -> str:
+    m = report["machine"]
+    lines = [
+        "",
+        f"machine: {m['cpu']}, {m['cores']} cores, {m['memory_gb']:.0f} GB RAM; {m['os']}",
+        f"software: {m['software']}",
+        f"site: {report['pages']} pages on {report['hosts']} hosts, served by "
+        f"{report['server']}; load average at the end {report['load_at_end']}; "
+        f"bench took {report['seconds']:.0f} s",
+    ]
+    if results:
+        lines += [
+            "",
+            "| contender | procs | pages | wall s | pages/s | pages/s/proc | CPU s/1k pages "
+            "| Redis cmds/page | Redis B/URL seen | peak RSS MB | Redis CPU s/1k pages |",
+            "|---|--:|--:|--:|--:|--:|--:|--:|--:|--:|--:|",
+            *[_row(r) for r in results],
+            *_notes(results),
+            *_ratios(results),
+        ]
+    if report["seen_filter"]:
+        lines += _seen_lines(report["seen_filter"])
+    if report["queued"]:
+        lines += _queued_lines(report["queued"])
+    if profile:
+        lines += ["", "profile of one hashcrawl worker (py-spy, 100 Hz):", profile]
+    return "\n".join(lines)
+
+
+def _row(r: Any) -> str:
+    flag = "" if r.complete else " (INCOMPLETE)"
+    cells = [
+        f"{r.name}{flag}",
+        f"{r.processes}",
+        f"{r.pages}",
+        f"{r.wall:.1f}",
+        f"{r.pages_per_s:.0f}",
+        f"{r.pages_per_s / r.processes:.0f}",
+        f"{r.cpu_per_1k:.2f}",
+        f"{r.calls_per_page:.2f}",
+        f"{r.memory_per_url:.0f}",
+        f"{r.rss_kb / MB:.0f}",
+        f"{r.redis_cpu / max(r.pages, 1) * 1000:.3f}",
+    ]
+    return "| " + " | ".join(cells) + " |"
+
+
+def _notes(results: list[Any]) -> list[str]:
+    lines = ["", "Redis commands per page, by command (scripts' inner calls included):"]
+    lines += [f"  {r.name}: {r.top_calls()}" for r in results]
+    return lines
+
+
+def _ratios(results: list[Any]) -> list[str]:
+    by_name = {r.name: r for r in results}
+    hc, peer = by_name.get("hashcrawl x1"), by_name.get("scrapy-redis x1")
+    lines = [""]
+    if hc is not None and peer is not None:
+        lines += [
+            "hashcrawl x1 / scrapy-redis x1:",
+            f"  pages/s per process     {_ratio(hc.pages_per_s, peer.pages_per_s)}"
+            "   (target >= 3x)",
+            f"  CPU s per 1k pages      {_ratio(hc.cpu_per_1k, peer.cpu_per_1k)}",
+            f"  Redis commands per page {_ratio(hc.calls_per_page, peer.calls_per_page)}"
+            f"   (target: hashcrawl <= 1.5, is {hc.calls_per_page:.2f})",
+            f"  Redis bytes per URL     {_ratio(hc.memory_per_url, peer.memory_per_url)}",
+            f"  peak RSS                {_ratio(hc.rss_kb, peer.rss_kb)}",
+        ]
+    if hc is not None:
+        for r in results:
+            if r.name.startswith("hashcrawl x") and r is not hc:
+                speedup = r.pages_per_s / hc.pages_per_s if hc.pages_per_s else 0.0
+                lines.append(f"scaling: {r.name} is {speedup:.2f}x hashcrawl x1's pages/s")
+    return lines
+
+
+def _ratio(a: float, b: float) -> str:
+    return f"{a / b:.2f}x" if b else "n/a"
+
+
+def _seen_lines(s: dict[str, Any]) -> list[str]:
+    layers = ", ".join(
+        f"L{x['layer']}: {x['bits'] / 8 / 2**20:.1f} MiB k={x['k']} fill {x['fill']:.3f}"
+        for x in s["layers"]
+    )
+    return [
+        "",
+        f"seen filter: {s['urls']:,} distinct URLs through commit.lua "
+        f"(batches of {s['batch']}, {s['pushers']} submitting processes, "
+        f"{s['urls_per_s']:,.0f} URLs/s)",
+        f"  Redis memory per URL: {s['bytes_per_url']:.2f} B   (target <= 16 at 10M URLs; "
+        f"the bitmaps' size at 10M is {s['projected_10m']:.2f} B/URL by the layer shapes)",
+        f"  layers: {layers}",
+        f"  wrongly seen: {s['wrongly_seen']} of {s['probes']:,} new URLs; "
+        f"rate estimated from the filter's fill {s['estimated_fp']:.2e}; "
+        f"design bound {s['bound']:.0e}   (target < 1e-6)",
+    ]
+
+
+def _queued_lines(q: dict[str, Any]) -> list[str]:
+    return [
+        "",
+        f"worker with {q['urls']:,} URLs queued fleet-wide (submitted in "
+        f"{q['submit_seconds']:.0f} s, then watched for {q['watched_seconds']:.0f} s; "
+        f"{q['fetched_meanwhile']:,} fetched, {q['queued_at_end']:,} still queued): "
+        f"peak RSS {q['peak_rss_kb'] / MB:.0f} MB   (target < 200 MB)",
+    ]
+
+
+# -- the machine ---------------------------------------------------------------------------
+
+
+def describe_machine() -> dict[str, Any]:
+    cpu = "unknown CPU"
+    with open("/proc/cpuinfo") as info:
+        for line in info:
+            if line.startswith("model name"):
+                cpu = line.split(":", 1)[1].strip()
+                break
+    memory = os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES") / 2**30
+    return {
+        "cpu": cpu,
+        "cores": os.cpu_count(),
+        "memory_gb": memory,
+        "os": f"{platform.system()} {platform.release()}",
+        "software": _software(),
+    }
+
+
+def _software() -> str:
+    from importlib.metadata import version
+
+    parts = [f"Python {platform.python_version()}", _first_line(["redis-server", "--version"])]
+    nginx = shutil.which("nginx") or bench_site._sbin("nginx")
+    if nginx:
+        parts.append(_first_line([nginx, "-v"]))
+    for package in ("hashcrawl", "httpx", "trio", "redis", "Scrapy", "scrapy-redis", "Twisted"):
+        try:
+            parts.append(f"{package} {version(package)}")
+        except Exception:
+            parts.append(f"{package} absent")
+    return ", ".join(parts) + f"; hashcrawl at {_checkout()}"
+
+
+def _checkout() -> str:
+    """The commit measured, and whether hashcrawl/ had uncommitted changes then."""
+    commit = _first_line(["git", "-C", str(REPO), "rev-parse", "--short", "HEAD"])
+    diff = subprocess.run(
+        ["git", "-C", str(REPO), "diff", "HEAD", "--", "hashcrawl"],
+        capture_output=True,
+        check=False,
+    ).stdout
+    if not diff:
+        return f"commit {commit}"
+    digest = hashlib.sha1(diff).hexdigest()[:8]
+    return f"commit {commit} plus uncommitted changes in hashcrawl/ (diff sha1 {digest})"
+
+
+def _first_line(command: list[str]) -> str:
+    try:
+        done = subprocess.run(command, capture_output=True, text=True, timeout=10)
+    except OSError:
+        return f"{command[0]} absent"
+    text = (done.stdout or done.stderr).strip().splitlines()
+    return text[0] if text else "?"
+
+
+def _load() -> str:
+    return " ".join(f"{x:.2f}" for x in os.getloadavg())
+
+
+class _Clock:
+    def __init__(self, say: Callable[[str], None] = print) -> None:
+        self.started = time.monotonic()
+        self._say = say
+
+    def elapsed(self) -> float:
+        return time.monotonic() - self.started
+
+    def say(self, text: str) -> None:
+        self._say(f"[{self.elapsed():6.1f}s] {text}")
+        sys.stdout.flush()
+
+
+def _parser() -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(prog="scripts/bench", description=__doc__.splitlines()[0])
+    p.add_argument("--pages", type=int, default=20_000, help="pages in the site (0: no crawls)")
+    p.add_argument("--hosts", type=int, default=50, help="loopback hosts (at most 250)")
+    p.add_argument("--scale", type=int, nargs="*", default=[2, 4], help="more worker counts")
+    p.add_argument("--no-scrapy", action="store_true", help="skip the scrapy-redis crawl")
+    p.add_argument("--no-nginx", action="store_true", help="serve with the fallback server")
+    p.add_argument("--timeout", type=float, default=240.0, help="seconds allowed per crawl")
+    p.add_argument(
+        "--seen-urls",
+        type=int,
+        default=2_000_000,
+        help="URLs through the seen filter (0: skip); 10M takes ~10 min of Redis CPU alone",
+    )
+    p.add_argument("--probes", type=int, default=1_000_000, help="new URLs to test the filter")
+    p.add_argument("--batch", type=int, default=1000, help="URLs per commit in the seen test")
+    p.add_argument(
+        "--queued", type=int, default=1_000_000, help="URLs queued in the RSS test (0: skip)"
+    )
+    p.add_argument("--watch", type=float, default=15.0, help="seconds to watch that worker")
+    p.add_argument("--profile", action="store_true", help="also profile a worker with py-spy")
+    p.add_argument("--workdir", type=Path, help="keep everything here")
+    p.add_argument("--keep", action="store_true", help="keep the temporary work directory")
+    return p
+
+
+if __name__ == "__main__":
+    sys.exit(main())
