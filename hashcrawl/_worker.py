@@ -829,8 +829,13 @@ class _Session:
         skipped = ring.epoch != self.ring.epoch + 1
         lost = [name for name in self.frontier.hosts if ring.owner_of(name) != self.id]
         for name, host in self.frontier.hosts.items():
-            if skipped and name not in lost:
+            if name in lost:
+                continue
+            if skipped or host.revoked:
                 host.since = ring.epoch  # someone may have owned it in the epochs we skipped
+            if host.revoked:  # revoked by a handoff that a newer epoch overtook
+                host.revoked = False
+                self.frontier.reschedule(name)
         for name in lost:
             self.frontier.revoke(name)
         self.ring = ring
@@ -846,7 +851,11 @@ class _Session:
         if result.status == "fenced":
             raise Fenced(f"worker {self.id} lost its membership during a handoff")
         if result.status == "stale":
-            self.epoch_changed.set()  # a newer epoch is on its way: apply that one
+            # A newer epoch exists: read it now and apply that one (not this one again).
+            epoch, members = await self.persist(self.store.members)
+            if epoch != self.latest.epoch:
+                self.latest = Ring.of(epoch, members)
+            self.epoch_changed.set()
             return
         for name in lost:
             self.frontier.drop(name)
