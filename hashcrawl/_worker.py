@@ -326,7 +326,9 @@ class _Session:
         self.joined_ms = now_ms
         epoch, members = await self.persist(self.store.members)
         self.ring = self.latest = Ring.of(epoch, members)
-        self.applied = self.settled = epoch
+        # Applied, but not settled: until a heartbeat says every member has applied this
+        # epoch, a host gained by joining may still be in its previous owner's hands.
+        self.applied, self.settled = epoch, 0
         self.confirmed_at = sent
         log.info(
             "%s joined crawl %s at epoch %d with %d members",

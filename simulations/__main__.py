@@ -1,0 +1,102 @@
+"""``python -m simulations``: run the crash simulation, or replay a failure it printed.
+
+    python -m simulations                      the quick profile, about two minutes
+    python -m simulations --profile long       hours: thousands of longer examples
+    python -m simulations --examples 2000 --steps 80 --seed 7
+    python -m simulations --fault drop_pace    show that it catches a deliberate bug
+    python -m simulations --replay failure.py  replay a printed failing example
+    python -m simulations --known              replay every open bug it has found
+
+Exit status: 0 when every invariant held, 1 when one broke (the shrunk example is
+printed above the error), 2 for bad arguments.
+"""
+
+from __future__ import annotations
+
+import argparse
+import signal
+import sys
+from pathlib import Path
+
+import attrs
+
+from simulations import known, profiles
+
+
+def main(argv: list[str] | None = None) -> int:
+    # A SIGTERM ends the run like Ctrl-C: the Redis servers it started stop with it.
+    signal.signal(signal.SIGTERM, lambda *_: sys.exit(143))
+    args = _parser().parse_args(argv)
+    if args.replay is not None:
+        return _replay(Path(args.replay))
+    if args.known:
+        return _known()
+    profile = profiles.PROFILES[args.profile]
+    profile = attrs.evolve(
+        profile, examples=args.examples or profile.examples, steps=args.steps or profile.steps
+    )
+    faults = _faults(args.fault)
+    print(f"profile {profile.name}: up to {profile.examples} examples of {profile.steps} steps")
+    try:
+        report = profiles.run(profile, seed_value=args.seed, shrink=not args.no_shrink)
+    except AssertionError as exc:
+        print(f"\nAN INVARIANT BROKE:\n{exc}", file=sys.stderr)
+        return 1
+    finally:
+        faults.clear()
+    print("\n".join(report.lines()))
+    print("every invariant held")
+    return 0
+
+
+def _parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(prog="python -m simulations", description=__doc__)
+    parser.add_argument("--profile", choices=sorted(profiles.PROFILES), default="quick")
+    parser.add_argument("--examples", type=int, help="how many examples (sequences of steps)")
+    parser.add_argument("--steps", type=int, help="most steps in one example")
+    parser.add_argument("--seed", type=int, help="Hypothesis seed, to repeat a run")
+    parser.add_argument("--fault", action="append", default=[], help="turn on a deliberate bug")
+    parser.add_argument("--no-shrink", action="store_true", help="report the first failure")
+    parser.add_argument("--replay", metavar="FILE", help="run a printed failing example")
+    parser.add_argument("--known", action="store_true", help="replay the open bugs found")
+    return parser
+
+
+def _faults(names: list[str]) -> set[str]:
+    if not names:
+        return set()
+    from hashcrawl._faults import FAULTS
+
+    FAULTS.update(names)
+    return FAULTS
+
+
+def _replay(path: Path) -> int:
+    from simulations.model import CrawlModel
+    from simulations.web import Site
+
+    script = path.read_text()
+    try:
+        exec(compile(script, str(path), "exec"), {"CrawlModel": CrawlModel, "Site": Site})
+    except AssertionError as exc:
+        print(f"\nthe example fails again:\n{exc}", file=sys.stderr)
+        return 1
+    print("the example passes")
+    return 0
+
+
+def _known() -> int:
+    status = 0
+    for name, bug in known.OPEN.items():
+        try:
+            known.replay(name)
+        except AssertionError as exc:
+            print(f"{name}: still shows: {str(exc).splitlines()[0]}")
+            continue
+        print(f"{name}: no longer shows; remove it from simulations/known.py ({bug.summary[:60]})")
+        status = 1
+    return status
+
+
+if __name__ == "__main__":
+    sys.exit(main())

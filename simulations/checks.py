@@ -1,0 +1,117 @@
+"""The invariants, as pure functions of what the server log, the sink and Redis show.
+
+Each returns a list of violations, each one a sentence a reader can act on; an empty
+list means the invariant holds. Nothing here knows how hashcrawl works inside.
+"""
+
+from __future__ import annotations
+
+from collections import defaultdict
+from collections.abc import Callable, Collection, Iterable, Mapping
+
+from simulations.web import Fetch
+
+EPSILON = 1e-6  # clock arithmetic is in float seconds
+
+
+def lost(
+    accepted: Iterable[str],
+    queued: Collection[str],
+    done: Collection[str],
+    dead: Collection[str],
+) -> list[str]:
+    """Every accepted URL is waiting or held (queued), done (in the sink) or dead."""
+    missing = sorted(u for u in accepted if u not in queued and u not in done and u not in dead)
+    return [f"{url} was accepted but is neither queued, done nor dead" for url in missing]
+
+
+def duplicates(fetches: Iterable[Fetch], excused: Mapping[str, int]) -> list[str]:
+    """A page is fetched for good more than once only if a holder of it died or stalled:
+    once, plus once for each time that happened (``excused`` counts them per URL)."""
+    finals: dict[str, list[Fetch]] = defaultdict(list)
+    for fetch in fetches:
+        if fetch.final:
+            finals[fetch.url].append(fetch)
+    return [
+        f"{url} was fetched {len(got)} times ({_who(got)}), though holders of it crashed, "
+        f"paused or were cut off past their lease only {excused.get(url, 0)} times"
+        for url, got in sorted(finals.items())
+        if len(got) > 1 + excused.get(url, 0)
+    ]
+
+
+def politeness(
+    fetches: Iterable[Fetch], delay_of: Callable[[str], float], *, stale_excused: bool = False
+) -> list[str]:
+    """Requests to one host never overlap, and each starts ``delay`` after the last ended.
+
+    With ``stale_excused``, a request paced by a pace record that changed after its
+    worker read it is let off (an open bug, see ``simulations.known``).
+    """
+    problems = []
+    for host, got in sorted(_by_host(fetches).items()):
+        delay = delay_of(host)
+        before = got[0]
+        for after in got[1:]:
+            if stale_excused and after.stale_pace and after.worker != before.worker:
+                pass
+            elif after.start < before.end - EPSILON:
+                who = "two workers" if before.worker != after.worker else "one worker"
+                problems.append(
+                    f"{host}: {who} fetched at once: {_show(before)} and {_show(after)}"
+                )
+            elif after.start < before.end + delay - EPSILON:
+                gap = after.start - before.end
+                problems.append(
+                    f"{host}: {gap:.3f} s between {_show(before)} and {_show(after)}, "
+                    f"less than its delay of {delay:g} s"
+                )
+            before = max(before, after, key=_end)  # the one busy longest so far
+    return problems
+
+
+def accounting(outstanding: int, entries: int) -> list[str]:
+    """The fleet's ``outstanding`` counter equals the entries in streams and overflow sets."""
+    if outstanding == entries:
+        return []
+    return [f"'outstanding' says {outstanding} but {entries} entries are queued or parked"]
+
+
+def unfinished(
+    accepted: Iterable[str],
+    done: Collection[str],
+    dead: Mapping[str, str],
+    failed: Callable[[str], bool],
+) -> list[str]:
+    """At the end every reachable page is done, or dead because it failed or killed workers."""
+    problems = []
+    for url in sorted(accepted):
+        if url in done:
+            continue
+        if url not in dead:
+            problems.append(f"{url} is reachable but was never done")
+        elif not failed(url) and "died" not in dead[url]:
+            problems.append(f"{url} is dead although it never failed: {dead[url][:120]}")
+    return problems
+
+
+def _by_host(fetches: Iterable[Fetch]) -> dict[str, list[Fetch]]:
+    hosts: dict[str, list[Fetch]] = defaultdict(list)
+    for fetch in fetches:
+        hosts[fetch.host].append(fetch)
+    for got in hosts.values():
+        got.sort(key=lambda f: (f.start, f.end))
+    return hosts
+
+
+def _end(fetch: Fetch) -> float:
+    return fetch.end
+
+
+def _show(fetch: Fetch) -> str:
+    path = "/" + fetch.url.split("/", 3)[3]
+    return f"{fetch.worker} {path} [{fetch.start:.3f}, {fetch.end:.3f}]"
+
+
+def _who(got: list[Fetch]) -> str:
+    return ", ".join(f"{f.worker} at {f.start:.3f}" for f in got)

@@ -1,0 +1,484 @@
+"""A fleet-scale simulation: hundreds of worker sessions in one process, no HTTP.
+
+    python -m simulations.fleet                          200 workers, 10,000 hosts, 1M URLs
+    python -m simulations.fleet --workers 50 --hosts 1000 --pages 50   a smaller one
+
+Every worker is a real ``_Session`` on the real Store and scripts, against a Redis server
+of its own; the web answers at once from a generated URL space (each host a tree of
+pages, with links across hosts that the seen filter must catch). Simulated time moves in
+ticks; at each tick every worker takes one turn of each of its loops. Churn comes at a
+steady pace: a worker joins, one is killed (its Redis state stays), one leaves.
+
+It reports what the issue asks of a fleet: the share of hosts that move when a worker
+joins, how long a dead worker's entries take to come back (lease, detection, drain), Redis
+commands per page and Redis memory per URL.
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import functools
+import random
+import shutil
+import signal
+import sys
+import tempfile
+import time
+import uuid
+from collections import Counter
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import attrs
+import trio
+import trio.testing
+
+from hashcrawl._queue import submit_urls
+from hashcrawl._redisurl import RedisURL
+from hashcrawl._ring import Ring
+from hashcrawl._server import RedisServer
+from hashcrawl._store import Store
+from hashcrawl._worker import Worker, _Session
+from simulations.crew import _Deferred
+from simulations.observe import Observer
+from simulations.web import HTML, Answer, Fetch, SimFetcher
+
+TICK = 0.25  # simulated seconds between turns
+SETTINGS: dict[str, Any] = {
+    "delay": 1.0,
+    "lease": 8.0,
+    "timeout": 2.0,
+    "grace": 4.0,
+    "idle": 3.0,
+    "max_attempts": 3,
+    "concurrency": 64,
+    "obey_robots": False,
+}
+
+
+def hosts_moved_per_join(*, members: int, hosts: int) -> float:
+    """The share of ``hosts`` whose owner changes when a worker joins ``members`` others."""
+    names = [f"worker-{i}" for i in range(members + 1)]
+    keys = [f"h{i}.fleet" for i in range(hosts)]
+    return _moved(Ring.of(1, names[:-1]), Ring.of(2, names), keys)
+
+
+def _moved(before: Ring, after: Ring, keys: list[str]) -> float:
+    return sum(before.owner_of(k) != after.owner_of(k) for k in keys) / len(keys)
+
+
+@contextlib.contextmanager
+def _rings_shared() -> Iterator[None]:
+    """Build each ring once for the whole process instead of once per worker.
+
+    ``Ring.of`` is a pure function of the epoch and members. In a real fleet every
+    worker builds the new ring in its own process (about 50 ms for 200 members); here
+    200 sessions share one process, and would spend most of the run rebuilding it.
+    """
+    original = Ring.__dict__["of"]
+    build = functools.lru_cache(maxsize=64)(
+        lambda epoch, members: original.__func__(Ring, epoch, members)
+    )
+    Ring.of = classmethod(lambda cls, epoch, members: build(epoch, tuple(sorted(members))))  # type: ignore[method-assign,assignment]
+    try:
+        yield
+    finally:
+        Ring.of = original  # type: ignore[method-assign]
+
+
+class FleetWeb:
+    """``hosts`` hosts of ``pages`` pages each: page j links to pages 3j+1..3j+3 of its
+    host, and now and then to a page of another host (found again from there)."""
+
+    def __init__(self, hosts: int, pages: int, seed: int) -> None:
+        self.hosts = hosts
+        self.pages = pages
+        self.seed = seed
+
+    def roots(self) -> list[str]:
+        return [self.url(h, 0) for h in range(self.hosts)]
+
+    def url(self, host: int, page: int) -> str:
+        return f"http://h{host}.fleet/p{page}"
+
+    def answer(self, url: str) -> Answer:
+        host, page = self.where(url)
+        links = [self.url(host, c) for c in range(3 * page + 1, 3 * page + 4) if c < self.pages]
+        if (host * 31 + page + self.seed) % 7 == 0:
+            links.append(self.url((host * 7 + page) % self.hosts, page % self.pages))
+        anchors = "".join(f'<a href="{link}">x</a>' for link in links)
+        body = f"<html><head><title>{page}</title></head><body>{anchors}</body></html>"
+        return Answer(0.05, 200, body.encode(), dict(HTML))
+
+    def where(self, url: str) -> tuple[int, int]:
+        host, _, page = url.removeprefix("http://h").partition(".fleet/p")
+        return int(host), int(page)
+
+
+class Tally:
+    """Requests as the web saw them: counted, and checked for pacing host by host."""
+
+    def __init__(self, delay: float) -> None:
+        self.delay = delay
+        self.requests = 0
+        self.last_start: dict[str, float] = {}
+        self.too_soon = 0
+
+    def append(self, fetch: Fetch) -> None:
+        self.requests += 1
+        last = self.last_start.get(fetch.host)
+        if last is not None and fetch.start < last + self.delay - 1e-6:
+            self.too_soon += 1
+        self.last_start[fetch.host] = fetch.start
+
+
+class DoneSink:
+    """Marks every page an item was written for; counts repeats."""
+
+    def __init__(self, web: FleetWeb) -> None:
+        self.web = web
+        self.done = bytearray(web.hosts * web.pages)
+        self.items = 0
+
+    def write(self, items: Any) -> None:
+        for item in items:
+            host, page = self.web.where(str(item["url"]))
+            self.done[host * self.web.pages + page] = 1
+            self.items += 1
+
+    def flush(self) -> None:
+        pass
+
+    def close(self) -> None:
+        pass
+
+
+@attrs.define
+class Figures:
+    """What one fleet run measured."""
+
+    workers: int
+    hosts: int
+    pages_total: int
+    lease: float
+    pages_done: int = 0
+    items: int = 0
+    requests: int = 0
+    too_soon: int = 0
+    commands: int = 0
+    store_calls: int = 0
+    commands_by_name: dict[str, int] = attrs.Factory(dict)
+    memory_end: int = 0
+    memory_peak: int = 0
+    queued_at_peak: int = 0
+    urls_seen: int = 0
+    joins: int = 0
+    crashes: int = 0
+    leaves: int = 0
+    moved_per_join: list[float] = attrs.Factory(list)
+    expiry_seconds: list[float] = attrs.Factory(list)
+    reclaim_seconds: list[float] = attrs.Factory(list)
+    simulated: float = 0.0
+    real: float = 0.0
+
+    @property
+    def commands_per_page(self) -> float:
+        return self.commands / max(1, self.pages_done)
+
+    def lines(self) -> list[str]:
+        top = ", ".join(f"{k} {v / max(1, self.pages_done):.2f}" for k, v in self._top())
+        per_url_end = self.memory_end / max(1, self.urls_seen)
+        per_queued = self.memory_peak / max(1, self.queued_at_peak)
+        return [
+            f"{self.workers} workers, {self.hosts} hosts, {self.pages_total} URLs; "
+            f"{self.joins} joins, {self.crashes} kills, {self.leaves} leaves",
+            f"done {self.pages_done}/{self.pages_total} pages ({self.items} items, "
+            f"{self.requests} requests, {self.too_soon} too soon) in {self.simulated:.0f} "
+            f"simulated s, {self.real:.0f} s real",
+            f"hosts moved per join: {_stats(self.moved_per_join, '{:.2%}')}",
+            f"dead worker expired after: {_stats(self.expiry_seconds, '{:.1f} s')}",
+            f"its entries all re-routed after: {_stats(self.reclaim_seconds, '{:.1f} s')}",
+            f"Redis commands per page: {self.commands_per_page:.2f}, counting those scripts "
+            f"run ({top}); Store calls (round trips) per page: "
+            f"{self.store_calls / max(1, self.pages_done):.2f}",
+            f"Redis memory per URL seen, at the end: {per_url_end:.1f} B "
+            f"({self.memory_end / 2**20:.1f} MiB for {self.urls_seen} URLs)",
+            f"Redis memory at its peak: {self.memory_peak / 2**20:.1f} MiB with "
+            f"{self.queued_at_peak} entries queued ({per_queued:.0f} B per queued entry, "
+            "filter included)",
+        ]
+
+    def _top(self) -> list[tuple[str, int]]:
+        return Counter(self.commands_by_name).most_common(6)
+
+
+def _stats(values: list[float], fmt: str) -> str:
+    if not values:
+        return "none measured"
+    ordered = sorted(values)
+    middle = ordered[len(ordered) // 2]
+    return (
+        f"median {fmt.format(middle)}, min {fmt.format(ordered[0])}, "
+        f"max {fmt.format(ordered[-1])} over {len(values)}"
+    )
+
+
+class FleetWorker:
+    """One worker session, driven a turn at a time (create inside the trio run)."""
+
+    def __init__(self, fleet: Fleet, name: str) -> None:
+        self.fleet = fleet
+        self.name = name
+        self.store = Store(fleet.url, fleet.crawl, timeout=30.0, clock=fleet.now_ms)
+        fetcher = SimFetcher(fleet.web, name, fleet.tally, timeout=2.0, hold=False)
+        worker = Worker(
+            fleet.url_text, fleet.crawl, fetcher=fetcher, sink=fleet.sink, **fleet.settings
+        )
+        worker.id = name
+        self.session = _Session(worker, self.store, fetcher)
+        self.session.call = fleet.call  # type: ignore[method-assign]
+        self.deferred = _Deferred()
+        self.session.nursery = self.deferred  # type: ignore[assignment]
+        self.last_beat = float("-inf")
+        self.done = False
+
+    async def join(self) -> None:
+        await self.session.begin()
+        self.last_beat = self.session.now()
+
+    async def turn(self) -> None:
+        s = self.session
+        if s.now() - self.last_beat >= s.s.beat_interval - 1e-9:
+            self.last_beat = s.now()
+            beat = await s.beat_once()
+            if beat is not None and s.finished(beat):
+                await s.leave()
+                self.done = True
+                return
+        if s.orphans_waiting.is_set():
+            s.orphans_waiting = trio.Event()
+            while (stream := await s.persist(s.store.orphan)) is not None:
+                await s.drain(stream)
+        if s.epoch_changed.is_set():
+            s.epoch_changed = trio.Event()
+            await s.apply(s.latest)
+        while self.deferred.calls:
+            fn, args = self.deferred.calls.pop(0)
+            await fn(*args)
+        await self.read()
+        await self.dispatch()
+        while s.outcomes:
+            await s.commit_now()
+
+    async def read(self) -> None:
+        s = self.session
+        while s.frontier.size < s.s.max_buffer and self.fleet.observer.undelivered(s.stream):
+            count = min(200, s.s.max_buffer - s.frontier.size)
+            got = await s.call(s.store.read, s.id, count=count, block_ms=1)
+            if not got:
+                return
+            s.take_in(got)
+
+    async def dispatch(self) -> None:
+        s = self.session
+        while s.fresh():
+            held = s.frontier.take(s.now(), s.may_fetch)
+            if not hasattr(held, "entry"):
+                return
+            s.in_flight += 1
+            await s.fetch_one(held)  # type: ignore[arg-type]
+
+    async def leave(self) -> None:
+        await self.session.flush_now()
+        await self.session.leave()
+        self.done = True
+
+
+class Fleet:
+    """One fleet-scale crawl: build it, ``run()`` it, read the figures."""
+
+    def __init__(
+        self,
+        *,
+        workers: int,
+        hosts: int,
+        pages_per_host: int,
+        seed: int = 1,
+        churn_every: float = 5.0,
+        settings: dict[str, Any] | None = None,
+        progress: bool = False,
+    ) -> None:
+        self.size = workers
+        self.progress = progress
+        self.web = FleetWeb(hosts, pages_per_host, seed)
+        self.rng = random.Random(seed)
+        self.churn_every = churn_every
+        self.settings = dict(settings or SETTINGS)
+        self.crawl = "fleet" + uuid.uuid4().hex[:8]
+        self.tally = Tally(self.settings["delay"])
+        self.sink = DoneSink(self.web)
+        self.workers: list[FleetWorker] = []
+        self.expired: set[str] = set()
+        self.churned = 0
+        self.names = iter(f"f{i}" for i in range(1, 10**9))
+        self.figures = Figures(
+            workers=workers,
+            hosts=hosts,
+            pages_total=hosts * pages_per_host,
+            lease=self.settings["lease"],
+        )
+
+    async def call(self, fn: Any, *args: Any, **kwargs: Any) -> Any:
+        """``_Session.call`` inline, counted: one Store call is one or two round trips."""
+        self.figures.store_calls += 1
+        return fn(*args, **kwargs)
+
+    def now_ms(self) -> int:
+        return round(self.clock.current_time() * 1000)
+
+    def run(self, *, churn: bool = True) -> Figures:
+        directory = Path(tempfile.mkdtemp(prefix="hashcrawl-fleet-"))
+        started = time.monotonic()
+        try:
+            with RedisServer(directory=directory, extra={"hz": "100"}) as server:
+                self.url_text = server.url
+                self.url = RedisURL.parse(server.url)
+                self.observer = Observer(server.url, self.crawl)
+                try:
+                    self.clock = trio.testing.MockClock()
+                    with _rings_shared():
+                        trio.run(self._crawl, churn, clock=self.clock)
+                finally:
+                    for w in self.workers:
+                        w.store.close()
+                    self.observer.close()
+        finally:
+            shutil.rmtree(directory, ignore_errors=True)
+        self.figures.real = time.monotonic() - started
+        return self.figures
+
+    async def _crawl(self, churn: bool) -> None:
+        f = self.figures
+        memory0 = self.observer.used_memory()
+        calls0 = self.observer.command_calls()
+        sent0 = Counter(self.observer.sent)
+        for _ in range(self.size):
+            await self._join(count=False)
+        submit_urls(self.workers[0].store, self.web.roots())
+        crashed: dict[str, float] = {}
+        next_churn = self.churn_every
+        while self.workers:
+            for w in list(self.workers):
+                await w.turn()
+                if w.done:
+                    self.workers.remove(w)
+            now = self.clock.current_time()
+            if churn and now >= next_churn and self._unfinished():
+                next_churn += self.churn_every
+                await self._churn(crashed)
+            if crashed:
+                self._watch_reclaims(crashed)
+            if int(now / TICK) % 20 == 0:
+                self._sample_memory()
+            if self.progress and int(now / TICK) % 80 == 0:
+                done = sum(self.sink.done)
+                print(f"  t={now:5.0f} s: {done} pages, {len(self.workers)} workers", flush=True)
+            self.clock.jump(TICK)
+        calls = self.observer.command_calls()
+        observed = Counter(self.observer.sent) - sent0
+        by_name = {k: v - calls0.get(k, 0) - observed[k] for k, v in calls.items()}
+        f.commands_by_name = {k: v for k, v in by_name.items() if v > 0}
+        f.commands = sum(f.commands_by_name.values())
+        f.memory_end = self.observer.used_memory() - memory0
+        f.memory_peak = max(f.memory_peak - memory0, f.memory_end)
+        f.pages_done = sum(self.sink.done)
+        f.items = self.sink.items
+        f.requests = self.tally.requests
+        f.too_soon = self.tally.too_soon
+        f.urls_seen = f.pages_total  # every URL of this web is distinct and reachable
+        f.simulated = self.clock.current_time()
+
+    def _unfinished(self) -> bool:
+        return sum(self.sink.done) < self.figures.pages_total
+
+    async def _join(self, *, count: bool = True) -> None:
+        before = Ring.of(0, [w.name for w in self.workers])
+        w = FleetWorker(self, next(self.names))
+        await w.join()
+        self.workers.append(w)
+        if count and self.workers:
+            self.figures.joins += 1
+            after = Ring.of(0, [w.name for w in self.workers])
+            keys = [f"h{i}.fleet" for i in range(self.web.hosts)]
+            self.figures.moved_per_join.append(_moved(before, after, keys))
+
+    async def _churn(self, crashed: dict[str, float]) -> None:
+        """In turn: a worker is killed, one joins, one leaves, one joins."""
+        kind = ("kill", "join", "leave", "join")[self.churned % 4]
+        self.churned += 1
+        if kind == "join" or len(self.workers) < 2:
+            await self._join()
+            return
+        victim = self.rng.choice(self.workers)
+        self.workers.remove(victim)
+        if kind == "kill":
+            self.figures.crashes += 1
+            crashed[victim.name] = self.clock.current_time()
+        else:
+            self.figures.leaves += 1
+            await victim.leave()
+
+    def _watch_reclaims(self, crashed: dict[str, float]) -> None:
+        members = self.observer.members()
+        for name, at in list(crashed.items()):
+            stream = self.observer.stream_of(name)
+            if name not in members and name not in self.expired:
+                self.expired.add(name)
+                self.figures.expiry_seconds.append(self.clock.current_time() - at)
+            self.observer.sent["exists"] += 1
+            if name not in members and not self.observer.r.exists(stream):
+                self.figures.reclaim_seconds.append(self.clock.current_time() - at)
+                del crashed[name]
+
+    def _sample_memory(self) -> None:
+        used = self.observer.used_memory()
+        if used > self.figures.memory_peak:
+            self.figures.memory_peak = used
+            self.observer.sent["get"] += 1
+            self.figures.queued_at_peak = int(
+                self.observer.r.get(self.observer.prefix + "outstanding") or 0
+            )
+
+
+def main(argv: list[str] | None = None) -> int:
+    # A SIGTERM ends the run like Ctrl-C: the Redis servers it started stop with it.
+    signal.signal(signal.SIGTERM, lambda *_: sys.exit(143))
+    parser = argparse.ArgumentParser(prog="python -m simulations.fleet", description=__doc__)
+    parser.add_argument("--workers", type=int, default=200)
+    parser.add_argument("--hosts", type=int, default=10_000)
+    parser.add_argument("--pages", type=int, default=100, help="pages per host")
+    parser.add_argument("--seed", type=int, default=1)
+    parser.add_argument("--churn-every", type=float, default=5.0, help="simulated seconds")
+    parser.add_argument("--no-churn", action="store_true")
+    args = parser.parse_args(argv)
+    print("hosts moved when a worker joins a ring of N (10,000 hosts):")
+    for n in (3, 10, 50, 100, 200):
+        moved = hosts_moved_per_join(members=n, hosts=10_000)
+        print(f"  N={n}: {moved:.2%} (ideal {1 / (n + 1):.2%})")
+    fleet = Fleet(
+        workers=args.workers,
+        hosts=args.hosts,
+        pages_per_host=args.pages,
+        seed=args.seed,
+        churn_every=args.churn_every,
+        progress=True,
+    )
+    figures = fleet.run(churn=not args.no_churn)
+    print("\n".join(figures.lines()))
+    return 0 if figures.pages_done == figures.pages_total and figures.too_soon == 0 else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,163 @@
+"""Looking at a crawl's keys from outside, the way an auditor would, not the way a worker does.
+
+The observer has its own connection and reads raw keys (XRANGE, XPENDING, ZRANGE,
+HGETALL); it never calls hashcrawl's Store, so a bug there cannot hide from it. The key
+names are the documented schema (``hashcrawl/_store.py``).
+"""
+
+from __future__ import annotations
+
+import json
+from collections import Counter
+
+import attrs
+import redis
+from redis.backoff import ExponentialBackoff
+from redis.retry import Retry
+
+
+@attrs.frozen
+class Snapshot:
+    """Where every entry of a crawl is: streams (waiting or held), overflow sets, dead letters."""
+
+    queued: dict[str, list[str]]  # url -> keys of the streams and park sets holding it
+    dead: dict[str, str]  # url -> dead-letter record
+    members: tuple[str, ...]
+    outstanding: int
+    entries: int  # stream entries plus parked ones: what ``outstanding`` should count
+    orphans: frozenset[str]
+
+    @property
+    def empty(self) -> bool:
+        return not self.queued and self.entries == 0
+
+
+class Observer:
+    """Reads one crawl's keys on one server; survives server restarts."""
+
+    def __init__(self, url: str, crawl: str) -> None:
+        self.prefix = f"hc:{{{crawl}}}:"
+        self.r = redis.Redis.from_url(
+            url,
+            decode_responses=True,
+            socket_timeout=10,
+            retry=Retry(ExponentialBackoff(cap=0.5), 6),
+            retry_on_error=[redis.ConnectionError],
+        )
+        # What this observer sent, by INFO commandstats name, to keep it out of figures.
+        self.sent: Counter[str] = Counter()
+
+    def close(self) -> None:
+        self.r.close()
+
+    def keys(self) -> list[str]:
+        self.sent["scan"] += 1  # at least one; a large keyspace takes more
+        return sorted(self.r.scan_iter(match=_escaped(self.prefix) + "*", count=1000))
+
+    def snapshot(self) -> Snapshot:
+        keys = self.keys()
+        streams = [k for k in keys if k.startswith(self.prefix + "q:") or k == self.inbox]
+        parks = [k for k in keys if k.startswith(self.prefix + "park:")]
+        queued: dict[str, list[str]] = {}
+        entries = 0
+        with self.r.pipeline(transaction=True) as pipe:
+            for key in streams:
+                pipe.xrange(key)
+            for key in parks:
+                pipe.zrange(key, 0, -1)
+            pipe.hgetall(self.prefix + "dead")
+            pipe.zrange(self.prefix + "members", 0, -1)
+            pipe.get(self.prefix + "outstanding")
+            pipe.smembers(self.prefix + "orphans")
+            replies = pipe.execute()
+        self.sent.update(
+            {"multi": 1, "exec": 1, "xrange": len(streams), "zrange": len(parks) + 1}
+            | {"hgetall": 1, "get": 1, "smembers": 1}
+        )
+        for key, reply in zip(streams, replies, strict=False):
+            for _, fields in reply:
+                _add(queued, _url(fields.get("r")), key)
+                entries += 1
+        for key, reply in zip(parks, replies[len(streams) :], strict=False):
+            for member in reply:
+                _add(queued, _url(member.partition(" ")[2]), key)
+                entries += 1
+        dead, members, outstanding, orphans = replies[-4:]
+        return Snapshot(queued, dead, tuple(members), int(outstanding or 0), entries, orphans)
+
+    @property
+    def inbox(self) -> str:
+        return self.prefix + "inbox"
+
+    def stream_of(self, worker: str) -> str:
+        return self.prefix + "q:" + worker
+
+    def members(self) -> set[str]:
+        self.sent["zrange"] += 1
+        return set(self.r.zrange(self.prefix + "members", 0, -1))
+
+    def held_by(self, worker: str) -> set[str]:
+        """URLs of the entries pending for ``worker`` in its own stream: its leases."""
+        stream = self.stream_of(worker)
+        try:
+            pending = self.r.xpending_range(stream, "g", "-", "+", 100_000, consumername=worker)
+        except redis.ResponseError:  # no stream or no group: nothing held
+            return set()
+        ids = {p["message_id"] for p in pending}
+        self.sent.update(("xpending", "xrange"))
+        return {_url(f.get("r")) for eid, f in self.r.xrange(stream) if eid in ids} - {""}
+
+    def undelivered(self, stream: str) -> bool:
+        """Whether ``stream`` has entries its group has not delivered yet.
+
+        ``XREADGROUP ... BLOCK 1`` on an empty stream costs a server tick (100 ms at
+        hz 10); asking first keeps idle reads free. Ids only grow, so the newest entry
+        is undelivered exactly when it is newer than the group's last delivered id.
+        """
+        self.sent.update(("xinfo|groups", "xrevrange"))
+        with self.r.pipeline(transaction=False) as pipe:
+            pipe.xinfo_groups(stream)
+            pipe.xrevrange(stream, count=1)
+            groups, newest = pipe.execute(raise_on_error=False)
+        if isinstance(groups, Exception) or not groups or not newest:
+            return False
+        return _id(newest[0][0]) > _id(groups[0]["last-delivered-id"])
+
+    def pace(self, host: str) -> str | None:
+        self.sent["hget"] += 1
+        value = self.r.hget(self.prefix + "pace", host)
+        return None if value is None else str(value)
+
+    def used_memory(self) -> int:
+        self.sent["info"] += 1
+        return int(self.r.info("memory")["used_memory"])
+
+    def command_calls(self) -> dict[str, int]:
+        self.sent["info"] += 1
+        stats = self.r.info("commandstats")
+        return {name.removeprefix("cmdstat_"): int(v["calls"]) for name, v in stats.items()}
+
+    def clear(self) -> None:
+        keys = self.keys()
+        for start in range(0, len(keys), 500):
+            self.r.unlink(*keys[start : start + 500])
+
+
+def _escaped(prefix: str) -> str:
+    return "".join("\\" + c if c in "{}[]*?\\" else c for c in prefix)
+
+
+def _add(queued: dict[str, list[str]], url: str, key: str) -> None:
+    queued.setdefault(url, []).append(key)
+
+
+def _url(payload: str | None) -> str:
+    try:
+        return str(json.loads(payload or "")["u"])
+    except (ValueError, KeyError, TypeError):
+        return ""
+
+
+def _id(eid: str) -> tuple[int, int]:
+    ms, _, seq = eid.partition("-")
+    return int(ms), int(seq or 0)

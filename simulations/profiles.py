@@ -1,0 +1,89 @@
+"""How much to run: the CI, quick and long profiles, and what a run reports.
+
+A profile is a number of examples (sequences of steps, each ending with the fault-free
+run to the end of the crawl) and the most steps one example may take. Hypothesis picks
+each example's length up to that bound.
+"""
+
+from __future__ import annotations
+
+import collections
+import time
+from typing import Any
+
+import attrs
+from hypothesis import HealthCheck, Phase, seed, settings
+from hypothesis.stateful import run_state_machine_as_test
+
+from simulations.model import CrawlModel
+
+
+@attrs.frozen
+class Profile:
+    """``examples`` examples of at most ``steps`` steps each."""
+
+    name: str
+    examples: int
+    steps: int
+
+
+CI = Profile("ci", examples=120, steps=50)  # about 40 s: the test suite runs this one
+QUICK = Profile("quick", examples=400, steps=50)  # about two minutes
+LONG = Profile("long", examples=5000, steps=100)  # hours; for a release, or a night
+PROFILES = {p.name: p for p in (CI, QUICK, LONG)}
+
+
+@attrs.define
+class Report:
+    """What a run covered: every figure counts all the examples Hypothesis ran."""
+
+    examples: int = 0
+    steps: int = 0
+    requests: int = 0
+    pages: int = 0
+    faults: collections.Counter[str] = attrs.Factory(collections.Counter)
+    simulated: float = 0.0
+    seconds: float = 0.0
+
+    def lines(self) -> list[str]:
+        faults = ", ".join(f"{n} {k}" for k, n in sorted(self.faults.items())) or "none"
+        return [
+            f"{self.examples} examples, {self.steps} steps, {self.simulated:.0f} simulated s, "
+            f"{self.seconds:.0f} s of real time",
+            f"{self.requests} requests, {self.pages} pages written",
+            f"faults injected: {faults}",
+        ]
+
+
+def hypothesis_settings(profile: Profile, *, shrink: bool = True, **more: Any) -> settings:
+    phases = list(Phase) if shrink else [Phase.explicit, Phase.reuse, Phase.generate]
+    return settings(
+        max_examples=profile.examples,
+        stateful_step_count=profile.steps,
+        deadline=None,
+        phases=[p for p in phases if p is not Phase.explain],
+        suppress_health_check=[
+            HealthCheck.too_slow,
+            HealthCheck.data_too_large,
+            HealthCheck.filter_too_much,
+        ],
+        **more,
+    )
+
+
+def run(
+    profile: Profile, *, seed_value: int | None = None, shrink: bool = True, **more: Any
+) -> Report:
+    """Run the state machine under ``profile``; raises the first violation it finds."""
+    report = Report()
+    machine = type("CrawlModel", (CrawlModel,), {"report": report})
+    if seed_value is not None:
+        machine = seed(seed_value)(machine)
+    started = time.monotonic()
+    try:
+        run_state_machine_as_test(
+            machine, settings=hypothesis_settings(profile, shrink=shrink, **more)
+        )
+    finally:
+        report.seconds = time.monotonic() - started
+    return report

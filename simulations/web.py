@@ -1,0 +1,261 @@
+"""A fake web for the simulations: a generated site graph served through a fetcher.
+
+Nothing here touches the network. A :class:`Site` is a seed and a size; ``Web.of(site)``
+builds the same pages from it every time. Pages come in kinds that exercise every path
+a worker takes after a fetch:
+
+========  ====================================================================
+kind      what the server does
+========  ====================================================================
+ok        200 with links, quickly
+slow      200 with links, taking 0.8-2.6 s: some attempts outlast the timeout
+flaky     the first one or two requests fail (connection reset), then 200
+broken    every request fails: the page ends in the dead letters
+missing   404, no links
+busy      503 with Retry-After: 1 to the first request, then 200
+moved     301 to another page of the site
+========  ====================================================================
+
+A host's robots.txt is absent (404), sets a Crawl-delay, or cannot be fetched.
+
+A :class:`SimFetcher` is one worker's fetcher. A request reaches the server when
+``fetch`` is called: it is logged then, with the moment the server is done with it.
+The answer is held back until the simulation *releases* the flight, so a fetch is two
+steps, and others can happen in between.
+"""
+
+from __future__ import annotations
+
+import random
+from collections.abc import Callable, Iterator
+from typing import Any
+
+import attrs
+import trio
+
+from hashcrawl._exceptions import FetchError
+from hashcrawl._models import Request, Response
+
+HTML = {"content-type": "text/html; charset=utf-8"}
+KINDS = ("ok",) * 12 + ("slow",) * 2 + ("flaky",) * 2 + ("broken", "missing", "busy", "moved")
+ROBOTS = ("absent",) * 3 + ("delay", "unreachable")
+CRAWL_DELAY = 1.5
+
+
+@attrs.frozen
+class Site:
+    """A generated site: ``pages`` pages over ``hosts`` hosts, shaped by ``seed``."""
+
+    seed: int
+    hosts: int
+    pages: int
+
+    def __repr__(self) -> str:
+        return f"Site(seed={self.seed}, hosts={self.hosts}, pages={self.pages})"
+
+
+@attrs.frozen
+class Page:
+    """One page: where it links, and how its server behaves."""
+
+    url: str
+    host: str
+    kind: str
+    links: tuple[str, ...]
+    duration: float
+    fails: int = 0
+
+
+@attrs.frozen
+class Answer:
+    """What the server does with one request: how long it takes and what it sends."""
+
+    duration: float
+    status: int = 200
+    body: bytes = b""
+    headers: dict[str, str] = attrs.Factory(dict)
+    error: str | None = None
+
+    @property
+    def final(self) -> bool:
+        """A page fetched for good: not a failure, and not a "come back later"."""
+        return self.error is None and self.status not in (429, 503)
+
+
+@attrs.frozen
+class Fetch:
+    """One request as the server saw it: who sent it, when, and until when it was busy."""
+
+    worker: str
+    url: str
+    host: str
+    start: float
+    end: float
+    final: bool
+    robots: bool
+    stale_pace: bool = False  # the host's pace record changed after this worker read it
+
+
+class Web:
+    """Every page and robots.txt of a site, and a count of requests per URL."""
+
+    def __init__(self, pages: dict[str, Page], robots: dict[str, str]) -> None:
+        self.pages = pages
+        self.robots = robots
+        self.requests: dict[str, int] = {}
+
+    @classmethod
+    def of(cls, site: Site) -> Web:
+        rng = random.Random(site.seed)
+        hosts = [f"h{i}.test" for i in range(site.hosts)]
+        urls = [f"http://{hosts[rng.randrange(len(hosts))]}/p{j}" for j in range(site.pages)]
+        pages = {url: _page(rng, url, urls) for url in urls}
+        robots = {host: rng.choice(ROBOTS) for host in hosts}
+        return cls(pages, robots)
+
+    def url(self, index: int) -> str:
+        """Page ``index`` of the site (modulo its size); from 90 up, a URL it does not have."""
+        if index >= 90:
+            return f"http://h0.test/nowhere{index}"
+        urls = list(self.pages)
+        return urls[index % len(urls)]
+
+    def crawl_delay(self, host: str) -> float:
+        return CRAWL_DELAY if self.robots.get(host) == "delay" else 0.0
+
+    def answer(self, url: str) -> Answer:
+        """The server's answer to the next request for ``url``."""
+        seen = self.requests.get(url, 0)
+        self.requests[url] = seen + 1
+        if url.endswith("/robots.txt"):
+            return self._robots(url.split("/")[2])
+        page = self.pages.get(url)
+        if page is None:
+            return Answer(0.05, 404, b"not here", dict(HTML))
+        return _answer(page, seen)
+
+    def links_of(self, url: str) -> tuple[str, ...]:
+        """The links a fetched page gives the crawler (a redirect's target included)."""
+        page = self.pages.get(url)
+        if page is None or page.kind in ("missing", "broken"):
+            return ()
+        return page.links
+
+    def _robots(self, host: str) -> Answer:
+        policy = self.robots.get(host, "absent")
+        if policy == "unreachable":
+            return Answer(0.1, error="connection refused")
+        if policy == "delay":
+            text = f"User-agent: *\nCrawl-delay: {CRAWL_DELAY}\n"
+            return Answer(0.05, 200, text.encode(), {"content-type": "text/plain"})
+        return Answer(0.05, 404, b"", {"content-type": "text/plain"})
+
+
+def _page(rng: random.Random, url: str, urls: list[str]) -> Page:
+    host = url.split("/")[2]
+    kind = rng.choice(KINDS)
+    same = [u for u in urls if u.split("/")[2] == host and u != url] or [url]
+    count = rng.randint(1, 4)
+    links = tuple(
+        dict.fromkeys(rng.choice(same if rng.random() < 0.7 else urls) for _ in range(count))
+    )
+    if kind == "moved":
+        links = (rng.choice(urls),)
+    duration = rng.uniform(0.8, 2.6) if kind == "slow" else rng.uniform(0.05, 0.5)
+    fails = rng.randint(1, 2) if kind == "flaky" else 0
+    return Page(url, host, kind, links, round(duration, 3), fails)
+
+
+def _answer(page: Page, seen: int) -> Answer:
+    if page.kind == "broken" or (page.kind == "flaky" and seen < page.fails):
+        return Answer(page.duration, error="connection reset by peer")
+    if page.kind == "missing":
+        return Answer(page.duration, 404, b"<title>missing</title>", dict(HTML))
+    if page.kind == "busy" and seen == 0:
+        return Answer(page.duration, 503, b"busy", {**HTML, "retry-after": "1"})
+    if page.kind == "moved":
+        return Answer(page.duration, 301, b"", {**HTML, "location": page.links[0]})
+    duration = page.duration * (1.0 + 0.5 * (seen % 2)) if page.kind == "slow" else page.duration
+    return Answer(duration, 200, _html(page), dict(HTML))
+
+
+def _html(page: Page) -> bytes:
+    anchors = "".join(f'<a href="{link}">{link}</a>\n' for link in page.links)
+    return f"<html><head><title>{page.url}</title></head><body>{anchors}</body></html>".encode()
+
+
+@attrs.define(eq=False)
+class Flight:
+    """A request the server has received and the worker has not yet seen answered."""
+
+    fetch: Fetch
+    answer: Answer
+    released: trio.Event = attrs.Factory(trio.Event)
+
+
+class SimFetcher:
+    """One worker's fetcher: logs each request and holds its answer until released."""
+
+    def __init__(
+        self,
+        web: Any,
+        worker: str,
+        log: Any,
+        *,
+        timeout: float,
+        stale: Callable[[str], bool] = lambda host: False,
+        hold: bool = True,
+    ) -> None:
+        """Args:
+        hold: keep each answer until its flight is released; without, answer at once.
+        """
+        self.web = web
+        self.hold = hold
+        self.worker = worker
+        self.log = log
+        self.timeout = timeout
+        self.stale = stale
+        self.flights: list[Flight] = []
+
+    async def fetch(self, request: Request) -> Response:
+        flight = self._send(request.url)
+        if self.hold:
+            self.flights.append(flight)
+            try:
+                await flight.released.wait()
+            finally:
+                self.flights.remove(flight)
+        answer = flight.answer
+        if answer.duration > self.timeout:
+            raise FetchError(f"timed out after {self.timeout:g} s")
+        if answer.error is not None:
+            raise FetchError(answer.error)
+        return Response(request.url, answer.status, answer.headers, answer.body, request)
+
+    def _send(self, url: str) -> Flight:
+        answer = self.web.answer(url)
+        start = trio.current_time()
+        busy = min(answer.duration, self.timeout)
+        final = answer.final and answer.duration <= self.timeout
+        host = url.split("/")[2]
+        robots = url.endswith("/robots.txt")
+        fetch = Fetch(
+            self.worker,
+            url,
+            host,
+            start,
+            start + busy,
+            final and not robots,
+            robots,
+            self.stale(host),
+        )
+        self.log.append(fetch)
+        return Flight(fetch, answer)
+
+    def due(self, now: float) -> Iterator[Flight]:
+        """Flights whose answer has arrived by ``now``, earliest first."""
+        return iter(sorted((f for f in self.flights if f.fetch.end <= now), key=_end))
+
+
+def _end(flight: Flight) -> float:
+    return flight.fetch.end

@@ -1,0 +1,488 @@
+"""Everything one simulated crawl runs against, and what it is judged by.
+
+A :class:`World` is a crawl name on the simulation's Redis server, a fake web, a fleet
+of :class:`~simulations.crew.SimWorker` and the records the invariants read: every
+request the web received, every item a sink wrote, the URLs submitted, and the URLs
+whose double fetch is excused because a holder died or stalled with them.
+
+Its async methods run inside the :class:`~simulations.loop.Loop`; the model calls them
+through ``world.do(...)``.
+"""
+
+from __future__ import annotations
+
+import atexit
+import itertools
+import math
+import os
+import random
+import shutil
+import tempfile
+import uuid
+from collections import Counter
+from collections.abc import Awaitable, Callable
+from pathlib import Path
+from typing import Any
+
+from hashcrawl._exceptions import Fenced, QueueError
+from hashcrawl._queue import Queue
+from hashcrawl._server import RedisServer
+from simulations import checks, known
+from simulations.crew import SimulatedCrash, SimWorker
+from simulations.loop import Loop, settle
+from simulations.observe import Observer, Snapshot
+from simulations.web import Fetch, Site, Web
+
+SETTINGS: dict[str, Any] = {
+    "delay": 1.0,
+    "lease": 8.0,
+    "timeout": 2.0,
+    "grace": 4.0,
+    "idle": 2.0,
+    "max_attempts": 3,
+    "concurrency": 4,
+    "per_host": 1,
+    "max_buffer": 6,
+}
+BEAT = min(1.0, SETTINGS["lease"] / 10)
+FINISH_WITHIN = 900.0  # simulated seconds for the fault-free end of a crawl
+ARMED_FOR = 10.0  # simulated seconds an armed crash may still strike once faults stop
+JUDGE_EVERY = 5.0  # simulated seconds between checks while the fleet runs to the end
+STALLED_AFTER = 60.0  # simulated seconds without a request, an item or a worker change
+QUIET = ("epoch ", "nothing new in its stream", "no answer has arrived", "nothing it may fetch")
+
+_server: RedisServer | None = None
+
+
+def server() -> RedisServer:
+    """The simulations' Redis server: AOF on, fsync always, started on first use."""
+    global _server
+    if _server is None:
+        base = "/dev/shm" if os.path.isdir("/dev/shm") else None
+        directory = Path(tempfile.mkdtemp(prefix="hashcrawl-sim-", dir=base))
+        _server = RedisServer(
+            directory=directory, appendonly=True, appendfsync="always", extra={"hz": "100"}
+        )
+        _server.start()
+        atexit.register(_remove, _server, directory)
+    return _server
+
+
+def _remove(redis: RedisServer, directory: Path) -> None:
+    redis.close()
+    shutil.rmtree(directory, ignore_errors=True)
+
+
+class World:
+    """One simulated crawl: workers, web, records. Close it when the example ends."""
+
+    def __init__(self, site: Site, *, settings: dict[str, Any] | None = None) -> None:
+        self.redis = server()
+        self.url = self.redis.url
+        self.crawl = "sim" + uuid.uuid4().hex[:8]
+        self.settings = dict(settings or SETTINGS)
+        self.site = site
+        self.web = Web.of(site)
+        self.loop = Loop()
+        self.observer = Observer(self.url, self.crawl)
+        self.queue = Queue(self.url, self.crawl)
+        self.workers: dict[str, SimWorker] = {}
+        self.fetches: list[Fetch] = []
+        self.done: list[tuple[str, str]] = []
+        self.submitted: set[str] = set()
+        self.excused: Counter[str] = Counter()  # url -> holders that died or stalled with it
+        self.members_seen: set[str] = set()
+        self.last_submission = -1  # trace position: a crawl is over only after the last one
+        self.problems: list[str] = []  # violations seen as they happen (premature expiry)
+        self.trace: list[str] = []
+        self.finishing = False
+        self._names = itertools.count(1)
+
+    def close(self) -> None:
+        try:
+            self.loop.close()
+        finally:
+            for w in self.workers.values():
+                w.store.close()
+            self.observer.clear()
+            self.observer.close()
+            self.queue.close()
+
+    def do(self, fn: Callable[..., Awaitable[Any]], *args: Any) -> Any:
+        """Run one of this world's async actions in its loop."""
+        return self.loop.run(fn, *args)
+
+    def now(self) -> float:
+        return self.loop.now()
+
+    def say(self, who: str, text: str) -> str:
+        line = f"t={self.now():8.3f} {who}: {text}"
+        if not (self.finishing and any(q in text for q in QUIET)):
+            self.trace.append(line)  # routine turns of the fault-free end would drown the rest
+        return line
+
+    # -- who is who ----------------------------------------------------------------------
+
+    def live(self) -> list[SimWorker]:
+        return [w for w in self.workers.values() if w.live]
+
+    def active(self) -> list[SimWorker]:
+        return [w for w in self.workers.values() if w.active]
+
+    def pick(self, index: int, among: list[SimWorker]) -> SimWorker:
+        return among[index % len(among)]
+
+    # -- actions ---------------------------------------------------------------------------
+
+    def submit(self, urls: list[str]) -> str:
+        for _ in range(3):  # a submitter retries once Redis is back
+            try:
+                added = self.queue.submit(urls)
+                break
+            except ConnectionError:
+                continue
+        else:
+            return "could not reach Redis"
+        self.submitted.update(urls)
+        self.last_submission = len(self.trace)
+        return f"submitted {len(urls)} URLs, {added} new: {' '.join(urls)}"
+
+    async def join(self, lose_reply: str | None = None) -> str:
+        name = f"w{next(self._names)}"
+        w = self.workers[name] = SimWorker(name, self)
+        w.link.lose_reply = lose_reply
+        w.start("join", w.join)
+        return await self._settled(w, "join")
+
+    async def step(self, w: SimWorker, kind: str) -> str:
+        if kind == "fetch":
+            sent = len(self.fetches)
+            got = w.dispatch()
+            await self._reap()
+            if got is None:
+                return self.say(w.name, "nothing it may fetch now")
+            requests = " ".join(f.url for f in self.fetches[sent:]) or "nothing sent yet"
+            return self.say(w.name, f"took {got.entry.url}: sent {requests}")
+        if kind == "complete":
+            return await self.complete(w)
+        w.start(kind, getattr(w, kind))
+        text = await self._settled(w, kind)
+        if kind == "beat":
+            self._detect_expiries()  # only a heartbeat expires members
+        return text
+
+    async def complete(self, w: SimWorker) -> str:
+        flight = next(w.fetcher.due(self.now()), None)
+        if flight is None:
+            return self.say(w.name, "no answer has arrived")
+        flight.released.set()
+        await self._reap()
+        answer = flight.answer
+        status = answer.error or (
+            "timed out" if answer.duration > w.fetcher.timeout else str(answer.status)
+        )
+        return self.say(w.name, f"got {flight.fetch.url}: {status}")
+
+    async def stop(self, w: SimWorker) -> str:
+        w.session.request_stop()
+        w.state = "stopping"
+        return self.say(w.name, "asked to stop")
+
+    async def leave(self, w: SimWorker) -> str:
+        w.state = "leaving"
+        w.start("leave", w.leave)
+        return await self._settled(w, "leave")
+
+    async def crash(self, w: SimWorker, why: str = "killed") -> str:
+        self._excuse(w)
+        w.state = "crashed"
+        w.stop_tasks()
+        await self._reap()
+        return self.say(w.name, f"crashed ({why}); its Redis state stays")
+
+    async def advance(self, seconds: float) -> str:
+        await self.loop.advance(seconds)
+        await self._reap()
+        return self.say("clock", f"+{seconds:g} s")
+
+    async def tick(self, *, skip: SimWorker | None = None) -> str:
+        """A heartbeat interval passes, every running worker beating once and running its
+        other loops as they come due (``skip`` takes no part: it is paused)."""
+        end = self.now() + BEAT
+        self.say("tick", f"{BEAT:g} s of every running worker's loops")
+        while True:
+            for w in self.active():
+                if w is not skip:
+                    await self.turn(w)
+            if self.now() >= end - 1e-9:
+                return ""
+            await self.loop.advance(min(self._next_wait(), end - self.now()))
+            await self._reap()
+
+    async def pause_past_lease(self, w: SimWorker) -> str:
+        w.paused = True
+        ticks = math.ceil(self.settings["lease"] / BEAT) + 2
+        for _ in range(ticks):
+            await self.tick(skip=w)
+        w.paused = False
+        return self.say(w.name, f"was paused {ticks * BEAT:g} s, and runs again")
+
+    # -- the fault-free end -------------------------------------------------------------------
+
+    async def finish(self) -> list[str]:
+        """Stop every fault, run the fleet until every worker has left, and judge the end.
+
+        Workers run their loops in turn as a live worker would, time moving to the next
+        thing anyone waits for. A fenced worker rejoins under a new name, as
+        ``Worker.run`` does. The crawl ends when every worker saw it idle and left.
+
+        Cut-offs heal and paused workers resume at once; a crash or a lost reply that
+        was armed earlier may still strike in the first ``ARMED_FOR`` seconds.
+        """
+        for w in self.workers.values():
+            w.link.cut = False
+            w.paused = False
+        self.say("model", "faults stop; the fleet runs to the end")
+        disarm_at = self.now() + ARMED_FOR
+        self.finishing = True
+        deadline = self.now() + FINISH_WITHIN
+        progress, since = self._progress(), self.now()
+        judged = self.now()
+        while True:
+            if not self.live() and not self._crawl_over():
+                await self.join()  # an operator starts a worker while work is left
+            if not self.live():
+                break
+            for w in sorted(self.live(), key=lambda w: w.name):
+                await self.turn(w)
+            if self._progress() != progress:
+                progress, since = self._progress(), self.now()
+            if self.now() > deadline:
+                ended = f"without faults the crawl did not end in {FINISH_WITHIN:g} s: "
+                return [ended + self._state()]
+            if self.now() > since + STALLED_AFTER:
+                return [self._stuck()]
+            if self.now() >= disarm_at:
+                for w in self.workers.values():
+                    w.link.disarm()
+            if self.now() - judged >= JUDGE_EVERY:
+                judged = self.now()
+                if problems := self.violations():
+                    return problems
+            await self.loop.advance(self._next_wait())
+            await self._reap()
+        return self._judge_end()
+
+    def _progress(self) -> tuple[int, ...]:
+        """What changes while a crawl moves: requests, items, workers, queued entries."""
+        live = sum(1 for _ in self.live())
+        return (len(self.fetches), len(self.done), len(self.workers), live)
+
+    async def run_for(self, seconds: float, seed: int) -> str:
+        """Every running worker runs its loops for a while, in an order ``seed`` shuffles.
+
+        Real loops run concurrently, so any order of their turns can happen; some turns
+        are skipped, as a loop that is slow to wake would skip them.
+        """
+        rng = random.Random(seed)
+        end = self.now() + seconds
+        self.say("model", f"the fleet runs for {seconds:g} s (order {seed})")
+        while True:
+            for w in rng.sample(self.active(), k=len(self.active())):
+                await self.turn(w, rng)
+            if self.now() >= end - 1e-9:
+                return ""
+            await self.loop.advance(min(self._next_wait(), end - self.now()))
+            await self._reap()
+
+    async def turn(self, w: SimWorker, rng: random.Random | None = None) -> None:
+        """Every loop of one worker once: in the order a live worker tends to run them,
+        or shuffled and thinned out by ``rng``."""
+        if not w.active or w.state not in ("member", "stopping"):
+            return
+        kinds = ["beat", "drain", "apply", "load_pace", "read", "unpark", "fetch", "complete"]
+        kinds.append("commit")
+        if rng is not None:
+            rng.shuffle(kinds)
+            kinds = [k for k in kinds if rng.random() < 0.7]
+        for kind in kinds:
+            if w.state in ("member", "stopping") and not w.paused:
+                await self._turn(w, kind)
+        if w.may_leave():
+            await self.leave(w)
+
+    async def _turn(self, w: SimWorker, kind: str) -> None:
+        if kind == "beat":
+            if self.now() - w.last_beat >= BEAT - 1e-9 and not w.busy_with("beat"):
+                await self.step(w, "beat")
+        elif kind == "fetch":
+            while w.live and w.session.frontier.size:
+                text = await self.step(w, "fetch")
+                if "nothing it may fetch" in text:
+                    break
+        elif kind == "complete":
+            while w.live and next(w.fetcher.due(self.now()), None) is not None:
+                await self.complete(w)
+        elif w.wants(kind):
+            await self.step(w, kind)
+
+    def _crawl_over(self) -> bool:
+        """Whether the last worker to end saw the crawl finished, after the last submission."""
+        ended = [w for w in self.workers.values() if w.state == "finished"]
+        return any(w.ended_at > self.last_submission for w in ended) and not self.live()
+
+    def _next_wait(self) -> float:
+        now = self.now()
+        delay, per_host = self.settings["delay"], self.settings["per_host"]
+        times = [self.loop.next_deadline(), now + BEAT]
+        for w in self.live():
+            times.append(w.last_beat + BEAT)
+            times += [f.fetch.end for f in w.fetcher.flights]
+            for host in w.session.frontier.hosts.values():
+                if host.queue:
+                    times.append(host.next_start(delay, per_host))
+        soonest = min((t for t in times if t > now + 1e-9), default=now + BEAT)
+        return max(0.001, soonest - now)
+
+    def _stuck(self) -> str:
+        return (
+            "without faults the crawl stopped moving before its end (nothing fetched, written "
+            f"or changed for {STALLED_AFTER:g} simulated seconds): " + self._state()
+        )
+
+    def _state(self) -> str:
+        snap = self.snapshot()
+        workers = ", ".join(
+            f"{w.name} ({len(w.session.frontier.hosts)} hosts, {w.session.frontier.size} queued, "
+            f"{w.session.in_flight} in flight, tasks {sorted(w.tasks)})"
+            for w in self.live()
+        )
+        return (
+            f"{snap.entries} entries queued ({_sample(snap.queued)}), outstanding "
+            f"{snap.outstanding}, members {list(snap.members)}; workers: {workers}"
+        )
+
+    def _judge_end(self) -> list[str]:
+        snap = self.snapshot()
+        done = {u for u, _ in self.done}
+        problems = []
+        # A crashed member nobody outlived long enough to expire stays listed; only the
+        # dead can be in that list.
+        dead = {w.name for w in self.workers.values() if w.state in ("crashed", "gave up")}
+        if not snap.empty or set(snap.members) - dead:
+            problems.append(
+                f"every worker left, yet {snap.entries} entries are queued "
+                f"({_sample(snap.queued)}) and members {list(snap.members)} remain"
+            )
+        return problems + checks.unfinished(self.accepted(snap), done, snap.dead, self.failed)
+
+    # -- plumbing ----------------------------------------------------------------------------
+
+    async def _settled(self, w: SimWorker, kind: str) -> str:
+        task = w.tasks.get(kind)
+        await self._reap()
+        if task is None or not task.done:
+            return self.say(w.name, f"{kind}: pending")
+        if task.error is not None:
+            return self.say(w.name, f"{kind}: {type(task.error).__name__}: {task.error}")
+        return self.say(w.name, f"{kind}: {task.result}")
+
+    async def _reap(self) -> None:
+        """Settle, then end the sessions whose steps raised; repeat until nothing changes."""
+        while True:
+            await settle()
+            ended = False
+            for w in list(self.workers.values()):
+                for kind, task in list(w.tasks.items()):
+                    if task.done:
+                        del w.tasks[kind]
+                        ended |= await self._ended(w, kind, task.error)
+            self._sync_states()
+            if not ended:
+                return
+
+    async def _ended(self, w: SimWorker, kind: str, error: BaseException | None) -> bool:
+        if error is None:
+            return False
+        if isinstance(error, SimulatedCrash):
+            self._excuse(w)
+            w.state = "crashed"
+        elif isinstance(error, QueueError):
+            w.state = "fenced" if isinstance(error, Fenced) else "gave up"
+        else:
+            raise AssertionError(f"{w.name}'s {kind} step raised {error!r}") from error
+        self.say(w.name, f"{kind} ended the session ({w.state}): {error}")
+        w.stop_tasks()
+        return True
+
+    def _sync_states(self) -> None:
+        for w in self.workers.values():
+            if w.state == "member" and w.session.stopping:
+                w.state = "stopping"  # a --max-* limit asked it to stop
+
+    def _detect_expiries(self) -> None:
+        """Excuse what a member held when Redis expired it, if it was silent a whole lease.
+
+        A member expired sooner was reclaimed alive: that is a violation, and what it
+        held is not excused.
+        """
+        members = self.observer.members()
+        self.members_seen |= members
+        lease = self.settings["lease"]
+        for w in self.workers.values():
+            gone = w.name in self.members_seen and w.name not in members
+            if not gone or w.excused or w.state in ("leaving", "left", "finished"):
+                continue
+            silent = self.now() - w.confirmed
+            if silent <= lease:
+                w.excused = True  # judged once
+                self.problems.append(
+                    f"{w.name} lost its membership after {silent:.3f} s without a heartbeat, "
+                    f"within its lease of {lease:g} s: it was reclaimed alive"
+                )
+            else:
+                self._excuse(w)
+            self.say(w.name, f"was expired by the fleet after {silent:.3f} s of silence")
+
+    def _excuse(self, w: SimWorker) -> None:
+        if not w.excused:
+            self.excused.update(self.observer.held_by(w.name))
+            w.excused = True
+
+    # -- judging ---------------------------------------------------------------------------
+
+    def snapshot(self) -> Snapshot:
+        return self.observer.snapshot()
+
+    def accepted(self, snap: Snapshot) -> set[str]:
+        """Submitted URLs, and the links of every page done and no longer queued."""
+        urls = set(self.submitted)
+        for url in {u for u, _ in self.done}:
+            if url not in snap.queued:
+                urls.update(self.web.links_of(url))
+        return urls
+
+    def violations(self) -> list[str]:
+        snap = self.snapshot()
+        done = {u for u, _ in self.done}
+        return (
+            self.problems
+            + checks.lost(self.accepted(snap), snap.queued, done, snap.dead)
+            + checks.duplicates(self.fetches, self.excused)
+            + checks.politeness(
+                self.fetches, self.delay_of, stale_excused=known.avoided("pace_read_too_early")
+            )
+            + checks.accounting(snap.outstanding, snap.entries)
+        )
+
+    def delay_of(self, host: str) -> float:
+        crawl_delay = min(self.web.crawl_delay(host), self.settings["lease"] / 2)
+        return max(self.settings["delay"], crawl_delay)
+
+    def failed(self, url: str) -> bool:
+        return any(f.url == url and not f.final for f in self.fetches)
+
+
+def _sample(queued: dict[str, list[str]]) -> str:
+    shown = [f"{url} in {keys[0].rsplit(':', 1)[-1]}" for url, keys in sorted(queued.items())]
+    return ", ".join(shown[:4]) + (" ..." if len(shown) > 4 else "")

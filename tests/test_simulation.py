@@ -1,0 +1,93 @@
+"""The crash simulation: it passes its CI profile, it catches deliberate bugs, and it still
+shows the open bugs it found (see docs/simulation.md)."""
+
+from __future__ import annotations
+
+import contextlib
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+import hashcrawl
+from simulations import known, profiles
+from simulations.fleet import Fleet, hosts_moved_per_join
+
+PACKAGE = Path(hashcrawl.__file__).parent
+# Where each deliberate bug's switch goes; a test is skipped until its switch is there.
+SWITCHES = {
+    "ack_before_write": ("_worker.py",),
+    "reclaim_live": ("_worker.py", "lua/heartbeat.lua"),
+    "skip_seen_filter": ("_handling.py",),
+    "drop_pace": ("_worker.py",),
+}
+# What each deliberate bug breaks first, as the violation message says it.
+CAUGHT_AS = {
+    "ack_before_write": "neither queued, done nor dead",
+    "reclaim_live": "reclaimed alive|fetched at once|less than its delay|times",
+    "skip_seen_filter": "was fetched [0-9]+ times",
+    "drop_pace": "less than its delay|fetched at once",
+}
+TEETH = profiles.Profile("teeth", examples=600, steps=50)
+
+
+def switched_in(fault: str) -> bool:
+    try:
+        from hashcrawl import _faults  # noqa: F401
+    except ImportError:
+        return False
+    return all(fault in (PACKAGE / name).read_text() for name in SWITCHES[fault])
+
+
+@contextlib.contextmanager
+def fault_on(fault: str) -> Iterator[None]:
+    from hashcrawl._faults import FAULTS
+
+    FAULTS.add(fault)
+    try:
+        yield
+    finally:
+        FAULTS.discard(fault)
+
+
+def test_ci_profile_keeps_every_invariant() -> None:
+    """Random crashes, pauses, cut-offs, joins, leaves and Redis restarts break nothing."""
+    # The same examples on every run (derandomize): CI fails only when the code does.
+    report = profiles.run(profiles.CI, database=None, derandomize=True)
+    assert report.examples >= profiles.CI.examples
+    assert report.pages > 0 and sum(report.faults.values()) > 0
+
+
+@pytest.mark.parametrize("fault", sorted(SWITCHES))
+def test_simulation_catches_deliberate_bug(fault: str) -> None:
+    """With one deliberate bug switched on, the simulation finds a broken invariant."""
+    if not switched_in(fault):
+        pytest.skip("fault switch not yet applied (see docs/simulation.md)")
+    with fault_on(fault), pytest.raises(AssertionError, match=CAUGHT_AS[fault]):
+        profiles.run(TEETH, shrink=False, database=None, derandomize=True, print_blob=False)
+
+
+@pytest.mark.parametrize("name", sorted(known.OPEN))
+def test_open_bug_still_shows(name: str) -> None:
+    """The shortest script for an open bug still breaks an invariant.
+
+    When this fails, the bug is fixed: delete its entry from simulations/known.py, and
+    the simulation stops steering around it.
+    """
+    with pytest.raises(AssertionError):
+        known.replay(name)
+
+
+def test_ring_moves_about_one_host_in_n_plus_one_per_join() -> None:
+    """Adding a 21st worker to a ring of 20 moves close to 1/21 of 10,000 hosts."""
+    moved = hosts_moved_per_join(members=20, hosts=10_000)
+    assert 0.02 < moved < 0.08
+
+
+def test_small_fleet_crawls_everything_with_churn() -> None:
+    """A small fleet with joins and crashes ends with every page done and figures to show."""
+    fleet = Fleet(workers=6, hosts=40, pages_per_host=20, seed=1, churn_every=3.0)
+    figures = fleet.run(churn=True)
+    assert figures.pages_done == figures.pages_total
+    assert figures.commands_per_page > 0
+    assert figures.reclaim_seconds and max(figures.reclaim_seconds) < 3 * figures.lease
