@@ -509,20 +509,28 @@ class _Session:
         """Bring parked entries back as their hosts run short (checked a few times a second)."""
         await self.find_parked()
         while True:
-            for name in sorted(self.parked):
-                host = self.frontier.hosts.get(name)
-                if self.frontier.size >= self.s.max_buffer:
-                    break
-                if host is not None and len(host.queue) >= UNPARK_BELOW:
-                    continue
-                status, _, left = await self.persist(
-                    self.store.unpark, self.id, self.latest.epoch, name, PARK_AT - UNPARK_BELOW
-                )
-                if status == "fenced":
-                    raise Fenced(f"worker {self.id} lost its membership while unparking")
-                if status == "ok" and left == 0:
-                    self.parked.discard(name)
+            await self.unpark_once()
             await trio.sleep(0.2)
+
+    async def unpark_once(self) -> list[str]:
+        """One pass over the parked hosts; returns the hosts that took entries back."""
+        took: list[str] = []
+        for name in sorted(self.parked):
+            host = self.frontier.hosts.get(name)
+            if self.frontier.size >= self.s.max_buffer:
+                break
+            if host is not None and len(host.queue) >= UNPARK_BELOW:
+                continue
+            status, moved, left = await self.persist(
+                self.store.unpark, self.id, self.latest.epoch, name, PARK_AT - UNPARK_BELOW
+            )
+            if status == "fenced":
+                raise Fenced(f"worker {self.id} lost its membership while unparking")
+            if status == "ok" and left == 0:
+                self.parked.discard(name)
+            if moved:
+                took.append(name)
+        return took
 
     async def find_parked(self) -> None:
         """Learn which hosts this owner has overflow sets for (at join and on handoffs)."""
