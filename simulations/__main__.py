@@ -25,7 +25,7 @@ from simulations import known, profiles
 
 def main(argv: list[str] | None = None) -> int:
     # A SIGTERM ends the run like Ctrl-C: the Redis servers it started stop with it.
-    signal.signal(signal.SIGTERM, lambda *_: sys.exit(143))
+    signal.signal(signal.SIGTERM, signal.default_int_handler)
     args = _parser().parse_args(argv)
     if args.replay is not None:
         return _replay(Path(args.replay))

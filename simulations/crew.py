@@ -30,11 +30,11 @@ from typing import Any
 import attrs
 import trio
 
-from hashcrawl._exceptions import Fenced, QueueError
+from hashcrawl._exceptions import QueueError
 from hashcrawl._frontier import Held
 from hashcrawl._redisurl import RedisURL
 from hashcrawl._store import Store
-from hashcrawl._worker import PARK_AT, UNPARK_BELOW, Worker, _Session
+from hashcrawl._worker import Worker, _Session
 from simulations import known
 from simulations.web import SimFetcher
 
@@ -239,10 +239,6 @@ class SimWorker:
     async def join(self) -> str:
         s = self.session
         await s.begin()
-        if known.avoided("join_assumes_settled"):
-            # The open bug's one-line fix: the fleet has settled this epoch only once a
-            # heartbeat says so.
-            s.settled = min(s.settled, s.ring.epoch - 1)
         await s.find_parked()  # what unpark_loop does first
         self.state = "member"
         self.last_beat = s.now()
@@ -313,12 +309,7 @@ class SimWorker:
         s.epoch_changed = trio.Event()
         target = s.latest.epoch
         await s.apply(s.latest)
-        if s.applied < target and known.avoided("stale_apply_keeps_revoked"):
-            # The open bug's fix: a refused handoff gives its hosts back until the next.
-            for name, host in s.frontier.hosts.items():
-                if host.revoked:
-                    host.revoked = False
-                    s.frontier.reschedule(name)
+        if s.applied < target:
             return f"handoff to epoch {target} refused as stale"
         return f"applied epoch {s.applied}"
 
@@ -345,24 +336,9 @@ class SimWorker:
         return f"loaded pace of {', '.join(args[0])}"
 
     async def unpark(self) -> str:
-        """A turn of unpark_loop (its body, restated: the loop sleeps between turns)."""
-        s = self.session
-        moved = []
-        for name in sorted(s.parked):
-            host = s.frontier.hosts.get(name)
-            if s.frontier.size >= s.s.max_buffer:
-                break
-            if host is not None and len(host.queue) >= UNPARK_BELOW:
-                continue
-            status, count, left = await s.persist(
-                s.store.unpark, s.id, s.latest.epoch, name, PARK_AT - UNPARK_BELOW
-            )
-            if status == "fenced":
-                raise Fenced(f"worker {s.id} lost its membership while unparking")
-            if status == "ok" and left == 0:
-                s.parked.discard(name)
-            moved.append(f"{name}: {status} {count}")
-        return f"unparked {'; '.join(moved) or 'nothing'}"
+        """A turn of unpark_loop."""
+        took = await self.session.unpark_once()
+        return f"unparked {', '.join(took) or 'nothing'}"
 
     async def leave(self) -> str:
         """What run() does once a stopping worker's fetches are over: leave."""

@@ -31,7 +31,6 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
-import attrs
 import trio
 import trio.testing
 
@@ -42,8 +41,9 @@ from hashcrawl._server import RedisServer
 from hashcrawl._store import Store
 from hashcrawl._worker import Worker, _Session
 from simulations.crew import _Deferred
+from simulations.figures import Figures
 from simulations.observe import Observer
-from simulations.web import HTML, Answer, Fetch, SimFetcher
+from simulations.web import DoneSink, FleetWeb, SimFetcher, Tally
 
 TICK = 0.25  # simulated seconds between turns
 SETTINGS: dict[str, Any] = {
@@ -86,143 +86,6 @@ def _rings_shared() -> Iterator[None]:
         yield
     finally:
         Ring.of = original  # type: ignore[method-assign]
-
-
-class FleetWeb:
-    """``hosts`` hosts of ``pages`` pages each: page j links to pages 3j+1..3j+3 of its
-    host, and now and then to a page of another host (found again from there)."""
-
-    def __init__(self, hosts: int, pages: int, seed: int) -> None:
-        self.hosts = hosts
-        self.pages = pages
-        self.seed = seed
-
-    def roots(self) -> list[str]:
-        return [self.url(h, 0) for h in range(self.hosts)]
-
-    def url(self, host: int, page: int) -> str:
-        return f"http://h{host}.fleet/p{page}"
-
-    def answer(self, url: str) -> Answer:
-        host, page = self.where(url)
-        links = [self.url(host, c) for c in range(3 * page + 1, 3 * page + 4) if c < self.pages]
-        if (host * 31 + page + self.seed) % 7 == 0:
-            links.append(self.url((host * 7 + page) % self.hosts, page % self.pages))
-        anchors = "".join(f'<a href="{link}">x</a>' for link in links)
-        body = f"<html><head><title>{page}</title></head><body>{anchors}</body></html>"
-        return Answer(0.05, 200, body.encode(), dict(HTML))
-
-    def where(self, url: str) -> tuple[int, int]:
-        host, _, page = url.removeprefix("http://h").partition(".fleet/p")
-        return int(host), int(page)
-
-
-class Tally:
-    """Requests as the web saw them: counted, and checked for pacing host by host."""
-
-    def __init__(self, delay: float) -> None:
-        self.delay = delay
-        self.requests = 0
-        self.last_start: dict[str, float] = {}
-        self.too_soon = 0
-
-    def append(self, fetch: Fetch) -> None:
-        self.requests += 1
-        last = self.last_start.get(fetch.host)
-        if last is not None and fetch.start < last + self.delay - 1e-6:
-            self.too_soon += 1
-        self.last_start[fetch.host] = fetch.start
-
-
-class DoneSink:
-    """Marks every page an item was written for; counts repeats."""
-
-    def __init__(self, web: FleetWeb) -> None:
-        self.web = web
-        self.done = bytearray(web.hosts * web.pages)
-        self.items = 0
-
-    def write(self, items: Any) -> None:
-        for item in items:
-            host, page = self.web.where(str(item["url"]))
-            self.done[host * self.web.pages + page] = 1
-            self.items += 1
-
-    def flush(self) -> None:
-        pass
-
-    def close(self) -> None:
-        pass
-
-
-@attrs.define
-class Figures:
-    """What one fleet run measured."""
-
-    workers: int
-    hosts: int
-    pages_total: int
-    lease: float
-    pages_done: int = 0
-    items: int = 0
-    requests: int = 0
-    too_soon: int = 0
-    commands: int = 0
-    store_calls: int = 0
-    commands_by_name: dict[str, int] = attrs.Factory(dict)
-    memory_end: int = 0
-    memory_peak: int = 0
-    queued_at_peak: int = 0
-    urls_seen: int = 0
-    joins: int = 0
-    crashes: int = 0
-    leaves: int = 0
-    moved_per_join: list[float] = attrs.Factory(list)
-    expiry_seconds: list[float] = attrs.Factory(list)
-    reclaim_seconds: list[float] = attrs.Factory(list)
-    simulated: float = 0.0
-    real: float = 0.0
-
-    @property
-    def commands_per_page(self) -> float:
-        return self.commands / max(1, self.pages_done)
-
-    def lines(self) -> list[str]:
-        top = ", ".join(f"{k} {v / max(1, self.pages_done):.2f}" for k, v in self._top())
-        per_url_end = self.memory_end / max(1, self.urls_seen)
-        per_queued = self.memory_peak / max(1, self.queued_at_peak)
-        return [
-            f"{self.workers} workers, {self.hosts} hosts, {self.pages_total} URLs; "
-            f"{self.joins} joins, {self.crashes} kills, {self.leaves} leaves",
-            f"done {self.pages_done}/{self.pages_total} pages ({self.items} items, "
-            f"{self.requests} requests, {self.too_soon} too soon) in {self.simulated:.0f} "
-            f"simulated s, {self.real:.0f} s real",
-            f"hosts moved per join: {_stats(self.moved_per_join, '{:.2%}')}",
-            f"dead worker expired after: {_stats(self.expiry_seconds, '{:.1f} s')}",
-            f"its entries all re-routed after: {_stats(self.reclaim_seconds, '{:.1f} s')}",
-            f"Redis commands per page: {self.commands_per_page:.2f}, counting those scripts "
-            f"run ({top}); Store calls (round trips) per page: "
-            f"{self.store_calls / max(1, self.pages_done):.2f}",
-            f"Redis memory per URL seen, at the end: {per_url_end:.1f} B "
-            f"({self.memory_end / 2**20:.1f} MiB for {self.urls_seen} URLs)",
-            f"Redis memory at its peak: {self.memory_peak / 2**20:.1f} MiB with "
-            f"{self.queued_at_peak} entries queued ({per_queued:.0f} B per queued entry, "
-            "filter included)",
-        ]
-
-    def _top(self) -> list[tuple[str, int]]:
-        return Counter(self.commands_by_name).most_common(6)
-
-
-def _stats(values: list[float], fmt: str) -> str:
-    if not values:
-        return "none measured"
-    ordered = sorted(values)
-    middle = ordered[len(ordered) // 2]
-    return (
-        f"median {fmt.format(middle)}, min {fmt.format(ordered[0])}, "
-        f"max {fmt.format(ordered[-1])} over {len(values)}"
-    )
 
 
 class FleetWorker:
@@ -454,7 +317,7 @@ class Fleet:
 
 def main(argv: list[str] | None = None) -> int:
     # A SIGTERM ends the run like Ctrl-C: the Redis servers it started stop with it.
-    signal.signal(signal.SIGTERM, lambda *_: sys.exit(143))
+    signal.signal(signal.SIGTERM, signal.default_int_handler)
     parser = argparse.ArgumentParser(prog="python -m simulations.fleet", description=__doc__)
     parser.add_argument("--workers", type=int, default=200)
     parser.add_argument("--hosts", type=int, default=10_000)

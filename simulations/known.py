@@ -65,6 +65,40 @@ state.advance(seconds=1.0)
 state.teardown()
 """,
     ),
+    "pace_read_too_early": Bug(
+        summary=(
+            "A worker that gains a host on a join reads the host's pace record when the "
+            "host's first entry arrives (take_in starts load_pace). That can be before "
+            "the previous owner has applied the epoch and written the record. Once the "
+            "fleet settles it fetches at once: sooner than --delay after the previous "
+            "owner's last request."
+        ),
+        replay="""\
+state = CrawlModel()
+state.setup(site=Site(seed=1, hosts=2, pages=12), workers=1, roots=[6], faults=0, delay=1.0)
+state.beat(w=0)
+state.read(w=0)
+state.load_pace(w=0)
+state.fetch(w=0)
+state.advance(seconds=0.5)
+state.complete(w=0)
+state.tick()
+state.advance(seconds=1.0)
+state.fetch(w=0)
+state.advance(seconds=0.5)
+state.complete(w=0)
+state.join()
+state.beat(w=0)
+state.commit(w=0)
+state.read(w=1)
+state.load_pace(w=0)
+state.apply(w=0)
+state.beat(w=1)
+state.fetch(w=0)
+state.holds()
+state.teardown()
+""",
+    ),
     "lost_join_reply": Bug(
         summary=(
             "A join whose reply is lost is retried, and join.lua deletes the worker's "

@@ -22,6 +22,9 @@ A :class:`SimFetcher` is one worker's fetcher. A request reaches the server when
 ``fetch`` is called: it is logged then, with the moment the server is done with it.
 The answer is held back until the simulation *releases* the flight, so a fetch is two
 steps, and others can happen in between.
+
+The fleet-scale run (``simulations.fleet``) uses :class:`FleetWeb` instead: a million
+URLs generated on demand, answered at once, with a :class:`Tally` in place of the log.
 """
 
 from __future__ import annotations
@@ -259,3 +262,73 @@ class SimFetcher:
 
 def _end(flight: Flight) -> float:
     return flight.fetch.end
+
+
+# -- the fleet's web: answers at once, counts instead of logging ----------------------------
+
+
+class FleetWeb:
+    """``hosts`` hosts of ``pages`` pages each: page j links to pages 3j+1..3j+3 of its
+    host, and now and then to a page of another host (found again from there)."""
+
+    def __init__(self, hosts: int, pages: int, seed: int) -> None:
+        self.hosts = hosts
+        self.pages = pages
+        self.seed = seed
+
+    def roots(self) -> list[str]:
+        return [self.url(h, 0) for h in range(self.hosts)]
+
+    def url(self, host: int, page: int) -> str:
+        return f"http://h{host}.fleet/p{page}"
+
+    def answer(self, url: str) -> Answer:
+        host, page = self.where(url)
+        links = [self.url(host, c) for c in range(3 * page + 1, 3 * page + 4) if c < self.pages]
+        if (host * 31 + page + self.seed) % 7 == 0:
+            links.append(self.url((host * 7 + page) % self.hosts, page % self.pages))
+        anchors = "".join(f'<a href="{link}">x</a>' for link in links)
+        body = f"<html><head><title>{page}</title></head><body>{anchors}</body></html>"
+        return Answer(0.05, 200, body.encode(), dict(HTML))
+
+    def where(self, url: str) -> tuple[int, int]:
+        host, _, page = url.removeprefix("http://h").partition(".fleet/p")
+        return int(host), int(page)
+
+
+class Tally:
+    """Requests as the web saw them: counted, and checked for pacing host by host."""
+
+    def __init__(self, delay: float) -> None:
+        self.delay = delay
+        self.requests = 0
+        self.last_start: dict[str, float] = {}
+        self.too_soon = 0
+
+    def append(self, fetch: Fetch) -> None:
+        self.requests += 1
+        last = self.last_start.get(fetch.host)
+        if last is not None and fetch.start < last + self.delay - 1e-6:
+            self.too_soon += 1
+        self.last_start[fetch.host] = fetch.start
+
+
+class DoneSink:
+    """Marks every page an item was written for; counts repeats."""
+
+    def __init__(self, web: FleetWeb) -> None:
+        self.web = web
+        self.done = bytearray(web.hosts * web.pages)
+        self.items = 0
+
+    def write(self, items: Any) -> None:
+        for item in items:
+            host, page = self.web.where(str(item["url"]))
+            self.done[host * self.web.pages + page] = 1
+            self.items += 1
+
+    def flush(self) -> None:
+        pass
+
+    def close(self) -> None:
+        pass

@@ -27,10 +27,9 @@ from typing import Any
 from hashcrawl._exceptions import Fenced, QueueError
 from hashcrawl._queue import Queue
 from hashcrawl._server import RedisServer
-from simulations import checks, known
 from simulations.crew import SimulatedCrash, SimWorker
 from simulations.loop import Loop, settle
-from simulations.observe import Observer, Snapshot
+from simulations.observe import Observer
 from simulations.web import Fetch, Site, Web
 
 SETTINGS: dict[str, Any] = {
@@ -45,10 +44,6 @@ SETTINGS: dict[str, Any] = {
     "max_buffer": 6,
 }
 BEAT = min(1.0, SETTINGS["lease"] / 10)
-FINISH_WITHIN = 900.0  # simulated seconds for the fault-free end of a crawl
-ARMED_FOR = 10.0  # simulated seconds an armed crash may still strike once faults stop
-JUDGE_EVERY = 5.0  # simulated seconds between checks while the fleet runs to the end
-STALLED_AFTER = 60.0  # simulated seconds without a request, an item or a worker change
 QUIET = ("epoch ", "nothing new in its stream", "no answer has arrived", "nothing it may fetch")
 
 _server: RedisServer | None = None
@@ -227,57 +222,6 @@ class World:
         w.paused = False
         return self.say(w.name, f"was paused {ticks * BEAT:g} s, and runs again")
 
-    # -- the fault-free end -------------------------------------------------------------------
-
-    async def finish(self) -> list[str]:
-        """Stop every fault, run the fleet until every worker has left, and judge the end.
-
-        Workers run their loops in turn as a live worker would, time moving to the next
-        thing anyone waits for. A fenced worker rejoins under a new name, as
-        ``Worker.run`` does. The crawl ends when every worker saw it idle and left.
-
-        Cut-offs heal and paused workers resume at once; a crash or a lost reply that
-        was armed earlier may still strike in the first ``ARMED_FOR`` seconds.
-        """
-        for w in self.workers.values():
-            w.link.cut = False
-            w.paused = False
-        self.say("model", "faults stop; the fleet runs to the end")
-        disarm_at = self.now() + ARMED_FOR
-        self.finishing = True
-        deadline = self.now() + FINISH_WITHIN
-        progress, since = self._progress(), self.now()
-        judged = self.now()
-        while True:
-            if not self.live() and not self._crawl_over():
-                await self.join()  # an operator starts a worker while work is left
-            if not self.live():
-                break
-            for w in sorted(self.live(), key=lambda w: w.name):
-                await self.turn(w)
-            if self._progress() != progress:
-                progress, since = self._progress(), self.now()
-            if self.now() > deadline:
-                ended = f"without faults the crawl did not end in {FINISH_WITHIN:g} s: "
-                return [ended + self._state()]
-            if self.now() > since + STALLED_AFTER:
-                return [self._stuck()]
-            if self.now() >= disarm_at:
-                for w in self.workers.values():
-                    w.link.disarm()
-            if self.now() - judged >= JUDGE_EVERY:
-                judged = self.now()
-                if problems := self.violations():
-                    return problems
-            await self.loop.advance(self._next_wait())
-            await self._reap()
-        return self._judge_end()
-
-    def _progress(self) -> tuple[int, ...]:
-        """What changes while a crawl moves: requests, items, workers, queued entries."""
-        live = sum(1 for _ in self.live())
-        return (len(self.fetches), len(self.done), len(self.workers), live)
-
     async def run_for(self, seconds: float, seed: int) -> str:
         """Every running worker runs its loops for a while, in an order ``seed`` shuffles.
 
@@ -326,10 +270,10 @@ class World:
         elif w.wants(kind):
             await self.step(w, kind)
 
-    def _crawl_over(self) -> bool:
-        """Whether the last worker to end saw the crawl finished, after the last submission."""
-        ended = [w for w in self.workers.values() if w.state == "finished"]
-        return any(w.ended_at > self.last_submission for w in ended) and not self.live()
+    async def wait(self) -> None:
+        """Let time pass until the next thing any worker waits for."""
+        await self.loop.advance(self._next_wait())
+        await self._reap()
 
     def _next_wait(self) -> float:
         now = self.now()
@@ -343,38 +287,6 @@ class World:
                     times.append(host.next_start(delay, per_host))
         soonest = min((t for t in times if t > now + 1e-9), default=now + BEAT)
         return max(0.001, soonest - now)
-
-    def _stuck(self) -> str:
-        return (
-            "without faults the crawl stopped moving before its end (nothing fetched, written "
-            f"or changed for {STALLED_AFTER:g} simulated seconds): " + self._state()
-        )
-
-    def _state(self) -> str:
-        snap = self.snapshot()
-        workers = ", ".join(
-            f"{w.name} ({len(w.session.frontier.hosts)} hosts, {w.session.frontier.size} queued, "
-            f"{w.session.in_flight} in flight, tasks {sorted(w.tasks)})"
-            for w in self.live()
-        )
-        return (
-            f"{snap.entries} entries queued ({_sample(snap.queued)}), outstanding "
-            f"{snap.outstanding}, members {list(snap.members)}; workers: {workers}"
-        )
-
-    def _judge_end(self) -> list[str]:
-        snap = self.snapshot()
-        done = {u for u, _ in self.done}
-        problems = []
-        # A crashed member nobody outlived long enough to expire stays listed; only the
-        # dead can be in that list.
-        dead = {w.name for w in self.workers.values() if w.state in ("crashed", "gave up")}
-        if not snap.empty or set(snap.members) - dead:
-            problems.append(
-                f"every worker left, yet {snap.entries} entries are queued "
-                f"({_sample(snap.queued)}) and members {list(snap.members)} remain"
-            )
-        return problems + checks.unfinished(self.accepted(snap), done, snap.dead, self.failed)
 
     # -- plumbing ----------------------------------------------------------------------------
 
@@ -449,40 +361,16 @@ class World:
             self.excused.update(self.observer.held_by(w.name))
             w.excused = True
 
-    # -- judging ---------------------------------------------------------------------------
+    # -- what the judges read ---------------------------------------------------------------
 
-    def snapshot(self) -> Snapshot:
-        return self.observer.snapshot()
-
-    def accepted(self, snap: Snapshot) -> set[str]:
-        """Submitted URLs, and the links of every page done and no longer queued."""
-        urls = set(self.submitted)
-        for url in {u for u, _ in self.done}:
-            if url not in snap.queued:
-                urls.update(self.web.links_of(url))
-        return urls
-
-    def violations(self) -> list[str]:
-        snap = self.snapshot()
-        done = {u for u, _ in self.done}
-        return (
-            self.problems
-            + checks.lost(self.accepted(snap), snap.queued, done, snap.dead)
-            + checks.duplicates(self.fetches, self.excused)
-            + checks.politeness(
-                self.fetches, self.delay_of, stale_excused=known.avoided("pace_read_too_early")
-            )
-            + checks.accounting(snap.outstanding, snap.entries)
-        )
+    def done_urls(self) -> set[str]:
+        return {url for url, _ in self.done}
 
     def delay_of(self, host: str) -> float:
+        """The least time between two requests to ``host``: --delay or its Crawl-delay."""
         crawl_delay = min(self.web.crawl_delay(host), self.settings["lease"] / 2)
         return max(self.settings["delay"], crawl_delay)
 
     def failed(self, url: str) -> bool:
+        """Whether the web ever failed a request for ``url`` (so it may end dead)."""
         return any(f.url == url and not f.final for f in self.fetches)
-
-
-def _sample(queued: dict[str, list[str]]) -> str:
-    shown = [f"{url} in {keys[0].rsplit(':', 1)[-1]}" for url, keys in sorted(queued.items())]
-    return ", ".join(shown[:4]) + (" ..." if len(shown) > 4 else "")

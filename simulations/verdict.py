@@ -1,0 +1,136 @@
+"""Judging a :class:`~simulations.world.World`: the invariants after each step, and the
+fault-free end of the crawl.
+
+``violations(world)`` gathers what the pure checks in :mod:`simulations.checks` say
+about the world's records and a snapshot of its keys. ``finish(world)`` stops the
+faults, runs the fleet until every worker has left, and returns what went wrong.
+"""
+
+from __future__ import annotations
+
+from simulations import checks, known
+from simulations.observe import Snapshot
+from simulations.world import World
+
+FINISH_WITHIN = 900.0  # simulated seconds for the fault-free end of a crawl
+ARMED_FOR = 10.0  # simulated seconds an armed crash may still strike once faults stop
+JUDGE_EVERY = 5.0  # simulated seconds between checks while the fleet runs to the end
+STALLED_AFTER = 60.0  # simulated seconds without a request, an item or a worker change
+
+
+def violations(world: World) -> list[str]:
+    """Every invariant broken now (empty when all hold)."""
+    snap = world.observer.snapshot()
+    done = world.done_urls()
+    return (
+        world.problems
+        + checks.lost(accepted(world, snap), snap.queued, done, snap.dead)
+        + checks.duplicates(world.fetches, world.excused)
+        + checks.politeness(
+            world.fetches, world.delay_of, stale_excused=known.avoided("pace_read_too_early")
+        )
+        + checks.accounting(snap.outstanding, snap.entries)
+    )
+
+
+def accepted(world: World, snap: Snapshot) -> set[str]:
+    """Submitted URLs, and the links of every page done and no longer queued."""
+    urls = set(world.submitted)
+    for url in world.done_urls():
+        if url not in snap.queued:
+            urls.update(world.web.links_of(url))
+    return urls
+
+
+async def finish(world: World) -> list[str]:
+    """Stop every fault, run the fleet until every worker has left, and judge the end.
+
+    Workers run their loops in turn as a live worker would, time moving to the next
+    thing anyone waits for. A fenced worker's place is taken by a new session, as in
+    ``Worker.run``; a new worker starts if none is left while work remains. The crawl
+    ends when every worker saw it idle and left.
+
+    Cut-offs heal and paused workers resume at once; a crash or a lost reply that was
+    armed earlier may still strike in the first ``ARMED_FOR`` seconds.
+    """
+    for w in world.workers.values():
+        w.link.cut = False
+        w.paused = False
+    world.say("model", "faults stop; the fleet runs to the end")
+    world.finishing = True
+    start = world.now()
+    progress, since, judged = _progress(world), start, start
+    while True:
+        if not world.live() and not _crawl_over(world):
+            await world.join()  # an operator starts a worker while work is left
+        if not world.live():
+            return _judge_end(world)
+        for w in sorted(world.live(), key=lambda w: w.name):
+            await world.turn(w)
+        if _progress(world) != progress:
+            progress, since = _progress(world), world.now()
+        if problems := _overdue(world, start, since):
+            return problems
+        if world.now() >= start + ARMED_FOR:
+            for w in world.workers.values():
+                w.link.disarm()
+        if world.now() - judged >= JUDGE_EVERY:
+            judged = world.now()
+            if problems := violations(world):
+                return problems
+        await world.wait()
+
+
+def _progress(world: World) -> tuple[int, ...]:
+    """What changes while a crawl moves: requests, items, workers."""
+    return (len(world.fetches), len(world.done), len(world.workers), len(world.live()))
+
+
+def _overdue(world: World, start: float, since: float) -> list[str]:
+    if world.now() > start + FINISH_WITHIN:
+        return [f"without faults the crawl did not end in {FINISH_WITHIN:g} s: " + _state(world)]
+    if world.now() > since + STALLED_AFTER:
+        return [
+            "without faults the crawl stopped moving before its end (nothing fetched, "
+            f"written or changed for {STALLED_AFTER:g} simulated seconds): " + _state(world)
+        ]
+    return []
+
+
+def _crawl_over(world: World) -> bool:
+    """Whether the last worker to end saw the crawl finished, after the last submission."""
+    ended = [w for w in world.workers.values() if w.state == "finished"]
+    return any(w.ended_at > world.last_submission for w in ended)
+
+
+def _state(world: World) -> str:
+    snap = world.observer.snapshot()
+    workers = ", ".join(
+        f"{w.name} ({len(w.session.frontier.hosts)} hosts, {w.session.frontier.size} queued, "
+        f"{w.session.in_flight} in flight, tasks {sorted(w.tasks)})"
+        for w in world.live()
+    )
+    return (
+        f"{snap.entries} entries queued ({_sample(snap.queued)}), outstanding "
+        f"{snap.outstanding}, members {list(snap.members)}; workers: {workers}"
+    )
+
+
+def _judge_end(world: World) -> list[str]:
+    snap = world.observer.snapshot()
+    problems = []
+    # A crashed member that nobody outlived long enough to expire stays listed: only the
+    # dead may be in that list.
+    dead = {w.name for w in world.workers.values() if w.state in ("crashed", "gave up")}
+    if not snap.empty or set(snap.members) - dead:
+        problems.append(
+            f"every worker left, yet {snap.entries} entries are queued "
+            f"({_sample(snap.queued)}) and members {list(snap.members)} remain"
+        )
+    end = checks.unfinished(accepted(world, snap), world.done_urls(), snap.dead, world.failed)
+    return problems + end
+
+
+def _sample(queued: dict[str, list[str]]) -> str:
+    shown = [f"{url} in {keys[0].rsplit(':', 1)[-1]}" for url, keys in sorted(queued.items())]
+    return ", ".join(shown[:4]) + (" ..." if len(shown) > 4 else "")
