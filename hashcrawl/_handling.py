@@ -73,29 +73,37 @@ class Outcome:
             assert self.held is not None
             batch.park.append([self.eid, self.held.host, park_score(self.held), self.payload])
             return
-        batch.ack.append(self.eid)
+        # What the seen filter would not stop twice goes with the acknowledgement, once.
+        once: list[str] = []
         if self.kind == "bad":
             batch.stats["queue_bad"] = batch.stats.get("queue_bad", 0) + 1
         elif self.kind == "retry":
-            self._add_retry(batch, session, ring)
+            once += self._retry(batch, session, ring)
         for entry in self.follows:
-            self._add_follow(batch, session, ring, entry)
+            once += self._add_follow(batch, session, ring, entry)
+        if once:
+            batch.once.append([self.eid, *once])
+        else:
+            batch.ack.append(self.eid)
 
-    def _add_retry(self, batch: Batch, session: _Session, ring: Ring) -> None:
+    def _retry(self, batch: Batch, session: _Session, ring: Ring) -> list[str]:
         assert self.held is not None
         entry = attrs.evolve(self.held.entry, attempts=self.held.entry.attempts + 1)
         if entry.attempts >= session.s.max_attempts:
             batch.dead += dead_letter(entry, self.error)
-            return
-        batch.add.append([session.target_of(ring, self.held.host), entry.encode(), 0, 0, 0])
+            return []
+        return [session.target_of(ring, self.held.host), entry.encode()]
 
     @staticmethod
-    def _add_follow(batch: Batch, session: _Session, ring: Ring, entry: Entry) -> None:
-        h1, h2 = fingerprint(entry.url)
-        if not entry.dont_filter and session.is_cached((h1, h2)):
-            return
+    def _add_follow(batch: Batch, session: _Session, ring: Ring, entry: Entry) -> list[str]:
+        """Add a follow that passes the seen filter; return one that skips it."""
         target = session.target_of(ring, host_key(entry.url))
-        batch.add.append([target, entry.encode(), h1, h2, 0 if entry.dont_filter else 1])
+        if entry.dont_filter:
+            return [target, entry.encode()]
+        h1, h2 = fingerprint(entry.url)
+        if not session.is_cached((h1, h2)):
+            batch.add.append([target, entry.encode(), h1, h2, 1])
+        return []
 
 
 class Handler:

@@ -47,7 +47,7 @@ import redis
 from redis.backoff import NoBackoff
 from redis.retry import Retry
 
-from ._exceptions import QueueError
+from ._exceptions import Fenced, QueueError
 from ._redisurl import RedisURL
 
 P = ParamSpec("P")
@@ -133,7 +133,10 @@ class Batch:
     """One commit: acknowledgements, moves and new entries, applied atomically.
 
     ``add`` holds ``[target_stream, payload, h1, h2, filter]``; ``mv`` holds
-    ``[id, target_stream, payload]``.
+    ``[id, target_stream, payload]``; ``once`` holds ``[id, target_stream, payload, ...]``:
+    an entry acknowledged together with the entries it led to that the seen filter would
+    not stop (a retry, follows with ``dont_filter``), so that a batch sent again after a
+    lost reply adds them only once.
     """
 
     worker: str
@@ -141,6 +144,7 @@ class Batch:
     src: str = ""
     ack: list[str] = attrs.Factory(list)
     mv: list[list[Any]] = attrs.Factory(list)
+    once: list[list[Any]] = attrs.Factory(list)
     add: list[list[Any]] = attrs.Factory(list)
     park: list[list[Any]] = attrs.Factory(list)
     pace: list[str] = attrs.Factory(list)
@@ -150,7 +154,7 @@ class Batch:
 
     def to_json(self) -> str:
         doc: dict[str, Any] = {"w": self.worker, "e": self.epoch, "src": self.src}
-        for name in ("ack", "mv", "add", "park", "pace", "dead"):
+        for name in ("ack", "mv", "once", "add", "park", "pace", "dead"):
             if value := getattr(self, name):
                 doc[name] = value
         if self.stats:
@@ -160,7 +164,8 @@ class Batch:
         return json.dumps(doc, separators=(",", ":"), ensure_ascii=False)
 
     def __len__(self) -> int:
-        return len(self.ack) + len(self.mv) + len(self.add) + len(self.park) + len(self.dead)
+        parts = (self.ack, self.mv, self.once, self.add, self.park, self.dead)
+        return sum(len(part) for part in parts)
 
 
 class Store:
@@ -229,8 +234,15 @@ class Store:
 
     @_translated
     def join(self, worker: str, info: Mapping[str, str | int]) -> tuple[int, int]:
-        """Add ``worker`` to the ring; returns (server ms, epoch)."""
+        """Add ``worker`` to the ring; returns (server ms, epoch). Joining again while a
+        member (a retry after a lost reply) changes nothing.
+
+        Raises:
+            Fenced: ``worker`` was a member once and has lost its membership.
+        """
         reply = self._scripts["join"](args=[self.prefix, worker, self._now(), *_flat(info)])
+        if int(reply[1]) < 0:
+            raise Fenced(f"worker {worker} lost its membership before its join was confirmed")
         return int(reply[0]), int(reply[1])
 
     @_translated
@@ -268,12 +280,18 @@ class Store:
         return Committed.from_reply(reply)
 
     @_translated
-    def read(self, worker: str, *, count: int, block_ms: int) -> list[tuple[str, str | None]]:
-        """Entries never delivered before, now pending for ``worker``: (id, payload)."""
+    def read(
+        self, worker: str, *, count: int, block_ms: int, after: str | None = None
+    ) -> list[tuple[str, str | None]]:
+        """Entries never delivered before, now pending for ``worker``: (id, payload).
+
+        With ``after``, ``worker``'s own pending entries with greater ids instead (at
+        once: Redis does not block such a read).
+        """
         if self._blocking is None:
             self._blocking = self._client(self._timeout + block_ms / 1000)
         reply = self._blocking.xreadgroup(
-            GROUP, worker, {self.stream_of(worker): ">"}, count=count, block=block_ms
+            GROUP, worker, {self.stream_of(worker): after or ">"}, count=count, block=block_ms
         )
         return [
             (eid, (fields or {}).get("r")) for _, entries in reply or () for eid, fields in entries

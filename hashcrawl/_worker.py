@@ -21,7 +21,7 @@ import os
 import secrets
 import socket
 import time
-from collections.abc import AsyncIterator, Callable, Iterator
+from collections.abc import AsyncIterator, Callable, Iterable, Iterator
 from typing import Any, TypeVar
 
 import attrs
@@ -249,6 +249,9 @@ class _Session:
         self.limiter = trio.CapacityLimiter(4)
         self.counters = worker.counters = Counters()
         self.parked: set[str] = set()
+        self.unpaced: set[str] = set()  # hosts whose pace record is not to be read yet
+        self.last_read = "0"  # the newest entry id this reader has taken in
+        self.unsure = False  # a read failed: Redis may have delivered what never came
         self.suspects: set[str] = set()
         self.isolating = False
         self.written: set[int] = set()
@@ -343,6 +346,8 @@ class _Session:
         while True:
             try:
                 return await self.call(self.store.join, self.id, info)
+            except Fenced:
+                raise
             except QueueError:
                 if self.now() > deadline:
                     raise
@@ -419,6 +424,7 @@ class _Session:
             self.epoch_changed.set()
         if beat.settled != self.settled:
             self.settled = beat.settled
+            self.pace_hosts(())
             self.poke()
         if beat.orphans:
             self.orphans_waiting.set()
@@ -465,16 +471,36 @@ class _Session:
                 self.commit_soon.set()
                 await self.changed.wait()
                 continue
-            full = self.frontier.size >= self.s.max_buffer
-            count = 100 if full else min(200, self.s.max_buffer - self.frontier.size)
             try:
-                got = await self.call(self.store.read, self.id, count=count, block_ms=500)
+                await self.read_once(block_ms=500)
             except QueueError as exc:
                 log.debug("read failed: %s", exc)
                 await trio.sleep(min(1.0, self.s.beat_interval))
-                continue
-            if got:
-                self.take_in(got, parking=full)
+
+    async def read_once(self, *, block_ms: int) -> int:
+        """One read of this worker's stream into its frontier; returns entries read.
+
+        A read that fails may still have delivered entries, which are then pending for
+        this reader and never delivered again. So after a failure the reader reads its
+        own pending entries past the newest one it took in (entries come in id order),
+        until none is left, and only then reads new ones again.
+        """
+        full = self.frontier.size >= self.s.max_buffer
+        count = 100 if full else min(200, self.s.max_buffer - self.frontier.size)
+        after = self.last_read if self.unsure else None
+        try:
+            got = await self.call(
+                self.store.read, self.id, count=count, block_ms=block_ms, after=after
+            )
+        except QueueError:
+            self.unsure = True
+            raise
+        if got:
+            self.last_read = got[-1][0]
+            self.take_in(got, parking=full)
+        elif after is not None:
+            self.unsure = False
+        return len(got)
 
     def take_in(self, got: list[tuple[str, str | None]], *, parking: bool = False) -> None:
         """Queue what was read; with memory full, park what a host has enough of."""
@@ -501,8 +527,7 @@ class _Session:
             if queued is None:
                 fresh.append(host)
             self.frontier.add(held, epoch=self.latest.epoch)
-        if fresh:
-            self.nursery.start_soon(self.load_pace, fresh)
+        self.pace_hosts(fresh)
         self.poke()
 
     async def unpark_loop(self) -> None:
@@ -537,12 +562,30 @@ class _Session:
         hosts = await self.persist(self.store.parked_hosts)
         self.parked = {h for h in hosts if self.latest.owner_of(h) == self.id}
 
+    def pace_hosts(self, names: Iterable[str]) -> None:
+        """Have the pacing state of hosts new to this owner read, once it is there to read.
+
+        The previous owner writes a host's pace record when it applies the epoch that
+        moves the host, so the record is read only once every member has applied the
+        epoch this owner has the host from (``settled``); before, it may be missing.
+        """
+        self.unpaced.update(names)
+        hosts = self.frontier.hosts
+        due = sorted(n for n in self.unpaced if n in hosts and hosts[n].since <= self.settled)
+        self.unpaced = {n for n in self.unpaced if n in hosts} - set(due)
+        if due:
+            self.nursery.start_soon(self.load_pace, due)
+
     async def load_pace(self, hosts: list[str]) -> None:
         """Read the previous owners' pacing state for hosts new to this owner."""
+        settled = self.settled
         records = await self.persist(self.store.pace, hosts)
         for name in hosts:
             host = self.frontier.hosts.get(name)
             if host is None:
+                continue
+            if host.since > settled:  # it changed hands again meanwhile: read it later
+                self.unpaced.add(name)
                 continue
             if name in records:
                 self.apply_pace(host, records[name])
@@ -842,7 +885,9 @@ class _Session:
             if name in lost:
                 continue
             if skipped or host.revoked:
-                host.since = ring.epoch  # someone may have owned it in the epochs we skipped
+                # Someone may have owned it in the epochs skipped: pace it from their record.
+                host.since, host.paced = ring.epoch, False
+                self.unpaced.add(name)
             if host.revoked:  # revoked by a handoff that a newer epoch overtook
                 host.revoked = False
                 self.frontier.reschedule(name)
@@ -872,6 +917,7 @@ class _Session:
             self.robots.pop(name, None)
         await self.find_parked()
         self.applied = ring.epoch
+        self.pace_hosts(())
         log.info("%s applied epoch %d: handed over %d hosts", self.id, ring.epoch, len(lost))
         self.poke()
 

@@ -40,22 +40,14 @@ def duplicates(fetches: Iterable[Fetch], excused: Mapping[str, int]) -> list[str
     ]
 
 
-def politeness(
-    fetches: Iterable[Fetch], delay_of: Callable[[str], float], *, stale_excused: bool = False
-) -> list[str]:
-    """Requests to one host never overlap, and each starts ``delay`` after the last ended.
-
-    With ``stale_excused``, a request paced by a pace record that changed after its
-    worker read it is let off (an open bug, see ``simulations.known``).
-    """
+def politeness(fetches: Iterable[Fetch], delay_of: Callable[[str], float]) -> list[str]:
+    """Requests to one host never overlap, and each starts ``delay`` after the last ended."""
     problems = []
     for host, got in sorted(_by_host(fetches).items()):
         delay = delay_of(host)
         before = got[0]
         for after in got[1:]:
-            if stale_excused and after.stale_pace and after.worker != before.worker:
-                pass
-            elif after.start < before.end - EPSILON:
+            if after.start < before.end - EPSILON:
                 who = "two workers" if before.worker != after.worker else "one worker"
                 problems.append(
                     f"{host}: {who} fetched at once: {_show(before)} and {_show(after)}"

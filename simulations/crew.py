@@ -23,7 +23,6 @@ what it waits for happens, just as the loop would.
 
 from __future__ import annotations
 
-import json
 from collections.abc import Awaitable, Callable
 from typing import Any
 
@@ -35,7 +34,6 @@ from hashcrawl._frontier import Held
 from hashcrawl._redisurl import RedisURL
 from hashcrawl._store import Store
 from hashcrawl._worker import Worker, _Session
-from simulations import known
 from simulations.web import SimFetcher
 
 REDIS_METHODS = frozenset(
@@ -72,12 +70,9 @@ class Link:
 class FaultyStore:
     """A Store seen through a :class:`Link`: cut off, losing replies, or dying mid-call."""
 
-    def __init__(
-        self, store: Store, link: Link, on_lost: Callable[[str, tuple[Any, ...]], None]
-    ) -> None:
+    def __init__(self, store: Store, link: Link) -> None:
         self._store = store
         self.link = link
-        self.on_lost = on_lost  # told of each call whose reply was lost, with its arguments
 
     def orphan(self) -> str | None:
         """``Store.orphan``, but the same orphan every time the example is replayed.
@@ -114,13 +109,13 @@ class FaultyStore:
             raise SimulatedCrash(f"died after {name} reached Redis")
         if link.lose_reply == name:
             link.lose_reply = None
-            self.on_lost(name, args)
             raise QueueError(f"the reply to {name} was lost")
         return result
 
 
 def _acknowledges(name: str, args: tuple[Any, ...]) -> bool:
-    return name == "commit" and bool(args and getattr(args[0], "ack", None))
+    batch = args[0] if args else None
+    return name == "commit" and bool(getattr(batch, "ack", None) or getattr(batch, "once", None))
 
 
 async def _inline(fn: Callable[..., Any], *args: Any, **kwargs: Any) -> Any:
@@ -175,15 +170,12 @@ class SimWorker:
         self.link = Link()
         settings = env.settings
         self.store = Store(RedisURL.parse(env.url), env.crawl, timeout=10.0, clock=env.loop.now_ms)
-        self.fetcher = SimFetcher(
-            env.web, name, env.fetches, timeout=settings["timeout"], stale=self.stale_pace
-        )
-        self.pace_seen: dict[str, str | None] = {}  # host -> its pace record when loaded
+        self.fetcher = SimFetcher(env.web, name, env.fetches, timeout=settings["timeout"])
         worker = Worker(
             env.url, env.crawl, fetcher=self.fetcher, sink=SimSink(env.done, name), **settings
         )
         worker.id = name
-        store = FaultyStore(self.store, self.link, self.lost_reply)
+        store = FaultyStore(self.store, self.link)
         self.session = _Session(worker, store, self.fetcher)  # type: ignore[arg-type]
         self.session.call = _inline  # type: ignore[method-assign]
         self.deferred = _Deferred()
@@ -268,17 +260,13 @@ class SimWorker:
         s = self.session
         if s.stopping:
             return "stopping: reads no more"
-        if not self.env.observer.undelivered(s.stream):
+        if not s.unsure and not self.env.observer.undelivered(s.stream):
             return "nothing new in its stream"
-        full = s.frontier.size >= s.s.max_buffer
-        count = 100 if full else min(200, s.s.max_buffer - s.frontier.size)
         try:
-            got = await s.call(s.store.read, s.id, count=count, block_ms=1)
+            got = await s.read_once(block_ms=1)
         except QueueError as exc:
             return f"read failed: {exc}"
-        if got:
-            s.take_in(got, parking=full)
-        return f"read {len(got)} entries"
+        return f"read {got} entries"
 
     def dispatch(self) -> Held | None:
         """One pass of dispatch's inner loop: take an entry and start its fetch."""
@@ -331,8 +319,6 @@ class SimWorker:
             return "no pace to load"
         fn, args = self.deferred.calls.pop(0)
         await fn(*args)
-        for host in args[0]:
-            self.pace_seen[host] = self.env.observer.pace(host)
         return f"loaded pace of {', '.join(args[0])}"
 
     async def unpark(self) -> str:
@@ -345,19 +331,6 @@ class SimWorker:
         await self.session.leave()
         self.state = "left"
         return "left the crawl"
-
-    def lost_reply(self, call: str, args: tuple[Any, ...]) -> None:
-        """A commit whose reply is lost is sent again whole: its unfiltered adds (retries)
-        land twice. While that bug is open, a second fetch of those pages is excused."""
-        if call == "commit" and known.avoided("lost_commit_reply_repeats_retries"):
-            adds = args[0].add
-            self.env.excused.update(json.loads(a[1])["u"] for a in adds if not a[4])  # +1 each
-
-    def stale_pace(self, host: str) -> bool:
-        """Whether the host's pace record changed since this worker read it."""
-        if host not in self.pace_seen:
-            return False
-        return self.env.observer.pace(host) != self.pace_seen[host]
 
     def may_leave(self) -> bool:
         s = self.session

@@ -1,9 +1,10 @@
-"""Bugs the simulation found in hashcrawl that are still open, and how the model avoids them.
+"""Bugs the simulation found in hashcrawl: the open ones, and the fixed ones' replays.
 
-While a bug is listed here, the model steers around the fault that shows it, so the
-quick profile keeps guarding everything else. ``tests/test_simulation.py`` replays each
-one and expects it to fail (a strict xfail): once the bug is fixed that test fails,
-and the entry should go.
+While a bug is open (in ``OPEN``), the model steers around the fault that shows it, so
+the quick profile keeps guarding everything else, and ``tests/test_simulation.py``
+replays its script and expects an invariant to break: once the bug is fixed that test
+fails, and the entry moves to ``FIXED``. A fixed bug's script is kept as a regression
+test: replayed, it must keep every invariant.
 """
 
 from __future__ import annotations
@@ -17,19 +18,27 @@ import attrs
 
 @attrs.frozen
 class Bug:
-    """One open bug: what goes wrong, and the shortest script that shows it."""
+    """One bug: what went wrong, how it was fixed, and the shortest script that shows it."""
 
     summary: str
     replay: str
+    fixed: str = ""
 
 
-OPEN: dict[str, Bug] = {
+OPEN: dict[str, Bug] = {}
+
+FIXED: dict[str, Bug] = {
     "lost_read_reply": Bug(
         summary=(
             "An XREADGROUP whose reply is lost (a socket timeout) leaves the entries it "
             "delivered pending for the reader, which never reads its own pending list: "
             "they are not fetched while it lives, 'outstanding' never reaches 0, and the "
             "crawl never ends."
+        ),
+        fixed=(
+            "After a failed read the reader reads its own pending entries past the newest "
+            "id it took in (XREADGROUP with that id), until none is left "
+            "(_Session.read_once)."
         ),
         replay="""\
 state = CrawlModel()
@@ -45,6 +54,10 @@ state.teardown()
             "Acknowledgements and moves are idempotent and links pass the seen filter, "
             "but a failed page's retry is added without the filter: it is queued twice "
             "and fetched twice, though no worker crashed or stalled."
+        ),
+        fixed=(
+            "A retry (and a follow with dont_filter) goes in the batch's 'once' list: "
+            "commit.lua adds it only if its parent entry's XDEL still deletes something."
         ),
         replay="""\
 state = CrawlModel()
@@ -73,6 +86,10 @@ state.teardown()
             "fleet settles it fetches at once: sooner than --delay after the previous "
             "owner's last request."
         ),
+        fixed=(
+            "A gained host's pace record is read only once every member has applied the "
+            "epoch it came with (_Session.pace_hosts, on a heartbeat's 'settled')."
+        ),
         replay="""\
 state = CrawlModel()
 state.setup(site=Site(seed=1, hosts=2, pages=12), workers=1, roots=[6], faults=0, delay=1.0)
@@ -91,9 +108,9 @@ state.join()
 state.beat(w=0)
 state.commit(w=0)
 state.read(w=1)
-state.load_pace(w=0)
 state.apply(w=0)
 state.beat(w=1)
+state.load_pace(w=0)
 state.fetch(w=0)
 state.holds()
 state.teardown()
@@ -105,6 +122,10 @@ state.teardown()
             "stream and recreates it: entries routed to the new member in between are "
             "destroyed (the seen filter keeps them from coming back), and 'outstanding' "
             "stays above zero, so the crawl never ends."
+        ),
+        fixed=(
+            "join.lua changes nothing for a live member, and refuses an id that lost its "
+            "membership (the worker is fenced and joins under a new id)."
         ),
         replay="""\
 state = CrawlModel()
@@ -137,10 +158,11 @@ def strict() -> Iterator[None]:
 
 
 def replay(name: str, *, quiet: bool = True) -> None:
-    """Run open bug ``name``'s script with nothing steered around; raises if it shows."""
+    """Run bug ``name``'s script with nothing steered around; raises if it shows."""
     from simulations.model import CrawlModel
     from simulations.web import Site
 
+    bug = OPEN.get(name) or FIXED[name]
     shown = contextlib.redirect_stdout(io.StringIO()) if quiet else contextlib.nullcontext()
     with strict(), shown:
-        exec(OPEN[name].replay, {"CrawlModel": CrawlModel, "Site": Site})
+        exec(bug.replay, {"CrawlModel": CrawlModel, "Site": Site})

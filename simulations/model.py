@@ -22,7 +22,7 @@ from hypothesis.stateful import (
     rule,
 )
 
-from simulations import known, verdict
+from simulations import verdict
 from simulations.crew import SimWorker
 from simulations.web import Site
 from simulations.world import SETTINGS, World
@@ -43,13 +43,7 @@ CRASH_POINTS = (
     "after pace",
     "before release",
 )
-# A read whose reply is lost strands entries: an open bug (simulations.known) the model
-# steers around until it is fixed.
-REPLIES = (
-    "commit",
-    "commit",
-    *(c for c in CALLS if c != "read" or not known.avoided("lost_read_reply")),
-)
+REPLIES = ("commit", "commit", *CALLS)
 TRACE_SHOWN = 30
 
 sites = st.builds(
@@ -317,10 +311,7 @@ class CrawlModel(RuleBasedStateMachine):
 
     @precondition(
         lambda self: (
-            self.world is not None
-            and self.faults > 0
-            and len(self.world.live()) < MAX_WORKERS
-            and not known.avoided("lost_join_reply")
+            self.world is not None and self.faults > 0 and len(self.world.live()) < MAX_WORKERS
         )
     )
     @rule()

@@ -8,7 +8,7 @@ faults, runs the fleet until every worker has left, and returns what went wrong.
 
 from __future__ import annotations
 
-from simulations import checks, known
+from simulations import checks
 from simulations.observe import Snapshot
 from simulations.world import World
 
@@ -26,9 +26,7 @@ def violations(world: World) -> list[str]:
         world.problems
         + checks.lost(accepted(world, snap), snap.queued, done, snap.dead)
         + checks.duplicates(world.fetches, world.excused)
-        + checks.politeness(
-            world.fetches, world.delay_of, stale_excused=known.avoided("pace_read_too_early")
-        )
+        + checks.politeness(world.fetches, world.delay_of)
         + checks.accounting(snap.outstanding, snap.entries)
     )
 

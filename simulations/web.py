@@ -30,7 +30,7 @@ URLs generated on demand, answered at once, with a :class:`Tally` in place of th
 from __future__ import annotations
 
 import random
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from typing import Any
 
 import attrs
@@ -96,7 +96,6 @@ class Fetch:
     end: float
     final: bool
     robots: bool
-    stale_pace: bool = False  # the host's pace record changed after this worker read it
 
 
 class Web:
@@ -206,7 +205,6 @@ class SimFetcher:
         log: Any,
         *,
         timeout: float,
-        stale: Callable[[str], bool] = lambda host: False,
         hold: bool = True,
     ) -> None:
         """Args:
@@ -217,7 +215,6 @@ class SimFetcher:
         self.worker = worker
         self.log = log
         self.timeout = timeout
-        self.stale = stale
         self.flights: list[Flight] = []
 
     async def fetch(self, request: Request) -> Response:
@@ -242,16 +239,7 @@ class SimFetcher:
         final = answer.final and answer.duration <= self.timeout
         host = url.split("/")[2]
         robots = url.endswith("/robots.txt")
-        fetch = Fetch(
-            self.worker,
-            url,
-            host,
-            start,
-            start + busy,
-            final and not robots,
-            robots,
-            self.stale(host),
-        )
+        fetch = Fetch(self.worker, url, host, start, start + busy, final and not robots, robots)
         self.log.append(fetch)
         return Flight(fetch, answer)
 

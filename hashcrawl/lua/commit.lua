@@ -21,6 +21,8 @@
 --   w: worker id ('' for a submitter), e: epoch the batch was routed at,
 --   src: stream acknowledged and moved from ('' for none), ack: [ids],
 --   mv: [[id, target, payload]]  an entry of src re-routed (skipped if already gone),
+--   once: [[id, target, payload, ...]]  an entry of src acknowledged, and the entries it
+--     led to added, only if it is still there (skipped if already gone),
 --   add: [[target, payload, h1, h2, filter]]  a new entry (filter 1: seen-filter gated),
 --   park: [[id, host, score, payload]]  an entry of src moved to its host's overflow set,
 --   pace: [host, state, ...], applied: epoch or absent, dead: [url, error, ...],
@@ -156,6 +158,19 @@ if b.src ~= '' then
   if b.ack and #b.ack > 0 then
     redis.call('XACK', b.src, 'g', unpack(b.ack))
     acked = redis.call('XDEL', b.src, unpack(b.ack))
+  end
+  -- An entry that leads to entries the seen filter cannot stop twice (its retry, follows
+  -- with dont_filter) adds them only while it is still there: a batch sent again after a
+  -- lost reply adds nothing twice.
+  for _, o in ipairs(b.once or {}) do
+    if redis.call('XDEL', b.src, o[1]) == 1 then
+      redis.call('XACK', b.src, 'g', o[1])
+      acked = acked + 1
+      for j = 2, #o, 2 do
+        redis.call('XADD', o[j], '*', 'r', o[j + 1])
+        added = added + 1
+      end
+    end
   end
 end
 local delta = added - acked
