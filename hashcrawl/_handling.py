@@ -17,6 +17,7 @@ import attrs
 
 from ._entry import Entry
 from ._exceptions import ConfigError, InvalidURL
+from ._faults import FAULTS
 from ._frontier import Held
 from ._models import Request, Response
 from ._robots import parse_retry_after
@@ -101,7 +102,9 @@ class Outcome:
         if entry.dont_filter:
             return [target, entry.encode()]
         h1, h2 = fingerprint(entry.url)
-        if not session.is_cached((h1, h2)):
+        if "skip_seen_filter" in FAULTS:  # a deliberate bug to catch: duplicates go through
+            batch.add.append([target, entry.encode(), h1, h2, 0])
+        elif not session.is_cached((h1, h2)):
             batch.add.append([target, entry.encode(), h1, h2, 1])
         return []
 

@@ -254,8 +254,13 @@ class Store:
         applied: int,
         known_epoch: int,
         stats: Mapping[str, str | int] = {},
+        expire_ms: int | None = None,
     ) -> Beat:
-        args = [self.prefix, worker, lease_ms, applied, known_epoch, self._now(), *_flat(stats)]
+        """Renew ``worker``'s membership; expire members silent for ``expire_ms``
+        (the lease unless given)."""
+        expire = lease_ms if expire_ms is None else expire_ms
+        args = [self.prefix, worker, lease_ms, applied, known_epoch, self._now(), expire]
+        args += _flat(stats)
         return Beat.from_reply(self._scripts["heartbeat"](args=args))
 
     @_translated

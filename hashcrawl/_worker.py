@@ -29,6 +29,7 @@ import trio
 
 from ._entry import BadEntry, Entry
 from ._exceptions import ConfigError, Fenced, FetchError, InvalidURL, QueueError
+from ._faults import FAULTS
 from ._fetch import Fetcher, HttpxFetcher
 from ._frontier import Frontier, Held, Host
 from ._handling import Handler, Outcome, Parse, dead_letter
@@ -392,6 +393,8 @@ class _Session:
                 self.store.heartbeat,
                 self.id,
                 lease_ms=int(self.s.lease * 1000),
+                # Expiring members that are not silent is a deliberate bug to catch.
+                expire_ms=0 if "reclaim_live" in FAULTS else None,
                 applied=self.applied,
                 known_epoch=self.latest.epoch,
                 stats=self.stats(),
@@ -605,7 +608,9 @@ class _Session:
         host.crawl_delay = max(host.crawl_delay, crawl_delay)
 
     def pace_records(self, names: list[str]) -> dict[str, str]:
-        records = {}
+        records: dict[str, str] = {}
+        if "drop_pace" in FAULTS:  # a deliberate bug to catch: the pacing stays behind
+            return records
         now = self.now()
         for name in names:
             host = self.frontier.hosts[name]
@@ -820,13 +825,16 @@ class _Session:
         outcomes = self.outcomes[:COMMIT_MAX]
         unwritten = [o for o in outcomes if id(o) not in self.written]
         items = [item for o in unwritten for item in o.items]
-        if items:
+        write_first = "ack_before_write" not in FAULTS  # off: a deliberate bug to catch
+        if items and write_first:
             await trio.to_thread.run_sync(self._write_items, items)
         self.written.update(id(o) for o in unwritten)
         while True:
             batch = self.batch_of(outcomes, self.latest)
             result = await self.persist(self.store.commit, batch)
             if result.status == "ok":
+                if items and not write_first:
+                    await trio.to_thread.run_sync(self._write_items, items)
                 del self.outcomes[: len(outcomes)]
                 self.uncommitted -= sum(o.kind in ("done", "retry") for o in outcomes)
                 self.poke()

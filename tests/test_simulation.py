@@ -5,22 +5,12 @@ from __future__ import annotations
 
 import contextlib
 from collections.abc import Iterator
-from pathlib import Path
 
 import pytest
 
-import hashcrawl
 from simulations import known, profiles
 from simulations.fleet import Fleet, hosts_moved_per_join
 
-PACKAGE = Path(hashcrawl.__file__).parent
-# Where each deliberate bug's switch goes; a test is skipped until its switch is there.
-SWITCHES = {
-    "ack_before_write": ("_worker.py",),
-    "reclaim_live": ("_worker.py", "lua/heartbeat.lua"),
-    "skip_seen_filter": ("_handling.py",),
-    "drop_pace": ("_worker.py",),
-}
 # What each deliberate bug breaks first, as the violation message says it.
 CAUGHT_AS = {
     "ack_before_write": "neither queued, done nor dead",
@@ -29,14 +19,6 @@ CAUGHT_AS = {
     "drop_pace": "less than its delay|fetched at once",
 }
 TEETH = profiles.Profile("teeth", examples=600, steps=50)
-
-
-def switched_in(fault: str) -> bool:
-    try:
-        from hashcrawl import _faults  # noqa: F401
-    except ImportError:
-        return False
-    return all(fault in (PACKAGE / name).read_text() for name in SWITCHES[fault])
 
 
 @contextlib.contextmanager
@@ -58,11 +40,9 @@ def test_ci_profile_keeps_every_invariant() -> None:
     assert report.pages > 0 and sum(report.faults.values()) > 0
 
 
-@pytest.mark.parametrize("fault", sorted(SWITCHES))
+@pytest.mark.parametrize("fault", sorted(CAUGHT_AS))
 def test_simulation_catches_deliberate_bug(fault: str) -> None:
     """With one deliberate bug switched on, the simulation finds a broken invariant."""
-    if not switched_in(fault):
-        pytest.skip("fault switch not yet applied (see docs/simulation.md)")
     with fault_on(fault), pytest.raises(AssertionError, match=CAUGHT_AS[fault]):
         profiles.run(TEETH, shrink=False, database=None, derandomize=True, print_blob=False)
 

@@ -12,12 +12,15 @@
 --   P..'stats'       HASH  fleet counters (leases_reclaimed here)
 --   P..'w:'..worker  HASH  the worker's own counters, replaced wholesale
 -- ARGV: P, worker, lease_ms, applied_epoch, known_epoch, now_ms ('' for the server's TIME;
---   simulations drive time through it), then field/value pairs of stats
+--   simulations drive time through it), expire_ms (members silent this long expire: the
+--   lease; 0 only for the simulations' deliberate bug reclaim_live), then field/value
+--   pairs of stats
 -- Returns {status, now_ms, epoch, settled_epoch, idle_since, orphans, members...}
 --   status 'ok', or 'gone' when this worker is no longer (or no longer may be) a member.
 local P, worker = ARGV[1], ARGV[2]
 local lease, applied, known = tonumber(ARGV[3]), tonumber(ARGV[4]), tonumber(ARGV[5])
 local now = tonumber(ARGV[6])
+local expire_after = tonumber(ARGV[7])
 if not now then
   local t = redis.call('TIME')
   now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
@@ -45,10 +48,10 @@ if now - tonumber(last) > lease then
 end
 redis.call('ZADD', P .. 'members', now, worker)
 redis.call('HSET', P .. 'applied', worker, applied)
-if #ARGV > 6 then
-  redis.call('HSET', P .. 'w:' .. worker, unpack(ARGV, 7))
+if #ARGV > 7 then
+  redis.call('HSET', P .. 'w:' .. worker, unpack(ARGV, 8))
 end
-for _, w in ipairs(redis.call('ZRANGEBYSCORE', P .. 'members', '-inf', '(' .. (now - lease))) do
+for _, w in ipairs(redis.call('ZRANGEBYSCORE', P .. 'members', '-inf', '(' .. (now - expire_after))) do
   expire(w)
 end
 
