@@ -193,37 +193,37 @@ def test_workers_carry_on_through_a_redis_restart_with_aof(tmp_path):
 
 def test_a_redis_that_refuses_writes_stops_the_worker_with_one_line(tmp_path):
     """Redis at maxmemory refusing every write: the worker exits 1 within a lease, one line."""
-    with RedisServer(directory=tmp_path / "redis", password="pw-refuse") as redis_server:
-        with Processes(redis_server.url, "refuse", tmp_path) as fleet:
-            worker = fleet.join(*flags(delay=0.02, lease=2, idle="none"))
-            wait_until(
-                lambda: status_of(redis_server.url, "refuse")["workers"] == 1, what="the worker"
-            )
-            raw = redis_py.Redis.from_url(redis_server.url)
-            raw.config_set("maxmemory-policy", "noeviction")
-            raw.config_set("maxmemory", "1")
-            code = worker.wait(timeout=30)
-            raw.config_set("maxmemory", "0")
-            raw.close()
-            lines = worker.stderr_lines()
+    with (
+        RedisServer(directory=tmp_path / "redis", password="pw-refuse") as redis_server,
+        Processes(redis_server.url, "refuse", tmp_path) as fleet,
+    ):
+        worker = fleet.join(*flags(delay=0.02, lease=2, idle="none"))
+        wait_until(lambda: status_of(redis_server.url, "refuse")["workers"] == 1, what="the worker")
+        raw = redis_py.Redis.from_url(redis_server.url)
+        raw.config_set("maxmemory-policy", "noeviction")
+        raw.config_set("maxmemory", "1")
+        code = worker.wait(timeout=30)
+        raw.config_set("maxmemory", "0")
+        raw.close()
+        lines = worker.stderr_lines()
     assert code == 1
     assert one_line_about_redis(lines, "pw-refuse"), lines
 
 
 def test_sigterm_during_a_redis_outage_still_exits(tmp_path):
     """A worker asked to stop while Redis is paused exits within a lease, not never."""
-    with RedisServer(directory=tmp_path / "redis") as redis_server:
-        with Processes(redis_server.url, "outage", tmp_path) as fleet:
-            worker = fleet.join(*flags(delay=0.02, lease=2, idle="none"))
-            wait_until(
-                lambda: status_of(redis_server.url, "outage")["workers"] == 1, what="the worker"
-            )
-            redis_server.pause()
-            try:
-                worker.signal(signal.SIGTERM)
-                code = worker.wait(timeout=30)
-            finally:
-                redis_server.resume()
+    with (
+        RedisServer(directory=tmp_path / "redis") as redis_server,
+        Processes(redis_server.url, "outage", tmp_path) as fleet,
+    ):
+        worker = fleet.join(*flags(delay=0.02, lease=2, idle="none"))
+        wait_until(lambda: status_of(redis_server.url, "outage")["workers"] == 1, what="the worker")
+        redis_server.pause()
+        try:
+            worker.signal(signal.SIGTERM)
+            code = worker.wait(timeout=30)
+        finally:
+            redis_server.resume()
     assert code in (0, 1)
 
 
