@@ -583,17 +583,19 @@ class _Session:
         """Read the previous owners' pacing state for hosts new to this owner."""
         settled = self.settled
         records = await self.persist(self.store.pace, hosts)
+        later = []
         for name in hosts:
             host = self.frontier.hosts.get(name)
             if host is None:
                 continue
-            if host.since > settled:  # it changed hands again meanwhile: read it later
-                self.unpaced.add(name)
+            if host.since > settled:  # it changed hands again meanwhile: read it again
+                later.append(name)
                 continue
             if name in records:
                 self.apply_pace(host, records[name])
             host.paced = True
             self.frontier.reschedule(name)
+        self.pace_hosts(later)  # at once if the fleet has settled while this read was out
         self.poke()
 
     def apply_pace(self, host: Host, record: str) -> None:
