@@ -1,4 +1,4 @@
-"""How much to run: the CI, quick and long profiles, and what a run reports.
+"""How much to run: the quick and long profiles, and what a run reports.
 
 A profile is a number of examples (sequences of steps, each ending with the fault-free
 run to the end of the crawl) and the most steps one example may take. Hypothesis picks
@@ -27,10 +27,9 @@ class Profile:
     steps: int
 
 
-CI = Profile("ci", examples=120, steps=50)  # about 40 s: the test suite runs this one
-QUICK = Profile("quick", examples=400, steps=50)  # about two minutes
-LONG = Profile("long", examples=5000, steps=100)  # hours; for a release, or a night
-PROFILES = {p.name: p for p in (CI, QUICK, LONG)}
+QUICK = Profile("quick", examples=400, steps=50)  # about two minutes: the test suite's
+LONG = Profile("long", examples=5000, steps=100)  # an hour or more; for a release, or a night
+PROFILES = {p.name: p for p in (QUICK, LONG)}
 
 
 @attrs.define
