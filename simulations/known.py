@@ -135,6 +135,42 @@ state.submit(pages=[0])
 state.teardown()
 """,
     ),
+    "join_retry_shortens_lease": Bug(
+        summary=(
+            "A join retried after its reply was lost found the worker a member already and "
+            "changed nothing, so its heartbeat stayed at the first join. The worker counted "
+            "its lease from the retry, and the fleet expired it up to a retry interval "
+            "early: reclaimed while it was alive and within its lease."
+        ),
+        fixed=(
+            "join.lua renews a live member's heartbeat when it joins again, so its lease "
+            "runs from the join the worker saw answered."
+        ),
+        replay="""\
+state = CrawlModel()
+state.setup(site=Site(seed=5, hosts=2, pages=11), faults=6, delay=2.0, workers=3, roots=[])
+state.restart_redis(kill=False)
+state.advance(seconds=2.0)
+state.crash(w=0)
+state.crash_after_ack(w=0)
+state.submit(pages=[0])
+state.submit(pages=[0])
+state.pause_past_lease(w=0)
+state.pause_past_lease(w=0)
+state.join_losing_reply()
+state.tick()
+state.join()
+state.read(w=0)
+state.advance(seconds=0.1)
+state.stop(w=0)
+state.join()
+state.tick()
+state.advance(seconds=5.0)
+state.advance(seconds=2.0)
+state.beat(w=0)
+state.teardown()
+""",
+    ),
 }
 
 

@@ -5,8 +5,8 @@
 -- ARGV: P, worker, now_ms ('' for the server's TIME), then info field/value pairs (host
 --   name, pid, started) for P..'w:'..worker
 -- Returns {now_ms, epoch}. A new member holds nothing, so it has applied its own epoch.
--- Joining again as a live member (a retry after a lost reply) changes nothing: entries
--- routed to it meanwhile stay in its stream. An id that was a member once and is no
+-- Joining again as a live member (a retry after a lost reply) only renews its heartbeat:
+-- entries routed to it meanwhile stay in its stream. An id that was a member once and is no
 -- longer gets epoch -1: its stream may be an orphan now, so it must join under a new id.
 local P, worker = ARGV[1], ARGV[2]
 local now = tonumber(ARGV[3])
@@ -15,6 +15,7 @@ if not now then
   now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
 end
 if redis.call('ZSCORE', P .. 'members', worker) then
+  redis.call('ZADD', P .. 'members', now, worker)  -- its lease runs from this join, as it thinks
   return {now, tonumber(redis.call('GET', P .. 'epoch') or '0')}
 end
 if redis.call('SISMEMBER', P .. 'workers', worker) == 1 then
