@@ -38,8 +38,13 @@ def main(argv: list[str] | None = None) -> int:
     faults = _faults(args.fault)
     print(f"profile {profile.name}: up to {profile.examples} examples of {profile.steps} steps")
     try:
-        report = profiles.run(profile, seed_value=args.seed, shrink=not args.no_shrink)
+        report = profiles.run(
+            profile, seed_value=args.seed, shrink=not args.no_shrink, progress=args.progress
+        )
     except AssertionError as exc:
+        # Hypothesis hands the shrunk example over as the error's notes: print the script.
+        script = [n for n in getattr(exc, "__notes__", ()) if not n.startswith("Failing test")]
+        print("\n".join(script))
         print(f"\nAN INVARIANT BROKE:\n{exc}", file=sys.stderr)
         return 1
     finally:
@@ -57,6 +62,9 @@ def _parser() -> argparse.ArgumentParser:
     parser.add_argument("--seed", type=int, help="Hypothesis seed, to repeat a run")
     parser.add_argument("--fault", action="append", default=[], help="turn on a deliberate bug")
     parser.add_argument("--no-shrink", action="store_true", help="report the first failure")
+    parser.add_argument(
+        "--progress", type=int, default=100, metavar="N", help="a line every N examples (0: none)"
+    )
     parser.add_argument("--replay", metavar="FILE", help="run a printed failing example")
     parser.add_argument("--known", action="store_true", help="replay the bugs it found")
     return parser

@@ -95,7 +95,7 @@ class CrawlModel(RuleBasedStateMachine):
         self.world = World(site, settings={**SETTINGS, "delay": delay})
         self.faults = faults
         if self.report is not None:
-            self.report.examples += 1
+            self.report.started()
         for _ in range(workers):
             self._do(self.w.join)
         if roots:

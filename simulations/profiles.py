@@ -43,6 +43,15 @@ class Report:
     faults: collections.Counter[str] = attrs.Factory(collections.Counter)
     simulated: float = 0.0
     seconds: float = 0.0
+    progress: int = 0  # print a line every this many examples (0: never)
+    began: float = attrs.Factory(time.monotonic)
+
+    def started(self) -> None:
+        """One more example has begun."""
+        self.examples += 1
+        if self.progress and self.examples % self.progress == 0:
+            elapsed = time.monotonic() - self.began
+            print(f"  {self.examples} examples, {self.steps} steps, {elapsed:.0f} s", flush=True)
 
     def lines(self) -> list[str]:
         faults = ", ".join(f"{n} {k}" for k, n in sorted(self.faults.items())) or "none"
@@ -71,10 +80,18 @@ def hypothesis_settings(profile: Profile, *, shrink: bool = True, **more: Any) -
 
 
 def run(
-    profile: Profile, *, seed_value: int | None = None, shrink: bool = True, **more: Any
+    profile: Profile,
+    *,
+    seed_value: int | None = None,
+    shrink: bool = True,
+    progress: int = 0,
+    **more: Any,
 ) -> Report:
-    """Run the state machine under ``profile``; raises the first violation it finds."""
-    report = Report()
+    """Run the state machine under ``profile``; raises the first violation it finds.
+
+    With ``progress``, a line is printed every that many examples.
+    """
+    report = Report(progress=progress)
     machine = type("CrawlModel", (CrawlModel,), {"report": report})
     if seed_value is not None:
         machine = seed(seed_value)(machine)
