@@ -138,11 +138,8 @@ class FleetWorker:
     async def read(self) -> None:
         s = self.session
         while s.frontier.size < s.s.max_buffer and self.fleet.observer.undelivered(s.stream):
-            count = min(200, s.s.max_buffer - s.frontier.size)
-            got = await s.call(s.store.read, s.id, count=count, block_ms=1)
-            if not got:
+            if not await s.read_once(block_ms=1):
                 return
-            s.take_in(got)
 
     async def dispatch(self) -> None:
         s = self.session
