@@ -192,6 +192,7 @@ class Worker:
             timeout=self.settings.timeout,
             max_bytes=self.settings.max_bytes,
             max_connections=self.settings.concurrency,
+            max_per_host=self.settings.per_host,
         )
         try:
             if self.spider is not None and self.spider.start_urls:
