@@ -6,9 +6,14 @@ worker's, and apply to any fetcher alike.
 
 from __future__ import annotations
 
+import urllib.request
+from collections import OrderedDict
+from collections.abc import AsyncIterator, Callable
 from typing import Protocol, runtime_checkable
 
+import attrs
 import httpx
+import trio
 
 from ._exceptions import FetchError
 from ._models import Request, Response
@@ -31,6 +36,10 @@ class HttpxFetcher:
 
     Redirects come back as 3xx responses: the worker routes their target to its host's
     owner like any other link, so each host's politeness stays with its owner.
+
+    Each origin gets its own small connection pool (:class:`OriginPools`), unless a
+    ``transport`` is given or the environment names a proxy (``HTTP_PROXY`` and the
+    like), which httpx's own transport honours.
     """
 
     def __init__(
@@ -40,9 +49,12 @@ class HttpxFetcher:
         timeout: float = 30.0,
         max_bytes: int = 10 * 1024 * 1024,
         max_connections: int = 64,
+        max_per_host: int = 4,
         transport: httpx.AsyncBaseTransport | None = None,
     ) -> None:
         self.max_bytes = max_bytes
+        if transport is None and not _environment_proxies():
+            transport = OriginPools.of(max_connections=max_connections, max_per_host=max_per_host)
         limits = httpx.Limits(
             max_connections=max_connections, max_keepalive_connections=max_connections
         )
@@ -78,4 +90,109 @@ class HttpxFetcher:
         return b"".join(chunks)
 
     async def aclose(self) -> None:
+        """Close the client, and with it every pool it opened."""
         await self._client.aclose()
+
+
+class OriginPools(httpx.AsyncBaseTransport):
+    """A transport that gives each origin (scheme, host, port) a connection pool of its own.
+
+    httpcore's pool walks all of its connections on every request and on every response
+    close, and polls the socket of each idle one. One pool shared by every host a worker
+    owns made each page cost O(hosts): 40% of a worker's CPU in the benchmark. A pool
+    per origin walks only that host's one or two connections.
+
+    Pools are made on first use. At most ``max_connections`` requests are in flight at
+    once over all origins, and at most ``max_connections`` pools are kept: a new one
+    closes the least recently used pools that have nothing in flight. So a crawl over
+    many hosts keeps a bounded number of sockets open.
+    """
+
+    def __init__(
+        self, make_pool: Callable[[], httpx.AsyncBaseTransport], *, max_connections: int
+    ) -> None:
+        self._make_pool = make_pool
+        self._max_pools = max_connections
+        self._slots = trio.Semaphore(max_connections)
+        self._pools: OrderedDict[tuple[str, str, int | None], _Pool] = OrderedDict()
+
+    @classmethod
+    def of(cls, *, max_connections: int, max_per_host: int) -> OriginPools:
+        """Pools of ``httpx.AsyncHTTPTransport``, each up to ``max_per_host`` connections."""
+        # One TLS context for all pools: building one loads the CA bundle, ~10 ms each.
+        tls = httpx.create_ssl_context()
+        limits = httpx.Limits(max_connections=max_per_host, max_keepalive_connections=max_per_host)
+        return cls(
+            lambda: httpx.AsyncHTTPTransport(verify=tls, limits=limits, trust_env=False),
+            max_connections=max_connections,
+        )
+
+    async def handle_async_request(self, request: httpx.Request) -> httpx.Response:
+        await self._slots.acquire()
+        try:
+            pool = await self._pool_for((request.url.scheme, request.url.host, request.url.port))
+            response = await pool.transport.handle_async_request(request)
+        except BaseException:
+            self._slots.release()
+            raise
+        assert isinstance(response.stream, httpx.AsyncByteStream)
+        response.stream = _Released(response.stream, pool, self._slots)
+        return response
+
+    async def _pool_for(self, origin: tuple[str, str, int | None]) -> _Pool:
+        pool = self._pools.get(origin)
+        if pool is not None:
+            self._pools.move_to_end(origin)
+            pool.active += 1
+            return pool
+        pool = self._pools[origin] = _Pool(self._make_pool())
+        pool.active += 1  # before closing others, which awaits: this one is in use
+        try:
+            await self._close_idle()
+        except BaseException:
+            pool.active -= 1
+            raise
+        return pool
+
+    async def _close_idle(self) -> None:
+        excess = len(self._pools) - self._max_pools
+        idle = [origin for origin, pool in self._pools.items() if not pool.active]
+        for origin in idle[: max(0, excess)]:
+            await self._pools.pop(origin).transport.aclose()
+
+    async def aclose(self) -> None:
+        pools, self._pools = list(self._pools.values()), OrderedDict()
+        for pool in pools:
+            await pool.transport.aclose()
+
+
+@attrs.define
+class _Pool:
+    transport: httpx.AsyncBaseTransport
+    active: int = 0  # responses not yet closed: a pool is closed only with none
+
+
+class _Released(httpx.AsyncByteStream):
+    """A response body that gives back its pool's use and its slot once closed."""
+
+    def __init__(self, stream: httpx.AsyncByteStream, pool: _Pool, slots: trio.Semaphore) -> None:
+        self._stream, self._pool, self._slots = stream, pool, slots
+        self._open = True
+
+    async def __aiter__(self) -> AsyncIterator[bytes]:
+        async for chunk in self._stream:
+            yield chunk
+
+    async def aclose(self) -> None:
+        try:
+            await self._stream.aclose()
+        finally:
+            if self._open:
+                self._open = False
+                self._pool.active -= 1
+                self._slots.release()
+
+
+def _environment_proxies() -> bool:
+    """Whether httpx's default transport would send some requests through a proxy."""
+    return any(scheme in urllib.request.getproxies() for scheme in ("http", "https", "all"))

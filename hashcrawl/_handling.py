@@ -133,7 +133,7 @@ class Handler:
             return Outcome.retry(held, f"HTTP {response.status}")
         items, follows = await self._produce(held, response, session)
         follows += self._redirect(held, response)
-        return Outcome.done(held, items, self._allowed(follows, session))
+        return Outcome.done(held, items, self._allowed(follows, session, held))
 
     async def _produce(
         self, held: Held, response: Response, session: _Session
@@ -185,14 +185,23 @@ class Handler:
         return [] if target is None else [attrs.evolve(held.entry, url=target, attempts=0)]
 
     @staticmethod
-    def _allowed(follows: list[Entry], session: _Session) -> list[Entry]:
+    def _allowed(follows: list[Entry], session: _Session, held: Held) -> list[Entry]:
         s = session.s
-        return [
-            e
-            for e in follows
-            if (s.max_depth is None or e.depth <= s.max_depth)
-            and domain_allowed(host_key(e.url), s.allow_domains)
-        ]
+        # A link to this page's own host that its robots.txt forbids goes no further:
+        # this worker owns the host and would refuse the entry anyway, after an XADD, a
+        # read and an acknowledgement. Other hosts' rules are their owners' to apply.
+        robots = session.robots.get(held.host) if s.obey_robots else None
+        kept = []
+        for e in follows:
+            host = host_key(e.url)
+            if s.max_depth is not None and e.depth > s.max_depth:
+                continue
+            if not domain_allowed(host, s.allow_domains):
+                continue
+            if robots is not None and host == held.host and not robots.allowed(e.url):
+                continue
+            kept.append(e)
+        return kept
 
 
 def dead_letter(entry: Entry, error: str) -> list[str]:

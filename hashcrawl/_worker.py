@@ -47,7 +47,10 @@ from ._urls import fingerprint, host_key
 log = logging.getLogger("hashcrawl")
 T = TypeVar("T")
 SEEN_CACHE = 200_000
-COMMIT_EVERY = 0.05
+# A commit costs ~10 Redis commands however few pages it carries, so waiting 200 ms
+# keeps a worker with few hosts near 1 command per page; one whose --concurrency fills
+# up commits at once anyway (saturated() below), so the fetcher never waits on this.
+COMMIT_EVERY = 0.2
 COMMIT_MAX = 200
 PARK_AT = 16  # with memory full, a host with this many queued parks the rest
 UNPARK_BELOW = 4  # a parked host with fewer queued takes some back
@@ -193,6 +196,7 @@ class Worker:
             timeout=self.settings.timeout,
             max_bytes=self.settings.max_bytes,
             max_connections=self.settings.concurrency,
+            max_per_host=self.settings.per_host,
         )
         try:
             if self.spider is not None and self.spider.start_urls:

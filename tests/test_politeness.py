@@ -190,6 +190,31 @@ def test_pages_robots_txt_forbids_are_never_requested(crawls: Scenarios) -> None
     assert set(request_counts(paced.requests)) & paced.site.forbidden() == set()
 
 
+async def test_a_link_its_own_hosts_robots_txt_forbids_is_never_queued(
+    redis_url: str, tmp_path: Path
+) -> None:
+    """The owner drops such a link at once; one to another host is queued for its owner."""
+    rules = "User-agent: *\nDisallow: /private/\n"
+    site = make_site(
+        {
+            (host(0), "/"): page(
+                "root",
+                href(host(0), "/ok.html"),
+                href(host(0), "/private/a.html"),
+                href(host(1), "/private/b.html"),
+            ),
+            (host(0), "/ok.html"): page("ok"),
+            (host(0), ROBOTS_PATH): robots(rules),
+            (host(1), ROBOTS_PATH): robots(rules),
+        }
+    )
+    crawled = await crawl_site(redis_url, tmp_path, site, [fast_settings()])
+    status = status_of(redis_url, crawled.crew.crawl)
+    assert status["seen"] == 3  # the root, /ok.html and host 1's /private/b.html
+    assert crawled.crew.workers[0].counters.robots_denied == 1
+    assert {r.path for r in page_requests(crawled.requests)} == {"/", "/ok.html"}
+
+
 def test_a_single_worker_requests_robots_txt_once_per_host(crawls: Scenarios) -> None:
     """One worker that owns every host throughout reads each host's robots.txt exactly once."""
     paced: Crawled = crawls["paced"]

@@ -10,7 +10,7 @@
 --   P..'seen:'..i     STRING Bloom filter layer i (bits, set with BITFIELD)
 --   P..'seenmeta'     HASH   L (layers), n (entries in the last layer), c0, p; seen, queued
 --   P..'outstanding'  STRING + entries added, - entries deleted
---   P..'idle_since'   STRING deleted whenever something is added
+--   P..'idle_since'   STRING deleted when something is added while nothing was outstanding
 --   P..'pace'         HASH   host -> pacing state handed to its next owner
 --   P..'park:'..host  ZSET   a host's overflow: 'id payload' scored by priority, then age
 --   P..'parked'       SET    hosts with an overflow set
@@ -174,8 +174,11 @@ if b.src ~= '' then
   end
 end
 local delta = added - acked
-if delta ~= 0 then redis.call('INCRBY', P .. 'outstanding', delta) end
-if added > 0 then redis.call('DEL', P .. 'idle_since') end
+local before = 0
+if delta ~= 0 then before = redis.call('INCRBY', P .. 'outstanding', delta) - delta end
+-- idle_since is set only while nothing is outstanding, and every add that ends that
+-- deletes it: with entries outstanding before this commit, there is none to delete.
+if added > 0 and (delta == 0 or before <= 0) then redis.call('DEL', P .. 'idle_since') end
 if b.pace and #b.pace > 0 then redis.call('HSET', P .. 'pace', unpack(b.pace)) end
 if b.applied then redis.call('HSET', P .. 'applied', b.w, b.applied) end
 local stats = b.stats or {}
