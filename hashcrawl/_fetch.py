@@ -129,10 +129,13 @@ class OriginPools(httpx.AsyncBaseTransport):
 
     async def handle_async_request(self, request: httpx.Request) -> httpx.Response:
         await self._slots.acquire()
+        pool = None
         try:
             pool = await self._pool_for((request.url.scheme, request.url.host, request.url.port))
             response = await pool.transport.handle_async_request(request)
         except BaseException:
+            if pool is not None:  # a failed request leaves its pool idle, so closable
+                pool.active -= 1
             self._slots.release()
             raise
         assert isinstance(response.stream, httpx.AsyncByteStream)

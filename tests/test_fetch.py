@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 from collections.abc import AsyncIterator
 
 import httpx
@@ -135,3 +136,21 @@ async def test_an_unreachable_origin_raises_fetch_error_and_frees_its_slot():
         else:
             raise AssertionError("a request to port 1 was answered")
     await fetcher.aclose()
+
+
+class Refusing(Recorder):
+    """A pool whose every request fails, as one to a host that refuses connections."""
+
+    async def handle_async_request(self, request: httpx.Request) -> httpx.Response:
+        raise httpx.ConnectError("refused", request=request)
+
+
+async def test_a_pool_whose_request_failed_can_be_closed():
+    """A failed request leaves its pool idle: past the limit it is closed like any other."""
+    made: list[Recorder] = []
+    transport = OriginPools(lambda: Refusing(made), max_connections=2)
+    client = httpx.AsyncClient(transport=transport)
+    for host in "abc":
+        with contextlib.suppress(httpx.ConnectError):
+            await client.get(f"http://{host}.test/")
+    assert [p.closed for p in made] == [True, False, False]
