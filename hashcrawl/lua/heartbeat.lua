@@ -66,9 +66,15 @@ if redis.call('XLEN', P .. 'inbox') > 0 then
   orphans = orphans + 1  -- submissions made while nobody was alive wait there
 end
 local outstanding = tonumber(redis.call('GET', P .. 'outstanding') or '0')
+local idle_since = -1
 if outstanding <= 0 and orphans == 0 then
+  idle_since = tonumber(redis.call('GET', P .. 'idle_since') or '-1')
+end
+if outstanding <= 0 and orphans == 0 and idle_since < 0 then
   -- Before calling the crawl idle, count for real: entries written by hand (or lost
-  -- with a Redis that restarted without persistence) must not end a crawl early.
+  -- with a Redis that restarted without persistence) must not end a crawl early. Once
+  -- idle, it stays idle until a commit adds something, so this count is made once per
+  -- idle spell, not on every heartbeat of every member while the fleet waits out --idle.
   local actual = 0
   for _, m in ipairs(members) do actual = actual + redis.call('XLEN', P .. 'q:' .. m) end
   for _, h in ipairs(redis.call('SMEMBERS', P .. 'parked')) do
@@ -78,15 +84,11 @@ if outstanding <= 0 and orphans == 0 then
     redis.call('SET', P .. 'outstanding', actual)
     outstanding = actual
   end
-end
-local idle_since = -1
-if outstanding <= 0 and orphans == 0 then
-  idle_since = tonumber(redis.call('GET', P .. 'idle_since') or '-1')
-  if idle_since < 0 then
+  if outstanding <= 0 then
     redis.call('SET', P .. 'idle_since', now)
     idle_since = now
   end
-else
+elseif idle_since < 0 then
   redis.call('DEL', P .. 'idle_since')
 end
 local reply = {'ok', now, epoch, settled, idle_since, orphans}
