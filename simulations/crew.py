@@ -184,6 +184,7 @@ class SimWorker:
         self.state = "joining"
         self.paused = False
         self.excused = False
+        self.departed = False  # seen out of the ring while leaving: it left by itself
         self.last_beat = float("-inf")  # when it last tried to beat
         self.confirmed = float("-inf")  # server time of its last heartbeat Redis answered
         self.flight_count = 0

@@ -171,6 +171,35 @@ state.beat(w=0)
 state.teardown()
 """,
     ),
+    "left_then_gave_up": Bug(
+        summary=(
+            "Not in hashcrawl but in the model's judge: a worker that left the ring "
+            "(leave.lua ran) and was then cut off while draining its own stream gives up "
+            "after a lease. Once its state said 'gave up', the judge saw it missing from "
+            "the members and called it reclaimed alive."
+        ),
+        fixed=(
+            "A worker seen out of the ring while leaving is marked departed, and never "
+            "judged for expiry afterwards (simulations/world.py)."
+        ),
+        replay="""\
+state = CrawlModel()
+state.setup(site=Site(seed=1, hosts=5, pages=4), workers=3, roots=[], faults=2, delay=1.0)
+state.join()
+state.advance(seconds=0.1)
+state.beat(w=0)
+state.stop(w=0)
+state.lose_reply(call='commit', w=0)
+state.submit(pages=[1])
+state.leave(w=0)
+state.read(w=0)
+state.cut_off(w=0)
+state.advance(seconds=2.0)
+state.advance(seconds=2.0)
+state.run(order=0, seconds=4.0)
+state.teardown()
+""",
+    ),
 }
 
 

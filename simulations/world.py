@@ -343,7 +343,9 @@ class World:
         lease = self.settings["lease"]
         for w in self.workers.values():
             gone = w.name in self.members_seen and w.name not in members
-            if not gone or w.excused or w.state in ("leaving", "left", "finished"):
+            if gone and w.state in ("leaving", "left", "finished"):
+                w.departed = True  # it left the ring itself, even if its leave then fails
+            if not gone or w.excused or w.departed:
                 continue
             silent = self.now() - w.confirmed
             if silent <= lease:
