@@ -98,14 +98,13 @@ class Outcome:
     @staticmethod
     def _add_follow(batch: Batch, session: _Session, ring: Ring, entry: Entry) -> list[str]:
         """Add a follow that passes the seen filter; return one that skips it."""
-        target = session.target_of(ring, host_key(entry.url))
         if entry.dont_filter:
-            return [target, entry.encode()]
+            return [session.target_of(ring, host_key(entry.url)), entry.encode()]
         h1, h2 = fingerprint(entry.url)
-        if "skip_seen_filter" in FAULTS:  # a deliberate bug to catch: duplicates go through
-            batch.add.append([target, entry.encode(), h1, h2, 0])
-        elif not session.is_cached((h1, h2)):
-            batch.add.append([target, entry.encode(), h1, h2, 1])
+        skip_filter = "skip_seen_filter" in FAULTS  # a deliberate bug to catch: duplicates
+        if skip_filter or not session.is_cached((h1, h2)):
+            target = session.target_of(ring, host_key(entry.url))
+            batch.add.append([target, entry.encode(), h1, h2, 0 if skip_filter else 1])
         return []
 
 
