@@ -194,7 +194,7 @@ class Store:
         self._blocking: Any = None
         self._scripts = {
             name: self._redis.register_script(_script(name))
-            for name in ("heartbeat", "join", "leave", "commit", "release", "unpark")
+            for name in ("heartbeat", "join", "leave", "commit", "release", "unpark", "inflight")
         }
 
     def _client(self, timeout: float) -> Any:
@@ -334,9 +334,14 @@ class Store:
         return "ok", int(reply[1]), int(reply[2])
 
     @_translated
-    def note_in_flight(self, worker: str, eids: Sequence[str]) -> None:
-        """Record which suspect entries ``worker`` is fetching, in case it dies of one."""
-        self._redis.hset(self.key("w:" + worker), "inflight", ",".join(eids))
+    def note_in_flight(self, worker: str, seq: int, eids: Sequence[str]) -> bool:
+        """Record which suspect entries ``worker`` is fetching, in case it dies of one.
+
+        ``seq`` must rise with every record: one that lands after a newer record (its
+        call was held up) is dropped, and False returned.
+        """
+        args = [self.prefix, worker, seq, ",".join(eids)]
+        return bool(self._scripts["inflight"](args=args))
 
     @_translated
     def in_flight_of(self, stream: str) -> set[str]:

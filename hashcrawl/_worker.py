@@ -258,6 +258,7 @@ class _Session:
         self.last_read = "0"  # the newest entry id this reader has taken in
         self.unsure = False  # a read failed: Redis may have delivered what never came
         self.suspects: set[str] = set()
+        self.suspects_noted = 0  # records of them made, so a late one loses to a newer
         self.isolating = False
         self.written: set[int] = set()
         self.uncommitted = 0
@@ -686,7 +687,9 @@ class _Session:
             if held.entry.suspect:
                 self.suspects.add(held.eid)
                 self.isolating = self.isolating or held.entry.attempts > 0
-                await self.persist(self.store.note_in_flight, self.id, sorted(self.suspects))
+                self.suspects_noted += 1
+                note = (self.id, self.suspects_noted, sorted(self.suspects))
+                await self.persist(self.store.note_in_flight, *note)
             outcome = await self.fetch_and_handle(held)
         finally:
             self.in_flight -= 1

@@ -1,4 +1,5 @@
-"""Tests for hashcrawl._store's heartbeat: the idle check counts for real, once per idle spell."""
+"""Tests for hashcrawl._store: the heartbeat's idle check counts for real, once per idle
+spell; a worker's record of the suspects it is fetching is never replaced by an older one."""
 
 from __future__ import annotations
 
@@ -55,4 +56,24 @@ def test_an_idle_fleet_counts_its_streams_once_not_on_every_heartbeat(redis_serv
         assert xlen_calls(raw) - before == rounds * len(members)
     finally:
         raw.close()
+        store.close()
+
+
+def test_a_late_record_of_suspects_in_flight_does_not_replace_a_newer_one(redis_url, crawl_name):
+    """Records go out from threads and can land out of order; the newest one stays.
+
+    Were the older record kept, a suspect still being fetched would go unnamed, and if
+    it killed its worker it would cost no attempt: a poison page could kill workers
+    past --max-attempts (seen in CI, four deaths for two attempts).
+    """
+    store = Store(RedisURL.parse(redis_url), crawl_name)
+    try:
+        store.join("w1", {})
+        assert store.note_in_flight("w1", 2, ["1-0", "2-0"])
+        assert not store.note_in_flight("w1", 1, ["1-0"])
+        beat(store, "w1")  # the heartbeat's counters leave the record alone
+        assert store.in_flight_of(store.stream_of("w1")) == {"1-0", "2-0"}
+        assert store.note_in_flight("w1", 3, [])
+        assert store.in_flight_of(store.stream_of("w1")) == set()
+    finally:
         store.close()
