@@ -11,6 +11,7 @@ key                type    written by
 ``epoch``          STRING  join, leave, expiry: +1 on every membership change
 ``workers``        SET     join: every worker id that ever joined (for fleet totals)
 ``w:ID``           HASH    join, heartbeat: a worker's host, pid and own counters
+                           inflight: the suspects it is fetching (newest record wins)
 ``q:ID``           STREAM  commit (XADD, XACK, XDEL), read (XREADGROUP): ID's frontier;
                            group ``g``, consumer ID; pending entries are its leases
 ``inbox``          STREAM  commit: submissions made while no worker is alive
