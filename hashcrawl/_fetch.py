@@ -6,18 +6,48 @@ worker's, and apply to any fetcher alike.
 
 from __future__ import annotations
 
+import contextlib
+import contextvars
+import logging
 import urllib.request
 from collections import OrderedDict
-from collections.abc import AsyncIterator, Callable
-from typing import Protocol, runtime_checkable
+from collections.abc import AsyncIterator, Callable, Iterable, Iterator
+from typing import Any, Protocol, runtime_checkable
 
 import attrs
+import httpcore
 import httpx
 import trio
 
 from ._exceptions import FetchError
 from ._models import Request, Response
 from ._version import DEFAULT_USER_AGENT
+
+log = logging.getLogger("hashcrawl")
+
+_may_send: contextvars.ContextVar[Callable[[], bool] | None] = contextvars.ContextVar(
+    "hashcrawl_may_send", default=None
+)
+
+
+class NotSent(Exception):
+    """A request was stopped before it left: its worker may no longer fetch the host."""
+
+
+@contextlib.contextmanager
+def sending_only_while(check: Callable[[], bool]) -> Iterator[None]:
+    """Have this task's requests ask ``check`` again right before their bytes are written.
+
+    The worker checks that it may fetch a host before it calls the fetcher, but a request
+    can then wait (for a free connection, a connect, the scheduler) and the process can
+    be paused meanwhile. :class:`HttpxFetcher`'s own pools ask ``check`` again as the
+    request is written to the socket, and raise :class:`NotSent` if it says no.
+    """
+    token = _may_send.set(check)
+    try:
+        yield
+    finally:
+        _may_send.reset(token)
 
 
 @runtime_checkable
@@ -123,7 +153,7 @@ class OriginPools(httpx.AsyncBaseTransport):
         tls = httpx.create_ssl_context()
         limits = httpx.Limits(max_connections=max_per_host, max_keepalive_connections=max_per_host)
         return cls(
-            lambda: httpx.AsyncHTTPTransport(verify=tls, limits=limits, trust_env=False),
+            lambda: _gated(httpx.AsyncHTTPTransport(verify=tls, limits=limits, trust_env=False)),
             max_connections=max_connections,
         )
 
@@ -194,6 +224,86 @@ class _Released(httpx.AsyncByteStream):
                 self._open = False
                 self._pool.active -= 1
                 self._slots.release()
+
+
+def _gated(transport: httpx.AsyncHTTPTransport) -> httpx.AsyncHTTPTransport:
+    """``transport``, its sockets checking :func:`sending_only_while` before each write.
+
+    httpx (0.28) has no public way to choose its pool's network backend (encode/httpx
+    PR 3749 would add one), so the pool's backend is wrapped where it stands.
+    tests/test_fetch.py fails if a new httpx or httpcore moves it.
+    """
+    pool = getattr(transport, "_pool", None)
+    backend = getattr(pool, "_network_backend", None)
+    if isinstance(backend, httpcore.AsyncNetworkBackend):
+        pool._network_backend = _GatedBackend(backend)  # type: ignore[union-attr]
+    else:
+        log.warning("httpx changed: requests are checked before they are made, not as sent")
+    return transport
+
+
+class _GatedBackend(httpcore.AsyncNetworkBackend):
+    """A network backend whose streams are :class:`_GatedStream` s."""
+
+    def __init__(self, backend: httpcore.AsyncNetworkBackend) -> None:
+        self._backend = backend
+
+    async def connect_tcp(
+        self,
+        host: str,
+        port: int,
+        timeout: float | None = None,
+        local_address: str | None = None,
+        socket_options: Iterable[Any] | None = None,
+    ) -> httpcore.AsyncNetworkStream:
+        stream = await self._backend.connect_tcp(
+            host, port, timeout=timeout, local_address=local_address, socket_options=socket_options
+        )
+        return _GatedStream(stream)
+
+    async def connect_unix_socket(
+        self, path: str, timeout: float | None = None, socket_options: Iterable[Any] | None = None
+    ) -> httpcore.AsyncNetworkStream:
+        stream = await self._backend.connect_unix_socket(
+            path, timeout=timeout, socket_options=socket_options
+        )
+        return _GatedStream(stream)
+
+    async def sleep(self, seconds: float) -> None:
+        await self._backend.sleep(seconds)
+
+
+class _GatedStream(httpcore.AsyncNetworkStream):
+    """A connection that asks the task's check before it writes a request's bytes.
+
+    Between the check and the socket's send there is no await: a pause can still fall
+    in that gap, of microseconds, but no longer in a wait for a connection.
+    """
+
+    def __init__(self, stream: httpcore.AsyncNetworkStream) -> None:
+        self._stream = stream
+
+    async def write(self, buffer: bytes, timeout: float | None = None) -> None:
+        # An empty write (the end of a bodiless request) sends nothing; the request's
+        # first bytes were checked already, and refusing now would hide that they left.
+        check = _may_send.get()
+        if buffer and check is not None and not check():
+            raise NotSent("this worker may no longer fetch the host")
+        await self._stream.write(buffer, timeout)
+
+    async def read(self, max_bytes: int, timeout: float | None = None) -> bytes:
+        return await self._stream.read(max_bytes, timeout)
+
+    async def aclose(self) -> None:
+        await self._stream.aclose()
+
+    async def start_tls(
+        self, ssl_context: Any, server_hostname: str | None = None, timeout: float | None = None
+    ) -> httpcore.AsyncNetworkStream:
+        return _GatedStream(await self._stream.start_tls(ssl_context, server_hostname, timeout))
+
+    def get_extra_info(self, info: str) -> Any:
+        return self._stream.get_extra_info(info)
 
 
 def _environment_proxies() -> bool:

@@ -30,10 +30,10 @@ import trio
 from ._entry import BadEntry, Entry
 from ._exceptions import ConfigError, Fenced, FetchError, InvalidURL, QueueError
 from ._faults import FAULTS
-from ._fetch import Fetcher, HttpxFetcher
+from ._fetch import Fetcher, HttpxFetcher, NotSent, sending_only_while
 from ._frontier import Frontier, Held, Host
 from ._handling import Handler, Outcome, Parse, dead_letter
-from ._models import Request
+from ._models import Request, Response
 from ._queue import submit_urls
 from ._redisurl import RedisURL, check_crawl_name
 from ._ring import Ring
@@ -724,16 +724,34 @@ class _Session:
                 self.request_stop()
                 return
 
+    def may_send(self, held: Held) -> bool:
+        return self.fresh() and self.latest.owner_of(held.host) == self.id
+
     def still_may_send(self, held: Held) -> bool:
         """Check again just before a request leaves: the task may have waited (a pause,
         a slow Redis) since the dispatcher allowed it. Otherwise the entry waits again."""
-        if self.fresh() and self.latest.owner_of(held.host) == self.id:
+        if self.may_send(held):
             return True
+        self.put_back(held)
+        return False
+
+    def put_back(self, held: Held) -> None:
+        """``held`` was not fetched after all: it waits for its host's next turn."""
         host = self.frontier.hosts.get(held.host)
         if host is not None:
             self.frontier.done(held.host, host.last_end)
             self.frontier.add(held, epoch=host.since)
-        return False
+
+    async def send(self, held: Held, request: Request) -> Response:
+        """Fetch ``request`` on ``held``'s behalf, asking :meth:`may_send` once more as
+        the request is written (with the default fetcher): a wait for a connection, or
+        a pause, can come between the worker's check and the socket.
+
+        Raises:
+            NotSent: the check said no; nothing reached the host.
+        """
+        with sending_only_while(lambda: self.may_send(held)):
+            return await self.fetcher.fetch(request)
 
     async def fetch_and_handle(self, held: Held) -> Outcome | None:
         host = self.frontier.hosts[held.host]
@@ -742,7 +760,11 @@ class _Session:
             if robots is None:
                 if not self.still_may_send(held):
                     return None
-                await self.fetch_robots(held)
+                try:
+                    await self.fetch_robots(held)
+                except NotSent:
+                    self.put_back(held)
+                    return None
                 self.frontier.done(held.host, self.now())
                 # The robots.txt request used this slot: the page waits its turn again.
                 self.frontier.add(held, epoch=host.since)
@@ -762,7 +784,10 @@ class _Session:
         if not self.still_may_send(held):
             return None
         try:
-            response = await self.fetcher.fetch(request)
+            response = await self.send(held, request)
+        except NotSent:
+            self.put_back(held)
+            return None
         except Exception as exc:  # a user's fetcher may raise anything: a failed page
             if not isinstance(exc, FetchError):
                 log.exception("fetcher failed on %s", held.entry.url)
@@ -787,7 +812,7 @@ class _Session:
         """
         url = robots_url(held.entry.url)
         try:
-            response = await self.fetcher.fetch(Request(url))
+            response = await self.send(held, Request(url))
         except FetchError:
             self.robots[held.host] = Robots.allow_all()  # unreachable robots.txt: Scrapy's rule
             return

@@ -1,4 +1,4 @@
-"""Tests for hashcrawl._fetch: the httpx fetcher and its pool per origin."""
+"""Tests for hashcrawl._fetch: the httpx fetcher, its pool per origin, and its check at send."""
 
 from __future__ import annotations
 
@@ -10,7 +10,9 @@ import trio
 import trio.testing
 
 from hashcrawl import FetchError, HttpxFetcher, Request
-from hashcrawl._fetch import OriginPools
+from hashcrawl._fetch import NotSent, OriginPools, sending_only_while
+from tests.fleet import host, make_site, page
+from tests.testsite import SiteServer
 
 
 class Body(httpx.AsyncByteStream):
@@ -150,7 +152,68 @@ async def test_a_pool_whose_request_failed_can_be_closed():
     made: list[Recorder] = []
     transport = OriginPools(lambda: Refusing(made), max_connections=2)
     client = httpx.AsyncClient(transport=transport)
-    for host in "abc":
+    for name in "abc":
         with contextlib.suppress(httpx.ConnectError):
-            await client.get(f"http://{host}.test/")
+            await client.get(f"http://{name}.test/")
     assert [p.closed for p in made] == [True, False, False]
+
+
+async def fetch_if(fetcher: HttpxFetcher, url: str, allowed: bool) -> int | None:
+    """The status of ``url`` fetched while the check answers ``allowed``; None if not sent."""
+    with sending_only_while(lambda: allowed):
+        try:
+            return (await fetcher.fetch(Request(url))).status
+        except NotSent:
+            return None
+
+
+async def test_a_request_its_check_refuses_never_reaches_the_server():
+    """Refused on a new connection or on a kept-alive one, nothing is sent; the pool recovers."""
+    with SiteServer(make_site({(host(0), "/"): page("root")})) as server:
+        fetcher = HttpxFetcher()
+        url = server.site.root
+        statuses = [await fetch_if(fetcher, url, allowed) for allowed in (False, True, False, True)]
+        await fetcher.aclose()
+        logged = server.requests()
+    assert statuses == [None, 200, None, 200]
+    assert [r.path for r in logged] == ["/", "/"]
+
+
+async def test_a_request_is_checked_as_it_is_written_not_when_it_is_made():
+    """The check's answer that counts is the one given once a connection is free.
+
+    A worker checks that it still owns a host before it calls the fetcher; a request
+    that then waits for a connection (or a paused process) must be checked again.
+    """
+    site = make_site({(host(0), "/"): page("a"), (host(1), "/"): page("b")})
+    with SiteServer(site, latency=0.3) as server:
+        fetcher = HttpxFetcher(max_connections=1)
+        first, second = (f"http://{h}:{server.site.port}/" for h in (host(0), host(1)))
+        allowed = True
+        got: dict[str, int | None] = {}
+
+        async def fetch(url: str) -> None:
+            with sending_only_while(lambda: allowed):
+                try:
+                    got[url] = (await fetcher.fetch(Request(url))).status
+                except NotSent:
+                    got[url] = None
+
+        async with trio.open_nursery() as nursery:
+            nursery.start_soon(fetch, first)
+            # The first is sent, and holds the one connection while the server waits.
+            assert await trio.to_thread.run_sync(lambda: server.wait_for_requests(1, timeout=10.0))
+            nursery.start_soon(fetch, second)
+            await trio.testing.wait_all_tasks_blocked()  # the second waits for that connection
+            allowed = False
+        await fetcher.aclose()
+        logged = server.requests()
+    assert got == {first: 200, second: None}
+    assert [r.host for r in logged] == [host(0)]
+
+
+def test_the_default_pools_check_every_connection_they_open():
+    """httpx hides its pool's network backend; if a new release moves it, this fails."""
+    pools = OriginPools.of(max_connections=2, max_per_host=1)
+    transport = pools._make_pool()
+    assert type(transport._pool._network_backend).__name__ == "_GatedBackend"  # type: ignore[attr-defined]

@@ -8,6 +8,7 @@ from pathlib import Path
 import pytest
 import trio
 
+from hashcrawl import HttpxFetcher, JsonLinesSink, QueueError, Request, Response
 from hashcrawl._server import RedisServer
 from hashcrawl._urls import host_key
 from hashcrawl._worker import Worker
@@ -277,3 +278,63 @@ def test_hosts_that_change_owner_stay_paced(crawls: Scenarios, change: str) -> N
     verdict = judge(handed.site, handed.requests, handed.crew.outputs, delay=HANDOFF_DELAY)
     assert verdict.missing == ()
     assert verdict.too_close == 0, verdict.min_gap
+
+
+class Counted:
+    """A fetcher that counts the fetches begun through it, each done by ``inner``."""
+
+    def __init__(self, inner: HttpxFetcher) -> None:
+        self.inner = inner
+        self.begun = 0
+
+    async def fetch(self, request: Request) -> Response:
+        self.begun += 1
+        return await self.inner.fetch(request)
+
+
+async def test_a_request_held_up_until_its_worker_went_stale_is_not_sent(
+    redis_server: RedisServer, tmp_path: Path
+) -> None:
+    """A request that waits for a connection is checked again when it gets one.
+
+    Both pages pass the worker's check and go to the fetcher; one waits for the only
+    connection while the server holds the other. Redis then goes silent: by the time
+    the connection is free, the worker has gone a quarter lease without a heartbeat,
+    and may no longer fetch (the hosts' next owner could be fetching them already).
+    """
+    site = make_site({(host(0), "/"): page("a"), (host(1), "/"): page("b")})
+    fetcher = Counted(HttpxFetcher(max_connections=1))
+    worker = Worker(
+        redis_server.url,
+        "held",
+        fetcher=fetcher,
+        sink=JsonLinesSink(tmp_path / "items.jsonl"),
+        concurrency=2,
+        obey_robots=False,
+        delay=0,
+        lease=4.0,
+        idle=None,
+    )
+
+    async def run_until_it_gives_up() -> None:
+        with pytest.raises(QueueError, match="without a heartbeat"):
+            await worker.run()
+
+    with SiteServer(site, latency=2.0) as server:
+        roots = [f"http://{h}:{server.site.port}/" for h in (host(0), host(1))]
+        try:
+            async with trio.open_nursery() as nursery:
+                nursery.start_soon(run_until_it_gives_up)
+                await await_until(
+                    lambda: status_of(redis_server.url, "held")["workers"] == 1, what="the worker"
+                )
+                await trio.to_thread.run_sync(submit, redis_server.url, "held", roots)
+                await await_until(
+                    lambda: fetcher.begun == 2 and len(server.requests()) == 1,
+                    what="both fetches begun, one of them sent",
+                )
+                redis_server.pause()
+        finally:
+            redis_server.resume()
+        logged = server.requests()
+    assert len(logged) == 1, [(r.host, r.path) for r in logged]
