@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import functools
+
 import attrs
 from uhashring import HashRing
 
@@ -18,8 +20,7 @@ class Ring:
     def of(cls, epoch: int, members: tuple[str, ...] | list[str]) -> Ring:
         """Build the ring every worker builds from the same sorted member list."""
         ordered = tuple(sorted(members))
-        ring = HashRing(nodes=list(ordered), hash_fn="ketama") if ordered else None
-        return cls(epoch, ordered, ring)
+        return cls(epoch, ordered, _hash_ring(ordered) if ordered else None)
 
     def owner_of(self, host: str) -> str | None:
         """The member that alone may fetch ``host``; None when nobody is alive."""
@@ -29,3 +30,14 @@ class Ring:
 
     def __contains__(self, worker: object) -> bool:
         return worker in self.members
+
+
+@functools.lru_cache(maxsize=32)
+def _hash_ring(members: tuple[str, ...]) -> HashRing:
+    """The ketama ring of ``members``, built once: 160 points a member, hashed with md5.
+
+    Every epoch change and every drained batch asks for a ring, mostly of members seen
+    before (and in the simulations, every worker asks for the same one). A HashRing is
+    never changed once built, so one can be shared.
+    """
+    return HashRing(nodes=list(members), hash_fn="ketama")
