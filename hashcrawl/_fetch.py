@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import contextlib
 import contextvars
+import functools
 import logging
 import urllib.request
 from collections import OrderedDict
@@ -238,8 +239,14 @@ def _gated(transport: httpx.AsyncHTTPTransport) -> httpx.AsyncHTTPTransport:
     if isinstance(backend, httpcore.AsyncNetworkBackend):
         pool._network_backend = _GatedBackend(backend)  # type: ignore[union-attr]
     else:
-        log.warning("httpx changed: requests are checked before they are made, not as sent")
+        _warn_ungated()
     return transport
+
+
+@functools.cache
+def _warn_ungated() -> None:
+    """Say once, not for every origin's pool, that the check as sent is missing."""
+    log.warning("httpx changed: requests are checked before they are made, not as sent")
 
 
 class _GatedBackend(httpcore.AsyncNetworkBackend):

@@ -688,8 +688,8 @@ class _Session:
                 self.suspects.add(held.eid)
                 self.isolating = self.isolating or held.entry.attempts > 0
                 self.suspects_noted += 1
-                note = (self.id, self.suspects_noted, sorted(self.suspects))
-                await self.persist(self.store.note_in_flight, *note)
+                noted, eids = self.suspects_noted, sorted(self.suspects)
+                await self.persist(self.store.note_in_flight, self.id, noted, eids)
             outcome = await self.fetch_and_handle(held)
         finally:
             self.in_flight -= 1
@@ -809,6 +809,9 @@ class _Session:
 
         Google's rule: a 5xx or 429 means "assume everything is disallowed for now", so
         the host's pages wait and robots.txt is asked for again after the backoff.
+
+        Raises:
+            NotSent: this worker may no longer fetch the host; nothing was asked.
         """
         url = robots_url(held.entry.url)
         try:
