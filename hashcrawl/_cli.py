@@ -9,7 +9,6 @@ from __future__ import annotations
 import argparse
 import json
 import logging
-import math
 import os
 import signal
 import subprocess
@@ -24,7 +23,7 @@ import trio
 from ._exceptions import ConfigError, HashcrawlError, QueueError
 from ._queue import Queue
 from ._redisurl import RedisURL, check_crawl_name
-from ._settings import Settings
+from ._settings import Settings, add_flags
 from ._sinks import sink_for
 from ._spider import load_spider
 from ._version import __version__
@@ -37,22 +36,6 @@ class _Parser(argparse.ArgumentParser):
     def error(self, message: str) -> NoReturn:
         print(f"hashcrawl: {message}", file=sys.stderr)
         raise SystemExit(2)
-
-
-def _idle(text: str) -> float | None:
-    if text.lower() == "none":
-        return None
-    return _number(text)
-
-
-def _number(text: str) -> float:
-    try:
-        value = float(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"expected a number, got {text!r}") from None
-    if not math.isfinite(value):
-        raise argparse.ArgumentTypeError(f"expected a finite number, got {text!r}")
-    return value
 
 
 def _common(p: argparse.ArgumentParser, *, redis: bool = True) -> None:
@@ -70,61 +53,7 @@ def _crawler_flags(p: argparse.ArgumentParser) -> None:
     p.add_argument(
         "-o", "--output", help="write items to FILE (JSON Lines; CSV if it ends in .csv)"
     )
-    p.add_argument(
-        "--delay", type=_number, default=1.0, help="least seconds between requests to a host"
-    )
-    p.add_argument("--per-host", type=int, default=1, help="most requests in flight to a host")
-    p.add_argument(
-        "--concurrency", type=int, default=16, help="most requests in flight from a worker"
-    )
-    p.add_argument(
-        "--idle",
-        type=_idle,
-        default=30.0,
-        help="end after this many idle seconds; 'none' waits for ever",
-    )
-    p.add_argument(
-        "--lease",
-        type=_number,
-        default=60.0,
-        help="seconds of silence before a worker is taken for dead",
-    )
-    p.add_argument(
-        "--grace",
-        type=_number,
-        default=30.0,
-        help="seconds to finish requests in flight on SIGTERM",
-    )
-    p.add_argument(
-        "--user-agent", help="the User-Agent header (default names hashcrawl and its version)"
-    )
-    p.add_argument(
-        "--allow-domain",
-        action="append",
-        default=[],
-        help="only follow links within this domain (repeatable)",
-    )
-    p.add_argument("--max-depth", type=int, help="do not follow links deeper than this")
-    p.add_argument(
-        "--max-attempts", type=int, default=4, help="tries before a page is dead-lettered"
-    )
-    p.add_argument("--timeout", type=_number, default=30.0, help="seconds for one fetch")
-    p.add_argument(
-        "--max-buffer", type=int, default=50_000, help="entries a worker holds in memory"
-    )
-    for name, kind, what in (
-        ("pages", int, "pages fetched"),
-        ("items", int, "items written"),
-        ("errors", int, "failed fetches"),
-        ("time", _number, "seconds"),
-        ("memory", _number, "MiB of resident memory"),
-    ):
-        p.add_argument(
-            f"--max-{name}",
-            type=kind,
-            help=f"stop this worker (not the crawl) after so many {what}",
-        )
-    p.add_argument("--ignore-robots", action="store_true", help="do not fetch or obey robots.txt")
+    add_flags(p)
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -181,27 +110,7 @@ def main(argv: Sequence[str] | None = None) -> int:
 
 
 def settings_from(args: argparse.Namespace) -> Settings:
-    extra: dict[str, Any] = {"user_agent": args.user_agent} if args.user_agent else {}
-    return Settings(
-        delay=args.delay,
-        per_host=args.per_host,
-        concurrency=args.concurrency,
-        idle=args.idle,
-        lease=args.lease,
-        grace=args.grace,
-        allow_domains=tuple(args.allow_domain),
-        max_depth=args.max_depth,
-        max_attempts=args.max_attempts,
-        timeout=args.timeout,
-        max_buffer=args.max_buffer,
-        max_pages=args.max_pages,
-        max_items=args.max_items,
-        max_errors=args.max_errors,
-        max_time=args.max_time,
-        max_memory=args.max_memory,
-        obey_robots=not args.ignore_robots,
-        **extra,
-    )
+    return Settings.from_flags(args)
 
 
 def cmd_join(args: argparse.Namespace) -> int:
@@ -388,33 +297,9 @@ def _run_workers(args: argparse.Namespace, redis_url: str) -> int:
 
 
 def _passed_flags(args: argparse.Namespace) -> list[str]:
-    flags: list[str] = []
-    for name in (
-        "output",
-        "delay",
-        "per_host",
-        "concurrency",
-        "lease",
-        "grace",
-        "user_agent",
-        "max_depth",
-        "max_attempts",
-        "timeout",
-        "max_buffer",
-        "max_pages",
-        "max_items",
-        "max_errors",
-        "max_time",
-        "max_memory",
-    ):
-        value = getattr(args, name)
-        if value is not None:
-            flags += [f"--{name.replace('_', '-')}" if name != "output" else "-o", str(value)]
-    flags += ["--idle", "none" if args.idle is None else str(args.idle)]
-    for domain in args.allow_domain:
-        flags += ["--allow-domain", domain]
-    if args.ignore_robots:
-        flags.append("--ignore-robots")
+    flags = settings_from(args).to_flags()
+    if args.output is not None:
+        flags += ["-o", args.output]
     if args.verbose:
         flags.append("-v")
     return flags

@@ -1,7 +1,16 @@
-"""A worker's settings: one frozen value, checked once, with the CLI's defaults."""
+"""A worker's settings, declared once: the fields, their checks, and their CLI flags.
+
+Each field of :class:`Settings` carries a :class:`Flag` in its metadata. From that one
+declaration come the ``join`` and ``crawl`` flags (:func:`add_flags`), the settings a
+command line gives (:meth:`Settings.from_flags`), and the command line that gives a
+child worker the same settings (:meth:`Settings.to_flags`).
+"""
 
 from __future__ import annotations
 
+import argparse
+import math
+from collections.abc import Callable
 from typing import Any
 
 import attrs
@@ -9,62 +18,260 @@ import attrs
 from ._exceptions import ConfigError
 from ._version import DEFAULT_USER_AGENT
 
+NONE = "none"
 
-def _positive(_: object, attribute: attrs.Attribute[Any], value: float | None) -> None:
+
+def _number(text: str) -> float:
+    try:
+        value = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected a number, got {text!r}") from None
+    if not math.isfinite(value):
+        raise argparse.ArgumentTypeError(f"expected a finite number, got {text!r}")
+    return value
+
+
+def _whole(text: str) -> int:
+    try:
+        return int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected a whole number, got {text!r}") from None
+
+
+def _text(text: str) -> str:
+    return text
+
+
+def _or_none(parse: Callable[[str], Any]) -> Callable[[str], Any]:
+    """Also accepts 'none', for a setting whose default is no limit."""
+
+    def parse_or_none(text: str) -> Any:
+        return None if text.strip().lower() == NONE else parse(text)
+
+    return parse_or_none
+
+
+@attrs.frozen(kw_only=True)
+class Flag:
+    """How a setting appears on the command line.
+
+    Args:
+        help: the flag's help text (the default is added when it is shown).
+        parse: from the flag's text to the setting's value; None for a switch.
+        metavar: the value's placeholder in help.
+        name: the flag when it is not ``--`` and the field's name with dashes.
+        negate: a switch that sets the field False (``--ignore-robots``).
+        repeat: a flag given once per value of a tuple field.
+    """
+
+    help: str
+    parse: Callable[[str], Any] | None = _number
+    metavar: str | None = None
+    name: str | None = None
+    negate: bool = False
+    repeat: bool = False
+
+
+def flag_name(field: attrs.Attribute[Any]) -> str:
+    flag: Flag = field.metadata["flag"]
+    return flag.name or "--" + field.name.replace("_", "-")
+
+
+def _positive(_: object, field: attrs.Attribute[Any], value: float | None) -> None:
     if value is not None and value <= 0:
-        raise ConfigError(f"--{attribute.name.replace('_', '-')} must be above 0, got {value}")
+        raise ConfigError(f"{flag_name(field)} must be above 0, got {value}")
 
 
-def _not_negative(_: object, attribute: attrs.Attribute[Any], value: float) -> None:
-    if value < 0:
-        raise ConfigError(f"--{attribute.name.replace('_', '-')} must be 0 or more, got {value}")
+def _not_negative(_: object, field: attrs.Attribute[Any], value: float | None) -> None:
+    if value is not None and value < 0:
+        raise ConfigError(f"{flag_name(field)} must be 0 or more, got {value}")
+
+
+def _setting(
+    default: Any, help: str, *, check: Any = None, converter: Any = None, **flag: Any
+) -> Any:
+    return attrs.field(
+        default=default,
+        validator=check,
+        converter=converter,
+        metadata={"flag": Flag(help=help, **flag)},
+    )
 
 
 @attrs.frozen(kw_only=True)
 class Settings:
     """How one worker crawls. Politeness settings should be the same on every worker.
 
-    Args:
-        delay: least seconds between two requests to one host, fleet-wide.
-        per_host: most requests in flight to one host.
-        concurrency: most requests in flight from this worker.
-        idle: seconds the crawl must have been idle before the worker ends; None: never.
-        lease: seconds of silence after which a worker is taken for dead.
-        grace: seconds a stopping worker gives requests in flight.
-        max_pages, max_items, max_errors, max_time, max_memory: stop this worker (not
-            the crawl) after so many pages, items, failed fetches, seconds or MiB of
-            resident memory; what it held goes to the other workers at once.
+    Every field is also a flag of ``hashcrawl join`` and ``hashcrawl crawl``; its help
+    text is the field's documentation (``hashcrawl join --help``).
     """
 
-    delay: float = attrs.field(default=1.0, validator=_not_negative)
-    per_host: int = attrs.field(default=1, validator=_positive)
-    concurrency: int = attrs.field(default=16, validator=_positive)
-    idle: float | None = 30.0
-    lease: float = attrs.field(default=60.0, validator=_positive)
-    grace: float = attrs.field(default=30.0, validator=_not_negative)
-    user_agent: str = attrs.field(default=DEFAULT_USER_AGENT)
-    allow_domains: tuple[str, ...] = attrs.field(default=(), converter=tuple)
-    max_depth: int | None = None
-    max_attempts: int = attrs.field(default=4, validator=_positive)
-    timeout: float = attrs.field(default=30.0, validator=_positive)
-    max_bytes: int = attrs.field(default=10 * 1024 * 1024, validator=_positive)
-    max_buffer: int = attrs.field(default=50_000, validator=_positive)
-    obey_robots: bool = True
-    max_pages: int | None = attrs.field(default=None, validator=_positive)
-    max_items: int | None = attrs.field(default=None, validator=_positive)
-    max_errors: int | None = attrs.field(default=None, validator=_positive)
-    max_time: float | None = attrs.field(default=None, validator=_positive)
-    max_memory: float | None = attrs.field(default=None, validator=_positive)
+    delay: float = _setting(
+        1.0,
+        "least seconds between two requests to one host, fleet-wide",
+        check=_not_negative,
+        metavar="S",
+    )
+    per_host: int = _setting(
+        1, "most requests in flight to one host", check=_positive, parse=_whole, metavar="N"
+    )
+    concurrency: int = _setting(
+        16,
+        "most requests in flight from this worker",
+        check=_positive,
+        parse=_whole,
+        metavar="N",
+    )
+    idle: float | None = _setting(
+        30.0,
+        "end once the whole crawl has been idle this many seconds; 'none' never ends",
+        check=_not_negative,
+        parse=_or_none(_number),
+        metavar="S",
+    )
+    lease: float = _setting(
+        60.0,
+        "seconds of silence after which a worker is taken for dead",
+        check=_positive,
+        metavar="S",
+    )
+    grace: float = _setting(
+        30.0,
+        "seconds a stopping worker gives requests in flight",
+        check=_not_negative,
+        metavar="S",
+    )
+    user_agent: str = _setting(
+        DEFAULT_USER_AGENT,
+        "the User-Agent header, and the agent robots.txt is matched for",
+        parse=_text,
+        metavar="UA",
+    )
+    allow_domains: tuple[str, ...] = _setting(
+        (),
+        "follow links only within this domain (repeatable); none: all domains",
+        converter=tuple,
+        parse=_text,
+        name="--allow-domain",
+        repeat=True,
+        metavar="D",
+    )
+    max_depth: int | None = _setting(
+        None,
+        "do not follow links more than this many hops from a submitted URL",
+        check=_not_negative,
+        parse=_or_none(_whole),
+        metavar="N",
+    )
+    max_attempts: int = _setting(
+        4, "tries before a page is dead-lettered", check=_positive, parse=_whole, metavar="N"
+    )
+    timeout: float = _setting(30.0, "seconds for one fetch", check=_positive, metavar="S")
+    max_bytes: int = _setting(
+        10 * 1024 * 1024,
+        "largest body the default fetcher reads, in bytes",
+        check=_positive,
+        parse=_whole,
+        name="--max-body",
+        metavar="BYTES",
+    )
+    max_buffer: int = _setting(
+        50_000,
+        "entries one worker holds in memory; the rest wait in Redis",
+        check=_positive,
+        parse=_whole,
+        metavar="N",
+    )
+    obey_robots: bool = _setting(
+        True, "do not fetch or obey robots.txt", parse=None, name="--ignore-robots", negate=True
+    )
+    max_pages: int | None = _setting(
+        None,
+        "stop this worker (not the crawl) after so many pages fetched",
+        check=_positive,
+        parse=_or_none(_whole),
+        metavar="N",
+    )
+    max_items: int | None = _setting(
+        None,
+        "stop this worker (not the crawl) after so many items written",
+        check=_positive,
+        parse=_or_none(_whole),
+        metavar="N",
+    )
+    max_errors: int | None = _setting(
+        None,
+        "stop this worker (not the crawl) after so many failed fetches",
+        check=_positive,
+        parse=_or_none(_whole),
+        metavar="N",
+    )
+    max_time: float | None = _setting(
+        None,
+        "stop this worker (not the crawl) after so many seconds",
+        check=_positive,
+        parse=_or_none(_number),
+        metavar="S",
+    )
+    max_memory: float | None = _setting(
+        None,
+        "stop this worker (not the crawl) after so many MiB of resident memory",
+        check=_positive,
+        parse=_or_none(_number),
+        metavar="MIB",
+    )
 
     def __attrs_post_init__(self) -> None:
-        if self.idle is not None and self.idle < 0:
-            raise ConfigError(f"--idle must be 0 or more seconds or 'none', got {self.idle}")
         if self.delay * 2 > self.lease:
             # A dead owner's last request may be up to a quarter lease after its last
             # heartbeat, and its hosts move a full lease after it: a delay must fit between.
             raise ConfigError(
                 f"--delay must be at most half of --lease, got {self.delay} and {self.lease}"
             )
+
+    @classmethod
+    def of(cls, given: dict[str, Any]) -> Settings:
+        """Settings from keyword arguments, naming an unknown one.
+
+        Raises:
+            ConfigError: an unknown setting or a value out of range.
+        """
+        known = {field.name for field in attrs.fields(cls)}
+        unknown = sorted(set(given) - known)
+        if unknown:
+            raise ConfigError(
+                f"unknown setting {unknown[0]!r}; settings are {', '.join(sorted(known))}"
+            )
+        return cls(**given)
+
+    @classmethod
+    def from_flags(cls, args: argparse.Namespace) -> Settings:
+        """The settings that :func:`add_flags`' flags gave."""
+        given = {}
+        for field in attrs.fields(cls):
+            value = getattr(args, field.name)
+            if field.metadata["flag"].repeat:
+                value = tuple(value or ())
+            given[field.name] = value
+        return cls(**given)
+
+    def to_flags(self) -> list[str]:
+        """The command line that gives a child worker these settings."""
+        flags: list[str] = []
+        for field in attrs.fields(type(self)):
+            value = getattr(self, field.name)
+            if value == field.default:
+                continue
+            flag: Flag = field.metadata["flag"]
+            name = flag_name(field)
+            if flag.parse is None:
+                flags.append(name)
+            elif flag.repeat:
+                for each in value:
+                    flags += [name, str(each)]
+            else:
+                flags += [name, NONE if value is None else str(value)]
+        return flags
 
     @property
     def beat_interval(self) -> float:
@@ -80,3 +287,25 @@ class Settings:
     def answer_timeout(self) -> float:
         """Longest wait for any one answer from Redis, reconnecting included."""
         return self.lease / 3
+
+
+def add_flags(parser: argparse.ArgumentParser) -> None:
+    """Give ``parser`` one flag per setting, with its default in the help."""
+    for field in attrs.fields(Settings):
+        flag: Flag = field.metadata["flag"]
+        name = flag_name(field)
+        if flag.parse is None:
+            action = "store_false" if flag.negate else "store_true"
+            parser.add_argument(name, dest=field.name, action=action, help=flag.help)
+            continue
+        shown = field.default
+        shown = NONE if shown in (None, ()) else shown
+        parser.add_argument(
+            name,
+            dest=field.name,
+            type=flag.parse,
+            metavar=flag.metavar,
+            action="append" if flag.repeat else "store",
+            default=None if flag.repeat else field.default,
+            help=f"{flag.help} (default: {shown})",
+        )

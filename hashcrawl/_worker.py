@@ -78,16 +78,6 @@ def _leaves(group: BaseExceptionGroup[BaseException]) -> Iterator[BaseException]
             yield exc
 
 
-def _settings(given: dict[str, Any]) -> Settings:
-    known = {a.name for a in attrs.fields(Settings)}
-    unknown = sorted(set(given) - known)
-    if unknown:
-        raise ConfigError(
-            f"unknown setting {unknown[0]!r}; settings are {', '.join(sorted(known))}"
-        )
-    return Settings(**given)
-
-
 def _resident_mib() -> float:
     """This process's resident memory in MiB (Linux /proc; peak RSS elsewhere)."""
     try:
@@ -157,7 +147,7 @@ class Worker:
         """
         self.url = redis if isinstance(redis, RedisURL) else RedisURL.parse(redis)
         self.crawl = check_crawl_name(crawl)
-        self.settings = _settings(settings)
+        self.settings = Settings.of(settings)
         self.id = new_worker_id()
         self._fetcher = fetcher
         self.spider = spider() if isinstance(spider, type) else spider
