@@ -61,10 +61,24 @@ def yielding_a_number(response: hashcrawl.Response) -> Iterator[Any]:
         yield 42  # neither an item nor something to follow
 
 
+def naming_an_unknown_callback(response: hashcrawl.Response) -> Iterator[Any]:
+    yield {"url": response.url, "title": response.title()}
+    if response.title() == "root":
+        yield from response.links()
+        yield hashcrawl.Request("/elsewhere", callback="parse_nothing")  # no spider has it
+
+
 CALLBACKS: dict[str, Callable[[hashcrawl.Response], Any]] = {
     "generator": raising_generator,
     "async generator": raising_async_generator,
     "a bad thing": yielding_a_number,
+    "an unknown callback": naming_an_unknown_callback,
+}
+ERRORS = {
+    "generator": ROOT_ERROR,
+    "async generator": ROOT_ERROR,
+    "a bad thing": "TypeError: an item must be a dict or an attrs instance, got int",
+    "an unknown callback": "ConfigError: Request names an unknown callback 'parse_nothing'",
 }
 MAX_ATTEMPTS = 3
 
@@ -92,11 +106,7 @@ def test_a_failing_callback_retries_its_page_then_dead_letters_it(
     assert request_counts(crawled.requests)[root] == MAX_ATTEMPTS
     with hashcrawl.Queue(crawled.crew.redis_url, crawled.crew.crawl) as queue:
         dead = queue.dead()
-    assert list(dead) == [root]
-    if kind == "a bad thing":
-        assert dead[root].startswith("TypeError: an item must be a dict or an attrs instance")
-    else:
-        assert dead[root] == ROOT_ERROR
+    assert dead == {root: ERRORS[kind]}
 
 
 def test_items_and_links_before_the_exception_are_kept_once(
