@@ -47,8 +47,9 @@ PYTHON_PREAMBLE = {"docs/api.md": "import hashcrawl\n\n"}
 TIMEOUT = 120  # seconds for one page's whole session
 FLEET_PASSWORD = "PASSWORD"  # the docs' fleet Redis has this password; so has the test's
 
-# After the guard against private addresses lands, a crawl of the loopback site needs
-# it opened: set these to "--allow-net 127.0.0.0/8 " and ", allow_net=['127.0.0.0/8']".
+# Once workers refuse private addresses by default (the branch hostile-fetch), the
+# loopback site must be opened: set these to "--allow-net 127.0.0.0/8 " and
+# ", allow_nets=['127.0.0.0/8']". The substitutions below put them where they go.
 LOOPBACK_FLAGS = ""
 LOOPBACK_KWARGS = ""
 
@@ -101,6 +102,7 @@ SUBSTITUTIONS = (
     Substitution("delay=1.0", "delay=0.05, idle=2" + LOOPBACK_KWARGS, TIMING),
     Substitution("hashcrawl crawl ", "hashcrawl crawl " + LOOPBACK_FLAGS, LOOPBACK),
     Substitution("hashcrawl join ", "hashcrawl join " + LOOPBACK_FLAGS, LOOPBACK),
+    Substitution("hashcrawl submit ", "hashcrawl submit " + LOOPBACK_FLAGS, LOOPBACK),
     Substitution("await trio.sleep(3600)", "await trio.sleep(2)", "an hour of crawling, cut short"),
 )
 
