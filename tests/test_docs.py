@@ -22,6 +22,7 @@ before it:
 
 from __future__ import annotations
 
+import itertools
 import os
 import re
 import signal
@@ -247,17 +248,18 @@ def bookshop() -> SiteServer:
     return SiteServer(make_site(resources))
 
 
-@pytest.fixture
-def fleet_redis(tmp_path: Path) -> Iterator[RedisServer]:
+@pytest.fixture(scope="module")
+def fleet_redis(tmp_path_factory: pytest.TempPathFactory) -> Iterator[RedisServer]:
     """The fleet's Redis of the docs: it asks for the docs' password."""
-    with RedisServer(directory=tmp_path / "fleet-redis", password=FLEET_PASSWORD) as server:
+    directory = tmp_path_factory.mktemp("fleet-redis")
+    with RedisServer(directory=directory, password=FLEET_PASSWORD) as server:
         yield server
 
 
-@pytest.fixture
-def local_redis(tmp_path: Path) -> Iterator[RedisServer]:
+@pytest.fixture(scope="module")
+def local_redis(tmp_path_factory: pytest.TempPathFactory) -> Iterator[RedisServer]:
     """The Redis on the reader's own machine, without a password."""
-    with RedisServer(directory=tmp_path / "local-redis") as server:
+    with RedisServer(directory=tmp_path_factory.mktemp("local-redis")) as server:
         yield server
 
 
@@ -316,21 +318,47 @@ def run_session(script: str, workdir: Path) -> subprocess.CompletedProcess[str]:
     return subprocess.CompletedProcess(process.args, process.returncode, output, "")
 
 
+@attrs.frozen
+class Session:
+    """A page run as a reader would: its blocks, what the shell printed, what the site saw."""
+
+    page: str
+    blocks: list[Block]
+    returncode: int
+    output: str
+    fetches: Mapping[str, int]
+    site_pages: frozenset[str]
+
+    def output_of(self, block: Block) -> str:
+        """What a block printed: the session's output between its marker and the next."""
+        start = self.output.index(f">>> {block.where} ")
+        start = self.output.index("\n", start) + 1
+        end = self.output.find("\n>>> ", start - 1)
+        return self.output[start : end + 1]
+
+    def tail(self) -> str:
+        return self.output[-4000:]
+
+
 # api.md's session is a python start-up per snippet (about 15 s): the slow part.
 SESSIONS = [
     page if page != "docs/api.md" else pytest.param(page, marks=pytest.mark.slow) for page in PAGES
 ]
 
 
-@pytest.mark.parametrize("page", SESSIONS)
-def test_page_runs_as_written(
-    page: str, tmp_path: Path, fleet_redis: RedisServer, local_redis: RedisServer
-) -> None:
-    """Every block runs in order and succeeds, and each of the page's crawls fetches the site."""
-    workdir = tmp_path / "reader"
-    workdir.mkdir()
+@pytest.fixture(scope="module", params=SESSIONS)
+def session(
+    request: pytest.FixtureRequest,
+    tmp_path_factory: pytest.TempPathFactory,
+    fleet_redis: RedisServer,
+    local_redis: RedisServer,
+) -> Session:
+    """A page's blocks run in order in one shell, in a fresh directory."""
+    page = request.param
+    workdir = tmp_path_factory.mktemp("reader")
     for name in ("docs", "scripts"):
         (workdir / name).symlink_to(REPO / name)
+    blocks = blocks_of(page)
     with bookshop() as server:
         values = {
             "venv": sys.prefix,
@@ -339,9 +367,36 @@ def test_page_runs_as_written(
             "fleet_redis": f"127.0.0.1:{fleet_redis.port}",
             "local_redis": local_redis.url,
         }
-        done = run_session(session_script(blocks_of(page), values, workdir), workdir)
-        counts = request_counts(server.requests())
-    last = [line for line in done.stdout.splitlines() if line.startswith(">>> ")][-1:]
-    assert done.returncode == 0, f"failed in {last}:\n{done.stdout[-4000:]}"
-    expected = dict.fromkeys(server.site.expected(), CRAWLS[page])
-    assert {url: counts[url] for url in expected} == expected, done.stdout[-4000:]
+        done = run_session(session_script(blocks, values, workdir), workdir)
+        fetches = request_counts(server.requests())
+    return Session(page, blocks, done.returncode, done.stdout, fetches, server.site.expected())
+
+
+def test_page_runs_as_written(session: Session) -> None:
+    """Every block that runs, runs in order and succeeds."""
+    last = [line for line in session.output.splitlines() if line.startswith(">>> ")][-1:]
+    assert session.returncode == 0, f"failed in {last}:\n{session.tail()}"
+
+
+def test_each_crawl_of_a_page_fetches_the_whole_site_once(session: Session) -> None:
+    """No crawl of the page ends silently with nothing done: each fetched every page."""
+    expected = dict.fromkeys(session.site_pages, CRAWLS[session.page])
+    assert {url: session.fetches[url] for url in expected} == expected, session.tail()
+
+
+def test_sample_output_shows_the_fields_the_command_printed(session: Session) -> None:
+    """An output block right after a block that ran names the same `field:` lines, in order."""
+    assert session.returncode == 0, session.tail()
+    compared = 0
+    for before, sample in itertools.pairwise(session.blocks):
+        if sample.language != OUTPUT or not before.runs or before.marker == "background":
+            continue
+        shown = _FIELD.findall(sample.code)
+        if shown:
+            assert shown == _FIELD.findall(session.output_of(before)), sample.where
+            compared += 1
+    if session.page == "docs/tutorial.md":
+        assert compared == 1  # the status output
+
+
+_FIELD = re.compile(r"^([a-z_]+): ", re.MULTILINE)
