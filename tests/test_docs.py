@@ -207,9 +207,10 @@ def test_excerpts_appear_in_their_example_as_they_are(page: str) -> None:
     """An excerpt is in its example word for word, and tests/test_examples.py runs it."""
     run_by = (REPO / "tests" / "test_examples.py").read_text()
     for block in blocks_of(page):
-        if not (block.marker or "").startswith("excerpt of "):
+        marker = block.marker or ""
+        if not marker.startswith("excerpt of "):
             continue
-        path = REPO / (block.marker or "").removeprefix("excerpt of ")
+        path = REPO / marker.removeprefix("excerpt of ")
         source = path.read_text()
         excerpt = textwrap.dedent(block.code)
         assert any(textwrap.indent(excerpt, " " * n) in source for n in (0, 4, 8)), block.where
@@ -266,6 +267,7 @@ def local_redis(tmp_path_factory: pytest.TempPathFactory) -> Iterator[RedisServe
 def session_script(blocks: list[Block], values: Mapping[str, str], workdir: Path) -> str:
     """One bash session that runs the page's blocks in order, as a reader would."""
     lines = ["set -euo pipefail", "trap 'kill $(jobs -p) 2>/dev/null || true' EXIT"]
+    (workdir / "doctest-blocks").mkdir()  # the Python blocks' files and background logs
     for name in {block.page for block in blocks} & set(SET_UP):
         lines.append(SET_UP[name].format_map(values))
     waits = []
@@ -274,7 +276,6 @@ def session_script(blocks: list[Block], values: Mapping[str, str], workdir: Path
         lines.append(f'echo ">>> {block.where} (at $SECONDS s)" >&2')
         if block.language == PYTHON:
             script = workdir / "doctest-blocks" / f"line-{block.line}.py"
-            script.parent.mkdir(exist_ok=True)
             script.write_text(PYTHON_PREAMBLE.get(block.page, "") + code)
             code = f"python {script.relative_to(workdir)}\n"
         if block.marker == "background":
