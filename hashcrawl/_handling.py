@@ -34,7 +34,7 @@ if TYPE_CHECKING:
 Parse = Callable[[Response], Any]
 BACK_OFF_STATUSES = (429, 503)
 
-log = logging.getLogger("hashcrawl.worker")
+log = logging.getLogger("hashcrawl")
 
 
 @attrs.frozen(kw_only=True)
