@@ -68,8 +68,7 @@ class Substitution:
     why: str
 
     def apply(self, code: str, values: Mapping[str, str]) -> str:
-        replacement = self.run.format_map(values)
-        return self._pattern.sub(lambda _: replacement, code)
+        return self._pattern.sub(lambda _: self.run.format_map(values), code)
 
     def used_in(self, code: str) -> bool:
         return self._pattern.search(code) is not None
@@ -235,6 +234,23 @@ def test_a_block_the_test_cannot_parse_fails_loudly(tmp_path: Path) -> None:
         page.write_text(text)
         with pytest.raises(ValueError, match=message):
             blocks_of(str(page))
+
+
+def test_a_block_that_fails_fails_its_page_unless_marked_to_skip(tmp_path: Path) -> None:
+    """A failing block ends the session non-zero, in the background too; a skipped one does not."""
+    pages = {
+        "```sh\necho one\nfalse\necho never\n```\n": 1,
+        "<!-- doctest: skip because it fails -->\n```sh\nfalse\n```\n\n```sh\ntrue\n```\n": 0,
+        "<!-- doctest: background -->\n```sh\nexit 4\n```\n\n```sh\ntrue\n```\n": 1,
+    }
+    for text, code in pages.items():
+        (tmp_path / "page.md").write_text(text)
+        workdir = tmp_path / f"reader-{len(list(tmp_path.iterdir()))}"
+        workdir.mkdir()
+        done = run_session(
+            session_script(blocks_of(str(tmp_path / "page.md")), {}, workdir), workdir
+        )
+        assert (done.returncode, "never" in done.stdout) == (code, False), done.stdout
 
 
 # --- running the pages ---------------------------------------------------------------------------
