@@ -7,10 +7,12 @@ outcomes; with no parse callback it writes one item per page and follows every l
 
 from __future__ import annotations
 
+import contextlib
 import datetime
 import inspect
 import json
-from collections.abc import Callable, Iterable
+import logging
+from collections.abc import AsyncGenerator, Callable, Iterable
 from typing import TYPE_CHECKING, Any
 
 import attrs
@@ -32,6 +34,8 @@ if TYPE_CHECKING:
 Parse = Callable[[Response], Any]
 BACK_OFF_STATUSES = (429, 503)
 
+log = logging.getLogger("hashcrawl")
+
 
 @attrs.frozen(kw_only=True)
 class Outcome:
@@ -50,8 +54,13 @@ class Outcome:
         return cls(kind="done", eid=held.eid, held=held, items=items, follows=follows)
 
     @classmethod
-    def retry(cls, held: Held, error: str) -> Outcome:
-        return cls(kind="retry", eid=held.eid, held=held, error=error)
+    def retry(
+        cls, held: Held, error: str, items: Iterable[Any] = (), follows: Iterable[Entry] = ()
+    ) -> Outcome:
+        """A failed try; ``items`` and ``follows`` are what it produced that is kept."""
+        return cls(
+            kind="retry", eid=held.eid, held=held, error=error, items=[*items], follows=[*follows]
+        )
 
     @classmethod
     def bad(cls, eid: str) -> Outcome:
@@ -90,7 +99,7 @@ class Outcome:
     def _retry(self, batch: Batch, session: _Session, ring: Ring) -> list[str]:
         assert self.held is not None
         entry = attrs.evolve(self.held.entry, attempts=self.held.entry.attempts + 1)
-        if entry.attempts >= session.s.max_attempts:
+        if is_last_attempt(self.held.entry, session.s.max_attempts):
             batch.dead += dead_letter(entry, self.error)
             return []
         return [session.target_of(ring, self.held.host), entry.encode()]
@@ -130,30 +139,51 @@ class Handler:
                 held.host, session.now() + (wait if wait is not None else 60.0)
             )
             return Outcome.retry(held, f"HTTP {response.status}")
-        items, follows = await self._produce(held, response, session)
+        items: list[Any] = []
+        follows: list[Entry] = []
+        try:
+            await self._produce(held, response, session, items, follows)
+        except Exception as exc:  # a callback's bug fails its page, not the worker
+            log.exception("parsing %s failed", held.entry.url)
+            error = f"{type(exc).__name__}: {exc}"
+            if not is_last_attempt(held.entry, session.s.max_attempts):
+                return Outcome.retry(held, error)  # the retry produces them again
+            # The page goes to the dead letters: what came before the exception is kept.
+            return Outcome.retry(held, error, items, self._allowed(follows, session, held))
         follows += self._redirect(held, response)
         return Outcome.done(held, items, self._allowed(follows, session, held))
 
     async def _produce(
-        self, held: Held, response: Response, session: _Session
-    ) -> tuple[list[Any], list[Entry]]:
+        self,
+        held: Held,
+        response: Response,
+        session: _Session,
+        items: list[Any],
+        follows: list[Entry],
+    ) -> None:
+        """Add the page's items and follows to the lists, one by one as they come.
+
+        Raises:
+            Exception: whatever the callback raised, or ``TypeError``/``ConfigError`` for
+                a thing it produced that is not an item, a Request, a URL or None. What
+                was produced before stays in the lists.
+        """
         parse = self._callback_for(held)
         if parse is None:
             links = response.links() if 200 <= response.status < 300 else []
-            item = page_item(held, response, session.id)
-            return [item], [Entry(url=u, depth=held.entry.depth + 1) for u in links]
-        items: list[Any] = []
-        follows: list[Entry] = []
-        for thing in await _results(parse(response)):
-            if isinstance(thing, Request | str):
-                if isinstance(thing, Request) and not self._knows(thing.callback):
-                    raise ConfigError(f"Request names an unknown callback {thing.callback!r}")
-                follow = _as_entry(thing, response, held.entry.depth + 1)
-                if follow is not None:
-                    follows.append(follow)
-            elif thing is not None:
-                items.append(as_dict(thing))
-        return items, follows
+            items.append(page_item(held, response, session.id))
+            follows += [Entry(url=u, depth=held.entry.depth + 1) for u in links]
+            return
+        async with contextlib.aclosing(_each(parse(response))) as produced:
+            async for thing in produced:
+                if isinstance(thing, Request | str):
+                    if isinstance(thing, Request) and not self._knows(thing.callback):
+                        raise ConfigError(f"Request names an unknown callback {thing.callback!r}")
+                    follow = _as_entry(thing, response, held.entry.depth + 1)
+                    if follow is not None:
+                        follows.append(follow)
+                elif thing is not None:
+                    items.append(as_dict(thing))
 
     def accepts(self, entry: Entry) -> bool:
         """Whether an entry's callback (if any) names a method this handler may call."""
@@ -203,6 +233,11 @@ class Handler:
         return kept
 
 
+def is_last_attempt(entry: Entry, max_attempts: int) -> bool:
+    """Whether a failure of this try sends the entry to the dead letters."""
+    return entry.attempts + 1 >= max_attempts
+
+
 def dead_letter(entry: Entry, error: str) -> list[str]:
     """The dead-letter record of an entry out of attempts: its URL, last error and entry."""
     record = {"error": error[:500], "attempts": entry.attempts, "entry": entry.encode()}
@@ -228,18 +263,23 @@ def page_item(held: Held, response: Response, worker: str) -> dict[str, Any]:
     }
 
 
-async def _results(produced: Any) -> list[Any]:
+async def _each(produced: Any) -> AsyncGenerator[Any, None]:
+    """What a callback produced, one thing at a time, so an exception keeps what came before."""
     if inspect.isawaitable(produced):
         produced = await produced
     if inspect.isasyncgen(produced):
-        return [thing async for thing in produced]
-    if produced is None:
-        return []
-    if isinstance(produced, dict) or attrs.has(type(produced)):
-        return [produced]
-    if isinstance(produced, Iterable) and not isinstance(produced, str):
-        return list(produced)
-    return [produced]
+        async with contextlib.aclosing(produced):
+            async for thing in produced:
+                yield thing
+    elif produced is None:
+        return
+    elif isinstance(produced, dict | str) or attrs.has(type(produced)):
+        yield produced
+    elif isinstance(produced, Iterable):
+        for thing in produced:
+            yield thing
+    else:
+        yield produced
 
 
 def _as_entry(thing: Request | str, response: Response, depth: int) -> Entry | None:

@@ -9,7 +9,6 @@ import os
 import sqlite3
 import subprocess
 import sys
-import textwrap
 import uuid
 from pathlib import Path
 
@@ -192,17 +191,3 @@ def test_api_reference_snippets_run(tmp_path: Path, monkeypatch: pytest.MonkeyPa
     for block in python_blocks("api.md"):
         if "redis://" not in block:
             exec(block, {"hashcrawl": hashcrawl})
-
-
-def test_tutorial_shows_the_examples_code_as_it_is() -> None:
-    """A snippet the tutorial takes from an example matches that example line for line."""
-    sources = [path.read_text() for path in EXAMPLES.glob("*.py")]
-    for block in python_blocks("tutorial.md"):
-        lines = textwrap.dedent(block).splitlines()
-        found = [s for s in sources if lines[0] in [line.strip() for line in s.splitlines()]]
-        if found:
-            assert any(
-                textwrap.indent(textwrap.dedent(block), " " * n) in s
-                for s in found
-                for n in (0, 4, 8)
-            ), lines[0]

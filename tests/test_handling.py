@@ -1,0 +1,151 @@
+"""A parse callback that raises fails only its page, and what it produced first is kept once."""
+
+from __future__ import annotations
+
+from collections.abc import AsyncIterator, Callable, Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+import trio
+
+import hashcrawl
+from hashcrawl._server import RedisServer
+from tests.fleet import (
+    Crawled,
+    crawl_site,
+    fast_settings,
+    host,
+    href,
+    make_site,
+    page,
+    request_counts,
+    status_of,
+)
+from tests.testsite import Site
+
+ROOT_ERROR = "RuntimeError: a bug after the root's links"
+
+
+def root_and_two_pages() -> Site:
+    """A root linking to two pages on its own host."""
+    a = host(0)
+    return make_site(
+        {
+            (a, "/"): page("root", href(a, "/a"), href(a, "/b")),
+            (a, "/a"): page("a"),
+            (a, "/b"): page("b"),
+        }
+    )
+
+
+def raising_generator(response: hashcrawl.Response) -> Iterator[Any]:
+    yield {"url": response.url, "title": response.title()}
+    if response.title() == "root":
+        yield from response.links()
+        raise RuntimeError("a bug after the root's links")
+
+
+async def raising_async_generator(response: hashcrawl.Response) -> AsyncIterator[Any]:
+    yield {"url": response.url, "title": response.title()}
+    if response.title() == "root":
+        for url in response.links():
+            yield url
+        raise RuntimeError("a bug after the root's links")
+
+
+def yielding_a_number(response: hashcrawl.Response) -> Iterator[Any]:
+    yield {"url": response.url, "title": response.title()}
+    if response.title() == "root":
+        yield from response.links()
+        yield 42  # neither an item nor something to follow
+
+
+def naming_an_unknown_callback(response: hashcrawl.Response) -> Iterator[Any]:
+    yield {"url": response.url, "title": response.title()}
+    if response.title() == "root":
+        yield from response.links()
+        yield hashcrawl.Request("/elsewhere", callback="parse_nothing")  # no spider has it
+
+
+CALLBACKS: dict[str, Callable[[hashcrawl.Response], Any]] = {
+    "generator": raising_generator,
+    "async generator": raising_async_generator,
+    "a bad thing": yielding_a_number,
+    "an unknown callback": naming_an_unknown_callback,
+}
+ERRORS = {
+    "generator": ROOT_ERROR,
+    "async generator": ROOT_ERROR,
+    "a bad thing": "TypeError: an item must be a dict or an attrs instance, got int",
+    "an unknown callback": "ConfigError: Request names an unknown callback 'parse_nothing'",
+}
+MAX_ATTEMPTS = 3
+
+
+@pytest.fixture(scope="module", params=sorted(CALLBACKS))
+def failed_root(
+    request: pytest.FixtureRequest,
+    shared_redis: RedisServer,
+    tmp_path_factory: pytest.TempPathFactory,
+) -> tuple[Crawled, str]:
+    """A crawl whose callback fails on the root after its item and links; with its kind."""
+    parse = CALLBACKS[request.param]
+    settings = fast_settings(parse=parse, max_attempts=MAX_ATTEMPTS)
+    directory = tmp_path_factory.mktemp("failed-root")
+    crawled = trio.run(crawl_site, shared_redis.url, directory, root_and_two_pages(), [settings])
+    return crawled, request.param
+
+
+def test_a_failing_callback_retries_its_page_then_dead_letters_it(
+    failed_root: tuple[Crawled, str],
+) -> None:
+    """The root is requested max_attempts times and ends in the dead letters with the error."""
+    crawled, kind = failed_root
+    root = crawled.site.root
+    assert request_counts(crawled.requests)[root] == MAX_ATTEMPTS
+    with hashcrawl.Queue(crawled.crew.redis_url, crawled.crew.crawl) as queue:
+        dead = queue.dead()
+    assert dead == {root: ERRORS[kind]}
+
+
+def test_items_and_links_before_the_exception_are_kept_once(
+    failed_root: tuple[Crawled, str],
+) -> None:
+    """The root's item is written once (not once per try) and its links are crawled once."""
+    crawled, _ = failed_root
+    titles = sorted(item["title"] for item in crawled.crew.items())
+    assert titles == ["a", "b", "root"]
+    counts = request_counts(crawled.requests)
+    assert counts[crawled.site.url(host(0), "/a")] == 1
+    assert counts[crawled.site.url(host(0), "/b")] == 1
+
+
+def test_a_failing_callback_neither_ends_the_worker_nor_counts_as_a_bad_entry(
+    failed_root: tuple[Crawled, str],
+) -> None:
+    """The worker ran until the crawl was idle; queue_bad stays 0 and the crawl ended."""
+    crawled, _ = failed_root
+    status = status_of(crawled.crew.redis_url, crawled.crew.crawl)
+    assert (status["queue_bad"], status["dead"], status["ended"]) == (0, 1, True)
+    assert crawled.crew.workers[0].counters.fetched == MAX_ATTEMPTS + 2
+
+
+def test_a_callback_that_succeeds_on_retry_writes_its_items_once(
+    redis_url: str, tmp_path: Path
+) -> None:
+    """A callback that fails once after yielding, then succeeds, leaves one item per page."""
+    tries: list[str] = []
+
+    def flaky(response: hashcrawl.Response) -> Iterator[Any]:
+        yield {"url": response.url, "title": response.title()}
+        yield from response.links()
+        tries.append(response.url)
+        if tries.count(response.url) == 1:
+            raise ConnectionError("the database blinked")
+
+    settings = fast_settings(parse=flaky, max_attempts=MAX_ATTEMPTS)
+    crawled = trio.run(crawl_site, redis_url, tmp_path, root_and_two_pages(), [settings])
+    assert sorted(item["title"] for item in crawled.crew.items()) == ["a", "b", "root"]
+    assert max(request_counts(crawled.requests).values()) == 2
+    assert status_of(redis_url, crawled.crew.crawl)["dead"] == 0
