@@ -132,7 +132,9 @@ class Handler:
             return Outcome.retry(held, f"HTTP {response.status}")
         items, follows = await self._produce(held, response, session)
         follows += self._redirect(held, response)
-        return Outcome.done(held, items, self._allowed(follows, session, held))
+        kept = self._allowed(follows, session, held)
+        session.w.tally.links(len(follows), len(kept))
+        return Outcome.done(held, items, kept)
 
     async def _produce(
         self, held: Held, response: Response, session: _Session
@@ -205,7 +207,12 @@ class Handler:
 
 def dead_letter(entry: Entry, error: str) -> list[str]:
     """The dead-letter record of an entry out of attempts: its URL, last error and entry."""
-    record = {"error": error[:500], "attempts": entry.attempts, "entry": entry.encode()}
+    record = {
+        "error": error[:500],
+        "attempts": entry.attempts,
+        "entry": entry.encode(),
+        "at": int(_unix_now()),  # so status can show the most recent
+    }
     return [entry.url, json.dumps(record, ensure_ascii=False)]
 
 

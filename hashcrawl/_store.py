@@ -37,6 +37,7 @@ redis-py errors never leave this module untranslated: they become ``QueueError``
 
 from __future__ import annotations
 
+import contextlib
 import functools
 import json
 from collections.abc import Callable, Iterator, Mapping, Sequence
@@ -436,6 +437,44 @@ class Store:
     def forget_dead(self, urls: Sequence[str]) -> None:
         if urls:
             self._redis.hdel(self.key("dead"), *urls)
+
+    # -- watching (status --watch, /metrics; never on the page path) ------------------
+
+    @_translated
+    def fleet_counters(self) -> dict[str, int]:
+        """leases_reclaimed, queue_bad and dead, fleet-wide, in one round trip."""
+        with self._redis.pipeline(transaction=False) as pipe:
+            pipe.hmget(self.key("stats"), ["leases_reclaimed", "queue_bad"])
+            pipe.hlen(self.key("dead"))
+            (reclaimed, bad), dead = pipe.execute()
+        return {"leases_reclaimed": int(reclaimed or 0), "queue_bad": int(bad or 0), "dead": dead}
+
+    @_translated
+    def worker_records(self, workers: Sequence[str]) -> dict[str, dict[str, str]]:
+        """Each worker's ``w:ID`` hash, as its heartbeat last wrote it."""
+        with self._redis.pipeline(transaction=False) as pipe:
+            for worker in workers:
+                pipe.hgetall(self.key("w:" + worker))
+            return dict(zip(workers, pipe.execute(), strict=True))
+
+    @_translated
+    def some_dead(self, scan: int) -> dict[str, str]:
+        """Up to about ``scan`` dead letters (one HSCAN call, not the whole hash)."""
+        _, found = self._redis.hscan(self.key("dead"), 0, count=scan)
+        return dict(found)
+
+    @_translated
+    def server_info(self) -> dict[str, Any]:
+        """Redis memory and persistence, as far as the server lets a client see them."""
+        seconds, micros = self._redis.time()
+        info: dict[str, Any] = {"now_ms": seconds * 1000 + micros // 1000}
+        with contextlib.suppress(redis.RedisError):
+            info.update(self._redis.info("memory"))
+            info.update(self._redis.info("persistence"))
+        for name in ("appendfsync", "save", "maxmemory-policy"):
+            with contextlib.suppress(redis.RedisError):  # CONFIG may be renamed away
+                info.update(self._redis.config_get(name))
+        return info
 
 
 def _pending(r: Any, stream: str) -> int:
