@@ -62,10 +62,16 @@ class Rate:
 class Progress:
     """Reads the crawl's figures in a thread and shows them on ``stream``."""
 
-    def __init__(self, redis_url: str, crawl: str, *, stream: TextIO, width: int | None = None):
+    def __init__(
+        self, redis_url: str, crawl: str, *, stream: TextIO, every: float | None = None
+    ) -> None:
+        """Args:
+        every: seconds between two lines off a terminal (default 10).
+        """
         self.redis_url, self.crawl = redis_url, crawl
-        self.console = Console(file=stream, width=width, highlight=False)
+        self.console = Console(file=stream, highlight=False)
         self.terminal = self.console.is_terminal
+        self.every = PLAIN_EVERY if every is None else every
         self.started = time.monotonic()
         self.rate = Rate()
         self.view: dict[str, Any] | None = None
@@ -116,7 +122,7 @@ class Progress:
                     live.update(Text(self.line()), refresh=True)
 
     def _plain(self, queue: Queue) -> None:
-        while not self._stop.wait(PLAIN_EVERY):
+        while not self._stop.wait(self.every):
             if self._read(queue):
                 print(f"hashcrawl: {self.line()}", file=self.console.file, flush=True)
 
