@@ -33,8 +33,11 @@ RATE_WINDOW = 60.0
 def progress_line(view: dict[str, Any], *, rate: float, elapsed: float) -> str:
     """One line of figures: pages, pages/s, waiting, in flight, hosts, errors, dead."""
     hosts = sum(m["hosts"] for m in view["members"])
+    # Owners read their streams ahead into memory: what they hold and have not started
+    # waits as much as what they have not read yet.
+    waiting = max(0, view["waiting"] + view["held"] - view["in_flight"])
     return (
-        f"{view['fetched']:,} pages, {rate:.1f}/s, {view['waiting']:,} waiting, "
+        f"{view['fetched']:,} pages, {rate:.1f}/s, {waiting:,} waiting, "
         f"{view['in_flight']} in flight, {hosts:,} hosts, {view['failed']:,} errors, "
         f"{view['dead']:,} dead, {_duration(elapsed)}"
     )
