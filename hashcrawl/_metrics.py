@@ -236,7 +236,7 @@ class WorkerCollector:
 
     def _fleet(self) -> Iterator[Any]:
         """Fleet-wide counters kept in Redis, read once per scrape (off the page path)."""
-        from prometheus_client.core import CounterMetricFamily
+        from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
 
         try:
             figures = self.worker.fleet_counters()
@@ -245,9 +245,13 @@ class WorkerCollector:
         for name, doc in (
             ("leases_reclaimed", "Entries held by dead workers and taken back, fleet-wide"),
             ("queue_bad", "Unreadable entries dropped, fleet-wide"),
-            ("dead", "Dead letters now, fleet-wide"),
         ):
             yield CounterMetricFamily("hashcrawl_fleet_" + name, doc, value=figures.get(name, 0))
+        for name, doc in (
+            ("dead", "Dead letters now, fleet-wide (retry-dead lowers it)"),
+            ("outstanding", "Entries waiting or held anywhere in the fleet"),
+        ):
+            yield GaugeMetricFamily("hashcrawl_fleet_" + name, doc, value=figures.get(name, 0))
 
 
 def serve(worker: Worker, port: int, addr: str) -> Any:

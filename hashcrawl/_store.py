@@ -442,12 +442,18 @@ class Store:
 
     @_translated
     def fleet_counters(self) -> dict[str, int]:
-        """leases_reclaimed, queue_bad and dead, fleet-wide, in one round trip."""
+        """leases_reclaimed, queue_bad, dead and outstanding, fleet-wide, in one round trip."""
         with self._redis.pipeline(transaction=False) as pipe:
             pipe.hmget(self.key("stats"), ["leases_reclaimed", "queue_bad"])
             pipe.hlen(self.key("dead"))
-            (reclaimed, bad), dead = pipe.execute()
-        return {"leases_reclaimed": int(reclaimed or 0), "queue_bad": int(bad or 0), "dead": dead}
+            pipe.get(self.key("outstanding"))
+            (reclaimed, bad), dead, outstanding = pipe.execute()
+        return {
+            "leases_reclaimed": int(reclaimed or 0),
+            "queue_bad": int(bad or 0),
+            "dead": int(dead),
+            "outstanding": int(outstanding or 0),
+        }
 
     @_translated
     def worker_records(self, workers: Sequence[str]) -> dict[str, dict[str, str]]:

@@ -66,6 +66,7 @@ async def test_metrics_scraped_during_a_crawl_match_the_servers_request_log(
     assert got[("hashcrawl_links_found_total", ())] >= got[("hashcrawl_links_kept_total", ())] > 0
     assert got[("hashcrawl_commit_seconds_count", ())] > 0
     assert got[("hashcrawl_fleet_leases_reclaimed_total", ())] == 0
+    assert got[("hashcrawl_fleet_outstanding", ())] == got[("hashcrawl_fleet_dead", ())] == 0
 
 
 async def test_status_view_renders_a_live_crawls_figures_without_a_terminal(
