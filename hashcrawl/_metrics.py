@@ -12,6 +12,7 @@ from __future__ import annotations
 import bisect
 import collections
 import heapq
+import math
 import re
 from collections.abc import Iterator
 from typing import TYPE_CHECKING, Any
@@ -156,7 +157,7 @@ def _top(frontier: Frontier, now: float, *, busiest: bool) -> str:
         return ",".join(f"{h.name}={len(h.queue)}" for h in ranked if h.queue)
     ranked = heapq.nlargest(TOP_HOSTS, hosts, key=lambda h: h.backoff_until)
     return ",".join(
-        f"{h.name}={h.backoff_until - now:.0f}" for h in ranked if h.backoff_until > now
+        f"{h.name}={math.ceil(h.backoff_until - now)}" for h in ranked if h.backoff_until > now
     )
 
 

@@ -13,7 +13,7 @@ from collections.abc import Iterator
 from pathlib import Path
 from urllib.parse import quote
 
-from ._exceptions import ConfigError
+from ._exceptions import ConfigError, QueueError
 from ._queue import Queue
 
 
@@ -63,7 +63,15 @@ def _private_server(state_dir: Path, crawl: str) -> Iterator[str]:
         socket = directory.absolute() / "redis.sock"
         if not socket.exists():
             raise
-        yield f"redis+unix://{quote(str(socket))}?db=0"
+        try:
+            yield f"redis+unix://{quote(str(socket))}?db=0"
+        except QueueError:
+            if socket.exists():
+                raise
+            raise QueueError(
+                f"the crawl in {directory} ended while this command read it; "
+                "run the command again to read what it left"
+            ) from None
         return
     try:
         yield server.url
