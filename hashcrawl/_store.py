@@ -10,7 +10,8 @@ key                type    written by
 ``applied``        HASH    join, heartbeat, commit: worker -> epoch whose handoff it did
 ``epoch``          STRING  join, leave, expiry: +1 on every membership change
 ``workers``        SET     join: every worker id that ever joined (for fleet totals)
-``w:ID``           HASH    join, heartbeat: a worker's host, pid and own counters
+``w:ID``           HASH    join, heartbeat: a worker's host, pid, own counters and
+                           figures for status (_metrics.Tally.beat_fields)
                            inflight: the suspects it is fetching (newest record wins)
 ``q:ID``           STREAM  commit (XADD, XACK, XDEL), read (XREADGROUP): ID's frontier;
                            group ``g``, consumer ID; pending entries are its leases
@@ -23,7 +24,7 @@ key                type    written by
 ``pace``           HASH    commit, leave: host -> pacing state for its next owner
 ``park:HOST``      ZSET    commit, unpark: a host's overflow, out of its owner's memory
 ``parked``         SET     commit, unpark: hosts that have an overflow set
-``dead``           HASH    commit: url -> last error, for pages out of attempts
+``dead``           HASH    commit: url -> JSON {error, attempts, entry, at}
 ``stats``          HASH    commit, heartbeat: fleet counters
 =================  ======  =============================================================
 
