@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import argparse
 import contextlib
+import signal
 from collections.abc import Iterator
 from pathlib import Path
 from urllib.parse import quote
@@ -73,7 +74,14 @@ def _private_server(state_dir: Path, crawl: str) -> Iterator[str]:
                 "run the command again to read what it left"
             ) from None
         return
+    # A SIGTERM (a `timeout`, a service manager) must stop the server too, not orphan it.
+    previous = signal.signal(signal.SIGTERM, _exit_quietly)
     try:
         yield server.url
     finally:
+        signal.signal(signal.SIGTERM, previous)
         server.close()
+
+
+def _exit_quietly(*_: object) -> None:
+    raise SystemExit(0)

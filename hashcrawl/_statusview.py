@@ -149,7 +149,8 @@ def _redis_view(server: Mapping[str, Any]) -> dict[str, Any]:
 
 def render(view: dict[str, Any]) -> Group:
     """The view as rich renderables: totals, workers, hosts, errors, dead, Redis."""
-    parts: list[Any] = [_headline(view), _workers(view)]
+    workers = _workers(view) if view["members"] else Text("no live workers")
+    parts: list[Any] = [_headline(view), workers]
     hosts = _hosts(view)
     if hosts is not None:
         parts.append(hosts)
