@@ -130,22 +130,33 @@ class Tally:
         span = now - then
         return round((pages - before) * 60 / span) if span > 0 else 0
 
-    def beat_fields(self, now: float, frontier: Frontier) -> dict[str, int | str]:
-        """What the heartbeat adds to the worker's ``w:ID`` hash (see docs/design.md)."""
-        fields: dict[str, int | str] = {
+    def counts(self) -> dict[str, int]:
+        """Every count, flat, as the heartbeat names them."""
+        counts = {
             "bytes": self.bytes,
             "retries": self.retries,
             "dead_letters": self.dead,
             "links_found": self.links_found,
             "links_kept": self.links_kept,
-            "per_minute": self.per_minute(now),
-            "busiest": _top(frontier, now, busiest=True),
-            "backed_off": _top(frontier, now, busiest=False),
         }
-        for cls, count in self.statuses.items():
-            fields["status_" + cls] = count
-        for kind, count in self.errors.items():
-            fields["error_" + kind] = count
+        counts.update({"status_" + cls: n for cls, n in dict(self.statuses).items()})
+        counts.update({"error_" + kind: n for kind, n in dict(self.errors).items()})
+        return counts
+
+    def beat_fields(
+        self, now: float, frontier: Frontier, *, since: dict[str, int]
+    ) -> dict[str, int | str]:
+        """What the heartbeat adds to the worker's ``w:ID`` hash (see docs/design.md).
+
+        Counts are those since ``since`` (the counts when this membership began): a
+        worker that rejoins under a new id must not count its earlier pages twice.
+        """
+        fields: dict[str, int | str] = {
+            name: count - since.get(name, 0) for name, count in self.counts().items()
+        }
+        fields["per_minute"] = self.per_minute(now)
+        fields["busiest"] = _top(frontier, now, busiest=True)
+        fields["backed_off"] = _top(frontier, now, busiest=False)
         return fields
 
 

@@ -263,6 +263,7 @@ class _Session:
         self.done_fetching = trio.Event()
         self.limiter = trio.CapacityLimiter(4)
         self.counters = worker.counters = Counters()
+        self.tally_base = worker.tally.counts()  # the heartbeat reports this membership's
         self.parked: set[str] = set()
         self.unpaced: set[str] = set()  # hosts whose pace record is not to be read yet
         self.last_read = "0"  # the newest entry id this reader has taken in
@@ -466,7 +467,7 @@ class _Session:
             "held": self.held(),
             "frontier": self.frontier.size,
             "rss_kib": int(_resident_mib() * 1024),
-            **self.w.tally.beat_fields(self.now(), self.frontier),
+            **self.w.tally.beat_fields(self.now(), self.frontier, since=self.tally_base),
         }
 
     def held(self) -> int:

@@ -14,6 +14,7 @@ from prometheus_client.parser import text_string_to_metric_families
 
 from hashcrawl import Queue, Worker
 from hashcrawl._exceptions import ConfigError
+from hashcrawl._frontier import Frontier
 from hashcrawl._metrics import Tally, error_kind
 from hashcrawl._statusview import read_view, render_text
 from tests.fleet import page_requests
@@ -119,3 +120,16 @@ def test_error_kinds_stay_few_whatever_the_messages() -> None:
     assert error_kind("ReadTimeout: timed out") == "ReadTimeout"
     assert error_kind("body larger than 10 bytes") == "body_too_large"
     assert tally.errors["other"] > 0
+
+
+def test_a_rejoined_worker_reports_only_the_pages_of_its_new_membership() -> None:
+    """Heartbeat counts start from the membership's beginning, so status never counts twice."""
+    tally = Tally()
+    tally.response(200, 10, 0.01)
+    tally.error("ReadTimeout: slow")
+    base = tally.counts()
+    tally.response(200, 5, 0.01)
+    tally.response(503, 0, 0.01)
+    fields = tally.beat_fields(1.0, Frontier(delay=1.0, per_host=1), since=base)
+    assert (fields["status_2xx"], fields["status_5xx"], fields["bytes"]) == (1, 1, 5)
+    assert fields["error_ReadTimeout"] == 0
