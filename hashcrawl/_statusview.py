@@ -32,8 +32,7 @@ def read_view(queue: Queue) -> dict[str, Any]:
     store = queue._store
     status = queue.status()
     members = [m["id"] for m in status["members"]]
-    everyone = sorted(store._redis.smembers(store.key("workers")))
-    records = store.worker_records(everyone)
+    records = store.worker_records()
     return build_view(
         status,
         records,

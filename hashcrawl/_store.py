@@ -457,8 +457,9 @@ class Store:
         }
 
     @_translated
-    def worker_records(self, workers: Sequence[str]) -> dict[str, dict[str, str]]:
-        """Each worker's ``w:ID`` hash, as its heartbeat last wrote it."""
+    def worker_records(self) -> dict[str, dict[str, str]]:
+        """The ``w:ID`` hash of every worker that ever joined, as its heartbeat last wrote it."""
+        workers = sorted(self._redis.smembers(self.key("workers")))
         with self._redis.pipeline(transaction=False) as pipe:
             for worker in workers:
                 pipe.hgetall(self.key("w:" + worker))
