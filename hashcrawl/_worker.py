@@ -182,8 +182,8 @@ class Worker:
         Raises:
             QueueError: Redis could not be reached for a whole lease.
         """
+        metrics = self._serve_metrics()  # first: a port in use is a bad flag, found at once
         store = self._store = Store(self.url, self.crawl, timeout=self.settings.answer_timeout)
-        metrics = self._serve_metrics()
         own_fetcher = self._fetcher is None
         fetcher = self._fetcher or HttpxFetcher(
             user_agent=self.settings.user_agent,
