@@ -4,12 +4,17 @@ from __future__ import annotations
 
 import io
 import json
+import socket
+import subprocess
+import sys
 from pathlib import Path
 
+import httpx
 import trio
+from prometheus_client.parser import text_string_to_metric_families
 
 from hashcrawl._progress import Progress
-from tests.fleet import DEADLINE, page_requests
+from tests.fleet import DEADLINE, page_requests, wait_until
 from tests.test_cli import assert_ok, assert_one_line_error, hashcrawl
 from tests.testsite import Site, SiteServer, generate_site
 from tests.watching import by_class, settled_crawl
@@ -90,3 +95,61 @@ async def test_progress_off_a_terminal_prints_plain_lines_with_the_crawls_figure
     assert last.startswith(f"hashcrawl: {pages:,} pages, ")
     assert ", 0 waiting, 0 in flight, " in last
     assert ", 0 errors, 0 dead, 0:00:0" in last
+
+
+def scraped_pages(port: int) -> tuple[float, float] | None:
+    """(pages fetched, fleet entries outstanding) from one worker's /metrics, if it answers."""
+    try:
+        text = httpx.get(f"http://127.0.0.1:{port}/metrics", timeout=5).text
+    except httpx.HTTPError:
+        return None
+    found = {"pages": 0.0, "outstanding": -1.0}
+    for family in text_string_to_metric_families(text):
+        for s in family.samples:
+            if s.name == "hashcrawl_pages_total":
+                found["pages"] += s.value
+            elif s.name == "hashcrawl_fleet_outstanding":
+                found["outstanding"] = s.value
+    return found["pages"], found["outstanding"]
+
+
+def test_crawl_gives_each_worker_its_own_metrics_port(tmp_path: Path) -> None:
+    """crawl --workers 2 --metrics-port P serves P and P+1; together they count every page."""
+    port = free_port_pair()
+    site = generate_site(pages=60, hosts=4, seed=6, port=0)
+    with SiteServer(site) as server:
+        flags = ["--workers", "2", "--metrics-port", str(port), "--idle", "5", "-q"]
+        args = ["crawl", server.site.root, "--delay", "0.02", "--state-dir", str(tmp_path / "s")]
+        with subprocess.Popen([sys.executable, "-m", "hashcrawl", *args, *flags]) as crawl:
+            wait_until(lambda: counted_everything(server, port), what="both ports to count it all")
+            assert all((scraped_pages(p) or (0, 0))[0] > 0 for p in (port, port + 1))
+            assert crawl.wait(timeout=DEADLINE) == 0
+
+
+def counted_everything(server: SiteServer, port: int) -> bool:
+    """Workers on port and port+1 together count every page logged, with nothing left."""
+    answers = [scraped_pages(port), scraped_pages(port + 1)]
+    pages = len(page_requests(server.requests()))
+    if any(a is None or a[1] != 0 for a in answers):
+        return False
+    return sum(a[0] for a in answers if a) == pages > 0
+
+
+def free_port_pair() -> int:
+    """A port P on 127.0.0.1 such that P and P+1 are both free now."""
+    for _ in range(50):
+        with socket.socket() as probe:
+            probe.bind(("127.0.0.1", 0))
+            port = int(probe.getsockname()[1])
+        with socket.socket() as second:
+            try:
+                second.bind(("127.0.0.1", port + 1))
+            except OSError:
+                continue
+        with socket.socket() as first:
+            try:
+                first.bind(("127.0.0.1", port))
+            except OSError:
+                continue
+        return port
+    raise AssertionError("no two neighbouring free ports")
