@@ -26,6 +26,7 @@ from ._redisurl import RedisURL, check_crawl_name
 from ._settings import Settings, add_flags
 from ._sinks import sink_for
 from ._spider import load_spider
+from ._statedir import add_state_dir, opened_queue
 from ._version import __version__
 
 log = logging.getLogger("hashcrawl")
@@ -38,13 +39,15 @@ class _Parser(argparse.ArgumentParser):
         raise SystemExit(2)
 
 
-def _common(p: argparse.ArgumentParser, *, redis: bool = True) -> None:
+def _common(p: argparse.ArgumentParser, *, redis: bool = True, state_dir: bool = False) -> None:
     if redis:
         p.add_argument(
             "--redis",
-            required=True,
+            required=not state_dir,
             help="redis://[user:password@]host:port/db, rediss://, redis+unix:///path?db=N",
         )
+    if state_dir:
+        add_state_dir(p)
     p.add_argument("--crawl", default=DEFAULT_CRAWL, help="the crawl's name (namespaces its keys)")
     p.add_argument("-v", "--verbose", action="store_true", help="log progress")
 
@@ -70,18 +73,27 @@ def build_parser() -> argparse.ArgumentParser:
     submit.add_argument("--dont-filter", action="store_true", help="submit even URLs seen before")
     submit.add_argument("urls", nargs="+", metavar="URL")
     status = sub.add_parser("status", help="show the fleet and the crawl's progress")
-    _common(status)
+    _common(status, state_dir=True)
     status.add_argument("--json", action="store_true")
+    status.add_argument(
+        "--watch",
+        nargs="?",
+        const=2.0,
+        type=_seconds,
+        metavar="SECONDS",
+        help="redraw a live view every SECONDS (default 2) until Ctrl-C",
+    )
     clear = sub.add_parser("clear", help="delete the crawl's keys")
-    _common(clear)
+    _common(clear, state_dir=True)
     dead = sub.add_parser("dead", help="list pages that used up their attempts")
-    _common(dead)
+    _common(dead, state_dir=True)
     retry_dead = sub.add_parser("retry-dead", help="put dead-lettered pages back in the crawl")
-    _common(retry_dead)
+    _common(retry_dead, state_dir=True)
     crawl = sub.add_parser("crawl", help="crawl on this machine with a private Redis (no setup)")
     _common(crawl, redis=False)
     _crawler_flags(crawl)
     crawl.add_argument("--workers", type=int, default=2, help="worker processes")
+    crawl.add_argument("-q", "--quiet", action="store_true", help="no progress, no summary")
     crawl.add_argument(
         "--state-dir", default=".hashcrawl", help="where the private Redis keeps its data"
     )
@@ -111,6 +123,13 @@ def main(argv: Sequence[str] | None = None) -> int:
 
 def settings_from(args: argparse.Namespace) -> Settings:
     return Settings.from_flags(args)
+
+
+def _seconds(text: str) -> float:
+    value = float(text) if text.replace(".", "", 1).isdigit() else 0.0
+    if value <= 0:
+        raise argparse.ArgumentTypeError(f"expected seconds above 0, got {text!r}")
+    return value
 
 
 def cmd_join(args: argparse.Namespace) -> int:
@@ -203,8 +222,12 @@ class _BadLines:
 
 
 def cmd_status(args: argparse.Namespace) -> int:
-    with Queue(args.redis, args.crawl) as queue:
-        status = queue.status()
+    from ._statusview import read_view, watch_status
+
+    with opened_queue(args) as queue:
+        if args.watch is not None:
+            return watch_status(queue, args.watch)
+        status = read_view(queue) if args.json else queue.status()
     if args.json:
         print(json.dumps(status, indent=2))
         return 0
@@ -229,20 +252,20 @@ def cmd_status(args: argparse.Namespace) -> int:
 
 
 def cmd_clear(args: argparse.Namespace) -> int:
-    with Queue(args.redis, args.crawl) as queue:
+    with opened_queue(args) as queue:
         print(f"deleted {queue.clear()} keys")
     return 0
 
 
 def cmd_dead(args: argparse.Namespace) -> int:
-    with Queue(args.redis, args.crawl) as queue:
+    with opened_queue(args) as queue:
         for url, error in sorted(queue.dead().items()):
             print(f"{url}\t{error}")
     return 0
 
 
 def cmd_retry_dead(args: argparse.Namespace) -> int:
-    with Queue(args.redis, args.crawl) as queue:
+    with opened_queue(args) as queue:
         print(f"put back {queue.retry_dead()} pages")
     return 0
 
@@ -264,7 +287,10 @@ def cmd_crawl(args: argparse.Namespace) -> int:
         with Queue(redis_url, args.crawl) as queue:
             added = queue.submit(args.urls)
         log.info("submitted %d new URLs; starting %d workers", added, args.workers)
-        return _run_workers(args, redis_url)
+        from ._progress import shown
+
+        with shown(args, redis_url):
+            return _run_workers(args, redis_url)
 
 
 def _run_workers(args: argparse.Namespace, redis_url: str) -> int:
@@ -280,7 +306,12 @@ def _run_workers(args: argparse.Namespace, redis_url: str) -> int:
         args.crawl,
         *passed,
     ]
-    processes = [subprocess.Popen(command) for _ in range(args.workers)]
+    from ._metrics import child_metrics_flags
+
+    port = args.metrics_port
+    processes = [
+        subprocess.Popen(command + child_metrics_flags(port, i)) for i in range(args.workers)
+    ]
 
     def forward(*_: object) -> None:
         for process in processes:

@@ -151,7 +151,9 @@ class Handler:
             # The page goes to the dead letters: what came before the exception is kept.
             return Outcome.retry(held, error, items, self._allowed(follows, session, held))
         follows += self._redirect(held, response)
-        return Outcome.done(held, items, self._allowed(follows, session, held))
+        kept = self._allowed(follows, session, held)
+        session.w.tally.links(len(follows), len(kept))
+        return Outcome.done(held, items, kept)
 
     async def _produce(
         self,
@@ -240,7 +242,12 @@ def is_last_attempt(entry: Entry, max_attempts: int) -> bool:
 
 def dead_letter(entry: Entry, error: str) -> list[str]:
     """The dead-letter record of an entry out of attempts: its URL, last error and entry."""
-    record = {"error": error[:500], "attempts": entry.attempts, "entry": entry.encode()}
+    record = {
+        "error": error[:500],
+        "attempts": entry.attempts,
+        "entry": entry.encode(),
+        "at": int(_unix_now()),  # so status can show the most recent
+    }
     return [entry.url, json.dumps(record, ensure_ascii=False)]
 
 

@@ -87,6 +87,11 @@ def _not_negative(_: object, field: attrs.Attribute[Any], value: float | None) -
         raise ConfigError(f"{flag_name(field)} must be 0 or more, got {value}")
 
 
+def _port(_: object, field: attrs.Attribute[Any], value: int | None) -> None:
+    if value is not None and not 1 <= value <= 65535:
+        raise ConfigError(f"{flag_name(field)} must be from 1 to 65535, got {value}")
+
+
 def _setting(
     default: Any, help: str, *, check: Any = None, converter: Any = None, **flag: Any
 ) -> Any:
@@ -219,6 +224,17 @@ class Settings:
         check=_positive,
         parse=_or_none(_number),
         metavar="MIB",
+    )
+
+    metrics_port: int | None = _setting(
+        None,
+        "serve Prometheus metrics at http://ADDR:PORT/metrics ('crawl': PORT, PORT+1, ...)",
+        check=_port,
+        parse=_or_none(_whole),
+        metavar="PORT",
+    )
+    metrics_addr: str = _setting(
+        "127.0.0.1", "the address --metrics-port listens on", parse=_text, metavar="ADDR"
     )
 
     def __attrs_post_init__(self) -> None:

@@ -10,7 +10,8 @@ key                type    written by
 ``applied``        HASH    join, heartbeat, commit: worker -> epoch whose handoff it did
 ``epoch``          STRING  join, leave, expiry: +1 on every membership change
 ``workers``        SET     join: every worker id that ever joined (for fleet totals)
-``w:ID``           HASH    join, heartbeat: a worker's host, pid and own counters
+``w:ID``           HASH    join, heartbeat: a worker's host, pid, own counters and
+                           figures for status (_metrics.Tally.beat_fields)
                            inflight: the suspects it is fetching (newest record wins)
 ``q:ID``           STREAM  commit (XADD, XACK, XDEL), read (XREADGROUP): ID's frontier;
                            group ``g``, consumer ID; pending entries are its leases
@@ -23,7 +24,7 @@ key                type    written by
 ``pace``           HASH    commit, leave: host -> pacing state for its next owner
 ``park:HOST``      ZSET    commit, unpark: a host's overflow, out of its owner's memory
 ``parked``         SET     commit, unpark: hosts that have an overflow set
-``dead``           HASH    commit: url -> last error, for pages out of attempts
+``dead``           HASH    commit: url -> JSON {error, attempts, entry, at}
 ``stats``          HASH    commit, heartbeat: fleet counters
 =================  ======  =============================================================
 
@@ -37,6 +38,7 @@ redis-py errors never leave this module untranslated: they become ``QueueError``
 
 from __future__ import annotations
 
+import contextlib
 import functools
 import json
 from collections.abc import Callable, Iterator, Mapping, Sequence
@@ -436,6 +438,51 @@ class Store:
     def forget_dead(self, urls: Sequence[str]) -> None:
         if urls:
             self._redis.hdel(self.key("dead"), *urls)
+
+    # -- watching (status --watch, /metrics; never on the page path) ------------------
+
+    @_translated
+    def fleet_counters(self) -> dict[str, int]:
+        """leases_reclaimed, queue_bad, dead and outstanding, fleet-wide, in one round trip."""
+        with self._redis.pipeline(transaction=False) as pipe:
+            pipe.hmget(self.key("stats"), ["leases_reclaimed", "queue_bad"])
+            pipe.hlen(self.key("dead"))
+            pipe.get(self.key("outstanding"))
+            (reclaimed, bad), dead, outstanding = pipe.execute()
+        return {
+            "leases_reclaimed": int(reclaimed or 0),
+            "queue_bad": int(bad or 0),
+            "dead": int(dead),
+            "outstanding": int(outstanding or 0),
+        }
+
+    @_translated
+    def worker_records(self) -> dict[str, dict[str, str]]:
+        """The ``w:ID`` hash of every worker that ever joined, as its heartbeat last wrote it."""
+        workers = sorted(self._redis.smembers(self.key("workers")))
+        with self._redis.pipeline(transaction=False) as pipe:
+            for worker in workers:
+                pipe.hgetall(self.key("w:" + worker))
+            return dict(zip(workers, pipe.execute(), strict=True))
+
+    @_translated
+    def some_dead(self, scan: int) -> dict[str, str]:
+        """Up to about ``scan`` dead letters (one HSCAN call, not the whole hash)."""
+        _, found = self._redis.hscan(self.key("dead"), 0, count=scan)
+        return dict(found)
+
+    @_translated
+    def server_info(self) -> dict[str, Any]:
+        """Redis memory and persistence, as far as the server lets a client see them."""
+        seconds, micros = self._redis.time()
+        info: dict[str, Any] = {"now_ms": seconds * 1000 + micros // 1000}
+        with contextlib.suppress(redis.RedisError):
+            info.update(self._redis.info("memory"))
+            info.update(self._redis.info("persistence"))
+        for name in ("appendfsync", "save", "maxmemory-policy"):
+            with contextlib.suppress(redis.RedisError):  # CONFIG may be renamed away
+                info.update(self._redis.config_get(name))
+        return info
 
 
 def _pending(r: Any, stream: str) -> int:

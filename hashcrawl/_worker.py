@@ -33,6 +33,7 @@ from ._faults import FAULTS
 from ._fetch import Fetcher, HttpxFetcher, NotSent, sending_only_while
 from ._frontier import Frontier, Held, Host
 from ._handling import Handler, Outcome, Parse, dead_letter
+from ._metrics import Tally
 from ._models import Request, Response
 from ._queue import submit_urls
 from ._redisurl import RedisURL, check_crawl_name
@@ -159,6 +160,7 @@ class Worker:
             self.handler = Handler(parse)
         self.sink = sink if sink is not None else sink_for("-")
         self.counters = Counters()
+        self.tally = Tally()  # counts across memberships, for /metrics and the heartbeat
         self._stop_requested = False
 
     def run_sync(self) -> None:
@@ -172,6 +174,7 @@ class Worker:
             self._session.request_stop()
 
     _session: _Session | None = None
+    _store: Store | None = None
 
     async def run(self) -> None:
         """Crawl until the fleet has been idle ``idle`` seconds, or until stopped.
@@ -179,7 +182,8 @@ class Worker:
         Raises:
             QueueError: Redis could not be reached for a whole lease.
         """
-        store = Store(self.url, self.crawl, timeout=self.settings.answer_timeout)
+        metrics = self._serve_metrics()  # first: a port in use is a bad flag, found at once
+        store = self._store = Store(self.url, self.crawl, timeout=self.settings.answer_timeout)
         own_fetcher = self._fetcher is None
         fetcher = self._fetcher or HttpxFetcher(
             user_agent=self.settings.user_agent,
@@ -206,9 +210,25 @@ class Worker:
                     self.id = new_worker_id()
         finally:
             self._session = None
+            if metrics is not None:
+                metrics.shutdown()
+                metrics.server_close()
             if own_fetcher:
                 await fetcher.aclose()  # type: ignore[attr-defined]
             store.close()
+
+    def _serve_metrics(self) -> Any:
+        if self.settings.metrics_port is None:
+            return None
+        from ._metrics import serve
+
+        return serve(self, self.settings.metrics_port, self.settings.metrics_addr)
+
+    def fleet_counters(self) -> dict[str, int]:
+        """Fleet-wide counters from Redis, for a metrics scrape (never the page path)."""
+        if self._store is None:
+            return {}
+        return self._store.fleet_counters()
 
 
 class _Session:
@@ -243,6 +263,7 @@ class _Session:
         self.done_fetching = trio.Event()
         self.limiter = trio.CapacityLimiter(4)
         self.counters = worker.counters = Counters()
+        self.tally_base = worker.tally.counts()  # the heartbeat reports this membership's
         self.parked: set[str] = set()
         self.unpaced: set[str] = set()  # hosts whose pace record is not to be read yet
         self.last_read = "0"  # the newest entry id this reader has taken in
@@ -438,8 +459,20 @@ class _Session:
     def busy(self) -> bool:
         return bool(self.frontier.size or self.in_flight or self.outcomes)
 
-    def stats(self) -> dict[str, int]:
-        return {**attrs.asdict(self.counters), "hosts": len(self.frontier.hosts)}
+    def stats(self) -> dict[str, int | str]:
+        return {
+            **attrs.asdict(self.counters),
+            "hosts": len(self.frontier.hosts),
+            "in_flight": self.in_flight,
+            "held": self.held(),
+            "frontier": self.frontier.size,
+            "rss_kib": int(_resident_mib() * 1024),
+            **self.w.tally.beat_fields(self.now(), self.frontier, since=self.tally_base),
+        }
+
+    def held(self) -> int:
+        """Entries read from this worker's stream and not yet committed."""
+        return self.frontier.size + self.in_flight + len(self.outcomes)
 
     async def leave(self) -> None:
         """Hand every host back at once: out of the ring, stream drained to new owners.
@@ -773,6 +806,7 @@ class _Session:
         )
         if not self.still_may_send(held):
             return None
+        sent = self.now()
         try:
             response = await self.send(held, request)
         except NotSent:
@@ -783,15 +817,20 @@ class _Session:
                 log.exception("fetcher failed on %s", held.entry.url)
             self.frontier.done(held.host, self.now())
             self.counters.failed += 1
+            self.w.tally.error(
+                str(exc) if isinstance(exc, FetchError) else "fetcher", self.now() - sent
+            )
             # A failing host is given time: 1, 2, 4... seconds, at most a minute.
             self.frontier.back_off(held.host, self.now() + min(60.0, 2.0**held.entry.attempts))
             return Outcome.retry(held, str(exc))
         self.frontier.done(held.host, self.now())
         self.counters.fetched += 1
+        self.w.tally.response(response.status, len(response.body), self.now() - sent)
         try:
             return await self.w.handler.handle(self, held, response)
         except Exception as exc:  # a parse callback's bug fails its page, not the worker
             log.exception("parsing %s failed", held.entry.url)
+            self.w.tally.error("parse")
             return Outcome.retry(held, f"{type(exc).__name__}: {exc}")
 
     async def fetch_robots(self, held: Held) -> None:
@@ -858,8 +897,10 @@ class _Session:
         self.written.update(id(o) for o in unwritten)
         while True:
             batch = self.batch_of(outcomes, self.latest)
+            sent = self.now()
             result = await self.persist(self.store.commit, batch)
             if result.status == "ok":
+                self.w.tally.committed(outcomes, self.s.max_attempts, self.now() - sent)
                 if items and not write_first:
                     await trio.to_thread.run_sync(self._write_items, items)
                 del self.outcomes[: len(outcomes)]

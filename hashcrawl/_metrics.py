@@ -1,0 +1,290 @@
+"""What a worker counts as it crawls, and the Prometheus ``/metrics`` that shows it.
+
+A :class:`Tally` is plain Python counting, with no IO: the worker adds to it as pages
+are fetched and commits land, its heartbeat sends :meth:`Tally.beat_fields` to Redis
+(the ``w:ID`` hash, in the heartbeat it sends anyway), and a :class:`WorkerCollector`
+reads it when Prometheus scrapes. Each worker has its own ``CollectorRegistry``, so
+embedded workers and tests never share one.
+"""
+
+from __future__ import annotations
+
+import bisect
+import collections
+import heapq
+import math
+import re
+from collections.abc import Iterator
+from typing import TYPE_CHECKING, Any
+
+import attrs
+
+from ._exceptions import ConfigError
+
+if TYPE_CHECKING:
+    from ._frontier import Frontier
+    from ._worker import Worker
+
+# Seconds: loopback pages take a millisecond, slow origins many seconds.
+LATENCY_BUCKETS = (0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0)
+RATE_WINDOW = 60.0  # seconds over which a heartbeat's "pages in the last minute" is taken
+MAX_KINDS = 24  # distinct error kinds kept; a fetcher inventing more gets "other"
+TOP_HOSTS = 5
+_KIND = re.compile(r"[A-Za-z][A-Za-z0-9_]{0,39}")
+
+
+def error_kind(message: str) -> str:
+    """A short, bounded label for a fetch error: httpx's exception name, or a rule.
+
+    ``"ReadTimeout: timed out"`` is ``ReadTimeout``; a body over ``--max-body`` is
+    ``body_too_large``; anything not shaped like a name is ``other``.
+    """
+    if message.startswith("body larger than"):
+        return "body_too_large"
+    head = message.split(":", 1)[0].strip()
+    return head if _KIND.fullmatch(head) else "other"
+
+
+def status_class(status: int) -> str:
+    """``2xx`` for 200..299 and so on; ``other`` outside 100..599."""
+    return f"{status // 100}xx" if 100 <= status <= 599 else "other"
+
+
+@attrs.define
+class Histogram:
+    """Counts per latency bucket (not cumulative), and their sum."""
+
+    counts: list[int] = attrs.Factory(lambda: [0] * (len(LATENCY_BUCKETS) + 1))
+    total: float = 0.0
+
+    def observe(self, seconds: float) -> None:
+        self.counts[bisect.bisect_left(LATENCY_BUCKETS, seconds)] += 1
+        self.total += seconds
+
+    def cumulative(self) -> list[tuple[str, float]]:
+        bounds = [*(str(b) for b in LATENCY_BUCKETS), "+Inf"]
+        running, out = 0, []
+        for bound, count in zip(bounds, list(self.counts), strict=True):
+            running += count
+            out.append((bound, float(running)))
+        return out
+
+
+@attrs.define
+class Tally:
+    """A worker's own counts since it started, across its memberships."""
+
+    statuses: dict[str, int] = attrs.Factory(dict)
+    errors: dict[str, int] = attrs.Factory(dict)
+    bytes: int = 0
+    retries: int = 0
+    dead: int = 0
+    queue_bad: int = 0
+    links_found: int = 0
+    links_kept: int = 0
+    fetch_latency: Histogram = attrs.Factory(Histogram)
+    commit_latency: Histogram = attrs.Factory(Histogram)
+    _samples: collections.deque[tuple[float, int]] = attrs.Factory(collections.deque)
+
+    @property
+    def pages(self) -> int:
+        return sum(self.statuses.values())
+
+    def response(self, status: int, size: int, seconds: float) -> None:
+        cls = status_class(status)
+        self.statuses[cls] = self.statuses.get(cls, 0) + 1
+        self.bytes += size
+        self.fetch_latency.observe(seconds)
+
+    def error(self, message: str, seconds: float | None = None) -> None:
+        kind = error_kind(message)
+        if kind not in self.errors and len(self.errors) >= MAX_KINDS:
+            kind = "other"
+        self.errors[kind] = self.errors.get(kind, 0) + 1
+        if seconds is not None:
+            self.fetch_latency.observe(seconds)
+
+    def links(self, found: int, kept: int) -> None:
+        self.links_found += found
+        self.links_kept += kept
+
+    def committed(self, outcomes: list[Any], max_attempts: int, seconds: float) -> None:
+        """Count what a commit that went through settled: retries, dead letters, bad."""
+        self.commit_latency.observe(seconds)
+        for o in outcomes:
+            if o.kind == "bad":
+                self.queue_bad += 1
+            elif o.kind == "retry" and o.held is not None:
+                if o.held.entry.attempts + 1 >= max_attempts:
+                    self.dead += 1
+                else:
+                    self.retries += 1
+
+    def per_minute(self, now: float) -> int:
+        """Pages fetched in the last minute (sampled at heartbeats, so to within one)."""
+        pages = self.pages
+        self._samples.append((now, pages))
+        while len(self._samples) > 1 and self._samples[1][0] <= now - RATE_WINDOW:
+            self._samples.popleft()
+        then, before = self._samples[0]
+        span = now - then
+        return round((pages - before) * 60 / span) if span > 0 else 0
+
+    def counts(self) -> dict[str, int]:
+        """Every count, flat, as the heartbeat names them."""
+        counts = {
+            "bytes": self.bytes,
+            "retries": self.retries,
+            "dead_letters": self.dead,
+            "links_found": self.links_found,
+            "links_kept": self.links_kept,
+        }
+        counts.update({"status_" + cls: n for cls, n in dict(self.statuses).items()})
+        counts.update({"error_" + kind: n for kind, n in dict(self.errors).items()})
+        return counts
+
+    def beat_fields(
+        self, now: float, frontier: Frontier, *, since: dict[str, int]
+    ) -> dict[str, int | str]:
+        """What the heartbeat adds to the worker's ``w:ID`` hash (see docs/design.md).
+
+        Counts are those since ``since`` (the counts when this membership began): a
+        worker that rejoins under a new id must not count its earlier pages twice.
+        """
+        fields: dict[str, int | str] = {
+            name: count - since.get(name, 0) for name, count in self.counts().items()
+        }
+        fields["per_minute"] = self.per_minute(now)
+        fields["busiest"] = _top(frontier, now, busiest=True)
+        fields["backed_off"] = _top(frontier, now, busiest=False)
+        return fields
+
+
+def _top(frontier: Frontier, now: float, *, busiest: bool) -> str:
+    """``host=figure`` pairs, comma-separated: most queued, or longest backed off (s)."""
+    hosts = list(frontier.hosts.values())
+    if busiest:
+        ranked = heapq.nlargest(TOP_HOSTS, hosts, key=lambda h: len(h.queue))
+        return ",".join(f"{h.name}={len(h.queue)}" for h in ranked if h.queue)
+    ranked = heapq.nlargest(TOP_HOSTS, hosts, key=lambda h: h.backoff_until)
+    return ",".join(
+        f"{h.name}={math.ceil(h.backoff_until - now)}" for h in ranked if h.backoff_until > now
+    )
+
+
+def parse_top(text: str) -> list[tuple[str, int]]:
+    """The pairs of a ``busiest``/``backed_off`` field; what does not parse is skipped."""
+    pairs = []
+    for part in (text or "").split(","):
+        host, _, figure = part.rpartition("=")
+        if host and figure.lstrip("-").isdigit():
+            pairs.append((host, int(figure)))
+    return pairs
+
+
+# -- Prometheus ----------------------------------------------------------------------
+
+
+class WorkerCollector:
+    """Reads a worker's tally and session when Prometheus scrapes (in the server's thread)."""
+
+    def __init__(self, worker: Worker) -> None:
+        self.worker = worker
+
+    def collect(self) -> Iterator[Any]:
+        from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
+
+        t = self.worker.tally
+        pages = CounterMetricFamily(
+            "hashcrawl_pages", "Pages fetched, by status class", labels=["class"]
+        )
+        for cls, count in sorted(dict(t.statuses).items()):
+            pages.add_metric([cls], count)
+        yield pages
+        errors = CounterMetricFamily(
+            "hashcrawl_fetch_errors", "Fetches that failed, by kind", labels=["kind"]
+        )
+        for kind, count in sorted(dict(t.errors).items()):
+            errors.add_metric([kind], count)
+        yield errors
+        for name, doc, value in (
+            ("response_bytes", "Bytes of response bodies read", t.bytes),
+            ("retries", "Pages put back for another attempt", t.retries),
+            ("dead_letters", "Pages this worker dead-lettered", t.dead),
+            ("queue_bad", "Unreadable queue entries this worker dropped", t.queue_bad),
+            ("links_found", "Links found on pages", t.links_found),
+            ("links_kept", "Links kept after depth, domain and robots.txt rules", t.links_kept),
+        ):
+            yield CounterMetricFamily("hashcrawl_" + name, doc, value=value)
+        yield from self._histograms(t)
+        for gauge, about, figure in self._gauges():
+            yield GaugeMetricFamily("hashcrawl_" + gauge, about, value=figure)
+        yield from self._fleet()
+
+    def _histograms(self, t: Tally) -> Iterator[Any]:
+        from prometheus_client.core import HistogramMetricFamily
+
+        for name, doc, h in (
+            ("fetch_seconds", "Seconds a fetch took, failed ones included", t.fetch_latency),
+            ("commit_seconds", "Seconds a commit to Redis took", t.commit_latency),
+        ):
+            yield HistogramMetricFamily("hashcrawl_" + name, doc, h.cumulative(), h.total)
+
+    def _gauges(self) -> list[tuple[str, str, float]]:
+        session = self.worker._session
+        if session is None:
+            return []
+        return [
+            ("in_flight", "Requests in flight now", session.in_flight),
+            ("held", "Entries read and not yet committed", session.held()),
+            ("hosts_owned", "Hosts this worker owns and knows of", len(session.frontier.hosts)),
+            ("frontier_size", "Entries waiting in this worker's memory", session.frontier.size),
+            (
+                "members",
+                "Live members of the crawl, as this worker knows",
+                len(session.latest.members),
+            ),
+        ]
+
+    def _fleet(self) -> Iterator[Any]:
+        """Fleet-wide counters kept in Redis, read once per scrape (off the page path)."""
+        from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
+
+        try:
+            figures = self.worker.fleet_counters()
+        except Exception:  # a scrape must answer even with Redis away
+            return
+        for name, doc in (
+            ("leases_reclaimed", "Entries held by dead workers and taken back, fleet-wide"),
+            ("queue_bad", "Unreadable entries dropped, fleet-wide"),
+        ):
+            yield CounterMetricFamily("hashcrawl_fleet_" + name, doc, value=figures.get(name, 0))
+        for name, doc in (
+            ("dead", "Dead letters now, fleet-wide (retry-dead lowers it)"),
+            ("outstanding", "Entries waiting or held anywhere in the fleet"),
+        ):
+            yield GaugeMetricFamily("hashcrawl_fleet_" + name, doc, value=figures.get(name, 0))
+
+
+def serve(worker: Worker, port: int, addr: str) -> Any:
+    """Serve ``worker``'s metrics on ``addr:port`` in a thread; returns the server.
+
+    Raises:
+        ConfigError: the address cannot be bound (in use, say).
+    """
+    from prometheus_client import CollectorRegistry, start_http_server
+
+    registry = CollectorRegistry(auto_describe=False)
+    registry.register(WorkerCollector(worker))
+    try:
+        server, _ = start_http_server(port, addr, registry=registry)
+    except OSError as exc:
+        raise ConfigError(
+            f"--metrics-port {port} on --metrics-addr {addr}: {exc.strerror or exc}"
+        ) from None
+    return server
+
+
+def child_metrics_flags(port: int | None, index: int) -> list[str]:
+    """The port of ``hashcrawl crawl``'s child worker ``index``: PORT, PORT+1, ..."""
+    return [] if port is None else ["--metrics-port", str(port + index)]

@@ -1,0 +1,87 @@
+"""The read-only commands on what ``hashcrawl crawl`` left behind in its state dir.
+
+``status``, ``dead`` and the others take ``--state-dir DIR`` instead of ``--redis``: the
+crawl's private server is started from ``DIR/CRAWL`` for the command and stopped after.
+While ``hashcrawl crawl`` still runs there, its server is used through its socket.
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import signal
+from collections.abc import Iterator
+from pathlib import Path
+from urllib.parse import quote
+
+from ._exceptions import ConfigError, QueueError
+from ._queue import Queue
+
+
+def add_state_dir(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument(
+        "--state-dir",
+        help="instead of --redis: the --state-dir of a 'hashcrawl crawl' on this machine",
+    )
+
+
+@contextlib.contextmanager
+def opened_queue(args: argparse.Namespace) -> Iterator[Queue]:
+    """The crawl's queue, from ``--redis`` or from ``--state-dir``.
+
+    Raises:
+        ConfigError: both or neither given, or no such crawl in the state dir.
+    """
+    with redis_url_of(args) as url, Queue(url, args.crawl) as queue:
+        yield queue
+
+
+@contextlib.contextmanager
+def redis_url_of(args: argparse.Namespace) -> Iterator[str]:
+    state_dir = getattr(args, "state_dir", None)
+    if args.redis is not None and state_dir is not None:
+        raise ConfigError("give --redis or --state-dir, not both")
+    if args.redis is not None:
+        yield args.redis
+        return
+    if state_dir is None:
+        raise ConfigError("--redis (or --state-dir, for a 'hashcrawl crawl') is required")
+    with _private_server(Path(state_dir), args.crawl) as url:
+        yield url
+
+
+@contextlib.contextmanager
+def _private_server(state_dir: Path, crawl: str) -> Iterator[str]:
+    from ._server import RedisServer
+
+    directory = state_dir / crawl
+    if not (directory / "appendonlydir").is_dir():
+        raise ConfigError(f"--state-dir {state_dir}: no crawl named {crawl!r} there")
+    server = RedisServer(directory=directory, unix_socket=True, appendonly=True)
+    try:
+        server.start()
+    except ConfigError:  # its crawl is running: use that crawl's own server
+        socket = directory.absolute() / "redis.sock"
+        if not socket.exists():
+            raise
+        try:
+            yield f"redis+unix://{quote(str(socket))}?db=0"
+        except QueueError:
+            if socket.exists():
+                raise
+            raise QueueError(
+                f"the crawl in {directory} ended while this command read it; "
+                "run the command again to read what it left"
+            ) from None
+        return
+    # A SIGTERM (a `timeout`, a service manager) must stop the server too, not orphan it.
+    previous = signal.signal(signal.SIGTERM, _exit_quietly)
+    try:
+        yield server.url
+    finally:
+        signal.signal(signal.SIGTERM, previous)
+        server.close()
+
+
+def _exit_quietly(*_: object) -> None:
+    raise SystemExit(0)

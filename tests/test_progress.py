@@ -1,0 +1,155 @@
+"""``hashcrawl crawl``'s progress and summary, and the commands that read its state dir."""
+
+from __future__ import annotations
+
+import io
+import json
+import socket
+import subprocess
+import sys
+from pathlib import Path
+
+import httpx
+import trio
+from prometheus_client.parser import text_string_to_metric_families
+
+from hashcrawl._progress import Progress
+from tests.fleet import DEADLINE, page_requests, wait_until
+from tests.test_cli import assert_ok, assert_one_line_error, hashcrawl
+from tests.testsite import Site, SiteServer, generate_site
+from tests.watching import by_class, settled_crawl
+
+
+def crawl(site: Site, tmp_path: Path, *more: str) -> tuple[int, str]:
+    """``hashcrawl crawl`` of ``site`` with its state in tmp_path/state: (exit, stderr)."""
+    flags = ["--delay", "0.02", "--idle", "1", "--state-dir", str(tmp_path / "state")]
+    output = ["-o", str(tmp_path / "items.jsonl")]
+    result = hashcrawl("crawl", site.root, *output, *flags, *more)
+    return result.code, result.err
+
+
+def test_crawl_summary_shows_the_figures_of_the_servers_request_log(tmp_path: Path) -> None:
+    """Off a terminal, the summary counts pages and statuses as the site served them, plainly."""
+    with SiteServer(generate_site(pages=30, hosts=2, seed=8, port=0)) as server:
+        code, err = crawl(server.site, tmp_path)
+        requests = server.requests()
+    assert code == 0
+    assert "\x1b" not in err
+    pages = len(page_requests(requests))
+    assert f"crawl default: {pages:,} pages, {pages:,} items" in err
+    for cls, count in by_class(requests).items():
+        assert f"{cls} {count:,}" in err
+    assert f"items in: {tmp_path / 'items.jsonl'}" in err
+    assert "dead letters: 0" in err
+    assert f"hashcrawl status --state-dir {tmp_path / 'state'} --crawl default" in err
+
+
+def test_quiet_crawl_prints_nothing(tmp_path: Path) -> None:
+    """-q silences the progress and the summary."""
+    with SiteServer(generate_site(pages=5, hosts=1, seed=8, port=0)) as server:
+        assert crawl(server.site, tmp_path, "-q") == (0, "")
+
+
+def test_status_and_dead_read_what_a_finished_crawl_left_in_its_state_dir(tmp_path: Path) -> None:
+    """status --state-dir starts the crawl's private Redis from its files and reads it."""
+    with SiteServer(generate_site(pages=12, hosts=2, seed=9, port=0)) as server:
+        assert crawl(server.site, tmp_path, "-q") == (0, "")
+        requests = server.requests()
+    state = str(tmp_path / "state")
+    doc = json.loads(assert_ok(hashcrawl("status", "--state-dir", state, "--json")))
+    assert doc["fetched"] == len(page_requests(requests))
+    assert doc["statuses"] == by_class(requests)
+    assert doc["ended"] is True
+    assert assert_ok(hashcrawl("dead", "--state-dir", state)) == ""
+    # Its server was stopped after each command: a third one can start it again.
+    assert "fetched: " in assert_ok(hashcrawl("status", "--state-dir", state))
+
+
+def test_status_of_a_state_dir_without_that_crawl_exits_2(tmp_path: Path) -> None:
+    """A --state-dir holding no such crawl is a one-line error, and nothing is created."""
+    line = assert_one_line_error(hashcrawl("status", "--state-dir", str(tmp_path / "none")), 2)
+    assert "no crawl named 'default'" in line
+    assert not (tmp_path / "none").exists()
+
+
+def test_status_refuses_both_redis_and_state_dir(tmp_path: Path) -> None:
+    """--redis and --state-dir name two places: one line, exit 2."""
+    args = ["--redis", "redis://127.0.0.1:1/0", "--state-dir", str(tmp_path)]
+    assert "not both" in assert_one_line_error(hashcrawl("status", *args), 2)
+
+
+async def test_progress_off_a_terminal_prints_plain_lines_with_the_crawls_figures(
+    redis_url: str, crawl_name: str, tmp_path: Path
+) -> None:
+    """Off a terminal the progress is a plain line of figures, printed at each interval."""
+    async with settled_crawl(redis_url, crawl_name, tmp_path) as (_, server):
+        stream = io.StringIO()
+        progress = Progress(redis_url, crawl_name, stream=stream, every=0.05).start()
+        with trio.fail_after(DEADLINE):
+            while stream.getvalue().count("\n") < 2:
+                await trio.sleep(0.05)
+        await trio.to_thread.run_sync(progress.stop)
+        pages = len(page_requests(server.requests()))
+    last = stream.getvalue().splitlines()[-1]
+    assert "\x1b" not in stream.getvalue()
+    assert last.startswith(f"hashcrawl: {pages:,} pages, ")
+    assert ", 0 waiting, 0 in flight, " in last
+    assert ", 0 errors, 0 dead, 0:00:0" in last
+
+
+def scraped_pages(port: int) -> tuple[float, float] | None:
+    """(pages fetched, fleet entries outstanding) from one worker's /metrics, if it answers."""
+    try:
+        text = httpx.get(f"http://127.0.0.1:{port}/metrics", timeout=5).text
+    except httpx.HTTPError:
+        return None
+    found = {"pages": 0.0, "outstanding": -1.0}
+    for family in text_string_to_metric_families(text):
+        for s in family.samples:
+            if s.name == "hashcrawl_pages_total":
+                found["pages"] += s.value
+            elif s.name == "hashcrawl_fleet_outstanding":
+                found["outstanding"] = s.value
+    return found["pages"], found["outstanding"]
+
+
+def test_crawl_gives_each_worker_its_own_metrics_port(tmp_path: Path) -> None:
+    """crawl --workers 2 --metrics-port P serves P and P+1; together they count every page."""
+    port = free_port_pair()
+    site = generate_site(pages=60, hosts=4, seed=6, port=0)
+    with SiteServer(site) as server:
+        flags = ["--workers", "2", "--metrics-port", str(port), "--idle", "5", "-q"]
+        args = ["crawl", server.site.root, "--delay", "0.02", "--state-dir", str(tmp_path / "s")]
+        with subprocess.Popen([sys.executable, "-m", "hashcrawl", *args, *flags]) as crawl:
+            wait_until(lambda: counted_everything(server, port), what="both ports to count it all")
+            assert all((scraped_pages(p) or (0, 0))[0] > 0 for p in (port, port + 1))
+            assert crawl.wait(timeout=DEADLINE) == 0
+
+
+def counted_everything(server: SiteServer, port: int) -> bool:
+    """Workers on port and port+1 together count every page logged, with nothing left."""
+    answers = [scraped_pages(port), scraped_pages(port + 1)]
+    pages = len(page_requests(server.requests()))
+    if any(a is None or a[1] != 0 for a in answers):
+        return False
+    return sum(a[0] for a in answers if a) == pages > 0
+
+
+def free_port_pair() -> int:
+    """A port P on 127.0.0.1 such that P and P+1 are both free now."""
+    for _ in range(50):
+        with socket.socket() as probe:
+            probe.bind(("127.0.0.1", 0))
+            port = int(probe.getsockname()[1])
+        with socket.socket() as second:
+            try:
+                second.bind(("127.0.0.1", port + 1))
+            except OSError:
+                continue
+        with socket.socket() as first:
+            try:
+                first.bind(("127.0.0.1", port))
+            except OSError:
+                continue
+        return port
+    raise AssertionError("no two neighbouring free ports")

@@ -1,0 +1,48 @@
+"""A small crawl that has ended but whose worker is still a member, for the watching tests."""
+
+from __future__ import annotations
+
+import collections
+import contextlib
+from collections.abc import AsyncIterator
+from pathlib import Path
+from typing import Any
+
+import trio
+
+from hashcrawl import Queue, Worker
+from hashcrawl._metrics import status_class
+from hashcrawl._sinks import JsonLinesSink
+from tests.fleet import DEADLINE, await_until, fast_settings, page_requests
+from tests.testsite import Request, SiteServer, generate_site
+
+
+def settled(redis_url: str, crawl: str, server: SiteServer) -> bool:
+    """Nothing waits or is held, and the heartbeats have reported every page logged."""
+    with Queue(redis_url, crawl) as queue:
+        status = queue.status()
+    pages = len(page_requests(server.requests()))
+    return status["waiting"] == status["held"] == 0 and status["fetched"] == pages > 0
+
+
+@contextlib.asynccontextmanager
+async def settled_crawl(
+    redis_url: str, crawl: str, tmp_path: Path, **settings: Any
+) -> AsyncIterator[tuple[Worker, SiteServer]]:
+    """One worker that has crawled a small site to the end and is still a member."""
+    site = generate_site(pages=40, hosts=3, seed=4, port=0)
+    sink = JsonLinesSink(tmp_path / "items.jsonl")
+    worker = Worker(redis_url, crawl, sink=sink, **fast_settings(idle=None, **settings))
+    with SiteServer(site) as server, trio.fail_after(DEADLINE):
+        async with trio.open_nursery() as nursery:
+            nursery.start_soon(worker.run)
+            with Queue(redis_url, crawl) as queue:
+                await trio.to_thread.run_sync(queue.submit, [server.site.root])
+            await await_until(lambda: settled(redis_url, crawl, server), what="the crawl")
+            yield worker, server
+            worker.stop()
+    sink.close()
+
+
+def by_class(requests: list[Request]) -> dict[str, int]:
+    return dict(collections.Counter(status_class(r.status) for r in page_requests(requests)))
