@@ -16,14 +16,15 @@ from typing import TYPE_CHECKING, Any
 import attrs
 
 from ._entry import Entry
-from ._exceptions import ConfigError, InvalidURL
+from ._exceptions import ConfigError
 from ._faults import FAULTS
 from ._frontier import Held
 from ._models import Request, Response
 from ._robots import parse_retry_after
 from ._sinks import as_dict
 from ._store import Batch
-from ._urls import canonicalize, domain_allowed, fingerprint, host_key, join_url
+from ._links import request_url
+from ._urls import domain_allowed, fingerprint, host_key
 
 if TYPE_CHECKING:
     from ._ring import Ring
@@ -99,11 +100,11 @@ class Outcome:
     def _add_follow(batch: Batch, session: _Session, ring: Ring, entry: Entry) -> list[str]:
         """Add a follow that passes the seen filter; return one that skips it."""
         if entry.dont_filter:
-            return [session.target_of(ring, host_key(entry.url)), entry.encode()]
-        h1, h2 = fingerprint(entry.url)
+            return [session.target_of(ring, host_key(entry.canonical)), entry.encode()]
+        h1, h2 = fingerprint(entry.canonical)
         skip_filter = "skip_seen_filter" in FAULTS  # a deliberate bug to catch: duplicates
         if skip_filter or not session.is_cached((h1, h2)):
-            target = session.target_of(ring, host_key(entry.url))
+            target = session.target_of(ring, host_key(entry.canonical))
             batch.add.append([target, entry.encode(), h1, h2, 0 if skip_filter else 1])
         return []
 
@@ -180,7 +181,7 @@ class Handler:
         location = response.headers.get("location")
         if not (300 <= response.status < 400 and location):
             return []
-        target = join_url(response.url, location)
+        target = request_url(response.url, location)
         return [] if target is None else [attrs.evolve(held.entry, url=target, attempts=0)]
 
     @staticmethod
@@ -192,7 +193,7 @@ class Handler:
         robots = session.robots.get(held.host) if s.obey_robots else None
         kept = []
         for e in follows:
-            host = host_key(e.url)
+            host = host_key(e.canonical)
             if s.max_depth is not None and e.depth > s.max_depth:
                 continue
             if not domain_allowed(host, s.allow_domains):
@@ -221,7 +222,10 @@ def page_item(held: Held, response: Response, worker: str) -> dict[str, Any]:
         "url": held.entry.url,
         "final_url": response.url,
         "status": response.status,
+        "content_type": response.headers.get("content-type"),
+        "length": len(response.body),
         "title": response.title(),
+        "canonical": response.canonical(),
         "depth": held.entry.depth,
         "fetched_at": datetime.datetime.now(datetime.UTC).isoformat(timespec="milliseconds"),
         "worker": worker,
@@ -244,9 +248,8 @@ async def _results(produced: Any) -> list[Any]:
 
 def _as_entry(thing: Request | str, response: Response, depth: int) -> Entry | None:
     request = thing if isinstance(thing, Request) else Request(thing)
-    try:
-        url = canonicalize(join_url(response.url, request.url) or request.url)
-    except InvalidURL:
+    url = request_url(response.url, request.url)
+    if url is None:
         return None
     return Entry(
         url=url,

@@ -12,6 +12,7 @@ from ._entry import Entry
 from ._redisurl import RedisURL, check_crawl_name
 from ._ring import Ring
 from ._store import Batch, Store
+from ._links import sendable
 from ._urls import canonicalize, fingerprint, host_key
 
 BATCH = 1000
@@ -82,7 +83,7 @@ def submit_urls(
     added = 0
     for chunk in _chunks(urls, BATCH):
         entries = [
-            Entry(url=canonicalize(u), priority=priority, dont_filter=dont_filter) for u in chunk
+            Entry(url=_to_request(u), priority=priority, dont_filter=dont_filter) for u in chunk
         ]
         added += _submit_entries(store, entries)
     return added
@@ -93,13 +94,23 @@ def _submit_entries(store: Store, entries: list[Entry]) -> int:
         ring = Ring.of(*store.members())
         batch = Batch(worker="", epoch=ring.epoch)
         for entry in entries:
-            owner = ring.owner_of(host_key(entry.url))
+            owner = ring.owner_of(host_key(entry.canonical))
             target = store.stream_of(owner) if owner else store.inbox
-            h1, h2 = fingerprint(entry.url)
+            h1, h2 = fingerprint(entry.canonical)
             batch.add.append([target, entry.encode(), h1, h2, 0 if entry.dont_filter else 1])
         result = store.commit(batch)
         if result.status == "ok":
             return result.added
+
+
+def _to_request(url: str) -> str:
+    """A submitted URL as it is requested: checked, then made fit to send as written.
+
+    Raises:
+        InvalidURL: not a crawlable http(s) URL.
+    """
+    canonicalize(url)
+    return sendable(url)
 
 
 def _dead_record(text: str, url: str = "") -> tuple[Entry, str]:

@@ -506,7 +506,7 @@ class _Session:
         for eid, payload in got:
             try:
                 entry = Entry.decode(payload)
-                host = host_key(entry.url)
+                host = host_key(entry.canonical)
                 if not self.w.handler.accepts(entry):
                     raise BadEntry(f"entry names an unknown callback: {entry.callback!r:.80}")
             except (BadEntry, InvalidURL) as exc:
@@ -898,7 +898,7 @@ class _Session:
         for o in outcomes:
             for entry in o.follows:
                 if not entry.dont_filter:
-                    self.seen_cache[fingerprint(entry.url)] = None
+                    self.seen_cache[fingerprint(entry.canonical)] = None
         while len(self.seen_cache) > SEEN_CACHE:
             del self.seen_cache[next(iter(self.seen_cache))]
 
@@ -992,7 +992,7 @@ class _Session:
         for eid, payload in got:
             try:
                 entry = Entry.decode(payload)
-                host = host_key(entry.url)
+                host = host_key(entry.canonical)
             except (BadEntry, InvalidURL):
                 batch.ack.append(eid)
                 batch.stats["queue_bad"] = batch.stats.get("queue_bad", 0) + 1
