@@ -24,7 +24,7 @@ from ._robots import parse_retry_after
 from ._sinks import as_dict
 from ._store import Batch
 from ._links import request_url
-from ._urls import domain_allowed, fingerprint, host_key
+from ._urls import fingerprint, host_key
 
 if TYPE_CHECKING:
     from ._ring import Ring
@@ -98,7 +98,11 @@ class Outcome:
 
     @staticmethod
     def _add_follow(batch: Batch, session: _Session, ring: Ring, entry: Entry) -> list[str]:
-        """Add a follow that passes the seen filter; return one that skips it."""
+        """Add a follow that passes the scope and the seen filter; return one that skips
+        the filter. The scope is applied here, as the batch is made, because the commit
+        checks that it is still the fleet's (see ``_scope``)."""
+        if not session.in_scope(entry):
+            return []
         if entry.dont_filter:
             return [session.target_of(ring, host_key(entry.canonical)), entry.encode()]
         h1, h2 = fingerprint(entry.canonical)
@@ -195,8 +199,6 @@ class Handler:
         for e in follows:
             host = host_key(e.canonical)
             if s.max_depth is not None and e.depth > s.max_depth:
-                continue
-            if not domain_allowed(host, s.allow_domains):
                 continue
             if robots is not None and host == held.host and not robots.allowed(e.url):
                 continue

@@ -11,6 +11,7 @@ import attrs
 from ._entry import Entry
 from ._redisurl import RedisURL, check_crawl_name
 from ._ring import Ring
+from ._scope import members as scope_members
 from ._store import Batch, Store
 from ._links import sendable
 from ._urls import canonicalize, fingerprint, host_key
@@ -30,17 +31,28 @@ class Queue:
         url = redis if isinstance(redis, RedisURL) else RedisURL.parse(redis)
         self._store = Store(url, check_crawl_name(crawl), timeout=timeout)
 
-    def submit(self, urls: Iterable[str], *, priority: int = 0, dont_filter: bool = False) -> int:
+    def submit(
+        self,
+        urls: Iterable[str],
+        *,
+        priority: int = 0,
+        dont_filter: bool = False,
+        allow_domains: Iterable[str] = (),
+        span_hosts: bool = False,
+    ) -> int:
         """Add URLs to the crawl, a thousand at a time; returns how many were new.
 
         Each URL goes to its host owner's stream, or waits in the inbox until a worker
-        joins. A URL seen before is left out unless ``dont_filter``.
+        joins. A URL seen before is left out unless ``dont_filter``. The URLs' hosts join
+        the crawl's scope (the hosts its links may lead to), and so do the hosts in
+        ``allow_domains``, or every host with ``span_hosts``.
 
         Raises:
             InvalidURL: a URL is not an http(s) URL. Each batch of a thousand is checked
                 before it goes in: earlier batches are in, this one and later ones are not.
             QueueError: Redis could not be reached.
         """
+        self._store.widen_scope(scope_members(domains=allow_domains, span=span_hosts))
         return submit_urls(self._store, urls, priority=priority, dont_filter=dont_filter)
 
     def status(self) -> dict[str, Any]:
@@ -85,6 +97,8 @@ def submit_urls(
         entries = [
             Entry(url=_to_request(u), priority=priority, dont_filter=dont_filter) for u in chunk
         ]
+        # The hosts enter the scope before their URLs enter the queue (see _scope).
+        store.widen_scope(scope_members(hosts={host_key(e.canonical) for e in entries}))
         added += _submit_entries(store, entries)
     return added
 

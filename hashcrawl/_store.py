@@ -25,6 +25,8 @@ key                type    written by
 ``parked``         SET     commit, unpark: hosts that have an overflow set
 ``dead``           HASH    commit: url -> last error, for pages out of attempts
 ``stats``          HASH    commit, heartbeat: fleet counters
+``scope``          SET     submit, join: the hosts links may lead to (``_scope``); only
+                           grows, so its size is its version, checked by commit
 =================  ======  =============================================================
 
 Time in every lease and liveness decision is the Redis server's (``TIME`` in scripts),
@@ -112,13 +114,14 @@ class Beat:
 
 @attrs.frozen(kw_only=True)
 class Committed:
-    """The outcome of a commit: done, or refused as stale or fenced."""
+    """The outcome of a commit: done, or refused as stale, rescope or fenced."""
 
     status: str
     epoch: int = 0
     added: int = 0
     acked: int = 0
     moved: int = 0
+    scope: int = 0
 
     @classmethod
     def from_reply(cls, reply: Sequence[Any]) -> Committed:
@@ -126,6 +129,8 @@ class Committed:
             return cls(status="ok", added=int(reply[1]), acked=int(reply[2]), moved=int(reply[3]))
         if reply[0] == "stale":
             return cls(status="stale", epoch=int(reply[1]))
+        if reply[0] == "rescope":
+            return cls(status="rescope", scope=int(reply[1]))
         return cls(status="fenced")
 
 
@@ -152,6 +157,7 @@ class Batch:
     dead: list[str] = attrs.Factory(list)
     stats: dict[str, int] = attrs.Factory(dict)
     applied: int | None = None
+    scope: int | None = None
 
     def to_json(self) -> str:
         doc: dict[str, Any] = {"w": self.worker, "e": self.epoch, "src": self.src}
@@ -162,6 +168,8 @@ class Batch:
             doc["stats"] = self.stats
         if self.applied is not None:
             doc["applied"] = self.applied
+        if self.scope is not None:
+            doc["sv"] = self.scope
         return json.dumps(doc, separators=(",", ":"), ensure_ascii=False)
 
     def __len__(self) -> int:
@@ -350,6 +358,17 @@ class Store:
         worker = stream.removeprefix(self.prefix + "q:")
         text = self._redis.hget(self.key("w:" + worker), "inflight") or ""
         return set(text.split(",")) - {""}
+
+    @_translated
+    def widen_scope(self, members: set[str]) -> None:
+        """Add members (``_scope.members``) to the crawl's scope."""
+        if members:
+            self._redis.sadd(self.key("scope"), *members)
+
+    @_translated
+    def scope(self) -> set[str]:
+        """The members of the crawl's scope (``_scope.Scope.from_members`` reads them)."""
+        return set(self._redis.smembers(self.key("scope")))
 
     @_translated
     def parked_hosts(self) -> set[str]:

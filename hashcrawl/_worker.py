@@ -37,6 +37,8 @@ from ._models import Request, Response
 from ._queue import submit_urls
 from ._redisurl import RedisURL, check_crawl_name
 from ._ring import Ring
+from ._scope import Scope
+from ._scope import members as scope_members
 from ._robots import Robots, parse_retry_after, robots_for_status, robots_url
 from ._settings import Settings
 from ._sinks import Sink, sink_for
@@ -231,6 +233,7 @@ class _Session:
         self.confirmed_at = -math.inf
         self.joined_ms = 0
         self.robots: dict[str, Robots] = {}
+        self.scope = Scope()
         self.robots_busy: dict[str, trio.Event] = {}
         self.outcomes: list[Outcome] = []
         self.in_flight = 0
@@ -323,6 +326,9 @@ class _Session:
         now_ms, epoch = await self.persist_join(info)
         self._clock_sample(sent, now_ms)
         self.joined_ms = now_ms
+        own = scope_members(domains=self.s.allow_domains, span=self.s.span_hosts)
+        await self.persist(self.store.widen_scope, own)
+        await self.read_scope()
         epoch, members = await self.persist(self.store.members)
         self.ring = self.latest = Ring.of(epoch, members)
         # Applied, but not settled: until a heartbeat says every member has applied this
@@ -348,6 +354,10 @@ class _Session:
                 if self.now() > deadline:
                     raise
                 await trio.sleep(1.0)
+
+    async def read_scope(self) -> None:
+        """Learn the crawl's scope (at join, and when a commit finds that it has grown)."""
+        self.scope = Scope.from_members(await self.persist(self.store.scope))
 
     def _clock_sample(self, sent: float, server_ms: int) -> None:
         received = self.now()
@@ -870,6 +880,9 @@ class _Session:
                 return
             if result.status == "fenced":
                 raise Fenced(f"worker {self.id} lost its membership before committing")
+            if result.status == "rescope":
+                await self.read_scope()
+                continue
             epoch, members = await self.persist(self.store.members)
             if epoch != self.latest.epoch:
                 self.latest = Ring.of(epoch, members)
@@ -882,7 +895,7 @@ class _Session:
         self.items_pending -= len(items)
 
     def batch_of(self, outcomes: list[Outcome], ring: Ring) -> Batch:
-        batch = Batch(worker=self.id, epoch=ring.epoch, src=self.stream)
+        batch = Batch(worker=self.id, epoch=ring.epoch, src=self.stream, scope=self.scope.version)
         for o in outcomes:
             o.add_to(batch, self, ring)
         return batch
@@ -891,13 +904,16 @@ class _Session:
         owner = ring.owner_of(host)
         return self.store.stream_of(owner) if owner else self.store.inbox
 
+    def in_scope(self, entry: Entry) -> bool:
+        return self.scope.allows(host_key(entry.canonical))
+
     def is_cached(self, fp: tuple[int, int]) -> bool:
         return fp in self.seen_cache
 
     def remember(self, outcomes: list[Outcome]) -> None:
         for o in outcomes:
             for entry in o.follows:
-                if not entry.dont_filter:
+                if not entry.dont_filter and self.in_scope(entry):
                     self.seen_cache[fingerprint(entry.canonical)] = None
         while len(self.seen_cache) > SEEN_CACHE:
             del self.seen_cache[next(iter(self.seen_cache))]

@@ -512,7 +512,7 @@ def _page_requests(server: SiteServer, start: int = 0) -> list[str]:
 
 
 def _crawl(site: Site, output: Path, state: Path, *, workers: int = 2, idle: float = 1) -> Result:
-    flags = ["--workers", str(workers), "--delay", "0.02", "--idle", str(idle)]
+    flags = ["--workers", str(workers), "--delay", "0.02", "--idle", str(idle), "--span-hosts"]
     return hashcrawl("crawl", site.root, "-o", str(output), *flags, "--state-dir", str(state))
 
 
