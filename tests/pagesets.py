@@ -14,6 +14,7 @@ from __future__ import annotations
 import collections
 import functools
 import http.server
+import mimetypes
 import re
 import threading
 from collections.abc import Iterable, Mapping
@@ -139,6 +140,11 @@ def sent_form(base: str, href: str) -> str | None:
     return quote(url, safe=_SAFE + "#")
 
 
+def _is_html(file: Path) -> bool:
+    """Whether the server sends `file` as HTML or XHTML (by its name, as http.server does)."""
+    return mimetypes.guess_type(file.name)[0] in ("text/html", "application/xhtml+xml")
+
+
 def _file_of(root: Path, target: str) -> Path | None:
     path = root / unquote(urlsplit(target).path).lstrip("/")
     if path.is_dir():
@@ -150,7 +156,7 @@ def written_links(root: Path, base: str) -> dict[str, set[str]]:
     """Every URL (as a request target on `base`) that some served HTML file writes, with the
     kinds of reference that write it. Links to other hosts are left out."""
     written: dict[str, set[str]] = collections.defaultdict(set)
-    for file in sorted(root.rglob("*.htm*")):
+    for file in sorted(f for f in root.rglob("*") if _is_html(f)):
         page = base + "/" + quote(str(file.relative_to(root)))
         for kind, url in _refs_of(file, page):
             if url.startswith(base + "/"):
@@ -186,7 +192,7 @@ def expected_pages(root: Path, base: str, start: str = "/") -> set[str]:
     while queue:
         target = queue.popleft()
         file = _file_of(root, target)
-        if file is None or file.suffix not in (".html", ".htm"):
+        if file is None or not _is_html(file):
             continue
         for kind, url in _refs_of(file, base + target):
             link = url.removeprefix(base)
