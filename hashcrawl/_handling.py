@@ -19,11 +19,11 @@ from ._entry import Entry
 from ._exceptions import ConfigError
 from ._faults import FAULTS
 from ._frontier import Held
+from ._links import request_url
 from ._models import Request, Response
 from ._robots import parse_retry_after
 from ._sinks import as_dict
 from ._store import Batch
-from ._links import request_url
 from ._urls import fingerprint, host_key
 
 if TYPE_CHECKING:

@@ -37,8 +37,8 @@ def parse_html(body: bytes, url: str, *, encoding: str | None = None) -> Page:
 
     Links are resolved against the first ``<base href>`` (itself resolved against
     ``url``) or else ``url``, made fit to send (``_links.request_url``), and kept in
-    first-seen order without duplicates; fragment-only, non-http(s) and invalid links are dropped. Never raises:
-    an empty or unparsable body gives ``Page(None, ())``.
+    first-seen order without duplicates; fragment-only, non-http(s) and invalid links
+    are dropped. Never raises: an empty or unparsable body gives ``Page(None, ())``.
 
     Args:
         body: the response body, undecoded.

@@ -22,8 +22,10 @@ from hashcrawl._urls import canonicalize
 _DEFAULT_PORTS = {"http": 80, "https": 443}
 _FOLLOWED_RELS = frozenset({"next", "prev", "previous", "alternate"})
 # content="5; url=/next.html", with the url= part optional and the URL maybe quoted.
-_REFRESH = re.compile(r"""^\s*[\d.]*\s*[;,]?\s*(?:url\s*=\s*)?(?P<q>['"]?)(?P<url>.*?)(?P=q)\s*$""",
-                      re.IGNORECASE | re.DOTALL)
+_REFRESH = re.compile(
+    r"""^\s*[\d.]*\s*[;,]?\s*(?:url\s*=\s*)?(?P<q>['"]?)(?P<url>.*?)(?P=q)\s*$""",
+    re.IGNORECASE | re.DOTALL,
+)
 # One link-value of a Link header: <uri-reference>; params (RFC 8288).
 _LINK_VALUE = re.compile(r"<([^>]*)>((?:\s*;\s*[^,;]*(?:\"[^\"]*\")?)*)")
 _REL_PARAM = re.compile(r""";\s*rel\s*=\s*(?:"([^"]*)"|([^\s;,]*))""", re.IGNORECASE)
@@ -104,12 +106,14 @@ def header_links(value: str | None, base: str) -> list[str]:
 
 def _target(element: lxml_html.HtmlElement) -> str | None:
     tag = element.tag
+    href: str | None = element.get("href")
     if tag in ("a", "area"):
-        return element.get("href")
+        return href
     if tag in ("frame", "iframe"):
-        return element.get("src")
+        src: str | None = element.get("src")
+        return src
     if tag == "link":
-        return element.get("href") if _rels(element.get("rel")) & _FOLLOWED_RELS else None
+        return href if _rels(element.get("rel")) & _FOLLOWED_RELS else None
     if (element.get("http-equiv") or "").strip().lower() == "refresh":
         return _refresh_target(element.get("content") or "")
     return None

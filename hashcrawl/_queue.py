@@ -9,11 +9,11 @@ from typing import Any
 import attrs
 
 from ._entry import Entry
+from ._links import sendable
 from ._redisurl import RedisURL, check_crawl_name
 from ._ring import Ring
 from ._scope import members as scope_members
 from ._store import Batch, Store
-from ._links import sendable
 from ._urls import canonicalize, fingerprint, host_key
 
 BATCH = 1000

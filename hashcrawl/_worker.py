@@ -37,9 +37,9 @@ from ._models import Request, Response
 from ._queue import submit_urls
 from ._redisurl import RedisURL, check_crawl_name
 from ._ring import Ring
+from ._robots import Robots, parse_retry_after, robots_for_status, robots_url
 from ._scope import Scope
 from ._scope import members as scope_members
-from ._robots import Robots, parse_retry_after, robots_for_status, robots_url
 from ._settings import Settings
 from ._sinks import Sink, sink_for
 from ._spider import Spider

@@ -117,7 +117,10 @@ def test_links_are_what_the_page_wrote_made_fit_to_send() -> None:
 @pytest.mark.parametrize(
     ("href", "sent"),
     [
-        ("index.html?java/lang/String.html", "http://example.com/dir/index.html?java/lang/String.html"),
+        (
+            "index.html?java/lang/String.html",
+            "http://example.com/dir/index.html?java/lang/String.html",
+        ),
         ("a b/é.html?q=ü v", "http://example.com/dir/a%20b/%C3%A9.html?q=%C3%BC%20v"),
         ("/x?flag&b=%2F&a", "http://example.com/x?flag&b=%2F&a"),
         ("/%7euser/", "http://example.com/%7euser/"),
