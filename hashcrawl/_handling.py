@@ -14,6 +14,7 @@ from collections.abc import Callable, Iterable
 from typing import TYPE_CHECKING, Any
 
 import attrs
+import trio
 
 from ._entry import Entry
 from ._exceptions import ConfigError
@@ -23,6 +24,7 @@ from ._links import request_url
 from ._models import Request, Response
 from ._robots import parse_retry_after
 from ._sinks import as_dict
+from ._sitemaps import sitemap_entries
 from ._store import Batch
 from ._urls import fingerprint, host_key
 
@@ -135,6 +137,14 @@ class Handler:
                 held.host, session.now() + (wait if wait is not None else 60.0)
             )
             return Outcome.retry(held, f"HTTP {response.status}")
+        if held.entry.sitemap:  # hashcrawl's own request: no item, no parse callback
+            # Up to 50,000 URLs to read and escape: a thread's work, not the event loop's.
+            found = await trio.to_thread.run_sync(
+                sitemap_entries, held.entry, response.body, response.url
+            )
+            follows = found if 200 <= response.status < 300 else []
+            follows += self._redirect(held, response)
+            return Outcome.done(held, [], self._allowed(follows, session, held))
         items, follows = await self._produce(held, response, session)
         follows += self._redirect(held, response)
         return Outcome.done(held, items, self._allowed(follows, session, held))

@@ -162,6 +162,12 @@ class Settings:
         "follow links to every host, not only the submitted URLs' hosts (fleet-wide)",
         parse=None,
     )
+    sitemaps: bool = _setting(
+        False,
+        "also crawl the URLs of each host's sitemaps (robots.txt Sitemap: lines and "
+        "/sitemap.xml, indexes and gzip included)",
+        parse=None,
+    )
     max_depth: int | None = _setting(
         None,
         "do not follow links more than this many hops from a submitted URL",

@@ -42,6 +42,7 @@ from ._scope import Scope
 from ._scope import members as scope_members
 from ._settings import Settings
 from ._sinks import Sink, sink_for
+from ._sitemaps import first_sitemaps
 from ._spider import Spider
 from ._store import Batch, Beat, Store
 from ._urls import fingerprint, host_key
@@ -234,6 +235,7 @@ class _Session:
         self.joined_ms = 0
         self.robots: dict[str, Robots] = {}
         self.scope = Scope()
+        self.sitemapped: set[str] = set()  # hosts whose sitemaps this session queued
         self.robots_busy: dict[str, trio.Event] = {}
         self.outcomes: list[Outcome] = []
         self.in_flight = 0
@@ -691,6 +693,8 @@ class _Session:
                 noted, eids = self.suspects_noted, sorted(self.suspects)
                 await self.persist(self.store.note_in_flight, self.id, noted, eids)
             outcome = await self.fetch_and_handle(held)
+            if outcome is not None and outcome.kind == "done":
+                outcome.follows.extend(self.sitemaps_of(held))
         finally:
             self.in_flight -= 1
             self.suspects.discard(held.eid)
@@ -704,6 +708,14 @@ class _Session:
             if self.saturated():
                 self.commit_soon.set()
         self.check_limits()
+
+    def sitemaps_of(self, held: Held) -> list[Entry]:
+        """With --sitemaps, the sitemaps of a host this session has not queued yet."""
+        if not self.s.sitemaps or held.host in self.sitemapped or held.entry.sitemap:
+            return []
+        self.sitemapped.add(held.host)
+        robots = self.robots.get(held.host)
+        return first_sitemaps(held.entry, robots.sitemaps if robots is not None else ())
 
     def check_limits(self) -> None:
         """Stop this worker (not the crawl) once a --max-* limit is reached."""
@@ -966,6 +978,7 @@ class _Session:
         for name in lost:
             self.frontier.drop(name)
             self.robots.pop(name, None)
+            self.sitemapped.discard(name)
         await self.find_parked()
         self.applied = ring.epoch
         self.pace_hosts(())
