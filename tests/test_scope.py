@@ -4,6 +4,8 @@ opened by --span-hosts, shared by the whole fleet through Redis (hashcrawl._scop
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
+import subprocess
+import sys
 from pathlib import Path
 from typing import Any
 
@@ -57,6 +59,19 @@ def test_a_commit_filtered_by_an_outgrown_scope_is_refused(redis_url: str, crawl
         stale = store.commit(Batch(worker="w1", epoch=epoch, scope=0))
         assert (stale.status, stale.scope) == ("rescope", 1)
         assert store.commit(Batch(worker="w1", epoch=epoch, scope=1)).status == "ok"
+    finally:
+        store.close()
+
+
+def test_submit_takes_the_scope_flags_and_stores_them(redis_url: str, crawl_name: str) -> None:
+    """`hashcrawl submit --allow-domain D --span-hosts URL` widens the stored scope."""
+    command = [sys.executable, "-m", "hashcrawl", "submit", "--redis", redis_url]
+    command += ["--crawl", crawl_name, "--allow-domain", "Example.ORG", "--span-hosts"]
+    done = subprocess.run([*command, "http://a.example:8080/x"], capture_output=True, check=False)
+    assert done.returncode == 0, done.stderr
+    store = Store(RedisURL.parse(redis_url), crawl_name)
+    try:
+        assert store.scope() == {"host:a.example:8080", "domain:example.org", "span"}
     finally:
         store.close()
 
