@@ -3,9 +3,9 @@ opened by --span-hosts, shared by the whole fleet through Redis (hashcrawl._scop
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
 import subprocess
 import sys
+from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
