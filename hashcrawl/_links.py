@@ -26,6 +26,8 @@ _REFRESH = re.compile(
     r"""^\s*[\d.]*\s*[;,]?\s*(?:url\s*=\s*)?(?P<q>['"]?)(?P<url>.*?)(?P=q)\s*$""",
     re.IGNORECASE | re.DOTALL,
 )
+# Only characters RFC 3986 lets stand in a URL (safe_url_string would change none of them).
+_NOTHING_TO_ESCAPE = re.compile(r"[A-Za-z0-9\-._~:/?#\[\]@!$&'()*+,;=%]*", re.ASCII)
 # One link-value of a Link header: <uri-reference>; params (RFC 8288).
 _LINK_VALUE = re.compile(r"<([^>]*)>((?:\s*;\s*[^,;]*(?:\"[^\"]*\")?)*)")
 _REL_PARAM = re.compile(r""";\s*rel\s*=\s*(?:"([^"]*)"|([^\s;,]*))""", re.IGNORECASE)
@@ -58,7 +60,9 @@ def sendable(url: str) -> str:
     Raises:
         ValueError: the URL cannot be parsed (a bad port or IPv6 address, say).
     """
-    parts = urlsplit(safe_url_string(url.strip()))
+    url = url.strip()
+    # Most links need no escaping: w3lib's full pass is for those that do.
+    parts = urlsplit(url if _NOTHING_TO_ESCAPE.fullmatch(url) else safe_url_string(url))
     scheme = parts.scheme.lower()
     netloc = parts.netloc.rpartition("@")
     host_port = netloc[2].lower()
@@ -71,7 +75,7 @@ def sendable(url: str) -> str:
 
 def _resolved_path(path: str) -> str:
     """``path`` with its "." and ".." segments resolved (RFC 3986 5.2.4), "/" if empty."""
-    if "." not in path:
+    if "/." not in path:  # a dot segment starts after a slash
         return path or "/"
     # urljoin resolves dot segments of a relative reference, not of an absolute URL.
     return urlsplit(urljoin("http://h/", path)).path or "/"
