@@ -45,12 +45,17 @@ class Outcome:
     held: Held | None = None
     items: list[Any] = attrs.Factory(list)
     follows: list[Entry] = attrs.Factory(list)
+    widen: list[str] = attrs.Factory(list)  # hosts to add to the crawl's scope
     error: str = ""
     payload: str = ""
 
     @classmethod
-    def done(cls, held: Held, items: list[Any], follows: list[Entry]) -> Outcome:
-        return cls(kind="done", eid=held.eid, held=held, items=items, follows=follows)
+    def done(
+        cls, held: Held, items: list[Any], follows: list[Entry], widen: list[str] | None = None
+    ) -> Outcome:
+        return cls(
+            kind="done", eid=held.eid, held=held, items=items, follows=follows, widen=widen or []
+        )
 
     @classmethod
     def retry(cls, held: Held, error: str) -> Outcome:
@@ -146,8 +151,12 @@ class Handler:
             follows += self._redirect(held, response)
             return Outcome.done(held, [], self._allowed(follows, session, held))
         items, follows = await self._produce(held, response, session)
-        follows += self._redirect(held, response)
-        return Outcome.done(held, items, self._allowed(follows, session, held))
+        redirect = self._redirect(held, response)
+        # A submitted URL that redirects (http to https, a bare domain to www.) brings
+        # its target's host into the scope, as wget takes the start URL's redirect.
+        widen = [host_key(e.canonical) for e in redirect if held.entry.depth == 0]
+        follows += redirect
+        return Outcome.done(held, items, self._allowed(follows, session, held), widen)
 
     async def _produce(
         self, held: Held, response: Response, session: _Session

@@ -38,6 +38,10 @@ class Scope:
         domains = tuple(sorted(m.removeprefix(_DOMAIN) for m in stored if m.startswith(_DOMAIN)))
         return cls(hosts=hosts, domains=domains, span=SPAN in stored, version=len(stored))
 
+    def widened(self, hosts: Iterable[str]) -> Scope:
+        """This scope with ``hosts`` in it too, at the same version (not yet stored)."""
+        return attrs.evolve(self, hosts=self.hosts | frozenset(hosts))
+
     def allows(self, host: str) -> bool:
         """Whether a link to ``host`` (a host key, as ``_urls.host_key`` gives) is followed."""
         if self.span or host in self.hosts:

@@ -25,7 +25,7 @@ key                type    written by
 ``parked``         SET     commit, unpark: hosts that have an overflow set
 ``dead``           HASH    commit: url -> last error, for pages out of attempts
 ``stats``          HASH    commit, heartbeat: fleet counters
-``scope``          SET     submit, join: the hosts links may lead to (``_scope``); only
+``scope``          SET     submit, join, commit: the hosts links may lead to; only
                            grows, so its size is its version, checked by commit
 =================  ======  =============================================================
 
@@ -126,7 +126,8 @@ class Committed:
     @classmethod
     def from_reply(cls, reply: Sequence[Any]) -> Committed:
         if reply[0] == "ok":
-            return cls(status="ok", added=int(reply[1]), acked=int(reply[2]), moved=int(reply[3]))
+            added, acked, moved, scope = (int(x) for x in reply[1:5])
+            return cls(status="ok", added=added, acked=acked, moved=moved, scope=scope)
         if reply[0] == "stale":
             return cls(status="stale", epoch=int(reply[1]))
         if reply[0] == "rescope":
@@ -158,6 +159,7 @@ class Batch:
     stats: dict[str, int] = attrs.Factory(dict)
     applied: int | None = None
     scope: int | None = None
+    widen: list[str] = attrs.Factory(list)
 
     def to_json(self) -> str:
         doc: dict[str, Any] = {"w": self.worker, "e": self.epoch, "src": self.src}
@@ -170,6 +172,8 @@ class Batch:
             doc["applied"] = self.applied
         if self.scope is not None:
             doc["sv"] = self.scope
+        if self.widen:
+            doc["widen"] = self.widen
         return json.dumps(doc, separators=(",", ":"), ensure_ascii=False)
 
     def __len__(self) -> int:

@@ -882,6 +882,7 @@ class _Session:
             batch = self.batch_of(outcomes, self.latest)
             result = await self.persist(self.store.commit, batch)
             if result.status == "ok":
+                self.scope = attrs.evolve(self.scope, version=result.scope)
                 if items and not write_first:
                     await trio.to_thread.run_sync(self._write_items, items)
                 del self.outcomes[: len(outcomes)]
@@ -907,7 +908,11 @@ class _Session:
         self.items_pending -= len(items)
 
     def batch_of(self, outcomes: list[Outcome], ring: Ring) -> Batch:
+        hosts = {h for o in outcomes for h in o.widen}
+        # Filtered by the widened scope; the commit stores the hosts, or is refused.
+        self.scope = self.scope.widened(hosts)
         batch = Batch(worker=self.id, epoch=ring.epoch, src=self.stream, scope=self.scope.version)
+        batch.widen = sorted(scope_members(hosts=hosts))
         for o in outcomes:
             o.add_to(batch, self, ring)
         return batch

@@ -23,12 +23,14 @@ from tests.fleet import (
     Crew,
     Scenarios,
     await_until,
+    crawl_in_process,
     fast_settings,
     host,
     href,
     make_site,
     new_crawl_name,
     page,
+    redirect,
 )
 from tests.testsite import Site, SiteServer
 
@@ -59,6 +61,21 @@ def test_a_commit_filtered_by_an_outgrown_scope_is_refused(redis_url: str, crawl
         stale = store.commit(Batch(worker="w1", epoch=epoch, scope=0))
         assert (stale.status, stale.scope) == ("rescope", 1)
         assert store.commit(Batch(worker="w1", epoch=epoch, scope=1)).status == "ok"
+    finally:
+        store.close()
+
+
+def test_a_commit_can_widen_the_scope_and_reports_its_new_size(
+    redis_url: str, crawl_name: str
+) -> None:
+    """A batch's widen members are stored atomically with it; the reply gives the new size."""
+    store = Store(RedisURL.parse(redis_url), crawl_name)
+    try:
+        store.join("w1", {})
+        epoch = store.members()[0]
+        batch = Batch(worker="w1", epoch=epoch, scope=0, widen=sorted(members(hosts={"b.x"})))
+        assert store.commit(batch).scope == 1
+        assert store.scope() == {"host:b.x"}
     finally:
         store.close()
 
@@ -110,6 +127,25 @@ async def crawl_three_hosts(
         return Crawled(server.site, server.requests(), crew)
 
 
+def redirecting_seed() -> Site:
+    """Host 0's root redirects to host 1's root, which links host 1's /own and host 2's /x."""
+    resources = {
+        (host(0), "/"): redirect(301, href(host(1), "/")),
+        (host(1), "/"): page("root 1", href(host(1), "/own"), href(host(2), "/x")),
+        (host(1), "/own"): page("own 1"),
+        (host(2), "/x"): page("x 2"),
+    }
+    return make_site(resources)
+
+
+async def crawl_redirecting_seed(redis_url: str, directory: Path) -> Crawled:
+    crew = Crew(redis_url, new_crawl_name(), directory)
+    with SiteServer(redirecting_seed()) as server:
+        settings = fast_settings(span_hosts=False)
+        await crawl_in_process(crew, [settings, settings], [server.site.root])
+        return Crawled(server.site, server.requests(), crew)
+
+
 def submit_with(crew: Crew, urls: list[str], options: Mapping[str, Any]) -> None:
     with Queue(crew.redis_url, crew.crawl) as queue:
         queue.submit(urls, **options)
@@ -131,6 +167,7 @@ def crawls(shared_redis: RedisServer, tmp_path_factory: pytest.TempPathFactory) 
                 url, directory, own, [[0]], allow_domains=(host(1),)
             ),
             "span-submit": lambda: crawl_three_hosts(url, directory, own, [[0]], span_hosts=True),
+            "redirecting-seed": lambda: crawl_redirecting_seed(url, directory),
         }
     ).run()
 
@@ -175,4 +212,15 @@ def test_span_hosts_on_submit_opens_the_crawl_to_every_host(crawls: Scenarios) -
     """`submit --span-hosts` lets links lead anywhere: every page of the three hosts."""
     assert requested(crawls["span-submit"]) == {
         (host(n), path) for n in range(3) for path in ("/", "/own", "/x")
+    }
+
+
+def test_a_submitted_url_that_redirects_brings_its_target_host_into_scope(
+    crawls: Scenarios,
+) -> None:
+    """As wget takes its start URL's redirect: host 1 is crawled, host 2 is still not."""
+    assert requested(crawls["redirecting-seed"]) == {
+        (host(0), "/"),
+        (host(1), "/"),
+        (host(1), "/own"),
     }

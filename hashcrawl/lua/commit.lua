@@ -28,8 +28,10 @@
 --   park: [[id, host, score, payload]]  an entry of src moved to its host's overflow set,
 --   pace: [host, state, ...], applied: epoch or absent, dead: [url, error, ...],
 --   stats: {field: increment},
---   sv: the size of the scope the batch's links were filtered by, or absent (no check)
--- Returns {'ok', added, acked, moved}, {'stale', epoch}, {'rescope', size} or {'fenced'}.
+--   sv: the size of the scope the batch's links were filtered by, or absent (no check),
+--   widen: [scope members] added to the scope (hosts a submitted URL redirected to)
+-- Returns {'ok', added, acked, moved, scope size}, {'stale', epoch}, {'rescope', size} or
+--   {'fenced'}.
 local P = ARGV[1]
 local b = cjson.decode(ARGV[2])
 
@@ -46,6 +48,9 @@ if b.sv then
   if size ~= tonumber(b.sv) then
     return {'rescope', size}
   end
+end
+if b.widen then
+  redis.call('SADD', P .. 'scope', unpack(b.widen))
 end
 
 -- The seen filter: a scalable Bloom filter. Layer i holds c0 * 2^i entries at a false
@@ -205,4 +210,4 @@ for f, v in pairs(stats) do
 end
 -- Counters are kept as a few HINCRBYs; one field each is what Redis offers.
 for j = 1, #flat, 2 do redis.call('HINCRBY', P .. 'stats', flat[j], flat[j + 1]) end
-return {'ok', added, acked, moved}
+return {'ok', added, acked, moved, redis.call('SCARD', P .. 'scope')}
