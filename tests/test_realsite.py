@@ -12,6 +12,7 @@ from pathlib import Path
 import pytest
 import trio
 
+from hashcrawl._server import RedisServer
 from tests.fleet import Crew, crawl_in_process, fast_settings, host, new_crawl_name, read_items
 from tests.pagesets import FileServer, Logged, compare, expected_pages, written_links
 
@@ -58,12 +59,12 @@ def write_site(root: Path) -> Path:
 
 @pytest.fixture(scope="module")
 def crawled(
-    shared_redis: object, tmp_path_factory: pytest.TempPathFactory
+    shared_redis: RedisServer, tmp_path_factory: pytest.TempPathFactory
 ) -> tuple[FileServer, list[Logged], Crew]:
     """The site crawled once by two in-process workers that stay on its host."""
     root = write_site(tmp_path_factory.mktemp("docsite"))
-    crew = Crew(shared_redis.url, new_crawl_name(), tmp_path_factory.mktemp("items"))  # type: ignore[attr-defined]
-    settings = fast_settings(span_hosts=False)
+    crew = Crew(shared_redis.url, new_crawl_name(), tmp_path_factory.mktemp("items"))
+    settings = fast_settings(span_hosts=False)  # worker settings: loopback, default scope
     with FileServer(root, host(0)) as server:
         trio.run(crawl_in_process, crew, [settings, settings], [server.base + "/"])
         return server, server.requests(), crew
