@@ -23,7 +23,7 @@ import trio
 from ._exceptions import ConfigError, HashcrawlError, QueueError
 from ._queue import Queue
 from ._redisurl import RedisURL, check_crawl_name
-from ._settings import Settings, add_flags
+from ._settings import SCOPE, Settings, add_flags
 from ._sinks import sink_for
 from ._spider import load_spider
 from ._statedir import add_state_dir, opened_queue
@@ -71,6 +71,7 @@ def build_parser() -> argparse.ArgumentParser:
     _common(submit)
     submit.add_argument("--priority", type=int, default=0)
     submit.add_argument("--dont-filter", action="store_true", help="submit even URLs seen before")
+    add_flags(submit, only=SCOPE)
     submit.add_argument("urls", nargs="+", metavar="URL")
     status = sub.add_parser("status", help="show the fleet and the crawl's progress")
     _common(status, state_dir=True)
@@ -182,9 +183,7 @@ def cmd_submit(args: argparse.Namespace) -> int:
     with Queue(args.redis, args.crawl) as queue:
         if args.urls == ["-"]:
             bad = _BadLines()
-            added = queue.submit(
-                bad.filter(sys.stdin), priority=args.priority, dont_filter=args.dont_filter
-            )
+            added = queue.submit(bad.filter(sys.stdin), **_submit_options(args))
             print(
                 f"submitted {added} new URLs"
                 + (f"; {bad.count} bad lines skipped" if bad.count else "")
@@ -194,9 +193,18 @@ def cmd_submit(args: argparse.Namespace) -> int:
 
         for url in args.urls:
             canonicalize(url)  # every URL is checked before any goes in
-        added = queue.submit(args.urls, priority=args.priority, dont_filter=args.dont_filter)
+        added = queue.submit(args.urls, **_submit_options(args))
         print(f"submitted {added} new URLs")
     return 0
+
+
+def _submit_options(args: argparse.Namespace) -> dict[str, Any]:
+    return {
+        "priority": args.priority,
+        "dont_filter": args.dont_filter,
+        "allow_domains": tuple(args.allow_domains or ()),
+        "span_hosts": args.span_hosts,
+    }
 
 
 class _BadLines:
@@ -275,7 +283,7 @@ def cmd_crawl(args: argparse.Namespace) -> int:
     from ._urls import canonicalize
 
     check_crawl_name(args.crawl)
-    settings_from(args)  # check the flags before starting anything
+    settings = settings_from(args)  # check the flags before starting anything
     if args.workers < 1:
         raise ConfigError(f"--workers must be at least 1, got {args.workers}")
     for url in args.urls:
@@ -285,7 +293,9 @@ def cmd_crawl(args: argparse.Namespace) -> int:
     with RedisServer(directory=state, unix_socket=True, appendonly=True) as server:
         redis_url = server.url
         with Queue(redis_url, args.crawl) as queue:
-            added = queue.submit(args.urls)
+            added = queue.submit(
+                args.urls, allow_domains=settings.allow_domains, span_hosts=settings.span_hosts
+            )
         log.info("submitted %d new URLs; starting %d workers", added, args.workers)
         from ._progress import shown
 

@@ -8,6 +8,7 @@ from typing import Any
 import attrs
 
 from ._exceptions import HashcrawlError
+from ._urls import canonicalize
 
 
 class BadEntry(HashcrawlError, ValueError):
@@ -18,7 +19,10 @@ class BadEntry(HashcrawlError, ValueError):
 class Entry:
     """One request waiting in, or held from, a stream.
 
-    ``url`` is canonical; ``meta`` is JSON; ``callback`` names a spider method.
+    ``url`` is the URL to request, as the page wrote it (made fit to send);
+    :attr:`canonical` is its canonical form, which dedupe and routing use.
+    ``meta`` is JSON; ``callback`` names a spider method. ``sitemap`` is 0 for a page,
+    or how deep in sitemap indexes a sitemap is (1: named by robots.txt or /sitemap.xml).
     ``suspect`` marks an entry that a worker died holding: its owner records it as in
     flight before fetching it, so a page that kills workers is counted and parked dead.
     """
@@ -31,6 +35,16 @@ class Entry:
     callback: str | None = None
     dont_filter: bool = False
     suspect: bool = False
+    sitemap: int = 0
+
+    @property
+    def canonical(self) -> str:
+        """The canonical form of ``url`` (cached by ``canonicalize``).
+
+        Raises:
+            InvalidURL: ``url`` is not a crawlable http(s) URL.
+        """
+        return canonicalize(self.url)
 
     def encode(self) -> str:
         """The entry as the JSON text stored in the stream's ``r`` field."""
@@ -43,6 +57,7 @@ class Entry:
             ("c", self.callback, None),
             ("f", int(self.dont_filter), 0),
             ("s", int(self.suspect), 0),
+            ("x", self.sitemap, 0),
         ):
             if value != default:
                 doc[key] = value
@@ -65,7 +80,7 @@ class Entry:
 
     @classmethod
     def _from_doc(cls, doc: dict[str, Any], text: str | None) -> Entry:
-        ints = [doc.get(key, 0) for key in ("d", "p", "a")]
+        ints = [doc.get(key, 0) for key in ("d", "p", "a", "x")]
         callback = doc.get("c")
         if not all(type(i) is int for i in ints) or not isinstance(callback, str | None):
             raise BadEntry(f"entry has a field of the wrong type: {_clip(text)}")
@@ -78,6 +93,7 @@ class Entry:
             callback=callback,
             dont_filter=bool(doc.get("f", 0)),
             suspect=bool(doc.get("s", 0)),
+            sitemap=ints[3],
         )
 
 

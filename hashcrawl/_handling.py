@@ -16,16 +16,19 @@ from collections.abc import AsyncGenerator, Callable, Iterable
 from typing import TYPE_CHECKING, Any
 
 import attrs
+import trio
 
 from ._entry import Entry
-from ._exceptions import ConfigError, InvalidURL
+from ._exceptions import ConfigError
 from ._faults import FAULTS
 from ._frontier import Held
+from ._links import request_url
 from ._models import Request, Response
 from ._robots import parse_retry_after
 from ._sinks import as_dict
+from ._sitemaps import sitemap_entries
 from ._store import Batch
-from ._urls import canonicalize, domain_allowed, fingerprint, host_key, join_url
+from ._urls import fingerprint, host_key
 
 if TYPE_CHECKING:
     from ._ring import Ring
@@ -46,12 +49,17 @@ class Outcome:
     held: Held | None = None
     items: list[Any] = attrs.Factory(list)
     follows: list[Entry] = attrs.Factory(list)
+    widen: list[str] = attrs.Factory(list)  # hosts to add to the crawl's scope
     error: str = ""
     payload: str = ""
 
     @classmethod
-    def done(cls, held: Held, items: list[Any], follows: list[Entry]) -> Outcome:
-        return cls(kind="done", eid=held.eid, held=held, items=items, follows=follows)
+    def done(
+        cls, held: Held, items: list[Any], follows: list[Entry], widen: list[str] | None = None
+    ) -> Outcome:
+        return cls(
+            kind="done", eid=held.eid, held=held, items=items, follows=follows, widen=widen or []
+        )
 
     @classmethod
     def retry(
@@ -106,13 +114,17 @@ class Outcome:
 
     @staticmethod
     def _add_follow(batch: Batch, session: _Session, ring: Ring, entry: Entry) -> list[str]:
-        """Add a follow that passes the seen filter; return one that skips it."""
+        """Add a follow that passes the scope and the seen filter; return one that skips
+        the filter. The scope is applied here, as the batch is made, because the commit
+        checks that it is still the fleet's (see ``_scope``)."""
+        if not session.in_scope(entry):
+            return []
         if entry.dont_filter:
-            return [session.target_of(ring, host_key(entry.url)), entry.encode()]
-        h1, h2 = fingerprint(entry.url)
+            return [session.target_of(ring, host_key(entry.canonical)), entry.encode()]
+        h1, h2 = fingerprint(entry.canonical)
         skip_filter = "skip_seen_filter" in FAULTS  # a deliberate bug to catch: duplicates
         if skip_filter or not session.is_cached((h1, h2)):
-            target = session.target_of(ring, host_key(entry.url))
+            target = session.target_of(ring, host_key(entry.canonical))
             batch.add.append([target, entry.encode(), h1, h2, 0 if skip_filter else 1])
         return []
 
@@ -139,8 +151,16 @@ class Handler:
                 held.host, session.now() + (wait if wait is not None else 60.0)
             )
             return Outcome.retry(held, f"HTTP {response.status}")
+        if held.entry.sitemap:  # hashcrawl's own request: no item, no parse callback
+            # Up to 50,000 URLs to read and escape: a thread's work, not the event loop's.
+            found = await trio.to_thread.run_sync(
+                sitemap_entries, held.entry, response.body, response.url
+            )
+            follows = found if 200 <= response.status < 300 else []
+            follows += self._redirect(held, response)
+            return Outcome.done(held, [], self._allowed(follows, session, held))
         items: list[Any] = []
-        follows: list[Entry] = []
+        follows = []
         try:
             await self._produce(held, response, session, items, follows)
         except Exception as exc:  # a callback's bug fails its page, not the worker
@@ -150,10 +170,14 @@ class Handler:
                 return Outcome.retry(held, error)  # the retry produces them again
             # The page goes to the dead letters: what came before the exception is kept.
             return Outcome.retry(held, error, items, self._allowed(follows, session, held))
-        follows += self._redirect(held, response)
+        redirect = self._redirect(held, response)
+        # A submitted URL that redirects (http to https, a bare domain to www.) brings
+        # its target's host into the scope, as wget takes the start URL's redirect.
+        widen = [host_key(e.canonical) for e in redirect if held.entry.depth == 0]
+        follows += redirect
         kept = self._allowed(follows, session, held)
         session.w.tally.links(len(follows), len(kept))
-        return Outcome.done(held, items, kept)
+        return Outcome.done(held, items, kept, widen)
 
     async def _produce(
         self,
@@ -212,7 +236,7 @@ class Handler:
         location = response.headers.get("location")
         if not (300 <= response.status < 400 and location):
             return []
-        target = join_url(response.url, location)
+        target = request_url(response.url, location)
         return [] if target is None else [attrs.evolve(held.entry, url=target, attempts=0)]
 
     @staticmethod
@@ -224,10 +248,8 @@ class Handler:
         robots = session.robots.get(held.host) if s.obey_robots else None
         kept = []
         for e in follows:
-            host = host_key(e.url)
+            host = host_key(e.canonical)
             if s.max_depth is not None and e.depth > s.max_depth:
-                continue
-            if not domain_allowed(host, s.allow_domains):
                 continue
             if robots is not None and host == held.host and not robots.allowed(e.url):
                 continue
@@ -263,7 +285,10 @@ def page_item(held: Held, response: Response, worker: str) -> dict[str, Any]:
         "url": held.entry.url,
         "final_url": response.url,
         "status": response.status,
+        "content_type": response.headers.get("content-type"),
+        "length": len(response.body),
         "title": response.title(),
+        "canonical": response.canonical(),
         "depth": held.entry.depth,
         "fetched_at": datetime.datetime.now(datetime.UTC).isoformat(timespec="milliseconds"),
         "worker": worker,
@@ -291,9 +316,8 @@ async def _each(produced: Any) -> AsyncGenerator[Any, None]:
 
 def _as_entry(thing: Request | str, response: Response, depth: int) -> Entry | None:
     request = thing if isinstance(thing, Request) else Request(thing)
-    try:
-        url = canonicalize(join_url(response.url, request.url) or request.url)
-    except InvalidURL:
+    url = request_url(response.url, request.url)
+    if url is None:
         return None
     return Entry(
         url=url,

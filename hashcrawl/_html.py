@@ -1,4 +1,4 @@
-"""What a crawler needs from an HTML page: its title and the links to follow.
+"""What a crawler needs from an HTML page: its title, the links to follow, its canonical URL.
 
 Parsing is lxml's HTML parser, which repairs broken markup the way libxml2 does rather
 than refusing it; decoding is w3lib's, which follows the browsers' order (byte-order
@@ -14,7 +14,7 @@ import lxml.html
 from lxml import etree
 from w3lib.encoding import html_to_unicode
 
-from hashcrawl._urls import join_url
+from hashcrawl._links import canonical_link, html_links, request_url
 
 _HTML_TYPES = frozenset({"text/html", "application/xhtml+xml"})
 # Text is re-encoded to UTF-8 before lxml sees it: lxml refuses str input that carries
@@ -24,19 +24,21 @@ _PARSER = lxml.html.HTMLParser(encoding="utf-8")
 
 @attrs.frozen
 class Page:
-    """The title (None if absent or blank) and the absolute, canonical, unique links."""
+    """The title (None if absent or blank), the unique links as URLs to request, and the
+    page's ``<link rel="canonical">`` (None if absent)."""
 
     title: str | None
     links: tuple[str, ...]
+    canonical: str | None = None
 
 
 def parse_html(body: bytes, url: str, *, encoding: str | None = None) -> Page:
-    """Extract the title and the ``<a href>``/``<area href>`` links of an HTML page.
+    """Extract the title, the links (see ``_links``) and the canonical link of a page.
 
     Links are resolved against the first ``<base href>`` (itself resolved against
-    ``url``) or else ``url``, canonicalized, and kept in first-seen order without
-    duplicates; fragment-only, non-http(s) and invalid links are dropped. Never raises:
-    an empty or unparsable body gives ``Page(None, ())``.
+    ``url``) or else ``url``, made fit to send (``_links.request_url``), and kept in
+    first-seen order without duplicates; fragment-only, non-http(s) and invalid links
+    are dropped. Never raises: an empty or unparsable body gives ``Page(None, ())``.
 
     Args:
         body: the response body, undecoded.
@@ -48,7 +50,7 @@ def parse_html(body: bytes, url: str, *, encoding: str | None = None) -> Page:
     if root is None:
         return Page(None, ())
     base = _base_url(root, url)
-    return Page(_title(root), _unique(_links(root, base)))
+    return Page(_title(root), _unique(html_links(root, base)), canonical_link(root, base))
 
 
 def is_html(content_type: str | None) -> bool:
@@ -82,16 +84,8 @@ def _base_url(root: lxml.html.HtmlElement, url: str) -> str:
     for element in root.iter("base"):
         href = element.get("href")
         if href is not None:
-            return join_url(url, href) or url
+            return request_url(url, href) or url
     return url
-
-
-def _links(root: lxml.html.HtmlElement, base: str) -> Iterator[str]:
-    for element in root.iter("a", "area"):
-        href = element.get("href")
-        link = join_url(base, href) if href is not None else None
-        if link is not None:
-            yield link
 
 
 def _unique(links: Iterator[str]) -> tuple[str, ...]:

@@ -71,9 +71,22 @@ class Response:
         return is_html(self.headers.get("content-type"))
 
     def links(self) -> list[str]:
-        """The page's absolute http(s) links (none unless the body is HTML)."""
+        """The URLs to request that the page links (none unless the body is HTML).
+
+        Those of its ``Link:`` headers (rel next, prev or alternate) come first.
+        """
+        from ._links import header_links
+
         page = self._page()
-        return list(page.links) if page is not None else []
+        if page is None:
+            return []
+        found = header_links(self.headers.get("link"), self.url)
+        return list(dict.fromkeys([*found, *page.links]))
+
+    def canonical(self) -> str | None:
+        """The page's ``<link rel="canonical">`` URL (None if absent or not HTML)."""
+        page = self._page()
+        return page.canonical if page is not None else None
 
     def title(self) -> str | None:
         """The page's <title>, whitespace collapsed (None unless the body is HTML)."""
@@ -85,7 +98,9 @@ class Response:
         if not self._parsed:
             from ._html import parse_html
 
-            self._parsed.append(parse_html(self.body, self.url) if self.is_html else None)
+            charset = _charset(self.headers.get("content-type"))
+            page = parse_html(self.body, self.url, encoding=charset) if self.is_html else None
+            self._parsed.append(page)
         return self._parsed[0]
 
 

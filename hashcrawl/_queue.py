@@ -9,8 +9,10 @@ from typing import Any
 import attrs
 
 from ._entry import Entry
+from ._links import sendable
 from ._redisurl import RedisURL, check_crawl_name
 from ._ring import Ring
+from ._scope import members as scope_members
 from ._store import Batch, Store
 from ._urls import canonicalize, fingerprint, host_key
 
@@ -29,17 +31,28 @@ class Queue:
         url = redis if isinstance(redis, RedisURL) else RedisURL.parse(redis)
         self._store = Store(url, check_crawl_name(crawl), timeout=timeout)
 
-    def submit(self, urls: Iterable[str], *, priority: int = 0, dont_filter: bool = False) -> int:
+    def submit(
+        self,
+        urls: Iterable[str],
+        *,
+        priority: int = 0,
+        dont_filter: bool = False,
+        allow_domains: Iterable[str] = (),
+        span_hosts: bool = False,
+    ) -> int:
         """Add URLs to the crawl, a thousand at a time; returns how many were new.
 
         Each URL goes to its host owner's stream, or waits in the inbox until a worker
-        joins. A URL seen before is left out unless ``dont_filter``.
+        joins. A URL seen before is left out unless ``dont_filter``. The URLs' hosts join
+        the crawl's scope (the hosts its links may lead to), and so do the hosts in
+        ``allow_domains``, or every host with ``span_hosts``.
 
         Raises:
             InvalidURL: a URL is not an http(s) URL. Each batch of a thousand is checked
                 before it goes in: earlier batches are in, this one and later ones are not.
             QueueError: Redis could not be reached.
         """
+        self._store.widen_scope(scope_members(domains=allow_domains, span=span_hosts))
         return submit_urls(self._store, urls, priority=priority, dont_filter=dont_filter)
 
     def status(self) -> dict[str, Any]:
@@ -82,8 +95,10 @@ def submit_urls(
     added = 0
     for chunk in _chunks(urls, BATCH):
         entries = [
-            Entry(url=canonicalize(u), priority=priority, dont_filter=dont_filter) for u in chunk
+            Entry(url=_to_request(u), priority=priority, dont_filter=dont_filter) for u in chunk
         ]
+        # The hosts enter the scope before their URLs enter the queue (see _scope).
+        store.widen_scope(scope_members(hosts={host_key(e.canonical) for e in entries}))
         added += _submit_entries(store, entries)
     return added
 
@@ -93,13 +108,23 @@ def _submit_entries(store: Store, entries: list[Entry]) -> int:
         ring = Ring.of(*store.members())
         batch = Batch(worker="", epoch=ring.epoch)
         for entry in entries:
-            owner = ring.owner_of(host_key(entry.url))
+            owner = ring.owner_of(host_key(entry.canonical))
             target = store.stream_of(owner) if owner else store.inbox
-            h1, h2 = fingerprint(entry.url)
+            h1, h2 = fingerprint(entry.canonical)
             batch.add.append([target, entry.encode(), h1, h2, 0 if entry.dont_filter else 1])
         result = store.commit(batch)
         if result.status == "ok":
             return result.added
+
+
+def _to_request(url: str) -> str:
+    """A submitted URL as it is requested: checked, then made fit to send as written.
+
+    Raises:
+        InvalidURL: not a crawlable http(s) URL.
+    """
+    canonicalize(url)
+    return sendable(url)
 
 
 def _dead_record(text: str, url: str = "") -> tuple[Entry, str]:

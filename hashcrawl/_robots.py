@@ -60,6 +60,11 @@ class Robots:
         return self._parser.can_fetch(url, self.agent)
 
     @property
+    def sitemaps(self) -> list[str]:
+        """The URLs of the ``Sitemap:`` lines, in order (for every agent alike)."""
+        return [str(url) for url in self._parser.sitemaps]
+
+    @property
     def crawl_delay(self) -> float | None:
         """Seconds between requests asked of our agent's group, or None if not asked.
 

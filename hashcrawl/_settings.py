@@ -154,12 +154,24 @@ class Settings:
     )
     allow_domains: tuple[str, ...] = _setting(
         (),
-        "follow links only within this domain (repeatable); none: all domains",
+        "also follow links to hosts in this domain (repeatable); the crawl's scope, "
+        "fleet-wide, is the submitted URLs' hosts",
         converter=tuple,
         parse=_text,
         name="--allow-domain",
         repeat=True,
         metavar="D",
+    )
+    span_hosts: bool = _setting(
+        False,
+        "follow links to every host, not only the submitted URLs' hosts (fleet-wide)",
+        parse=None,
+    )
+    sitemaps: bool = _setting(
+        False,
+        "also crawl the URLs of each host's sitemaps (robots.txt Sitemap: lines and "
+        "/sitemap.xml, indexes and gzip included)",
+        parse=None,
     )
     max_depth: int | None = _setting(
         None,
@@ -305,9 +317,14 @@ class Settings:
         return self.lease / 3
 
 
-def add_flags(parser: argparse.ArgumentParser) -> None:
-    """Give ``parser`` one flag per setting, with its default in the help."""
+SCOPE = ("allow_domains", "span_hosts")  # the settings ``submit`` takes too
+
+
+def add_flags(parser: argparse.ArgumentParser, only: tuple[str, ...] | None = None) -> None:
+    """Give ``parser`` one flag per setting (or per one of ``only``), with its default."""
     for field in attrs.fields(Settings):
+        if only is not None and field.name not in only:
+            continue
         flag: Flag = field.metadata["flag"]
         name = flag_name(field)
         if flag.parse is None:

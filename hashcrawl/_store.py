@@ -26,6 +26,8 @@ key                type    written by
 ``parked``         SET     commit, unpark: hosts that have an overflow set
 ``dead``           HASH    commit: url -> JSON {error, attempts, entry, at}
 ``stats``          HASH    commit, heartbeat: fleet counters
+``scope``          SET     submit, join, commit: the hosts links may lead to; only
+                           grows, so its size is its version, checked by commit
 =================  ======  =============================================================
 
 Time in every lease and liveness decision is the Redis server's (``TIME`` in scripts),
@@ -114,20 +116,24 @@ class Beat:
 
 @attrs.frozen(kw_only=True)
 class Committed:
-    """The outcome of a commit: done, or refused as stale or fenced."""
+    """The outcome of a commit: done, or refused as stale, rescope or fenced."""
 
     status: str
     epoch: int = 0
     added: int = 0
     acked: int = 0
     moved: int = 0
+    scope: int = 0
 
     @classmethod
     def from_reply(cls, reply: Sequence[Any]) -> Committed:
         if reply[0] == "ok":
-            return cls(status="ok", added=int(reply[1]), acked=int(reply[2]), moved=int(reply[3]))
+            added, acked, moved, scope = (int(x) for x in reply[1:5])
+            return cls(status="ok", added=added, acked=acked, moved=moved, scope=scope)
         if reply[0] == "stale":
             return cls(status="stale", epoch=int(reply[1]))
+        if reply[0] == "rescope":
+            return cls(status="rescope", scope=int(reply[1]))
         return cls(status="fenced")
 
 
@@ -154,6 +160,8 @@ class Batch:
     dead: list[str] = attrs.Factory(list)
     stats: dict[str, int] = attrs.Factory(dict)
     applied: int | None = None
+    scope: int | None = None
+    widen: list[str] = attrs.Factory(list)
 
     def to_json(self) -> str:
         doc: dict[str, Any] = {"w": self.worker, "e": self.epoch, "src": self.src}
@@ -164,6 +172,10 @@ class Batch:
             doc["stats"] = self.stats
         if self.applied is not None:
             doc["applied"] = self.applied
+        if self.scope is not None:
+            doc["sv"] = self.scope
+        if self.widen:
+            doc["widen"] = self.widen
         return json.dumps(doc, separators=(",", ":"), ensure_ascii=False)
 
     def __len__(self) -> int:
@@ -352,6 +364,17 @@ class Store:
         worker = stream.removeprefix(self.prefix + "q:")
         text = self._redis.hget(self.key("w:" + worker), "inflight") or ""
         return set(text.split(",")) - {""}
+
+    @_translated
+    def widen_scope(self, members: set[str]) -> None:
+        """Add members (``_scope.members``) to the crawl's scope."""
+        if members:
+            self._redis.sadd(self.key("scope"), *members)
+
+    @_translated
+    def scope(self) -> set[str]:
+        """The members of the crawl's scope (``_scope.Scope.from_members`` reads them)."""
+        return set(self._redis.smembers(self.key("scope")))
 
     @_translated
     def parked_hosts(self) -> set[str]:

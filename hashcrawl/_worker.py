@@ -39,8 +39,11 @@ from ._queue import submit_urls
 from ._redisurl import RedisURL, check_crawl_name
 from ._ring import Ring
 from ._robots import Robots, parse_retry_after, robots_for_status, robots_url
+from ._scope import Scope
+from ._scope import members as scope_members
 from ._settings import Settings
 from ._sinks import Sink, sink_for
+from ._sitemaps import first_sitemaps
 from ._spider import Spider
 from ._store import Batch, Beat, Store
 from ._urls import fingerprint, host_key
@@ -251,6 +254,8 @@ class _Session:
         self.confirmed_at = -math.inf
         self.joined_ms = 0
         self.robots: dict[str, Robots] = {}
+        self.scope = Scope()
+        self.sitemapped: set[str] = set()  # hosts whose sitemaps this session queued
         self.robots_busy: dict[str, trio.Event] = {}
         self.outcomes: list[Outcome] = []
         self.in_flight = 0
@@ -344,6 +349,9 @@ class _Session:
         now_ms, epoch = await self.persist_join(info)
         self._clock_sample(sent, now_ms)
         self.joined_ms = now_ms
+        own = scope_members(domains=self.s.allow_domains, span=self.s.span_hosts)
+        await self.persist(self.store.widen_scope, own)
+        await self.read_scope()
         epoch, members = await self.persist(self.store.members)
         self.ring = self.latest = Ring.of(epoch, members)
         # Applied, but not settled: until a heartbeat says every member has applied this
@@ -369,6 +377,10 @@ class _Session:
                 if self.now() > deadline:
                     raise
                 await trio.sleep(1.0)
+
+    async def read_scope(self) -> None:
+        """Learn the crawl's scope (at join, and when a commit finds that it has grown)."""
+        self.scope = Scope.from_members(await self.persist(self.store.scope))
 
     def _clock_sample(self, sent: float, server_ms: int) -> None:
         received = self.now()
@@ -539,7 +551,7 @@ class _Session:
         for eid, payload in got:
             try:
                 entry = Entry.decode(payload)
-                host = host_key(entry.url)
+                host = host_key(entry.canonical)
                 if not self.w.handler.accepts(entry):
                     raise BadEntry(f"entry names an unknown callback: {entry.callback!r:.80}")
             except (BadEntry, InvalidURL) as exc:
@@ -714,6 +726,8 @@ class _Session:
                 noted, eids = self.suspects_noted, sorted(self.suspects)
                 await self.persist(self.store.note_in_flight, self.id, noted, eids)
             outcome = await self.fetch_and_handle(held)
+            if outcome is not None and outcome.kind == "done":
+                outcome.follows.extend(self.sitemaps_of(held))
         finally:
             self.in_flight -= 1
             self.suspects.discard(held.eid)
@@ -727,6 +741,14 @@ class _Session:
             if self.saturated():
                 self.commit_soon.set()
         self.check_limits()
+
+    def sitemaps_of(self, held: Held) -> list[Entry]:
+        """With --sitemaps, the sitemaps of a host this session has not queued yet."""
+        if not self.s.sitemaps or held.host in self.sitemapped or held.entry.sitemap:
+            return []
+        self.sitemapped.add(held.host)
+        robots = self.robots.get(held.host)
+        return first_sitemaps(held.entry, robots.sitemaps if robots is not None else ())
 
     def check_limits(self) -> None:
         """Stop this worker (not the crawl) once a --max-* limit is reached."""
@@ -901,6 +923,7 @@ class _Session:
             result = await self.persist(self.store.commit, batch)
             if result.status == "ok":
                 self.w.tally.committed(outcomes, self.s.max_attempts, self.now() - sent)
+                self.scope = attrs.evolve(self.scope, version=result.scope)
                 if items and not write_first:
                     await trio.to_thread.run_sync(self._write_items, items)
                 del self.outcomes[: len(outcomes)]
@@ -911,6 +934,9 @@ class _Session:
                 return
             if result.status == "fenced":
                 raise Fenced(f"worker {self.id} lost its membership before committing")
+            if result.status == "rescope":
+                await self.read_scope()
+                continue
             epoch, members = await self.persist(self.store.members)
             if epoch != self.latest.epoch:
                 self.latest = Ring.of(epoch, members)
@@ -923,7 +949,11 @@ class _Session:
         self.items_pending -= len(items)
 
     def batch_of(self, outcomes: list[Outcome], ring: Ring) -> Batch:
-        batch = Batch(worker=self.id, epoch=ring.epoch, src=self.stream)
+        hosts = {h for o in outcomes for h in o.widen}
+        # Filtered by the widened scope; the commit stores the hosts, or is refused.
+        self.scope = self.scope.widened(hosts)
+        batch = Batch(worker=self.id, epoch=ring.epoch, src=self.stream, scope=self.scope.version)
+        batch.widen = sorted(scope_members(hosts=hosts))
         for o in outcomes:
             o.add_to(batch, self, ring)
         return batch
@@ -932,14 +962,17 @@ class _Session:
         owner = ring.owner_of(host)
         return self.store.stream_of(owner) if owner else self.store.inbox
 
+    def in_scope(self, entry: Entry) -> bool:
+        return self.scope.allows(host_key(entry.canonical))
+
     def is_cached(self, fp: tuple[int, int]) -> bool:
         return fp in self.seen_cache
 
     def remember(self, outcomes: list[Outcome]) -> None:
         for o in outcomes:
             for entry in o.follows:
-                if not entry.dont_filter:
-                    self.seen_cache[fingerprint(entry.url)] = None
+                if not entry.dont_filter and self.in_scope(entry):
+                    self.seen_cache[fingerprint(entry.canonical)] = None
         while len(self.seen_cache) > SEEN_CACHE:
             del self.seen_cache[next(iter(self.seen_cache))]
 
@@ -991,6 +1024,7 @@ class _Session:
         for name in lost:
             self.frontier.drop(name)
             self.robots.pop(name, None)
+            self.sitemapped.discard(name)
         await self.find_parked()
         self.applied = ring.epoch
         self.pace_hosts(())
@@ -1033,7 +1067,7 @@ class _Session:
         for eid, payload in got:
             try:
                 entry = Entry.decode(payload)
-                host = host_key(entry.url)
+                host = host_key(entry.canonical)
             except (BadEntry, InvalidURL):
                 batch.ack.append(eid)
                 batch.stats["queue_bad"] = batch.stats.get("queue_bad", 0) + 1

@@ -220,7 +220,7 @@ def _join_command(url: str, output: Path, extra: Sequence[str]) -> list[str]:
     return [
         sys.executable, "-m", "hashcrawl", "join", "--redis", url, "--crawl", CRAWL,
         "-o", str(output), "--delay", "0", "--per-host", "1", "--concurrency", "64",
-        "--idle", "2", "--lease", "30", *extra,
+        "--idle", "2", "--lease", "30", "--span-hosts", *extra,
     ]  # fmt: skip
 
 

@@ -48,6 +48,7 @@ from simulations.web import DoneSink, FleetWeb, SimFetcher, Tally
 TICK = 0.25  # simulated seconds between turns
 SETTINGS: dict[str, Any] = {
     "delay": 1.0,
+    "span_hosts": True,  # the simulated webs link across their hosts
     "lease": 8.0,
     "timeout": 2.0,
     "grace": 4.0,

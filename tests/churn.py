@@ -130,6 +130,7 @@ def run_churn(
         expected = len(server.site.expected())
         progress(f"site: {expected} expected URLs on {hosts} hosts at {server.site.root}")
         flags = ["--delay", str(delay), "--lease", str(lease), "--idle", str(idle)]
+        flags.append("--span-hosts")  # the site's hosts are linked from the first one's root
         flags += ["--grace", str(grace), "--concurrency", str(concurrency)]
         pool = _Workers(redis.url, workdir, flags + (["-v"] if verbose else []), progress)
         limits = _Limits(lease=lease, grace=grace, deadline=time.monotonic() + timeout)

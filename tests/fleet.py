@@ -32,7 +32,10 @@ REPO = Path(__file__).resolve().parent.parent
 DEADLINE = 60.0  # seconds any one wait may take before the test fails
 POLL = 0.02  # seconds between two looks at a condition being waited for
 HTML = "text/html; charset=utf-8"
-ITEM_FIELDS = {"url", "final_url", "status", "title", "depth", "fetched_at", "worker"}
+ITEM_FIELDS = {
+    "url", "final_url", "status", "content_type", "length", "title", "canonical", "depth",
+    "fetched_at", "worker",
+}  # fmt: skip
 
 Key = tuple[str, str]  # (host, path)
 
@@ -44,7 +47,8 @@ def new_crawl_name() -> str:
 
 def fast_settings(**changes: Any) -> dict[str, Any]:
     """Worker settings that keep a crawl of a small loopback site to a few seconds."""
-    return {"delay": 0.02, "lease": 2.0, "idle": 0.5, "grace": 2.0, **changes}
+    # Test sites link their hosts from the first one's root: the crawl spans hosts.
+    return {"delay": 0.02, "lease": 2.0, "idle": 0.5, "grace": 2.0, "span_hosts": True, **changes}
 
 
 # --- small sites built by hand ---------------------------------------------------------------
@@ -433,8 +437,9 @@ class Processes:
 
 
 def flags(*, delay: float, lease: float, idle: float | str, **more: object) -> list[str]:
-    """Command-line flags: --delay, --lease, --idle, then --name value for each of `more`."""
-    out = ["--delay", str(delay), "--lease", str(lease), "--idle", str(idle)]
+    """Command-line flags: --delay, --lease, --idle, --span-hosts (test sites span hosts),
+    then --name value for each of `more`."""
+    out = ["--delay", str(delay), "--lease", str(lease), "--idle", str(idle), "--span-hosts"]
     for name, value in more.items():
         out += [f"--{name.replace('_', '-')}", str(value)]
     return out

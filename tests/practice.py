@@ -76,6 +76,7 @@ def run_practice(
         expected = len(server.site.expected())
         progress(f"site: {expected} expected URLs on {hosts} hosts at {server.site.root}")
         flags = ["--delay", str(delay), "--lease", str(lease), "--idle", str(idle)]
+        flags.append("--span-hosts")  # the site's hosts are linked from the first one's root
         flags += ["-v"] if verbose else []
         pool = _Workers(redis.url, workdir, flags, progress)
         try:

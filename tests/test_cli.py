@@ -392,7 +392,7 @@ def test_status_shows_a_joined_worker_and_what_it_fetched(redis_url: str, crawl_
     """A running worker is a member (id, hosts, fetched); after it stops, totals remain."""
     site = generate_site(pages=6, hosts=2, seed=5, port=0)
     args = [sys.executable, "-m", "hashcrawl", "join", *at(redis_url, crawl_name)]
-    args += ["--delay", "0", "--idle", "none", "--lease", "10", "-v"]
+    args += ["--delay", "0", "--idle", "none", "--lease", "10", "-v", "--span-hosts"]
     with SiteServer(site) as server:
         assert_ok(hashcrawl("submit", *at(redis_url, crawl_name), server.site.root))
         with subprocess.Popen(args, stderr=subprocess.PIPE) as worker:
@@ -431,6 +431,7 @@ def test_status_counts_entries_parked_by_a_stopped_worker_as_waiting(
     site = generate_site(pages=60, hosts=1, seed=5, port=0)
     args = [sys.executable, "-m", "hashcrawl", "join", *at(redis_url, crawl_name)]
     args += ["--delay", "0.01", "--idle", "none", "--max-buffer", "5", "--grace", "1"]
+    args.append("--span-hosts")  # the site links its hosts from the first one
     with SiteServer(site) as server:
         assert_ok(hashcrawl("submit", *at(redis_url, crawl_name), server.site.root))
         with subprocess.Popen(args, stderr=subprocess.DEVNULL) as worker:
@@ -512,7 +513,16 @@ def _page_requests(server: SiteServer, start: int = 0) -> list[str]:
 
 
 def _crawl(site: Site, output: Path, state: Path, *, workers: int = 2, idle: float = 1) -> Result:
-    flags = ["--workers", str(workers), "--delay", "0.02", "--idle", str(idle), "-q"]
+    flags = [
+        "--workers",
+        str(workers),
+        "--delay",
+        "0.02",
+        "--idle",
+        str(idle),
+        "-q",
+        "--span-hosts",
+    ]
     return hashcrawl("crawl", site.root, "-o", str(output), *flags, "--state-dir", str(state))
 
 

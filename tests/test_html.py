@@ -7,6 +7,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from hashcrawl._html import Page, is_html, parse_html
+from hashcrawl._links import sendable
 from hashcrawl._urls import canonicalize
 from tests.strategies import html_like_bodies, http_urls
 
@@ -62,22 +63,74 @@ def test_anchor_and_area_links_are_returned_in_document_order() -> None:
     )
 
 
-def test_other_elements_with_href_are_ignored() -> None:
-    """<link> and <base> hrefs are not links to follow."""
-    assert links_of("<link rel='next' href='/next'><link rel=stylesheet href='/s.css'>") == ()
+def test_link_elements_are_followed_only_for_next_prev_and_alternate() -> None:
+    """<link rel=next|prev|alternate> are links; stylesheets, icons and <base> are not."""
+    html = (
+        "<link rel='next' href='/n'><link rel='Prev' href='/p'>"
+        "<link rel='alternate stylesheet' href='/alt.css'><link rel=stylesheet href='/s.css'>"
+        "<link rel=icon href='/i.png'><base href='/dir/'>"
+    )
+    assert links_of(html) == (
+        "http://example.com/n",
+        "http://example.com/p",
+        "http://example.com/alt.css",
+    )
+
+
+def test_frames_iframes_and_meta_refresh_are_links() -> None:
+    """<frame src>, <iframe src> and a refresh's url= are followed, as wget follows them."""
+    html = (
+        "<meta http-equiv='Refresh' content='3; URL=\"/later.html\"'>"
+        "<meta http-equiv=refresh content='5'><meta name=refresh content='0;url=/not'>"
+        "<frameset><frame src='left.html'><frame src='/right.html#top'></frameset>"
+        "<iframe src='inner.html'></iframe>"
+    )
+    page = parse_html(html.encode(), "http://example.com/dir/page")
+    assert page.links == (
+        "http://example.com/later.html",
+        "http://example.com/dir/left.html",
+        "http://example.com/right.html",
+        "http://example.com/dir/inner.html",
+    )
+
+
+def test_canonical_link_is_reported_not_followed() -> None:
+    """A page's <link rel=canonical> is its canonical field, and not one of its links."""
+    page = parse_html(b"<link rel=canonical href='/real?b=1&a'>", "http://example.com/x")
+    assert page.canonical == "http://example.com/real?b=1&a"
+    assert page.links == ()
 
 
 def test_duplicate_links_keep_their_first_position() -> None:
-    """Links that canonicalize to the same URL appear once, where first seen."""
-    html = "<a href='/a'>1</a><a href='/b'>2</a><a href='/a#x'>3</a><a href='/b?'>4</a>"
+    """Links that are the same request appear once, where first seen."""
+    html = "<a href='/a'>1</a><a href='/b'>2</a><a href='/a#x'>3</a><a href='/b'>4</a>"
     assert links_of(html) == ("http://example.com/a", "http://example.com/b")
 
 
-def test_links_are_canonical() -> None:
-    """Every returned link is in canonical form."""
+def test_links_are_what_the_page_wrote_made_fit_to_send() -> None:
+    """Scheme, host, default port and dot segments are normalised; query order and = kept."""
     assert links_of("<a href='HTTP://Other.COM:80/x/../y?b=1&a=2#f'>") == (
-        "http://other.com/y?a=2&b=1",
+        "http://other.com/y?b=1&a=2",
     )
+
+
+@pytest.mark.parametrize(
+    ("href", "sent"),
+    [
+        (
+            "index.html?java/lang/String.html",
+            "http://example.com/dir/index.html?java/lang/String.html",
+        ),
+        ("a b/é.html?q=ü v", "http://example.com/dir/a%20b/%C3%A9.html?q=%C3%BC%20v"),
+        ("/x?flag&b=%2F&a", "http://example.com/x?flag&b=%2F&a"),
+        ("/%7euser/", "http://example.com/%7euser/"),
+        ("https://example.com:443/s", "https://example.com/s"),
+        ("http://example.com:8080/p", "http://example.com:8080/p"),
+    ],
+)
+def test_a_link_is_requested_as_written(href: str, sent: str) -> None:
+    """Only what must be escaped is; the canonical form (sorted, = added) is not what is sent."""
+    assert links_of(f"<a href='{href}'>x</a>") == (sent,)
 
 
 @pytest.mark.parametrize(
@@ -172,13 +225,15 @@ def test_parse_html_never_raises_on_arbitrary_bytes(body: bytes, url: str) -> No
 
 
 @given(html_like_bodies, http_urls)
-def test_links_from_tag_soup_are_canonical_and_unique(body: bytes, url: str) -> None:
-    """Links found in messy markup are canonical, fragment-free and unique."""
+def test_links_from_tag_soup_are_sendable_and_unique(body: bytes, url: str) -> None:
+    """Links found in messy markup are fit to send as they are, fragment-free and unique."""
     links = parse_html(body, url).links
     assert len(set(links)) == len(links)
     for link in links:
         assert "#" not in link
-        assert canonicalize(link) == link
+        assert link.isascii() and not any(c.isspace() for c in link)
+        assert sendable(link) == link
+        canonicalize(link)  # and can be deduplicated and routed
 
 
 # is_html

@@ -32,6 +32,8 @@ def test_no_flags_give_the_default_settings() -> None:
     max_depth=st.none() | st.integers(0, 1000),
     domains=st.lists(st.from_regex(r"[a-z]{1,8}\.(com|org)", fullmatch=True), max_size=3),
     obey=st.booleans(),
+    span=st.booleans(),
+    sitemaps=st.booleans(),
 )
 def test_a_child_worker_gets_the_same_settings(
     delay: float,
@@ -40,6 +42,8 @@ def test_a_child_worker_gets_the_same_settings(
     max_depth: int | None,
     domains: list[str],
     obey: bool,
+    span: bool,
+    sitemaps: bool,
 ) -> None:
     """Settings.to_flags parses back to equal settings, whatever the values."""
     settings = Settings(
@@ -49,6 +53,8 @@ def test_a_child_worker_gets_the_same_settings(
         max_depth=max_depth,
         allow_domains=tuple(domains),
         obey_robots=obey,
+        span_hosts=span,
+        sitemaps=sitemaps,
     )
     assert _parse(settings.to_flags()) == settings
 

@@ -5,6 +5,7 @@ from __future__ import annotations
 import collections
 import datetime
 from pathlib import Path
+from urllib.parse import urlsplit
 
 import pytest
 import trio
@@ -102,7 +103,7 @@ def crawls(shared_redis: RedisServer, tmp_path_factory: pytest.TempPathFactory) 
                 url,
                 directory,
                 generate_site(pages=100, hosts=5, seed=5, port=0),
-                [fast_settings(allow_domains=(ALLOWED,))],
+                [fast_settings(span_hosts=False, allow_domains=(ALLOWED,))],
             ),
             "priority": lambda: crawl_after_submitting_by_priority(url, directory),
         }
@@ -137,6 +138,9 @@ def test_single_worker_items_describe_the_response(crawls: Scenarios) -> None:
         assert set(item) == ITEM_FIELDS, item
         assert item["final_url"] == item["url"]
         assert item["status"] == served[item["url"]]
+        parts = urlsplit(item["url"])
+        _, headers, body = single.site.response_for(parts.hostname or "", parts.path)
+        assert (item["content_type"], item["length"]) == (headers["Content-Type"], len(body))
         assert item["worker"] == worker.id
         assert isinstance(item["depth"], int) and item["depth"] >= 0
         assert datetime.datetime.fromisoformat(item["fetched_at"]).tzinfo is not None
@@ -241,7 +245,8 @@ def test_items_record_how_many_links_from_the_root_a_page_is(crawls: Scenarios) 
 
 
 def test_allow_domain_keeps_the_crawl_within_that_host(crawls: Scenarios) -> None:
-    """With --allow-domain naming one host, the crawl requests that host's reachable pages only."""
+    """Without --span-hosts, and --allow-domain naming the root's host only, the crawl
+    requests that host's reachable pages only."""
     limited: Crawled = crawls["allow-domain"]
     # The same site with one host: a correct crawl of it drops links to any other host.
     within = Site(

@@ -43,7 +43,8 @@ class DictFetcher:
 def main(redis: str = REDIS, crawl: str = "custom-fetcher") -> None:
     with hashcrawl.Queue(redis, crawl) as queue:
         queue.clear()  # start afresh on every run
-        queue.submit(["https://example.com/"])
+        # A crawl stays on its submitted hosts; other.example is allowed as well.
+        queue.submit(["https://example.com/"], allow_domains=["other.example"])
     output = Path("custom_fetcher.jsonl")
     output.unlink(missing_ok=True)
     sink = hashcrawl.JsonLinesSink(output)

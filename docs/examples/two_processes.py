@@ -45,7 +45,7 @@ def main(redis: str = REDIS, crawl: str = "two-processes") -> None:
     OUTPUT.unlink(missing_ok=True)
     with hashcrawl.Queue(redis, crawl) as queue:
         queue.clear()  # start afresh on every run
-        queue.submit(["https://site0.example/0"])
+        queue.submit(["https://site0.example/0"], span_hosts=True)  # links lead to every site
     workers = [multiprocessing.Process(target=work, args=(redis, crawl)) for _ in range(2)]
     for process in workers:
         process.start()

@@ -17,6 +17,7 @@
 --   P..'applied'      HASH   worker -> epoch whose handoffs are done
 --   P..'dead'         HASH   url -> last error, for pages that used up their attempts
 --   P..'stats'        HASH   fleet counters (dead, queue_bad)
+--   P..'scope'        SET    checked: its size is the scope's version (it only grows)
 -- ARGV[1] = P, ARGV[2] = JSON batch:
 --   w: worker id ('' for a submitter), e: epoch the batch was routed at,
 --   src: stream acknowledged and moved from ('' for none), ack: [ids],
@@ -26,8 +27,11 @@
 --   add: [[target, payload, h1, h2, filter]]  a new entry (filter 1: seen-filter gated),
 --   park: [[id, host, score, payload]]  an entry of src moved to its host's overflow set,
 --   pace: [host, state, ...], applied: epoch or absent, dead: [url, error, ...],
---   stats: {field: increment}
--- Returns {'ok', added, acked, moved}, {'stale', epoch} or {'fenced'}.
+--   stats: {field: increment},
+--   sv: the size of the scope the batch's links were filtered by, or absent (no check),
+--   widen: [scope members] added to the scope (hosts a submitted URL redirected to)
+-- Returns {'ok', added, acked, moved, scope size}, {'stale', epoch}, {'rescope', size} or
+--   {'fenced'}.
 local P = ARGV[1]
 local b = cjson.decode(ARGV[2])
 
@@ -37,6 +41,16 @@ end
 local epoch = tonumber(redis.call('GET', P .. 'epoch') or '0')
 if epoch ~= tonumber(b.e) then
   return {'stale', epoch}
+end
+if b.sv then
+  -- The scope grew since the caller read it: a link it left out may now be in scope.
+  local size = redis.call('SCARD', P .. 'scope')
+  if size ~= tonumber(b.sv) then
+    return {'rescope', size}
+  end
+end
+if b.widen then
+  redis.call('SADD', P .. 'scope', unpack(b.widen))
 end
 
 -- The seen filter: a scalable Bloom filter. Layer i holds c0 * 2^i entries at a false
@@ -196,4 +210,4 @@ for f, v in pairs(stats) do
 end
 -- Counters are kept as a few HINCRBYs; one field each is what Redis offers.
 for j = 1, #flat, 2 do redis.call('HINCRBY', P .. 'stats', flat[j], flat[j + 1]) end
-return {'ok', added, acked, moved}
+return {'ok', added, acked, moved, redis.call('SCARD', P .. 'scope')}

@@ -1,0 +1,134 @@
+"""The links a response writes, as URLs to request: what a page links, frames and refreshes to.
+
+A link is sent as the page wrote it (:func:`request_url`), not in its canonical form:
+the canonical form (``_urls.canonicalize``) sorts the query and rewrites escapes, which
+makes it good for telling two URLs apart and wrong for asking a server for a page. The
+sources followed are wget's: ``<a href>``, ``<area href>``, ``<frame src>``,
+``<iframe src>``, ``<meta http-equiv="refresh">``, and ``<link>`` elements and ``Link:``
+headers whose rel is next, prev (previous) or alternate. Every function is pure.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Iterator
+from urllib.parse import urljoin, urlsplit, urlunsplit
+
+from lxml import html as lxml_html
+from w3lib.url import safe_url_string
+
+from hashcrawl._urls import canonicalize
+
+_DEFAULT_PORTS = {"http": 80, "https": 443}
+_FOLLOWED_RELS = frozenset({"next", "prev", "previous", "alternate"})
+# content="5; url=/next.html", with the url= part optional and the URL maybe quoted.
+_REFRESH = re.compile(
+    r"""^\s*[\d.]*\s*[;,]?\s*(?:url\s*=\s*)?(?P<q>['"]?)(?P<url>.*?)(?P=q)\s*$""",
+    re.IGNORECASE | re.DOTALL,
+)
+# Only characters RFC 3986 lets stand in a URL (safe_url_string would change none of them).
+_NOTHING_TO_ESCAPE = re.compile(r"[A-Za-z0-9\-._~:/?#\[\]@!$&'()*+,;=%]*", re.ASCII)
+# One link-value of a Link header: <uri-reference>; params (RFC 8288).
+_LINK_VALUE = re.compile(r"<([^>]*)>((?:\s*;\s*[^,;]*(?:\"[^\"]*\")?)*)")
+_REL_PARAM = re.compile(r""";\s*rel\s*=\s*(?:"([^"]*)"|([^\s;,]*))""", re.IGNORECASE)
+
+
+def request_url(base: str, href: str) -> str | None:
+    """Resolve ``href`` against ``base`` and return it as a URL fit to send.
+
+    The fragment goes; characters that must be percent-encoded are (UTF-8, as WHATWG
+    URL does for paths and queries), the scheme and host are lower-cased and a default
+    port dropped. Query order, ``=`` signs and escapes already valid are kept.
+
+    Returns None when there is nothing to crawl: an empty or fragment-only href, a
+    non-http(s) scheme, or a URL that ``canonicalize`` would reject.
+    """
+    href = href.strip()
+    if not href or href.startswith("#"):
+        return None
+    try:
+        url = sendable(urljoin(base, href))
+        canonicalize(url)  # what cannot be deduplicated or routed is not followed
+    except ValueError:  # InvalidURL is a ValueError; urljoin raises one on bad IPv6
+        return None
+    return url
+
+
+def sendable(url: str) -> str:
+    """``url`` without its fragment, escaped where it must be, scheme and host in lower case.
+
+    Raises:
+        ValueError: the URL cannot be parsed (a bad port or IPv6 address, say).
+    """
+    url = url.strip()
+    # Most links need no escaping: w3lib's full pass is for those that do.
+    parts = urlsplit(url if _NOTHING_TO_ESCAPE.fullmatch(url) else safe_url_string(url))
+    scheme = parts.scheme.lower()
+    netloc = parts.netloc.rpartition("@")
+    host_port = netloc[2].lower()
+    port = parts.port  # raises ValueError on a bad port
+    if port is not None and port == _DEFAULT_PORTS.get(scheme):
+        host_port = host_port.rpartition(":")[0]
+    authority = netloc[0] + netloc[1] + host_port
+    return urlunsplit((scheme, authority, _resolved_path(parts.path), parts.query, ""))
+
+
+def _resolved_path(path: str) -> str:
+    """``path`` with its "." and ".." segments resolved (RFC 3986 5.2.4), "/" if empty."""
+    if "/." not in path:  # a dot segment starts after a slash
+        return path or "/"
+    # urljoin resolves dot segments of a relative reference, not of an absolute URL.
+    return urlsplit(urljoin("http://h/", path)).path or "/"
+
+
+def html_links(root: lxml_html.HtmlElement, base: str) -> Iterator[str]:
+    """Every URL to request that an HTML document links, frames or refreshes to."""
+    for element in root.iter("a", "area", "frame", "iframe", "link", "meta"):
+        target = _target(element)
+        if target is not None and (url := request_url(base, target)) is not None:
+            yield url
+
+
+def canonical_link(root: lxml_html.HtmlElement, base: str) -> str | None:
+    """The URL of the page's first ``<link rel="canonical">``, as written, if any."""
+    for element in root.iter("link"):
+        if "canonical" in _rels(element.get("rel")) and element.get("href") is not None:
+            return request_url(base, element.get("href"))
+    return None
+
+
+def header_links(value: str | None, base: str) -> list[str]:
+    """The URLs of a ``Link:`` header's values whose rel is next, prev or alternate."""
+    urls = []
+    for target, params in _LINK_VALUE.findall(value or ""):
+        rel = _REL_PARAM.search(params)
+        rels = _rels((rel.group(1) or rel.group(2)) if rel else None)
+        if rels & _FOLLOWED_RELS and (url := request_url(base, target)) is not None:
+            urls.append(url)
+    return urls
+
+
+def _target(element: lxml_html.HtmlElement) -> str | None:
+    tag = element.tag
+    href: str | None = element.get("href")
+    if tag in ("a", "area"):
+        return href
+    if tag in ("frame", "iframe"):
+        src: str | None = element.get("src")
+        return src
+    if tag == "link":
+        return href if _rels(element.get("rel")) & _FOLLOWED_RELS else None
+    if (element.get("http-equiv") or "").strip().lower() == "refresh":
+        return _refresh_target(element.get("content") or "")
+    return None
+
+
+def _refresh_target(content: str) -> str | None:
+    """The URL of a refresh's content ("5; url=next.html"); None for a plain reload."""
+    match = _REFRESH.match(content)
+    url = match.group("url").strip() if match else ""
+    return url or None
+
+
+def _rels(value: str | None) -> frozenset[str]:
+    return frozenset((value or "").lower().split())
