@@ -22,7 +22,15 @@ from tests.watching import by_class, settled_crawl
 
 def crawl(site: Site, tmp_path: Path, *more: str) -> tuple[int, str]:
     """``hashcrawl crawl`` of ``site`` with its state in tmp_path/state: (exit, stderr)."""
-    flags = ["--delay", "0.02", "--idle", "1", "--state-dir", str(tmp_path / "state")]
+    flags = [
+        "--delay",
+        "0.02",
+        "--idle",
+        "1",
+        "--span-hosts",
+        "--state-dir",
+        str(tmp_path / "state"),
+    ]
     output = ["-o", str(tmp_path / "items.jsonl")]
     result = hashcrawl("crawl", site.root, *output, *flags, *more)
     return result.code, result.err
@@ -118,7 +126,7 @@ def test_crawl_gives_each_worker_its_own_metrics_port(tmp_path: Path) -> None:
     port = free_port_pair()
     site = generate_site(pages=60, hosts=4, seed=6, port=0)
     with SiteServer(site) as server:
-        flags = ["--workers", "2", "--metrics-port", str(port), "--idle", "5", "-q"]
+        flags = ["--workers", "2", "--metrics-port", str(port), "--idle", "5", "-q", "--span-hosts"]
         args = ["crawl", server.site.root, "--delay", "0.02", "--state-dir", str(tmp_path / "s")]
         with subprocess.Popen([sys.executable, "-m", "hashcrawl", *args, *flags]) as crawl:
             wait_until(lambda: counted_everything(server, port), what="both ports to count it all")
