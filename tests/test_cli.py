@@ -77,6 +77,12 @@ def status(redis_url: str, crawl: str) -> dict[str, Any]:
     return doc
 
 
+def assert_no_such_crawl(redis_url: str, crawl: str) -> None:
+    """``status`` says the crawl does not exist: exit 2, one line naming it."""
+    line = assert_one_line_error(hashcrawl("status", *at(redis_url, crawl)), 2)
+    assert f"no crawl named {crawl!r}" in line
+
+
 def at(redis_url: str, crawl: str) -> list[str]:
     return ["--redis", redis_url, "--crawl", crawl]
 
@@ -174,9 +180,13 @@ def test_crawl_refuses_flags_that_would_break_it(
     assert named in line
 
 
-def test_missing_command_exits_2_with_one_line() -> None:
-    """``hashcrawl`` alone says a command is needed."""
-    assert_one_line_error(hashcrawl(), 2)
+def test_bare_hashcrawl_prints_usage_and_exits_2() -> None:
+    """``hashcrawl`` alone prints the usage with every command, on standard error."""
+    result = hashcrawl()
+    assert (result.code, result.out) == (2, "")
+    assert result.err.startswith("usage: hashcrawl")
+    for command in ("join", "submit", "status", "clear", "dead", "retry-dead", "crawl"):
+        assert f"    {command}" in result.err
 
 
 # -- Redis unreachable: exit 1 ----------------------------------------------------------------
@@ -255,7 +265,7 @@ def test_dont_filter_submits_a_seen_url_again(redis_url: str, crawl_name: str) -
     """--dont-filter puts a seen URL in the queue again: queued grows past seen."""
     assert_ok(hashcrawl("submit", *at(redis_url, crawl_name), "http://a.example/"))
     again = hashcrawl("submit", *at(redis_url, crawl_name), "--dont-filter", "http://a.example/")
-    assert assert_ok(again) == "submitted 1 new URLs\n"
+    assert assert_ok(again) == "submitted 1 new URL\n"
     doc = status(redis_url, crawl_name)
     assert (doc["waiting"], doc["seen"], doc["queued"]) == (2, 1, 2)
 
@@ -271,7 +281,7 @@ def test_bad_url_among_arguments_exits_2_and_submits_nothing(
     result = hashcrawl("submit", *at(redis_url, crawl_name), *urls)
     line = assert_one_line_error(result, 2)
     assert "pw-secret" not in line
-    assert status(redis_url, crawl_name)["seen"] == 0
+    assert_no_such_crawl(redis_url, crawl_name)
 
 
 def test_submit_from_stdin_reports_bad_lines_by_number_and_adds_the_rest(
@@ -362,11 +372,12 @@ def test_status_text_lists_every_count(redis_url: str, crawl_name: str) -> None:
 
 def test_status_json_is_valid_json_with_every_key(redis_url: str, crawl_name: str) -> None:
     """--json prints one JSON object with the counts and the member list."""
+    assert_ok(hashcrawl("submit", *at(redis_url, crawl_name), "http://a.example/"))
     doc = status(redis_url, crawl_name)
     assert set(TEXT_STATUS_KEYS) | {"members", "crawl", "queued"} <= doc.keys()
     assert doc["crawl"] == crawl_name
     assert doc["members"] == []
-    assert doc["ended"] is True
+    assert (doc["exists"], doc["ended"]) == (True, False)
 
 
 def _read_until(stream: Any, text: str, *, timeout: float) -> str:
@@ -470,7 +481,7 @@ def test_clear_deletes_every_key_of_the_crawl_and_only_that_crawl(
         assert crawl_keys(client, crawl_name) == set()
         assert crawl_keys(client, other) == theirs
     assert status(redis_url, other)["seen"] == 2
-    assert status(redis_url, crawl_name)["seen"] == 0
+    assert_no_such_crawl(redis_url, crawl_name)
     assert_ok(hashcrawl("clear", *at(redis_url, other)))
 
 
@@ -486,8 +497,7 @@ def test_unix_socket_url_works_end_to_end(tmp_path: Path) -> None:
         runs.append(hashcrawl("status", "--redis", url, "--json"))
         assert json.loads(runs[-1].out)["seen"] == 2
         runs.append(hashcrawl("clear", "--redis", url))
-        runs.append(hashcrawl("status", "--redis", url, "--json"))
-        assert json.loads(runs[-1].out)["seen"] == 0
+        assert_no_such_crawl(url, "default")
     for result in runs:
         assert_ok(result)
         assert SECRET not in result.out
@@ -497,6 +507,7 @@ def test_unix_socket_in_a_directory_with_a_space_is_reachable(tmp_path: Path) ->
     """RedisServer.url percent-encodes a space in the socket path; the CLI must decode it."""
     with RedisServer(directory=tmp_path / "my redis", unix_socket=True) as server:
         assert "%20" in server.url
+        assert_ok(hashcrawl("submit", "--redis", server.url, "http://a.example/"))
         assert_ok(hashcrawl("status", "--redis", server.url))
 
 

@@ -1,0 +1,174 @@
+"""``hashcrawl crawl``'s own machinery: its child workers, their start, and their verdict.
+
+``crawl`` owns a private Redis and every worker on it, so it may do what no ``join``
+may: expire the previous run's members at once, and judge from the store, once the
+workers are gone, whether any start URL was fetched.
+"""
+
+from __future__ import annotations
+
+import json
+import signal
+import subprocess
+import sys
+from collections.abc import Sequence
+from typing import Any
+
+import attrs
+
+from ._exceptions import HashcrawlError
+from ._queue import submit_urls
+from ._store import Store
+from ._urls import canonicalize
+
+log_line = "hashcrawl: {}".format
+
+
+class StoppedAtOnce(HashcrawlError):
+    """A second Ctrl-C (or SIGTERM): the workers were killed and the command ends now."""
+
+
+class NothingFetched(HashcrawlError):
+    """Every start URL of a crawl failed; the message says why."""
+
+
+def plural(count: int, noun: str) -> str:
+    """'1 URL', '2 URLs'."""
+    return f"{count} {noun}" if count == 1 else f"{count} {noun}s"
+
+
+def _ignore_sigint() -> None:
+    # The terminal sends Ctrl-C to the whole process group: the children leave it to
+    # ``crawl``, which tells them once (SIGTERM) and prints one line, not one per child.
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
+
+
+class Children:
+    """``crawl``'s worker processes: the first signal stops them gently, a second at once."""
+
+    def __init__(self, command: Sequence[str], count: int) -> None:
+        self.command = list(command)
+        self.count = count
+        self.processes: list[subprocess.Popen[bytes]] = []
+        self.signals = 0
+
+    def run(self) -> list[int]:
+        """Start the workers and wait for them; returns their exit statuses.
+
+        Raises:
+            StoppedAtOnce: a second signal came; the workers were killed.
+        """
+        previous = {
+            number: signal.signal(number, self._on_signal)
+            for number in (signal.SIGINT, signal.SIGTERM)
+        }
+        try:
+            for _ in range(self.count):
+                if self.signals:
+                    break
+                self.processes.append(subprocess.Popen(self.command, preexec_fn=_ignore_sigint))
+            return [process.wait() for process in self.processes]
+        finally:
+            for number, handler in previous.items():
+                signal.signal(number, handler)
+
+    @property
+    def interrupted(self) -> bool:
+        return self.signals > 0
+
+    def _on_signal(self, number: int, frame: Any) -> None:
+        self.signals += 1
+        if self.signals == 1:
+            print(
+                log_line(
+                    "stopping: finishing requests in flight, then saving the crawl "
+                    "(press Ctrl-C again to quit at once)"
+                ),
+                file=sys.stderr,
+                flush=True,
+            )
+            for process in self.processes:
+                process.send_signal(signal.SIGTERM)
+            return
+        for process in self.processes:
+            process.kill()
+        for process in self.processes:
+            process.wait()
+        raise StoppedAtOnce("stopped at once; run the same command again to go on where it stopped")
+
+
+def expire_previous_members(store: Store) -> int:
+    """Take every member out of the ring: on ``crawl``'s private server none can be alive.
+
+    What they held becomes an orphan for the new workers to drain at once, instead of
+    waiting out a whole lease. Returns how many there were.
+    """
+    _, members = store.members()
+    for member in members:
+        store.leave(member, {})
+    return len(members)
+
+
+@attrs.frozen(kw_only=True)
+class Before:
+    """What the crawl had done before this run, to judge this run's start URLs by."""
+
+    fetched: int
+    robots_denied: int
+
+
+def submit_start_urls(store: Store, urls: Sequence[str]) -> tuple[int, Before]:
+    """Submit the start URLs, again if they failed before; returns (added, counts before).
+
+    A start URL that was dead-lettered goes in again with fresh attempts. So do all of
+    them when the crawl has never fetched a page and has nothing left to do (its start
+    URLs were refused by robots.txt, say): the seen filter would otherwise keep them out.
+    """
+    status = store.status()
+    before = Before(fetched=status["fetched"], robots_denied=status["robots_denied"])
+    canonical = [canonicalize(url) for url in urls]
+    dead = store.dead()
+    again = [url for url in canonical if url in dead]
+    idle = status["waiting"] + status["held"] == 0
+    if before.fetched == 0 and idle and status["exists"]:
+        again = canonical
+    store.forget_dead(again)
+    added = submit_urls(store, again, dont_filter=True)
+    rest = [url for url in canonical if url not in again]
+    return added + submit_urls(store, rest), before
+
+
+def verdict(store: Store, urls: Sequence[str], before: Before) -> None:
+    """Say why, if no start URL of this run was fetched.
+
+    Raises:
+        NothingFetched: every start URL was dead-lettered, or refused by robots.txt.
+    """
+    canonical = [canonicalize(url) for url in urls]
+    status = store.status()
+    dead = store.dead()
+    failed = [url for url in canonical if url in dead]
+    fetched = status["fetched"] - before.fetched
+    if canonical and len(failed) == len(canonical):
+        first = failed[0]
+        record = _dead_error(dead[first])
+        others = f" (and {plural(len(failed) - 1, 'more start URL')})" if len(failed) > 1 else ""
+        raise NothingFetched(
+            f"nothing fetched: {first}{others} failed{record}; run the same command again to retry"
+        )
+    if fetched == 0 and status["robots_denied"] > before.robots_denied:
+        raise NothingFetched(
+            f"nothing fetched: robots.txt disallows {canonical[0] if canonical else 'them'}"
+            " for this user agent (--ignore-robots fetches it anyway)"
+        )
+
+
+def _dead_error(text: str) -> str:
+    try:
+        record = json.loads(text)
+        attempts = int(record.get("attempts", 0))
+        error = str(record.get("error", ""))
+    except (ValueError, TypeError, AttributeError):
+        return f": {text[:200]}"
+    times = f" after {attempts} attempts" if attempts > 1 else ""
+    return f"{times}: {error}"
