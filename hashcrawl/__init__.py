@@ -10,9 +10,10 @@ starts its Ctrl-C guard before trio, httpx and redis-py are imported.
 from __future__ import annotations
 
 import importlib
-from typing import TYPE_CHECKING, Any
 
 from ._version import __version__
+
+TYPE_CHECKING = False  # typing itself is not imported: it would lengthen the start-up
 
 _HOMES = {
     "ConfigError": "_exceptions",
@@ -35,6 +36,8 @@ _HOMES = {
 }
 
 if TYPE_CHECKING:
+    from typing import Any
+
     from ._exceptions import (
         ConfigError,
         Fenced,

@@ -106,7 +106,11 @@ def _crawler_flags(p: argparse.ArgumentParser) -> None:
 
 
 def build_parser() -> _Parser:
-    parser = _Parser(prog="hashcrawl", description="A distributed web crawler on Redis.")
+    parser = _Parser(
+        prog="hashcrawl",
+        description="A distributed web crawler on Redis.",
+        epilog="Run 'hashcrawl COMMAND --help' for a command's flags.",
+    )
     parser.add_argument("--version", action="version", version=f"hashcrawl {__version__}")
     sub = parser.add_subparsers(
         dest="command", required=True, parser_class=_Parser, metavar="COMMAND"
@@ -195,15 +199,10 @@ def _subparser(parser: _Parser, command: str) -> _Parser:
 
 def main(argv: Sequence[str] | None = None) -> int:
     try:
-        args = parse(sys.argv[1:] if argv is None else argv)
-        logging.basicConfig(
-            level=logging.INFO if args.verbose else logging.WARNING,
-            format="%(asctime)s hashcrawl: %(message)s"
-            if args.verbose
-            else "hashcrawl: %(message)s",
-        )
-        logging.getLogger("httpx").setLevel(logging.WARNING)  # a line per request is too much
-        return int(_COMMANDS[args.command](args) or 0)
+        try:
+            return _run(sys.argv[1:] if argv is None else argv)
+        finally:
+            sys.stdout.flush()  # here, where a closed pipe can still be caught
     except ConfigError as exc:
         return _fail(exc, USAGE)
     except NothingFetched as exc:
@@ -214,9 +213,19 @@ def main(argv: Sequence[str] | None = None) -> int:
         return _fail("interrupted", INTERRUPTED)
     except BrokenPipeError:
         # The reader went away (``status | head``): end quietly, as tools killed by
-        # SIGPIPE do, and keep the interpreter from complaining at exit.
+        # SIGPIPE do, and keep the interpreter's own flush at exit from complaining.
         os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
         return CLOSED_PIPE
+
+
+def _run(argv: Sequence[str]) -> int:
+    args = parse(argv)
+    logging.basicConfig(
+        level=logging.INFO if args.verbose else logging.WARNING,
+        format="%(asctime)s hashcrawl: %(message)s" if args.verbose else "hashcrawl: %(message)s",
+    )
+    logging.getLogger("httpx").setLevel(logging.WARNING)  # a line per request is too much
+    return int(_COMMANDS[args.command](args) or 0)
 
 
 def _fail(error: object, code: int) -> int:
@@ -460,7 +469,9 @@ def _crawl_on(redis_url: str, args: argparse.Namespace, urls: list[str]) -> int:
         log.info("submitted %s; starting %d workers", plural(added, "new URL"), args.workers)
         children = Children(_child_command(args, redis_url), args.workers)
         codes = children.run()
-        if children.interrupted or any(codes):
+        if children.interrupted:
+            return max([c for c in codes if c > 0], default=0)  # < 0: stopped while starting
+        if any(codes):
             return max([FAILED if c < 0 else c for c in codes], default=0)
         verdict(store, urls, before)
     return 0

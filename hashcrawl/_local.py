@@ -68,6 +68,10 @@ class Children:
                     break
                 self.processes.append(subprocess.Popen(self.command, preexec_fn=_ignore_sigint))
             return [process.wait() for process in self.processes]
+        except StoppedAtOnce:
+            for process in self.processes:
+                process.wait()  # killed: at once (waiting inside the handler would deadlock)
+            raise
         finally:
             for number, handler in previous.items():
                 signal.signal(number, handler)
@@ -92,8 +96,6 @@ class Children:
             return
         for process in self.processes:
             process.kill()
-        for process in self.processes:
-            process.wait()
         raise StoppedAtOnce("stopped at once; run the same command again to go on where it stopped")
 
 

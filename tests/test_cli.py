@@ -7,8 +7,10 @@ error is one line on standard error starting "hashcrawl: ", and never shows a pa
 from __future__ import annotations
 
 import collections
+import contextlib
 import json
 import os
+import re
 import selectors
 import signal
 import socket
@@ -25,7 +27,7 @@ import pytest
 import redis
 
 from hashcrawl._server import RedisServer
-from tests.testsite import Site, SiteServer, generate_site, judge
+from tests.testsite import Resource, Site, SiteServer, generate_site, judge
 
 SECRET = "pw-secret"
 TEXT_STATUS_KEYS = ("waiting", "held", "workers", "seen", "fetched", "failed", "ended")
@@ -561,3 +563,342 @@ def test_crawl_state_dir_with_a_space_works(tmp_path: Path) -> None:
         expected = server.site.expected()
     assert_ok(result)
     assert set(_items(output)) == expected
+
+
+# -- the exit-status table, row by row ----------------------------------------------------------
+
+OPERATIONS = Path(__file__).resolve().parent.parent / "docs" / "operations.md"
+
+
+def _section(title: str) -> str:
+    """The text of docs/operations.md under ``## title``, up to the next ``## ``."""
+    return OPERATIONS.read_text().split(f"\n## {title}\n", 1)[1].split("\n## ", 1)[0]
+
+
+def _table_cells(text: str) -> list[str]:
+    """The first cell of every body row of the markdown tables in ``text``."""
+    rows = re.findall(r"^\| ([^|]+?) \|", text, re.MULTILINE)
+    return [row for row in rows if row not in ("status", "field", "---")]
+
+
+@attrs.frozen
+class Where:
+    """What a scenario may use: a shared Redis, a fresh crawl name, a scratch directory."""
+
+    redis_url: str
+    crawl: str
+    tmp: Path
+    dead_port: int
+
+
+def _ended_crawl(where: Where) -> Result:
+    site = generate_site(pages=3, hosts=1, seed=2, port=0)
+    with SiteServer(site) as server:
+        return _crawl(server.site, where.tmp / "items.jsonl", where.tmp / "state", workers=1)
+
+
+def _redis_silent_at_start(where: Where) -> Result:
+    # --lease 600: without its start check, join would wait a lease for a Redis that
+    # never answered, far longer than COMMAND_TIMEOUT.
+    url = f"redis://127.0.0.1:{where.dead_port}/0"
+    return hashcrawl("join", "--redis", url, "--lease", "600")
+
+
+def _unwritable_output(where: Where) -> Result:
+    return hashcrawl("crawl", "-o", str(where.tmp / "nodir" / "items.jsonl"), "http://a.example/")
+
+
+def _start_url_refused(where: Where) -> Result:
+    url = f"http://127.0.0.1:{where.dead_port}/"
+    flags = ["--idle", "0.5", "--max-attempts", "1", "--workers", "1"]
+    return hashcrawl("crawl", *flags, "--state-dir", str(where.tmp / "state"), url)
+
+
+def _ctrl_c_while_starting(where: Where) -> Result:
+    with socket.socket() as listener:
+        listener.bind(("127.0.0.1", 0))
+        listener.listen()
+        url = f"redis://127.0.0.1:{listener.getsockname()[1]}/0"
+        args = [sys.executable, "-m", "hashcrawl", "join", "--redis", url]
+        with subprocess.Popen(args, stdout=subprocess.PIPE, stderr=subprocess.PIPE) as process:
+            connection, _ = listener.accept()  # join is waiting for its first answer
+            process.send_signal(signal.SIGINT)
+            out, err = process.communicate(timeout=COMMAND_TIMEOUT)
+            connection.close()
+    return Result(process.returncode, out.decode(), err.decode())
+
+
+def _closed_standard_output(where: Where) -> Result:
+    assert_ok(hashcrawl("submit", *at(where.redis_url, where.crawl), "http://a.example/"))
+    read, write = os.pipe()
+    os.close(read)  # the reader has gone, like ``| head`` once it has its lines
+    args = [sys.executable, "-m", "hashcrawl", "status", *at(where.redis_url, where.crawl)]
+    with open(write, "wb") as closed:
+        done = subprocess.run(args, stdout=closed, stderr=subprocess.PIPE, check=False)
+    return Result(done.returncode, "", done.stderr.decode())
+
+
+EXIT_SCENARIOS = {
+    0: _ended_crawl,
+    1: _redis_silent_at_start,
+    2: _unwritable_output,
+    3: _start_url_refused,
+    130: _ctrl_c_while_starting,
+    141: _closed_standard_output,
+}
+
+
+def test_every_documented_exit_status_has_a_scenario() -> None:
+    """The exit-status table of docs/operations.md lists exactly the statuses tested below."""
+    documented = [int(cell) for cell in _table_cells(_section("Exit status"))]
+    assert sorted(documented) == sorted(EXIT_SCENARIOS)
+
+
+@pytest.mark.parametrize("code", sorted(EXIT_SCENARIOS))
+def test_documented_exit_status_happens_as_documented(
+    code: int, redis_url: str, crawl_name: str, tmp_path: Path, dead_port: int
+) -> None:
+    """Each row of the exit-status table: that status, no traceback, at most one line."""
+    result = EXIT_SCENARIOS[code](Where(redis_url, crawl_name, tmp_path, dead_port))
+    if code in (0, 141):
+        assert (result.code, result.err) == (code, ""), result
+    else:
+        assert_one_line_error(result, code)
+
+
+# -- no silent failure: crawl says why it fetched nothing -------------------------------------
+
+
+def _robots_closed_site() -> Site:
+    """One host whose robots.txt disallows everything."""
+    host = "127.0.0.2"
+    resources = {
+        (host, "/robots.txt"): Resource(200, "text/plain", "User-agent: *\nDisallow: /\n"),
+        (host, "/"): Resource(200, "text/html", "<html><title>home</title></html>"),
+    }
+    return Site(port=0, hosts=(host,), resources=resources, crawl_delays={})
+
+
+def _quick_crawl(state: Path, *urls: str, extra: Iterable[str] = ()) -> Result:
+    flags = ["--idle", "0.5", "--max-attempts", "2", "--workers", "1", "--timeout", "5"]
+    return hashcrawl("crawl", *flags, *extra, "--state-dir", str(state), *urls)
+
+
+@pytest.mark.parametrize(
+    ("case", "reason"),
+    [
+        ("refused", "connection refused"),
+        ("tls-to-http", "does not speak TLS"),
+        ("dns", "DNS lookup failed"),
+        ("robots", "robots.txt disallows"),
+    ],
+)
+def test_crawl_that_fetched_no_start_url_exits_3_saying_why(
+    case: str, reason: str, tmp_path: Path, dead_port: int
+) -> None:
+    """Refused, TLS to an http-only server, DNS, robots.txt: exit 3 and one line naming it."""
+    site = (
+        _robots_closed_site()
+        if case == "robots"
+        else generate_site(pages=2, hosts=1, seed=1, port=0)
+    )
+    with SiteServer(site) as server:
+        url = {
+            "refused": f"http://127.0.0.1:{dead_port}/",
+            "tls-to-http": server.site.root.replace("http://", "https://"),
+            "dns": "http://no-such-host.invalid/",
+            "robots": server.site.root,
+        }[case]
+        result = _quick_crawl(tmp_path / "state", url, extra=["-o", str(tmp_path / "out.jsonl")])
+        pages = _page_requests(server)
+    line = assert_one_line_error(result, 3)
+    assert reason in line
+    assert pages == []
+
+
+def _free_port(host: str) -> int:
+    with socket.socket() as sock:
+        sock.bind((host, 0))
+        port: int = sock.getsockname()[1]
+    return port
+
+
+def test_failed_start_url_is_fetched_again_by_the_same_command(tmp_path: Path) -> None:
+    """A start URL dead-lettered by one run is fetched by the next run of the same command."""
+    port = _free_port("127.0.0.2")
+    site = generate_site(pages=3, hosts=1, seed=3, port=port)
+    output, state = tmp_path / "items.jsonl", tmp_path / "state"
+    first = _quick_crawl(state, site.root, extra=["-o", str(output)])
+    assert_one_line_error(first, 3)
+    with SiteServer(site) as server:
+        second = _quick_crawl(state, site.root, extra=["-o", str(output)])
+        requested = _page_requests(server)
+    assert_ok(second)
+    assert site.root in requested
+    assert set(_items(output)) == site.expected()
+
+
+def test_robots_refused_start_url_is_asked_again_by_the_same_command(tmp_path: Path) -> None:
+    """A crawl that never fetched a page submits its start URLs again on the next run."""
+    state = tmp_path / "state"
+    with SiteServer(_robots_closed_site()) as server:
+        for _ in range(2):
+            assert_one_line_error(_quick_crawl(state, server.site.root), 3)
+        robots_asked = sum(r.is_robots for r in server.requests())
+    assert robots_asked == 2
+
+
+def test_fresh_forgets_earlier_runs_and_fetches_everything_again(tmp_path: Path) -> None:
+    """--fresh deletes the crawl's state: every page is requested again."""
+    site = generate_site(pages=4, hosts=1, seed=4, port=0)
+    state = tmp_path / "state"
+    with SiteServer(site) as server:
+        assert_ok(_quick_crawl(state, server.site.root, extra=["-o", str(tmp_path / "a.jsonl")]))
+        first = sorted(_page_requests(server))
+        logged = len(server.requests())
+        again = _quick_crawl(
+            state, server.site.root, extra=["--fresh", "-o", str(tmp_path / "b.jsonl")]
+        )
+        assert_ok(again)
+        second = sorted(_page_requests(server, logged))
+    assert first == second == sorted(server.site.expected())
+
+
+def test_crawl_runs_a_spider_and_takes_its_start_urls(tmp_path: Path) -> None:
+    """crawl --spider FILE with no URL crawls the spider's start_urls through its parse."""
+    site = generate_site(pages=3, hosts=1, seed=6, port=0)
+    output = tmp_path / "items.jsonl"
+    with SiteServer(site) as server:
+        spider = tmp_path / "titles.py"
+        spider.write_text(
+            "import hashcrawl\n\n"
+            "class Titles(hashcrawl.Spider):\n"
+            f"    start_urls = [{server.site.root!r}]\n\n"
+            "    def parse(self, response):\n"
+            "        yield {'url': response.request.url, 'kind': 'title'}\n"
+        )
+        result = _quick_crawl(
+            tmp_path / "state", extra=["--spider", str(spider), "-o", str(output)]
+        )
+    assert_ok(result)
+    items = [json.loads(line) for line in output.read_text().splitlines()]
+    assert items == [{"url": server.site.root, "kind": "title"}]
+
+
+# -- Ctrl-C -------------------------------------------------------------------------------------
+
+
+def _start_crawl(site: Site, state: Path, *flags: str) -> subprocess.Popen[bytes]:
+    """A crawl in its own process group, as a shell runs a job; stderr is piped."""
+    args = [sys.executable, "-m", "hashcrawl", "crawl", site.root, "--state-dir", str(state)]
+    args += ["-o", str(state.parent / "items.jsonl"), *flags]
+    return subprocess.Popen(
+        args, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, start_new_session=True
+    )
+
+
+def _ctrl_c(process: subprocess.Popen[bytes]) -> None:
+    """What a terminal does on Ctrl-C: SIGINT to every process of the foreground group."""
+    os.killpg(process.pid, signal.SIGINT)
+
+
+def test_first_ctrl_c_stops_a_crawl_with_one_line_and_exit_0(tmp_path: Path) -> None:
+    """One Ctrl-C: one "stopping" line whatever the number of workers, then exit 0."""
+    site = generate_site(pages=30, hosts=3, seed=7, port=0)
+    with SiteServer(site, latency=0.2) as server:
+        process = _start_crawl(server.site, tmp_path / "state", "--workers", "3", "--delay", "0.3")
+        assert server.wait_for_requests(4, timeout=30)
+        _ctrl_c(process)
+        _, err = process.communicate(timeout=COMMAND_TIMEOUT)
+    lines = err.decode().splitlines()
+    assert process.returncode == 0, lines
+    assert len(lines) == 1, lines
+    assert lines[0].startswith("hashcrawl: stopping")
+
+
+def test_second_ctrl_c_exits_1_at_once_and_the_next_run_resumes_without_a_lease(
+    tmp_path: Path,
+) -> None:
+    """A second Ctrl-C kills the workers (exit 1, one more line); a re-run finishes the site.
+
+    The lease is ten minutes: a re-run that waited for the killed workers' lease to
+    pass would outlast COMMAND_TIMEOUT many times over.
+    """
+    site = generate_site(pages=12, hosts=2, seed=8, port=0)
+    state = tmp_path / "state"
+    flags = ["--lease", "600", "--grace", "300", "--delay", "0.05", "--idle", "0.5"]
+    with SiteServer(site, latency=0.3) as server:
+        process = _start_crawl(server.site, state, *flags)
+        assert server.wait_for_requests(3, timeout=30)
+        _ctrl_c(process)
+        assert process.stderr is not None
+        _read_until(process.stderr, "stopping", timeout=30)
+        _ctrl_c(process)
+        _, rest = process.communicate(timeout=COMMAND_TIMEOUT)
+        assert process.returncode == 1
+        assert rest.decode().splitlines() == [
+            "hashcrawl: stopped at once; run the same command again to go on where it stopped"
+        ]
+        again = hashcrawl("crawl", server.site.root, "--state-dir", str(state), *flags)
+        assert_ok(again)
+        verdict = judge(server.site, server.requests(), [], delay=0.05)
+    assert verdict.missing == ()
+
+
+INTERRUPTED_IMPORT = """
+import importlib.abc, sys
+class Interrupt(importlib.abc.MetaPathFinder):
+    def find_spec(self, name, path=None, target=None):
+        if name == "hashcrawl._cli":
+            raise KeyboardInterrupt  # as a Ctrl-C lands while the command imports
+sys.meta_path.insert(0, Interrupt())
+from hashcrawl.__main__ import run
+raise SystemExit(run())
+"""
+
+
+def test_ctrl_c_while_the_command_imports_prints_one_line_and_exits_130() -> None:
+    """A Ctrl-C during hashcrawl's imports: "interrupted", exit 130, no traceback."""
+    done = subprocess.run(
+        [sys.executable, "-c", INTERRUPTED_IMPORT, "crawl", "http://a.example/"],
+        capture_output=True,
+        timeout=COMMAND_TIMEOUT,
+        check=False,
+    )
+    result = Result(done.returncode, done.stdout.decode(), done.stderr.decode())
+    assert assert_one_line_error(result, 130) == "hashcrawl: interrupted"
+
+
+def _wait_for_path(path: Path, process: subprocess.Popen[bytes]) -> None:
+    """Poll until ``path`` exists (the crawl got that far) or the process has ended."""
+    deadline = time.monotonic() + COMMAND_TIMEOUT
+    while not path.exists() and process.poll() is None:
+        assert time.monotonic() < deadline, f"{path} never appeared"
+        time.sleep(0.01)
+
+
+@pytest.mark.parametrize("after", [0.0, 0.1, 0.3])
+def test_ctrl_c_while_a_crawl_starts_prints_no_traceback(
+    after: float, tmp_path: Path, dead_port: int
+) -> None:
+    """A Ctrl-C while the private Redis or the workers start ends without a traceback.
+
+    The Ctrl-C comes once the crawl has made its state directory (its own imports are
+    done), then at a few sampled moments of the start-up that follows.
+    """
+    url = f"http://127.0.0.1:{dead_port}/"
+    state = tmp_path / "s"
+    args = [sys.executable, "-m", "hashcrawl", "crawl", url, "--state-dir", str(state)]
+    args += ["--idle", "0.5", "--max-attempts", "1", "--workers", "2"]
+    with subprocess.Popen(
+        args, stdout=subprocess.PIPE, stderr=subprocess.PIPE, start_new_session=True
+    ) as process:
+        _wait_for_path(state / "default", process)
+        time.sleep(after)
+        with contextlib.suppress(ProcessLookupError):
+            os.killpg(process.pid, signal.SIGINT)
+        _, err = process.communicate(timeout=COMMAND_TIMEOUT)
+    text = err.decode()
+    assert "Traceback" not in text, text
+    assert len(text.splitlines()) <= 1, text
+    assert process.returncode in (0, 3, 130), text
