@@ -6,6 +6,7 @@ error is one line on standard error starting "hashcrawl: ", and never shows a pa
 
 from __future__ import annotations
 
+import argparse
 import collections
 import contextlib
 import json
@@ -26,7 +27,11 @@ import attrs
 import pytest
 import redis
 
+from hashcrawl import Queue
+from hashcrawl._cli import build_parser
+from hashcrawl._redisurl import RedisURL
 from hashcrawl._server import RedisServer
+from hashcrawl._store import Store
 from tests.testsite import Resource, Site, SiteServer, generate_site, judge
 
 SECRET = "pw-secret"
@@ -902,3 +907,196 @@ def test_ctrl_c_while_a_crawl_starts_prints_no_traceback(
     assert "Traceback" not in text, text
     assert len(text.splitlines()) <= 1, text
     assert process.returncode in (0, 3, 130), text
+
+
+# -- status that tells the truth ------------------------------------------------------------------
+
+
+def _ancient_member(redis_url: str, crawl: str, *, lease_ms: int = 5_000) -> str:
+    """Join a member whose only heartbeat was at server time 1 s after the epoch."""
+    store = Store(RedisURL.parse(redis_url), crawl, clock=lambda: 1_000)
+    try:
+        worker = "ghost-1-abcd"
+        store.join(worker, {"host": "ghost", "pid": 1, "lease_ms": lease_ms})
+        store.heartbeat(worker, lease_ms=lease_ms, applied=1, known_epoch=1, stats={"hosts": 1})
+    finally:
+        store.close()
+    return worker
+
+
+def test_status_shows_a_member_past_its_lease_as_stale_and_not_alive(
+    redis_url: str, crawl_name: str
+) -> None:
+    """A member silent longer than its lease is listed as stale, not counted in workers."""
+    worker = _ancient_member(redis_url, crawl_name)
+    assert_ok(hashcrawl("submit", *at(redis_url, crawl_name), "http://a.example/"))
+    doc = status(redis_url, crawl_name)
+    assert (doc["workers"], doc["stale"]) == (0, 1)
+    (member,) = doc["members"]
+    assert (member["id"], member["stale"]) == (worker, True)
+    text = assert_ok(hashcrawl("status", *at(redis_url, crawl_name)))
+    assert f"  {worker}: 1 host, 0 fetched (stale" in text
+
+
+def test_status_of_an_unknown_crawl_names_the_crawls_that_exist(redis_server: RedisServer) -> None:
+    """A misspelled --crawl: exit 2, one line naming it and the crawls on that Redis."""
+    for crawl in ("books", "news"):
+        assert_ok(hashcrawl("submit", *at(redis_server.url, crawl), "http://a.example/"))
+    for extra in ([], ["--json"]):
+        result = hashcrawl("status", *at(redis_server.url, "bokos"), *extra)
+        line = assert_one_line_error(result, 2)
+        assert "no crawl named 'bokos'" in line
+        assert line.endswith("crawls there: books, news")
+
+
+def test_a_crawl_that_does_not_exist_has_not_ended(redis_url: str, crawl_name: str) -> None:
+    """Queue.status() of a crawl with no keys says it does not exist and has not ended."""
+    with Queue(redis_url, crawl_name) as queue:
+        doc = queue.status()
+    assert (doc["exists"], doc["ended"], doc["workers"]) == (False, False, 0)
+
+
+def _documented_fields() -> tuple[set[str], set[str]]:
+    """The status fields docs/operations.md lists: (top level, each member's)."""
+    top, member = _section("Status").split("Each of `members`", 1)
+    fields = [set(), set()]
+    for names, table in zip(fields, (top, member), strict=True):
+        for cell in _table_cells(table):
+            names.update(re.findall(r"`([a-z_]+)`", cell))
+    return fields[0], fields[1]
+
+
+def test_every_status_json_field_is_documented_and_nothing_else(
+    redis_url: str, crawl_name: str
+) -> None:
+    """docs/operations.md lists exactly the keys --json prints, members' keys included."""
+    _ancient_member(redis_url, crawl_name)
+    doc = status(redis_url, crawl_name)
+    top, member = _documented_fields()
+    assert set(doc) == top
+    assert set(doc["members"][0]) == member
+
+
+# -- one line and the documented status for every user error ----------------------------------
+
+
+def test_unwritable_output_file_exits_2_for_join_too(tmp_path: Path, dead_port: int) -> None:
+    """join -o nodir/items.jsonl: one line naming the file, before connecting anywhere."""
+    output = str(tmp_path / "nodir" / "items.jsonl")
+    result = hashcrawl("join", "--redis", f"redis://127.0.0.1:{dead_port}/0", "-o", output)
+    line = assert_one_line_error(result, 2)
+    assert output in line and "No such file or directory" in line
+
+
+def test_redis_database_the_server_lacks_is_a_bad_flag(redis_url: str) -> None:
+    """--redis .../99 on a server with 16 databases: exit 2, one line naming the database."""
+    url = redis_url.rsplit("/", 1)[0] + "/99"
+    for command in (["status"], ["submit", "http://a.example/"]):
+        line = assert_one_line_error(hashcrawl(command[0], "--redis", url, *command[1:]), 2)
+        assert "database 99" in line
+
+
+def test_join_gives_up_within_seconds_on_a_redis_that_never_answers() -> None:
+    """A server that accepts and never answers: exit 1 long before a (ten-minute) lease."""
+    with socket.socket() as listener:
+        listener.bind(("127.0.0.1", 0))
+        listener.listen()
+        url = f"redis://127.0.0.1:{listener.getsockname()[1]}/0"
+        result = hashcrawl("join", "--redis", url, "--lease", "600")
+    line = assert_one_line_error(result, 1)
+    assert "no answer in time" in line
+
+
+# -- CLI conventions ------------------------------------------------------------------------------
+
+
+def _subparsers() -> dict[str, argparse.ArgumentParser]:
+    parser = build_parser()
+    (action,) = [a for a in parser._actions if isinstance(a, argparse._SubParsersAction)]
+    return {"hashcrawl": parser, **action.choices}
+
+
+def test_every_flag_has_help_and_every_default_is_shown() -> None:
+    """No flag without help text; a flag with a default says it in --help."""
+    for name, parser in _subparsers().items():
+        assert parser.allow_abbrev is False, name
+        for action in parser._actions:
+            if isinstance(action, argparse._SubParsersAction) or action.help == argparse.SUPPRESS:
+                continue
+            assert action.help, (name, action.dest)
+            takes_value = action.nargs != 0 and action.option_strings
+            if takes_value and action.default not in (None, [], ()):
+                assert "default" in action.help, (name, action.dest)
+
+
+@pytest.mark.parametrize(
+    ("command", "says"),
+    [
+        ("crawl", "items go to standard output"),
+        ("submit", "'-'"),
+        ("join", "items go to standard output"),
+    ],
+)
+def test_help_says_what_a_first_time_user_needs(command: str, says: str) -> None:
+    """crawl --help tells where items go without -o; submit --help mentions '-'."""
+    out = assert_ok(hashcrawl(command, "--help"))
+    assert says in " ".join(out.split())
+
+
+@pytest.mark.parametrize(
+    ("flags", "says"),
+    [
+        (["--del", "1"], "'--del'; did you mean --delay?"),
+        (["--dealy", "1"], "'--dealy'; did you mean --delay?"),
+        (["--workres", "2"], "did you mean --workers?"),
+        (["--no-such-flag"], "'--no-such-flag'"),
+    ],
+)
+def test_a_misspelled_or_abbreviated_flag_is_refused_with_a_suggestion(
+    flags: list[str], says: str, tmp_path: Path
+) -> None:
+    """No prefix matching, and difflib's closest flag as a hint: exit 2, one line."""
+    result = hashcrawl("crawl", *flags, "--state-dir", str(tmp_path / "s"), "http://a.example/")
+    assert says in assert_one_line_error(result, 2)
+    assert not (tmp_path / "s").exists()
+
+
+@pytest.mark.parametrize(
+    ("args", "named"),
+    [
+        (["crawl", "--workers", "0", "http://a.example/"], "--workers"),
+        (["crawl", "--workers", "two", "http://a.example/"], "--workers"),
+        (["crawl", "--max-depth", "-1", "http://a.example/"], "--max-depth"),
+        (["crawl", "--timeout", "0", "http://a.example/"], "--timeout"),
+        (["crawl"], "start URL"),
+        (
+            ["submit", "--redis", "redis://127.0.0.1:1/0", "--priority", "x", "http://a/"],
+            "--priority",
+        ),
+        (
+            ["submit", "--redis", "redis://127.0.0.1:1/0", "--priority", "501", "http://a/"],
+            "--priority",
+        ),
+    ],
+)
+def test_every_bad_value_is_one_line_naming_its_flag(
+    args: list[str], named: str, tmp_path: Path
+) -> None:
+    """Values out of range or of the wrong kind: exit 2 before anything starts."""
+    result = (
+        hashcrawl(*args, "--state-dir", str(tmp_path / "s"))
+        if args[0] == "crawl"
+        else hashcrawl(*args)
+    )
+    assert named in assert_one_line_error(result, 2)
+
+
+def test_counts_are_spelled_with_correct_plurals(redis_url: str, crawl_name: str) -> None:
+    """ "submitted 1 new URL", "deleted 1 key", "put back 0 pages"."""
+    assert assert_ok(hashcrawl("submit", *at(redis_url, crawl_name), "http://a.example/")) == (
+        "submitted 1 new URL\n"
+    )
+    assert assert_ok(hashcrawl("retry-dead", *at(redis_url, crawl_name))) == "put back 0 pages\n"
+    with redis.Redis.from_url(redis_url) as client:
+        client.delete(*[k for k in crawl_keys(client, crawl_name) if not k.endswith(b"seenmeta")])
+    assert assert_ok(hashcrawl("clear", *at(redis_url, crawl_name))) == "deleted 1 key\n"
