@@ -7,6 +7,7 @@ workers are gone, whether any start URL was fetched.
 
 from __future__ import annotations
 
+import ctypes
 import json
 import signal
 import subprocess
@@ -22,6 +23,7 @@ from ._store import Store
 from ._urls import canonicalize
 
 log_line = "hashcrawl: {}".format
+_PR_SET_PDEATHSIG = 1  # linux/prctl.h
 
 
 class StoppedAtOnce(HashcrawlError):
@@ -37,10 +39,14 @@ def plural(count: int, noun: str) -> str:
     return f"{count} {noun}" if count == 1 else f"{count} {noun}s"
 
 
-def _ignore_sigint() -> None:
+def _as_child() -> None:
+    """Runs in each worker process between fork and exec."""
     # The terminal sends Ctrl-C to the whole process group: the children leave it to
     # ``crawl``, which tells them once (SIGTERM) and prints one line, not one per child.
     signal.signal(signal.SIGINT, signal.SIG_IGN)
+    if sys.platform == "linux":
+        # A crawl killed outright (SIGKILL) must not leave its workers crawling on.
+        ctypes.CDLL(None, use_errno=True).prctl(_PR_SET_PDEATHSIG, signal.SIGTERM)
 
 
 class Children:
@@ -66,7 +72,7 @@ class Children:
             for _ in range(self.count):
                 if self.signals:
                     break
-                self.processes.append(subprocess.Popen(self.command, preexec_fn=_ignore_sigint))
+                self.processes.append(subprocess.Popen(self.command, preexec_fn=_as_child))
             return [process.wait() for process in self.processes]
         except StoppedAtOnce:
             for process in self.processes:
