@@ -829,10 +829,11 @@ def test_second_ctrl_c_exits_1_at_once_and_the_next_run_resumes_without_a_lease(
     The lease is ten minutes: a re-run that waited for the killed workers' lease to
     pass would outlast COMMAND_TIMEOUT many times over.
     """
-    site = generate_site(pages=12, hosts=2, seed=8, port=0)
+    site = generate_site(pages=4, hosts=2, seed=8, port=0)
     state = tmp_path / "state"
     flags = ["--lease", "600", "--grace", "300", "--delay", "0.05", "--idle", "0.5"]
-    with SiteServer(site, latency=0.3) as server:
+    # Each answer takes 2 s, so the second Ctrl-C finds the workers still in their grace.
+    with SiteServer(site, latency=2.0) as server:
         process = _start_crawl(server.site, state, *flags)
         assert server.wait_for_requests(3, timeout=30)
         _ctrl_c(process)
@@ -1100,3 +1101,25 @@ def test_counts_are_spelled_with_correct_plurals(redis_url: str, crawl_name: str
     with redis.Redis.from_url(redis_url) as client:
         client.delete(*[k for k in crawl_keys(client, crawl_name) if not k.endswith(b"seenmeta")])
     assert assert_ok(hashcrawl("clear", *at(redis_url, crawl_name))) == "deleted 1 key\n"
+
+
+def test_join_says_stopping_once_and_a_second_ctrl_c_exits_1_at_once(
+    redis_url: str, crawl_name: str
+) -> None:
+    """join: the first SIGINT prints one line and stops gently; a second exits 1 at once."""
+    site = generate_site(pages=10, hosts=1, seed=9, port=0)
+    args = [sys.executable, "-m", "hashcrawl", "join", *at(redis_url, crawl_name)]
+    args += ["--delay", "0.05", "--idle", "none", "--grace", "300", "-o", os.devnull]
+    # Each answer takes 3 s, so the second SIGINT finds the worker still in its grace.
+    with SiteServer(site, latency=3.0) as server:
+        assert_ok(hashcrawl("submit", *at(redis_url, crawl_name), server.site.root))
+        with subprocess.Popen(args, stderr=subprocess.PIPE) as worker:
+            assert server.wait_for_requests(2, timeout=30)
+            worker.send_signal(signal.SIGINT)
+            assert worker.stderr is not None
+            first = _read_until(worker.stderr, "stopping", timeout=30)
+            worker.send_signal(signal.SIGINT)
+            _, rest = worker.communicate(timeout=COMMAND_TIMEOUT)
+    assert first.startswith("hashcrawl: stopping")
+    assert worker.returncode == 1
+    assert rest.decode().splitlines() == ["hashcrawl: stopped at once"]
