@@ -88,6 +88,7 @@ def _common(p: argparse.ArgumentParser, *, redis: bool = True) -> None:
     p.add_argument(
         "--crawl",
         default=DEFAULT_CRAWL,
+        metavar="NAME",
         help="the crawl's name (namespaces its keys) (default: %(default)s)",
     )
     p.add_argument("-v", "--verbose", action="store_true", help="log progress")
@@ -101,7 +102,7 @@ def _crawler_flags(p: argparse.ArgumentParser) -> None:
         help="append items to FILE (JSON Lines; CSV if it ends in .csv); "
         "without -o, items go to standard output",
     )
-    p.add_argument("--spider", help="run a Spider: path/to/file.py[:ClassName]")
+    p.add_argument("--spider", metavar="FILE", help="run a Spider: path/to/file.py[:ClassName]")
     add_flags(p)
 
 
