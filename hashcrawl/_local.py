@@ -140,8 +140,8 @@ def submit_start_urls(store: Store, urls: Sequence[str]) -> tuple[int, Before]:
     idle = status["waiting"] + status["held"] == 0
     if before.fetched == 0 and idle and status["exists"]:
         again = canonical
-    store.forget_dead(again)
     added = submit_urls(store, again, dont_filter=True)
+    store.forget_dead(again)  # only once they are back in: a failed submit loses nothing
     rest = [url for url in canonical if url not in again]
     return added + submit_urls(store, rest), before
 
@@ -165,9 +165,10 @@ def verdict(store: Store, urls: Sequence[str], before: Before) -> None:
             f"nothing fetched: {first}{others} failed{record}; run the same command again to retry"
         )
     if fetched == 0 and status["robots_denied"] > before.robots_denied:
+        denied = [url for url in canonical if url not in dead]
         raise NothingFetched(
-            f"nothing fetched: robots.txt disallows {canonical[0] if canonical else 'them'}"
-            " for this user agent (--ignore-robots fetches it anyway)"
+            f"nothing fetched: robots.txt disallows {denied[0]} for this user agent"
+            " (--ignore-robots fetches it anyway)"
         )
 
 
