@@ -159,7 +159,7 @@ def verdict(store: Store, urls: Sequence[str], before: Before) -> None:
     fetched = status["fetched"] - before.fetched
     if canonical and len(failed) == len(canonical):
         first = failed[0]
-        record = _dead_error(dead[first])
+        record = dead_error(dead[first])
         others = f" (and {plural(len(failed) - 1, 'more start URL')})" if len(failed) > 1 else ""
         raise NothingFetched(
             f"nothing fetched: {first}{others} failed{record}; run the same command again to retry"
@@ -172,12 +172,17 @@ def verdict(store: Store, urls: Sequence[str], before: Before) -> None:
         )
 
 
-def _dead_error(text: str) -> str:
+def dead_error(text: str) -> str:
+    """A dead letter's attempts and last error, as part of one line.
+
+    The record comes from Redis, so anything may be there: what is not a record
+    hashcrawl wrote is shown as it is, clipped, with its line breaks flattened.
+    """
     try:
         record = json.loads(text)
         attempts = int(record.get("attempts", 0))
         error = str(record.get("error", ""))
-    except (ValueError, TypeError, AttributeError):
-        return f": {text[:200]}"
-    times = f" after {attempts} attempts" if attempts > 1 else ""
-    return f"{times}: {error}"
+    except (ValueError, TypeError, AttributeError, OverflowError):
+        attempts, error = 0, text
+    times = f" after {attempts} attempts" if 1 < attempts < 10**6 else ""
+    return f"{times}: {' '.join(error.split())[:300]}"

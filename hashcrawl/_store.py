@@ -48,8 +48,8 @@ import redis
 from redis.backoff import NoBackoff
 from redis.retry import Retry
 
-from ._exceptions import Fenced, InvalidURL, QueueError
-from ._redisurl import RedisURL
+from ._exceptions import ConfigError, Fenced, InvalidURL, QueueError
+from ._redisurl import RedisURL, check_crawl_name
 
 P = ParamSpec("P")
 T = TypeVar("T")
@@ -414,13 +414,13 @@ class Store:
 
     def _worker_view(self, worker: str, beat: float | None, now_ms: int) -> dict[str, Any]:
         info = self._redis.hgetall(self.key("w:" + worker))
-        lease_ms = int(info.get("lease_ms", DEFAULT_LEASE_MS))
+        lease_ms = _whole(info.get("lease_ms")) or DEFAULT_LEASE_MS
         return {
             "id": worker,
-            "hosts": int(info.get("hosts", 0)),
-            "fetched": int(info.get("fetched", 0)),
+            "hosts": _whole(info.get("hosts")),
+            "fetched": _whole(info.get("fetched")),
             "host": info.get("host"),
-            "pid": int(info.get("pid", 0)),
+            "pid": _whole(info.get("pid")),
             "last_heartbeat_ms": int(beat or 0),
             "stale": now_ms - int(beat or 0) > lease_ms,
         }
@@ -433,9 +433,9 @@ class Store:
         while True:
             cursor, keys = self._redis.scan(cursor, match="hc:{*}:*", count=1000)
             scanned += 1000
-            names.update(key[4 : key.index("}")] for key in keys if "}" in key)
+            names.update(_crawl_of(key) for key in keys)
             if cursor == 0 or scanned >= scan_at_most:
-                return sorted(names - {self.crawl})
+                return sorted(names - {self.crawl, ""})
 
     def _totals(self, workers: set[str]) -> dict[str, int]:
         totals: dict[str, int] = {}
@@ -466,6 +466,20 @@ class Store:
     def forget_dead(self, urls: Sequence[str]) -> None:
         if urls:
             self._redis.hdel(self.key("dead"), *urls)
+
+
+def _whole(value: str | None) -> int:
+    """A counter a worker wrote; 0 for one that is missing or not a whole number."""
+    return int(value) if value is not None and value.lstrip("-").isdigit() else 0
+
+
+def _crawl_of(key: str) -> str:
+    """The crawl a key belongs to; "" for a key no crawl of hashcrawl could have."""
+    name = key[4 : key.find("}")] if "}" in key else ""
+    try:
+        return check_crawl_name(name)
+    except ConfigError:
+        return ""
 
 
 def _pending(r: Any, stream: str) -> int:

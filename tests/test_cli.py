@@ -1123,3 +1123,14 @@ def test_join_says_stopping_once_and_a_second_ctrl_c_exits_1_at_once(
     assert first.startswith("hashcrawl: stopping")
     assert worker.returncode == 1
     assert rest.decode().splitlines() == ["hashcrawl: stopped at once"]
+
+
+def test_unknown_crawl_line_names_only_crawls_that_could_exist(redis_server: RedisServer) -> None:
+    """Keys with a line break or a space in their braces are no crawl: never in the line."""
+    assert_ok(hashcrawl("submit", *at(redis_server.url, "books"), "http://a.example/"))
+    with redis.Redis.from_url(redis_server.url) as client:
+        client.set("hc:{evil\nname}:x", 1)
+        client.set("hc:{a b}:x", 1)
+        client.set("unrelated", 1)
+    line = assert_one_line_error(hashcrawl("status", *at(redis_server.url, "bokos")), 2)
+    assert line.endswith("crawls there: books")
