@@ -55,8 +55,8 @@ P = ParamSpec("P")
 T = TypeVar("T")
 GROUP = "g"
 DEFAULT_LEASE_MS = 60_000  # for members that joined before they recorded their lease
-# Keys that every crawl that ever took a URL or a worker has.
-_NOT_COUNTERS = frozenset({"pid", "started", "lease_ms"})
+_NOT_COUNTERS = frozenset({"pid", "started", "lease_ms"})  # in w:ID, but not summed
+# Keys of which a crawl that ever took a URL or a worker has at least one.
 _ANY_CRAWL_HAS = ("epoch", "seenmeta", "workers", "stats", "inbox", "dead")
 
 
