@@ -1,17 +1,20 @@
 """The ``hashcrawl`` command: join, submit, status, clear, dead, retry-dead, crawl.
 
-Exit status: 0 done; 1 Redis unreachable or lost (one line); 2 a bad URL, crawl name
-or flag (one line).
+Exit status (the table is in docs/operations.md): 0 done; 1 Redis unreachable or lost,
+or stopped at once by a second Ctrl-C; 2 a bad URL, crawl name, flag or output file;
+3 a crawl that fetched none of its start URLs; 130 interrupted before it had started;
+141 standard output closed (``| head``). Every failure is one line on standard error.
 """
 
 from __future__ import annotations
 
 import argparse
+import contextlib
+import difflib
 import json
 import logging
 import os
 import signal
-import subprocess
 import sys
 from collections.abc import Iterator, Sequence
 from pathlib import Path
@@ -20,7 +23,15 @@ from typing import Any, NoReturn
 import attrs
 import trio
 
-from ._exceptions import ConfigError, HashcrawlError, QueueError
+from ._exceptions import ConfigError, HashcrawlError
+from ._local import (
+    Children,
+    NothingFetched,
+    expire_previous_members,
+    plural,
+    submit_start_urls,
+    verdict,
+)
 from ._queue import Queue
 from ._redisurl import RedisURL, check_crawl_name
 from ._settings import SCOPE, Settings, add_flags
@@ -31,12 +42,41 @@ from ._version import __version__
 
 log = logging.getLogger("hashcrawl")
 DEFAULT_CRAWL = "default"
+FAILED, USAGE, NOTHING_FETCHED, INTERRUPTED, CLOSED_PIPE = 1, 2, 3, 130, 141
+START_PATIENCE = 5.0  # seconds a command waits for a Redis that never answered yet
 
 
 class _Parser(argparse.ArgumentParser):
+    """One-line errors, and no prefix abbreviations (``--del`` is not ``--delay``)."""
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        kwargs.setdefault("allow_abbrev", False)
+        super().__init__(*args, **kwargs)
+
     def error(self, message: str) -> NoReturn:
         print(f"hashcrawl: {message}", file=sys.stderr)
-        raise SystemExit(2)
+        raise SystemExit(USAGE)
+
+    def refuse_unknown(self, extras: Sequence[str]) -> NoReturn:
+        """Name the first argument this command does not take, with a likely meant flag."""
+        given = next((x for x in extras if x.startswith("-")), extras[0])
+        flags = [o for a in self._actions for o in a.option_strings if o.startswith("--")]
+        close = difflib.get_close_matches(given.split("=", 1)[0], flags, n=1, cutoff=0.6)
+        hint = f"; did you mean {close[0]}?" if close and given.startswith("-") else ""
+        self.error(f"{self.prog.removeprefix('hashcrawl ')} takes no argument {given!r}{hint}")
+
+
+def _whole_in(low: int, high: int) -> Any:
+    def parse(text: str) -> int:
+        try:
+            value = int(text)
+        except ValueError:
+            raise argparse.ArgumentTypeError(f"expected a whole number, got {text!r}") from None
+        if not low <= value <= high:
+            raise argparse.ArgumentTypeError(f"must be from {low} to {high}, got {value}")
+        return value
+
+    return parse
 
 
 def _common(p: argparse.ArgumentParser, *, redis: bool = True, state_dir: bool = False) -> None:
@@ -48,34 +88,63 @@ def _common(p: argparse.ArgumentParser, *, redis: bool = True, state_dir: bool =
         )
     if state_dir:
         add_state_dir(p)
-    p.add_argument("--crawl", default=DEFAULT_CRAWL, help="the crawl's name (namespaces its keys)")
+    p.add_argument(
+        "--crawl",
+        default=DEFAULT_CRAWL,
+        metavar="NAME",
+        help="the crawl's name (namespaces its keys) (default: %(default)s)",
+    )
     p.add_argument("-v", "--verbose", action="store_true", help="log progress")
 
 
 def _crawler_flags(p: argparse.ArgumentParser) -> None:
     p.add_argument(
-        "-o", "--output", help="write items to FILE (JSON Lines; CSV if it ends in .csv)"
+        "-o",
+        "--output",
+        metavar="FILE",
+        help="append items to FILE (JSON Lines; CSV if it ends in .csv); "
+        "without -o, items go to standard output",
     )
+    p.add_argument("--spider", metavar="FILE", help="run a Spider: path/to/file.py[:ClassName]")
     add_flags(p)
 
 
-def build_parser() -> argparse.ArgumentParser:
-    parser = _Parser(prog="hashcrawl", description="A distributed web crawler on Redis.")
+def build_parser() -> _Parser:
+    parser = _Parser(
+        prog="hashcrawl",
+        description="A distributed web crawler on Redis.",
+        epilog="Run 'hashcrawl COMMAND --help' for a command's flags.",
+    )
     parser.add_argument("--version", action="version", version=f"hashcrawl {__version__}")
-    sub = parser.add_subparsers(dest="command", required=True, parser_class=_Parser)
+    sub = parser.add_subparsers(
+        dest="command", required=True, parser_class=_Parser, metavar="COMMAND"
+    )
     join = sub.add_parser("join", help="run a worker in a crawl fleet")
     _common(join)
     _crawler_flags(join)
-    join.add_argument("--spider", help="run a Spider: path/to/file.py[:ClassName]")
-    submit = sub.add_parser("submit", help="feed URLs into a crawl ('-' reads standard input)")
+    join.add_argument("--child", action="store_true", help=argparse.SUPPRESS)
+    submit = sub.add_parser(
+        "submit",
+        help="feed URLs into a crawl ('-' reads standard input)",
+        description="Add URLs to a crawl. A single '-' reads one URL per line from standard input.",
+    )
     _common(submit)
-    submit.add_argument("--priority", type=int, default=0)
+    submit.add_argument(
+        "--priority",
+        type=_whole_in(-500, 500),
+        default=0,
+        metavar="N",
+        help="higher is fetched first among a host's waiting pages, -500 to 500 "
+        "(default: %(default)s)",
+    )
     submit.add_argument("--dont-filter", action="store_true", help="submit even URLs seen before")
     add_flags(submit, only=SCOPE)
-    submit.add_argument("urls", nargs="+", metavar="URL")
+    submit.add_argument(
+        "urls", nargs="+", metavar="URL", help="http(s) URLs, or '-' to read them from stdin"
+    )
     status = sub.add_parser("status", help="show the fleet and the crawl's progress")
     _common(status, state_dir=True)
-    status.add_argument("--json", action="store_true")
+    status.add_argument("--json", action="store_true", help="print every field as one JSON object")
     status.add_argument(
         "--watch",
         nargs="?",
@@ -90,36 +159,94 @@ def build_parser() -> argparse.ArgumentParser:
     _common(dead, state_dir=True)
     retry_dead = sub.add_parser("retry-dead", help="put dead-lettered pages back in the crawl")
     _common(retry_dead, state_dir=True)
-    crawl = sub.add_parser("crawl", help="crawl on this machine with a private Redis (no setup)")
+    crawl = sub.add_parser(
+        "crawl",
+        help="crawl on this machine with a private Redis (no setup)",
+        description="Crawl on this machine: a private Redis in --state-dir and --workers "
+        "worker processes. Without -o, items go to standard output. Running the same "
+        "command again goes on where it stopped, and retries start URLs that failed.",
+    )
     _common(crawl, redis=False)
     _crawler_flags(crawl)
-    crawl.add_argument("--workers", type=int, default=2, help="worker processes")
-    crawl.add_argument("-q", "--quiet", action="store_true", help="no progress, no summary")
     crawl.add_argument(
-        "--state-dir", default=".hashcrawl", help="where the private Redis keeps its data"
+        "-q", "--quiet", action="store_true", help="no progress display and no summary"
     )
-    crawl.add_argument("urls", nargs="+", metavar="URL")
+    crawl.add_argument(
+        "--workers",
+        type=_whole_in(1, 64),
+        default=2,
+        metavar="N",
+        help="worker processes, 1 to 64 (default: %(default)s)",
+    )
+    crawl.add_argument(
+        "--state-dir",
+        default=".hashcrawl",
+        metavar="DIR",
+        help="where the private Redis keeps its data (default: %(default)s)",
+    )
+    crawl.add_argument(
+        "--fresh", action="store_true", help="forget this crawl's earlier runs and start over"
+    )
+    crawl.add_argument(
+        "urls", nargs="*", metavar="URL", help="start URLs (or the --spider's start_urls)"
+    )
+    return parser
+
+
+def parse(argv: Sequence[str]) -> argparse.Namespace:
+    """The command line as a namespace; bare ``hashcrawl`` prints the usage (exit 2)."""
+    parser = build_parser()
+    if not argv:
+        parser.print_help(sys.stderr)
+        raise SystemExit(USAGE)
+    args, extras = parser.parse_known_args(argv)
+    if extras:
+        _subparser(parser, args.command).refuse_unknown(extras)
+    return args
+
+
+def _subparser(parser: _Parser, command: str) -> _Parser:
+    for action in parser._actions:
+        if isinstance(action, argparse._SubParsersAction):
+            found: _Parser = action.choices[command]
+            return found
     return parser
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    args = build_parser().parse_args(argv)
+    try:
+        try:
+            return _run(sys.argv[1:] if argv is None else argv)
+        finally:
+            sys.stdout.flush()  # here, where a closed pipe can still be caught
+    except ConfigError as exc:
+        return _fail(exc, USAGE)
+    except NothingFetched as exc:
+        return _fail(exc, NOTHING_FETCHED)
+    except HashcrawlError as exc:
+        return _fail(exc, FAILED)
+    except KeyboardInterrupt:
+        return _fail("interrupted", INTERRUPTED)
+    except BrokenPipeError:
+        # The reader went away (``status | head``): end quietly, as tools killed by
+        # SIGPIPE do, and keep the interpreter's own flush at exit from complaining.
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+        return CLOSED_PIPE
+
+
+def _run(argv: Sequence[str]) -> int:
+    args = parse(argv)
     logging.basicConfig(
         level=logging.INFO if args.verbose else logging.WARNING,
         format="%(asctime)s hashcrawl: %(message)s" if args.verbose else "hashcrawl: %(message)s",
     )
     logging.getLogger("httpx").setLevel(logging.WARNING)  # a line per request is too much
-    try:
-        return int(_COMMANDS[args.command](args) or 0)
-    except ConfigError as exc:
-        print(f"hashcrawl: {exc}", file=sys.stderr)
-        return 2
-    except QueueError as exc:
-        print(f"hashcrawl: {exc}", file=sys.stderr)
-        return 1
-    except HashcrawlError as exc:
-        print(f"hashcrawl: {exc}", file=sys.stderr)
-        return 1
+    return int(_COMMANDS[args.command](args) or 0)
+
+
+def _fail(error: object, code: int) -> int:
+    print(f"hashcrawl: {error}", file=sys.stderr)
+    return code
 
 
 def settings_from(args: argparse.Namespace) -> Settings:
@@ -133,6 +260,39 @@ def _seconds(text: str) -> float:
     return value
 
 
+def _checked_output(path: str | None) -> None:
+    """Refuse an -o FILE that cannot be written, before anything starts.
+
+    Raises:
+        ConfigError: no such directory, no permission, or not a file.
+    """
+    if path is None or path == "-":
+        return
+    try:
+        os.close(os.open(path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644))
+    except OSError as exc:
+        raise ConfigError(f"-o cannot write {path!r}: {exc.strerror or exc}") from None
+
+
+def _spider_of(args: argparse.Namespace) -> Any:
+    return load_spider(args.spider) if args.spider else None
+
+
+def _check_reachable(url: RedisURL, crawl: str) -> None:
+    """Fail within seconds if Redis does not answer at start: no lease to protect yet.
+
+    Raises:
+        QueueError: no answer within START_PATIENCE seconds.
+    """
+    from ._store import Store
+
+    store = Store(url, crawl, timeout=START_PATIENCE)
+    try:
+        store.ping()
+    finally:
+        store.close()
+
+
 def cmd_join(args: argparse.Namespace) -> int:
     from ._worker import Worker, unwrapped
 
@@ -142,7 +302,9 @@ def cmd_join(args: argparse.Namespace) -> int:
     settings = settings_from(args)
     url = RedisURL.parse(args.redis)
     check_crawl_name(args.crawl)
-    spider = load_spider(args.spider) if args.spider else None
+    spider = _spider_of(args)
+    _checked_output(args.output)
+    _check_reachable(url, args.crawl)
     worker = Worker(
         url,
         args.crawl,
@@ -153,7 +315,9 @@ def cmd_join(args: argparse.Namespace) -> int:
 
     async def main() -> None:
         async with unwrapped(), trio.open_nursery() as nursery:
-            nursery.start_soon(_stop_on_signals, worker, nursery.cancel_scope, early_stop)
+            nursery.start_soon(
+                _stop_on_signals, worker, nursery.cancel_scope, early_stop, args.child
+            )
             await worker.run()
             nursery.cancel_scope.cancel()
 
@@ -167,15 +331,25 @@ def cmd_join(args: argparse.Namespace) -> int:
     return 0
 
 
-async def _stop_on_signals(worker: Any, scope: trio.CancelScope, early: list[int]) -> None:
-    with trio.open_signal_receiver(signal.SIGTERM, signal.SIGINT) as signals:
+async def _stop_on_signals(
+    worker: Any, scope: trio.CancelScope, early: list[int], child: bool
+) -> None:
+    # A child of ``crawl`` leaves Ctrl-C to its parent, which says "stopping" once.
+    numbers = (signal.SIGTERM,) if child else (signal.SIGTERM, signal.SIGINT)
+    with trio.open_signal_receiver(*numbers) as signals:
         if early:
             worker.stop()
         async for _ in signals:
             if worker._stop_requested:
                 # A second signal: go now; the lease brings back whatever was held.
-                os._exit(1)
-            log.warning("stopping: finishing requests in flight, then handing hosts back")
+                if not child:
+                    print("hashcrawl: stopped at once", file=sys.stderr, flush=True)
+                os._exit(FAILED)
+            if not child:
+                log.warning(
+                    "stopping: finishing requests in flight, then handing hosts back "
+                    "(press Ctrl-C again to quit at once)"
+                )
             worker.stop()
 
 
@@ -185,16 +359,16 @@ def cmd_submit(args: argparse.Namespace) -> int:
             bad = _BadLines()
             added = queue.submit(bad.filter(sys.stdin), **_submit_options(args))
             print(
-                f"submitted {added} new URLs"
-                + (f"; {bad.count} bad lines skipped" if bad.count else "")
+                f"submitted {plural(added, 'new URL')}"
+                + (f"; {plural(bad.count, 'bad line')} skipped" if bad.count else "")
             )
-            return 2 if bad.count else 0
+            return USAGE if bad.count else 0
         from ._urls import canonicalize
 
         for url in args.urls:
             canonicalize(url)  # every URL is checked before any goes in
         added = queue.submit(args.urls, **_submit_options(args))
-        print(f"submitted {added} new URLs")
+        print(f"submitted {plural(added, 'new URL')}")
     return 0
 
 
@@ -229,39 +403,60 @@ class _BadLines:
             yield url
 
 
+STATUS_LINES = (
+    "crawl",
+    "waiting",
+    "held",
+    "workers",
+    "stale",
+    "seen",
+    "queued",
+    "fetched",
+    "failed",
+    "robots_denied",
+    "dead",
+    "leases_reclaimed",
+    "queue_bad",
+    "ended",
+)
+
+
 def cmd_status(args: argparse.Namespace) -> int:
     from ._statusview import read_view, watch_status
 
     with opened_queue(args) as queue:
+        status = queue.status()
+        if not status["exists"]:
+            raise ConfigError(_unknown_crawl(args, queue.other_crawls()))
         if args.watch is not None:
             return watch_status(queue, args.watch)
-        status = read_view(queue) if args.json else queue.status()
+        if args.json:
+            status = read_view(queue)
     if args.json:
         print(json.dumps(status, indent=2))
         return 0
-    for key in (
-        "crawl",
-        "waiting",
-        "held",
-        "workers",
-        "seen",
-        "queued",
-        "fetched",
-        "failed",
-        "dead",
-        "leases_reclaimed",
-        "queue_bad",
-        "ended",
-    ):
+    for key in STATUS_LINES:
         print(f"{key}: {status[key]}")
     for member in status["members"]:
-        print(f"  {member['id']}: {member['hosts']} hosts, {member['fetched']} fetched")
+        stale = " (stale: silent past its lease, not counted)" if member["stale"] else ""
+        print(
+            f"  {member['id']}: {plural(member['hosts'], 'host')}, "
+            f"{member['fetched']} fetched{stale}"
+        )
     return 0
+
+
+def _unknown_crawl(args: argparse.Namespace, others: list[str]) -> str:
+    where = RedisURL.parse(args.redis).redacted() if args.redis else args.state_dir
+    if not others:
+        return f"no crawl named {args.crawl!r} in Redis at {where}, nor any other crawl"
+    shown = ", ".join(others[:10]) + (f" and {len(others) - 10} more" if len(others) > 10 else "")
+    return f"no crawl named {args.crawl!r} in Redis at {where}; crawls there: {shown}"
 
 
 def cmd_clear(args: argparse.Namespace) -> int:
     with opened_queue(args) as queue:
-        print(f"deleted {queue.clear()} keys")
+        print(f"deleted {plural(queue.clear(), 'key')}")
     return 0
 
 
@@ -274,7 +469,7 @@ def cmd_dead(args: argparse.Namespace) -> int:
 
 def cmd_retry_dead(args: argparse.Namespace) -> int:
     with opened_queue(args) as queue:
-        print(f"put back {queue.retry_dead()} pages")
+        print(f"put back {plural(queue.retry_dead(), 'page')}")
     return 0
 
 
@@ -283,67 +478,70 @@ def cmd_crawl(args: argparse.Namespace) -> int:
     from ._urls import canonicalize
 
     check_crawl_name(args.crawl)
-    settings = settings_from(args)  # check the flags before starting anything
-    if args.workers < 1:
-        raise ConfigError(f"--workers must be at least 1, got {args.workers}")
-    for url in args.urls:
+    settings_from(args)  # check the flags before starting anything
+    spider = _spider_of(args)
+    urls = list(args.urls) or list(getattr(spider, "start_urls", None) or ())
+    if not urls:
+        raise ConfigError("crawl needs a start URL (or a --spider with start_urls)")
+    for url in urls:
         canonicalize(url)
-    state = Path(args.state_dir) / args.crawl
-    state.mkdir(parents=True, exist_ok=True)
+    _checked_output(args.output)
+    state = _state_dir(args)
     with RedisServer(directory=state, unix_socket=True, appendonly=True) as server:
-        redis_url = server.url
-        with Queue(redis_url, args.crawl) as queue:
-            added = queue.submit(
-                args.urls, allow_domains=settings.allow_domains, span_hosts=settings.span_hosts
-            )
-        log.info("submitted %d new URLs; starting %d workers", added, args.workers)
-        from ._progress import shown
-
-        with shown(args, redis_url):
-            return _run_workers(args, redis_url)
+        return _crawl_on(server.url, args, urls)
 
 
-def _run_workers(args: argparse.Namespace, redis_url: str) -> int:
-    passed = _passed_flags(args)
-    command = [
-        sys.executable,
-        "-m",
-        "hashcrawl",
-        "join",
-        "--redis",
-        redis_url,
-        "--crawl",
-        args.crawl,
-        *passed,
-    ]
+def _crawl_on(redis_url: str, args: argparse.Namespace, urls: list[str]) -> int:
+    """Run the workers on the private server at ``redis_url``; judge the start URLs after."""
     from ._metrics import child_metrics_flags
+    from ._progress import shown
+    from ._scope import members as scope_members
+    from ._store import Store
 
-    port = args.metrics_port
-    processes = [
-        subprocess.Popen(command + child_metrics_flags(port, i)) for i in range(args.workers)
-    ]
+    settings = settings_from(args)
+    with contextlib.closing(Store(RedisURL.parse(redis_url), args.crawl)) as store:
+        if args.fresh:
+            store.clear()
+        expire_previous_members(store)
+        store.widen_scope(scope_members(domains=settings.allow_domains, span=settings.span_hosts))
+        added, before = submit_start_urls(store, urls)
+        log.info("submitted %s; starting %d workers", plural(added, "new URL"), args.workers)
+        command = _child_command(args, redis_url)
+        children = Children(
+            [command + child_metrics_flags(args.metrics_port, i) for i in range(args.workers)]
+        )
+        with shown(args, redis_url):
+            codes = children.run()
+        if children.interrupted:
+            return max([c for c in codes if c > 0], default=0)  # < 0: stopped while starting
+        if any(codes):
+            return max([FAILED if c < 0 else c for c in codes], default=0)
+        verdict(store, urls, before)
+    return 0
 
-    def forward(*_: object) -> None:
-        for process in processes:
-            process.terminate()
 
-    previous = signal.signal(signal.SIGTERM, forward)
+def _state_dir(args: argparse.Namespace) -> Path:
+    state: Path = Path(args.state_dir) / args.crawl
     try:
-        codes = [p.wait() for p in processes]
-    except KeyboardInterrupt:
-        codes = [p.wait() for p in processes]  # they got the same Ctrl-C and stop gracefully
-    finally:
-        signal.signal(signal.SIGTERM, previous)
-    return max(codes)
+        state.mkdir(parents=True, exist_ok=True)
+    except OSError as exc:
+        raise ConfigError(
+            f"--state-dir cannot be used: {exc.strerror or exc}: {str(state)!r}"
+        ) from None
+    return state
 
 
-def _passed_flags(args: argparse.Namespace) -> list[str]:
-    flags = settings_from(args).to_flags()
+def _child_command(args: argparse.Namespace, redis_url: str) -> list[str]:
+    command = [sys.executable, "-m", "hashcrawl", "join", "--child"]
+    command += ["--redis", redis_url, "--crawl", args.crawl]
+    command += settings_from(args).to_flags()
     if args.output is not None:
-        flags += ["-o", args.output]
+        command += ["-o", args.output]
+    if args.spider is not None:
+        command += ["--spider", args.spider]
     if args.verbose:
-        flags.append("-v")
-    return flags
+        command.append("-v")
+    return command
 
 
 _COMMANDS = {

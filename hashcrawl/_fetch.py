@@ -10,6 +10,8 @@ import contextlib
 import contextvars
 import functools
 import logging
+import socket
+import ssl
 import urllib.request
 from collections import OrderedDict
 from collections.abc import AsyncIterator, Callable, Iterable, Iterator
@@ -62,6 +64,39 @@ class Fetcher(Protocol):
     async def fetch(self, request: Request) -> Response: ...
 
 
+def fetch_failure(exc: BaseException) -> str:
+    """Why a fetch failed, in words a person acts on (httpx often says only ConnectError)."""
+    causes = list(_causes(exc))
+    for cause in causes:
+        if isinstance(cause, ssl.SSLError):
+            if "WRONG_VERSION_NUMBER" in str(cause) or "RECORD_LAYER" in str(cause):
+                return "TLS handshake failed: the server does not speak TLS there (try http://)"
+            return f"TLS handshake failed: {cause}"
+        if isinstance(cause, ConnectionRefusedError):
+            return "connection refused (nothing listens at that address and port)"
+        if isinstance(cause, socket.gaierror):
+            return f"DNS lookup failed: {cause.strerror or cause}"
+    if isinstance(exc, httpx.TimeoutException):
+        return f"timed out ({type(exc).__name__})"
+    said = next((str(c) for c in causes if str(c)), "")
+    return f"{type(exc).__name__}: {said}" if said else type(exc).__name__
+
+
+def _causes(exc: BaseException) -> Iterator[BaseException]:
+    """``exc`` and what it was raised from, groups opened, at most 20 deep."""
+    seen: set[int] = set()
+    todo = [exc]
+    while todo and len(seen) < 20:
+        current = todo.pop(0)
+        if id(current) in seen:
+            continue
+        seen.add(id(current))
+        yield current
+        if isinstance(current, BaseExceptionGroup):
+            todo.extend(current.exceptions)
+        todo.extend(c for c in (current.__cause__, current.__context__) if c is not None)
+
+
 class HttpxFetcher:
     """The default fetcher: httpx under trio, no automatic redirects, a body size cap.
 
@@ -102,7 +137,7 @@ class HttpxFetcher:
             async with self._client.stream("GET", request.url) as answer:
                 body = await self._read(answer)
         except httpx.HTTPError as exc:
-            raise FetchError(f"{type(exc).__name__}: {exc}"[:300]) from None
+            raise FetchError(fetch_failure(exc)[:300]) from None
         return Response(
             url=str(answer.url),
             status=answer.status_code,

@@ -55,6 +55,10 @@ class Queue:
         self._store.widen_scope(scope_members(domains=allow_domains, span=span_hosts))
         return submit_urls(self._store, urls, priority=priority, dont_filter=dont_filter)
 
+    def other_crawls(self) -> list[str]:
+        """Names of the crawls with keys on this Redis server (one bounded SCAN)."""
+        return self._store.other_crawls()
+
     def status(self) -> dict[str, Any]:
         """Waiting, held, workers (with hosts owned and pages fetched), seen, fetched..."""
         return self._store.status()

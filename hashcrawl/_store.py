@@ -10,8 +10,8 @@ key                type    written by
 ``applied``        HASH    join, heartbeat, commit: worker -> epoch whose handoff it did
 ``epoch``          STRING  join, leave, expiry: +1 on every membership change
 ``workers``        SET     join: every worker id that ever joined (for fleet totals)
-``w:ID``           HASH    join, heartbeat: a worker's host, pid, own counters and
-                           figures for status (_metrics.Tally.beat_fields)
+``w:ID``           HASH    join, heartbeat: a worker's host, pid, lease, own counters
+                           and figures for status (_metrics.Tally.beat_fields)
                            inflight: the suspects it is fetching (newest record wins)
 ``q:ID``           STREAM  commit (XADD, XACK, XDEL), read (XREADGROUP): ID's frontier;
                            group ``g``, consumer ID; pending entries are its leases
@@ -52,12 +52,16 @@ import redis
 from redis.backoff import NoBackoff
 from redis.retry import Retry
 
-from ._exceptions import Fenced, QueueError
-from ._redisurl import RedisURL
+from ._exceptions import ConfigError, Fenced, InvalidURL, QueueError
+from ._redisurl import RedisURL, check_crawl_name
 
 P = ParamSpec("P")
 T = TypeVar("T")
 GROUP = "g"
+DEFAULT_LEASE_MS = 60_000  # for members that joined before they recorded their lease
+_NOT_COUNTERS = frozenset({"pid", "started", "lease_ms"})  # in w:ID, but not summed
+# Keys of which a crawl that ever took a URL or a worker has at least one.
+_ANY_CRAWL_HAS = ("epoch", "seenmeta", "workers", "stats", "inbox", "dead")
 
 
 def _script(name: str) -> str:
@@ -74,6 +78,11 @@ def _translated(method: Callable[P, T]) -> Callable[P, T]:
         except redis.RedisError as exc:
             store = args[0]
             assert isinstance(store, Store)
+            if "DB index is out of range" in str(exc):  # a flag's mistake, not an outage
+                raise InvalidURL(
+                    f"--redis names database {store.url.db}, which Redis at "
+                    f"{store.url.redacted()} does not have (see its 'databases' setting)"
+                ) from None
             raise QueueError(f"Redis at {store.url.redacted()}: {_reason(exc)}") from None
 
     return call
@@ -391,10 +400,12 @@ class Store:
 
     @_translated
     def status(self) -> dict[str, Any]:
-        """The fleet as ``hashcrawl status`` shows it."""
+        """The fleet as ``hashcrawl status`` shows it (docs/operations.md lists each field)."""
         r = self._redis
         epoch, members = self.members()
         beats = dict(r.zrange(self.key("members"), 0, -1, withscores=True))
+        seconds, micros = r.time()
+        now_ms = int(seconds) * 1000 + int(micros) // 1000
         streams = [self.stream_of(m) for m in members] + list(r.smembers(self.key("orphans")))
         streams.append(self.inbox)
         held = sum(_pending(r, s) for s in streams)
@@ -402,41 +413,60 @@ class Store:
         queued_now = sum(r.xlen(s) for s in streams) + parked
         stats = r.hgetall(self.key("stats"))
         counts = r.hgetall(self.key("seenmeta"))
-        workers = [self._worker_view(m, beats.get(m)) for m in members]
+        workers = [self._worker_view(m, beats.get(m), now_ms) for m in members]
+        alive = sum(not w["stale"] for w in workers)
         totals = self._totals(r.smembers(self.key("workers")))
+        exists = bool(r.exists(*(self.key(k) for k in _ANY_CRAWL_HAS)))
         return {
             "crawl": self.crawl,
+            "exists": exists,
             "waiting": queued_now - held,
             "held": held,
-            "workers": len(members),
+            "workers": alive,
+            "stale": len(workers) - alive,
             "members": workers,
             "seen": int(counts.get("seen", 0)),
             "queued": int(counts.get("queued", 0)),
             "fetched": totals.get("fetched", 0),
             "failed": totals.get("failed", 0),
+            "robots_denied": totals.get("robots_denied", 0),
             "dead": r.hlen(self.key("dead")),
             "leases_reclaimed": int(stats.get("leases_reclaimed", 0)),
             "queue_bad": int(stats.get("queue_bad", 0)),
             "epoch": epoch,
-            "ended": queued_now == 0 and not members,
+            "ended": exists and queued_now == 0 and alive == 0,
         }
 
-    def _worker_view(self, worker: str, beat: float | None) -> dict[str, Any]:
+    def _worker_view(self, worker: str, beat: float | None, now_ms: int) -> dict[str, Any]:
         info = self._redis.hgetall(self.key("w:" + worker))
+        lease_ms = _whole(info.get("lease_ms")) or DEFAULT_LEASE_MS
         return {
             "id": worker,
-            "hosts": int(info.get("hosts", 0)),
-            "fetched": int(info.get("fetched", 0)),
+            "hosts": _whole(info.get("hosts")),
+            "fetched": _whole(info.get("fetched")),
             "host": info.get("host"),
-            "pid": int(info.get("pid", 0)),
+            "pid": _whole(info.get("pid")),
             "last_heartbeat_ms": int(beat or 0),
+            "stale": now_ms - int(beat or 0) > lease_ms,
         }
+
+    @_translated
+    def other_crawls(self, *, scan_at_most: int = 10_000) -> list[str]:
+        """Names of the crawls with keys on this server, from one bounded SCAN."""
+        names: set[str] = set()
+        cursor, scanned = 0, 0
+        while True:
+            cursor, keys = self._redis.scan(cursor, match="hc:{*}:*", count=1000)
+            scanned += 1000
+            names.update(_crawl_of(key) for key in keys)
+            if cursor == 0 or scanned >= scan_at_most:
+                return sorted(names - {self.crawl, ""})
 
     def _totals(self, workers: set[str]) -> dict[str, int]:
         totals: dict[str, int] = {}
         for worker in workers:
             for field, value in self._redis.hgetall(self.key("w:" + worker)).items():
-                if value.lstrip("-").isdigit() and field != "pid":
+                if value.lstrip("-").isdigit() and field not in _NOT_COUNTERS:
                     totals[field] = totals.get(field, 0) + int(value)
         return totals
 
@@ -506,6 +536,20 @@ class Store:
             with contextlib.suppress(redis.RedisError):  # CONFIG may be renamed away
                 info.update(self._redis.config_get(name))
         return info
+
+
+def _whole(value: str | None) -> int:
+    """A counter a worker wrote; 0 for one that is missing or not a whole number."""
+    return int(value) if value is not None and value.lstrip("-").isdigit() else 0
+
+
+def _crawl_of(key: str) -> str:
+    """The crawl a key belongs to; "" for a key no crawl of hashcrawl could have."""
+    name = key[4 : key.find("}")] if "}" in key else ""
+    try:
+        return check_crawl_name(name)
+    except ConfigError:
+        return ""
 
 
 def _pending(r: Any, stream: str) -> int:

@@ -344,7 +344,12 @@ class _Session:
 
     async def begin(self) -> None:
         """Join the ring and adopt its epoch (the first step of a session)."""
-        info = {"host": socket.gethostname(), "pid": os.getpid(), "started": int(time.time())}
+        info = {
+            "host": socket.gethostname(),
+            "pid": os.getpid(),
+            "started": int(time.time()),
+            "lease_ms": int(self.s.lease * 1000),  # so status can tell a stale member
+        }
         sent = self.now()
         now_ms, epoch = await self.persist_join(info)
         self._clock_sample(sent, now_ms)

@@ -6,9 +6,12 @@ error is one line on standard error starting "hashcrawl: ", and never shows a pa
 
 from __future__ import annotations
 
+import argparse
 import collections
+import contextlib
 import json
 import os
+import re
 import selectors
 import signal
 import socket
@@ -24,8 +27,12 @@ import attrs
 import pytest
 import redis
 
+from hashcrawl import Queue
+from hashcrawl._cli import build_parser
+from hashcrawl._redisurl import RedisURL
 from hashcrawl._server import RedisServer
-from tests.testsite import Site, SiteServer, generate_site, judge
+from hashcrawl._store import Store
+from tests.testsite import Resource, Site, SiteServer, generate_site, judge
 
 SECRET = "pw-secret"
 TEXT_STATUS_KEYS = ("waiting", "held", "workers", "seen", "fetched", "failed", "ended")
@@ -75,6 +82,12 @@ def status(redis_url: str, crawl: str) -> dict[str, Any]:
         assert_ok(hashcrawl("status", *at(redis_url, crawl), "--json"))
     )
     return doc
+
+
+def assert_no_such_crawl(redis_url: str, crawl: str) -> None:
+    """``status`` says the crawl does not exist: exit 2, one line naming it."""
+    line = assert_one_line_error(hashcrawl("status", *at(redis_url, crawl)), 2)
+    assert f"no crawl named {crawl!r}" in line
 
 
 def at(redis_url: str, crawl: str) -> list[str]:
@@ -174,9 +187,13 @@ def test_crawl_refuses_flags_that_would_break_it(
     assert named in line
 
 
-def test_missing_command_exits_2_with_one_line() -> None:
-    """``hashcrawl`` alone says a command is needed."""
-    assert_one_line_error(hashcrawl(), 2)
+def test_bare_hashcrawl_prints_usage_and_exits_2() -> None:
+    """``hashcrawl`` alone prints the usage with every command, on standard error."""
+    result = hashcrawl()
+    assert (result.code, result.out) == (2, "")
+    assert result.err.startswith("usage: hashcrawl")
+    for command in ("join", "submit", "status", "clear", "dead", "retry-dead", "crawl"):
+        assert f"    {command}" in result.err
 
 
 # -- Redis unreachable: exit 1 ----------------------------------------------------------------
@@ -255,7 +272,7 @@ def test_dont_filter_submits_a_seen_url_again(redis_url: str, crawl_name: str) -
     """--dont-filter puts a seen URL in the queue again: queued grows past seen."""
     assert_ok(hashcrawl("submit", *at(redis_url, crawl_name), "http://a.example/"))
     again = hashcrawl("submit", *at(redis_url, crawl_name), "--dont-filter", "http://a.example/")
-    assert assert_ok(again) == "submitted 1 new URLs\n"
+    assert assert_ok(again) == "submitted 1 new URL\n"
     doc = status(redis_url, crawl_name)
     assert (doc["waiting"], doc["seen"], doc["queued"]) == (2, 1, 2)
 
@@ -271,7 +288,7 @@ def test_bad_url_among_arguments_exits_2_and_submits_nothing(
     result = hashcrawl("submit", *at(redis_url, crawl_name), *urls)
     line = assert_one_line_error(result, 2)
     assert "pw-secret" not in line
-    assert status(redis_url, crawl_name)["seen"] == 0
+    assert_no_such_crawl(redis_url, crawl_name)
 
 
 def test_submit_from_stdin_reports_bad_lines_by_number_and_adds_the_rest(
@@ -362,11 +379,12 @@ def test_status_text_lists_every_count(redis_url: str, crawl_name: str) -> None:
 
 def test_status_json_is_valid_json_with_every_key(redis_url: str, crawl_name: str) -> None:
     """--json prints one JSON object with the counts and the member list."""
+    assert_ok(hashcrawl("submit", *at(redis_url, crawl_name), "http://a.example/"))
     doc = status(redis_url, crawl_name)
     assert set(TEXT_STATUS_KEYS) | {"members", "crawl", "queued"} <= doc.keys()
     assert doc["crawl"] == crawl_name
     assert doc["members"] == []
-    assert doc["ended"] is True
+    assert (doc["exists"], doc["ended"]) == (True, False)
 
 
 def _read_until(stream: Any, text: str, *, timeout: float) -> str:
@@ -471,7 +489,7 @@ def test_clear_deletes_every_key_of_the_crawl_and_only_that_crawl(
         assert crawl_keys(client, crawl_name) == set()
         assert crawl_keys(client, other) == theirs
     assert status(redis_url, other)["seen"] == 2
-    assert status(redis_url, crawl_name)["seen"] == 0
+    assert_no_such_crawl(redis_url, crawl_name)
     assert_ok(hashcrawl("clear", *at(redis_url, other)))
 
 
@@ -487,8 +505,7 @@ def test_unix_socket_url_works_end_to_end(tmp_path: Path) -> None:
         runs.append(hashcrawl("status", "--redis", url, "--json"))
         assert json.loads(runs[-1].out)["seen"] == 2
         runs.append(hashcrawl("clear", "--redis", url))
-        runs.append(hashcrawl("status", "--redis", url, "--json"))
-        assert json.loads(runs[-1].out)["seen"] == 0
+        assert_no_such_crawl(url, "default")
     for result in runs:
         assert_ok(result)
         assert SECRET not in result.out
@@ -498,6 +515,7 @@ def test_unix_socket_in_a_directory_with_a_space_is_reachable(tmp_path: Path) ->
     """RedisServer.url percent-encodes a space in the socket path; the CLI must decode it."""
     with RedisServer(directory=tmp_path / "my redis", unix_socket=True) as server:
         assert "%20" in server.url
+        assert_ok(hashcrawl("submit", "--redis", server.url, "http://a.example/"))
         assert_ok(hashcrawl("status", "--redis", server.url))
 
 
@@ -560,3 +578,569 @@ def test_crawl_state_dir_with_a_space_works(tmp_path: Path) -> None:
         expected = server.site.expected()
     assert_ok(result)
     assert set(_items(output)) == expected
+
+
+# -- the exit-status table, row by row ----------------------------------------------------------
+
+OPERATIONS = Path(__file__).resolve().parent.parent / "docs" / "operations.md"
+
+
+def _section(title: str) -> str:
+    """The text of docs/operations.md under ``## title``, up to the next ``## ``."""
+    return OPERATIONS.read_text().split(f"\n## {title}\n", 1)[1].split("\n## ", 1)[0]
+
+
+def _table_cells(text: str) -> list[str]:
+    """The first cell of every body row of the markdown tables in ``text``."""
+    rows = re.findall(r"^\| ([^|]+?) \|", text, re.MULTILINE)
+    return [row for row in rows if row not in ("status", "field", "---")]
+
+
+@attrs.frozen
+class Where:
+    """What a scenario may use: a shared Redis, a fresh crawl name, a scratch directory."""
+
+    redis_url: str
+    crawl: str
+    tmp: Path
+    dead_port: int
+
+
+def _ended_crawl(where: Where) -> Result:
+    site = generate_site(pages=3, hosts=1, seed=2, port=0)
+    with SiteServer(site) as server:
+        return _crawl(server.site, where.tmp / "items.jsonl", where.tmp / "state", workers=1)
+
+
+def _redis_silent_at_start(where: Where) -> Result:
+    # --lease 600: without its start check, join would wait a lease for a Redis that
+    # never answered, far longer than COMMAND_TIMEOUT.
+    url = f"redis://127.0.0.1:{where.dead_port}/0"
+    return hashcrawl("join", "--redis", url, "--lease", "600")
+
+
+def _unwritable_output(where: Where) -> Result:
+    return hashcrawl("crawl", "-o", str(where.tmp / "nodir" / "items.jsonl"), "http://a.example/")
+
+
+def _start_url_refused(where: Where) -> Result:
+    url = f"http://127.0.0.1:{where.dead_port}/"
+    flags = ["--idle", "0.5", "--max-attempts", "1", "--workers", "1"]
+    return hashcrawl("crawl", *flags, "--state-dir", str(where.tmp / "state"), url)
+
+
+def _ctrl_c_while_starting(where: Where) -> Result:
+    with socket.socket() as listener:
+        listener.bind(("127.0.0.1", 0))
+        listener.listen()
+        url = f"redis://127.0.0.1:{listener.getsockname()[1]}/0"
+        args = [sys.executable, "-m", "hashcrawl", "join", "--redis", url]
+        with subprocess.Popen(args, stdout=subprocess.PIPE, stderr=subprocess.PIPE) as process:
+            connection, _ = listener.accept()  # join is waiting for its first answer
+            process.send_signal(signal.SIGINT)
+            out, err = process.communicate(timeout=COMMAND_TIMEOUT)
+            connection.close()
+    return Result(process.returncode, out.decode(), err.decode())
+
+
+def _closed_standard_output(where: Where) -> Result:
+    assert_ok(hashcrawl("submit", *at(where.redis_url, where.crawl), "http://a.example/"))
+    read, write = os.pipe()
+    os.close(read)  # the reader has gone, like ``| head`` once it has its lines
+    args = [sys.executable, "-m", "hashcrawl", "status", *at(where.redis_url, where.crawl)]
+    with open(write, "wb") as closed:
+        done = subprocess.run(args, stdout=closed, stderr=subprocess.PIPE, check=False)
+    return Result(done.returncode, "", done.stderr.decode())
+
+
+EXIT_SCENARIOS = {
+    0: _ended_crawl,
+    1: _redis_silent_at_start,
+    2: _unwritable_output,
+    3: _start_url_refused,
+    130: _ctrl_c_while_starting,
+    141: _closed_standard_output,
+}
+
+
+def test_every_documented_exit_status_has_a_scenario() -> None:
+    """The exit-status table of docs/operations.md lists exactly the statuses tested below."""
+    documented = [int(cell) for cell in _table_cells(_section("Exit status"))]
+    assert sorted(documented) == sorted(EXIT_SCENARIOS)
+
+
+@pytest.mark.parametrize("code", sorted(EXIT_SCENARIOS))
+def test_documented_exit_status_happens_as_documented(
+    code: int, redis_url: str, crawl_name: str, tmp_path: Path, dead_port: int
+) -> None:
+    """Each row of the exit-status table: that status, no traceback, at most one line."""
+    result = EXIT_SCENARIOS[code](Where(redis_url, crawl_name, tmp_path, dead_port))
+    if code in (0, 141):
+        assert (result.code, result.err) == (code, ""), result
+    else:
+        assert_one_line_error(result, code)
+
+
+# -- no silent failure: crawl says why it fetched nothing -------------------------------------
+
+
+def _robots_closed_site() -> Site:
+    """One host whose robots.txt disallows everything."""
+    host = "127.0.0.2"
+    resources = {
+        (host, "/robots.txt"): Resource(200, "text/plain", "User-agent: *\nDisallow: /\n"),
+        (host, "/"): Resource(200, "text/html", "<html><title>home</title></html>"),
+    }
+    return Site(port=0, hosts=(host,), resources=resources, crawl_delays={})
+
+
+def _quick_crawl(state: Path, *urls: str, extra: Iterable[str] = ()) -> Result:
+    flags = ["--idle", "0.5", "--max-attempts", "2", "--workers", "1", "--timeout", "5"]
+    return hashcrawl("crawl", *flags, *extra, "--state-dir", str(state), *urls)
+
+
+@pytest.mark.parametrize(
+    ("case", "reason"),
+    [
+        ("refused", "connection refused"),
+        ("tls-to-http", "does not speak TLS"),
+        ("dns", "DNS lookup failed"),
+        ("robots", "robots.txt disallows"),
+    ],
+)
+def test_crawl_that_fetched_no_start_url_exits_3_saying_why(
+    case: str, reason: str, tmp_path: Path, dead_port: int
+) -> None:
+    """Refused, TLS to an http-only server, DNS, robots.txt: exit 3 and one line naming it."""
+    site = (
+        _robots_closed_site()
+        if case == "robots"
+        else generate_site(pages=2, hosts=1, seed=1, port=0)
+    )
+    with SiteServer(site) as server:
+        url = {
+            "refused": f"http://127.0.0.1:{dead_port}/",
+            "tls-to-http": server.site.root.replace("http://", "https://"),
+            "dns": "http://no-such-host.invalid/",
+            "robots": server.site.root,
+        }[case]
+        result = _quick_crawl(tmp_path / "state", url, extra=["-o", str(tmp_path / "out.jsonl")])
+        pages = _page_requests(server)
+    line = assert_one_line_error(result, 3)
+    assert reason in line
+    assert pages == []
+
+
+def _free_port(host: str) -> int:
+    with socket.socket() as sock:
+        sock.bind((host, 0))
+        port: int = sock.getsockname()[1]
+    return port
+
+
+def test_failed_start_url_is_fetched_again_by_the_same_command(tmp_path: Path) -> None:
+    """A start URL dead-lettered by one run is fetched by the next run of the same command."""
+    port = _free_port("127.0.0.2")
+    site = generate_site(pages=3, hosts=1, seed=3, port=port)
+    output, state = tmp_path / "items.jsonl", tmp_path / "state"
+    first = _quick_crawl(state, site.root, extra=["-o", str(output)])
+    assert_one_line_error(first, 3)
+    with SiteServer(site) as server:
+        second = _quick_crawl(state, site.root, extra=["-o", str(output)])
+        requested = _page_requests(server)
+    assert_ok(second)
+    assert site.root in requested
+    assert set(_items(output)) == site.expected()
+
+
+def test_robots_refused_start_url_is_asked_again_by_the_same_command(tmp_path: Path) -> None:
+    """A crawl that never fetched a page submits its start URLs again on the next run."""
+    state = tmp_path / "state"
+    with SiteServer(_robots_closed_site()) as server:
+        for _ in range(2):
+            assert_one_line_error(_quick_crawl(state, server.site.root), 3)
+        robots_asked = sum(r.is_robots for r in server.requests())
+    assert robots_asked == 2
+
+
+def test_fresh_forgets_earlier_runs_and_fetches_everything_again(tmp_path: Path) -> None:
+    """--fresh deletes the crawl's state: every page is requested again."""
+    site = generate_site(pages=4, hosts=1, seed=4, port=0)
+    state = tmp_path / "state"
+    with SiteServer(site) as server:
+        assert_ok(_quick_crawl(state, server.site.root, extra=["-o", str(tmp_path / "a.jsonl")]))
+        first = sorted(_page_requests(server))
+        logged = len(server.requests())
+        again = _quick_crawl(
+            state, server.site.root, extra=["--fresh", "-o", str(tmp_path / "b.jsonl")]
+        )
+        assert_ok(again)
+        second = sorted(_page_requests(server, logged))
+    assert first == second == sorted(server.site.expected())
+
+
+def test_crawl_runs_a_spider_and_takes_its_start_urls(tmp_path: Path) -> None:
+    """crawl --spider FILE with no URL crawls the spider's start_urls through its parse."""
+    site = generate_site(pages=3, hosts=1, seed=6, port=0)
+    output = tmp_path / "items.jsonl"
+    with SiteServer(site) as server:
+        spider = tmp_path / "titles.py"
+        spider.write_text(
+            "import hashcrawl\n\n"
+            "class Titles(hashcrawl.Spider):\n"
+            f"    start_urls = [{server.site.root!r}]\n\n"
+            "    def parse(self, response):\n"
+            "        yield {'url': response.request.url, 'kind': 'title'}\n"
+        )
+        result = _quick_crawl(
+            tmp_path / "state", extra=["--spider", str(spider), "-o", str(output)]
+        )
+    assert_ok(result)
+    items = [json.loads(line) for line in output.read_text().splitlines()]
+    assert items == [{"url": server.site.root, "kind": "title"}]
+
+
+# -- Ctrl-C -------------------------------------------------------------------------------------
+
+
+def _start_crawl(site: Site, state: Path, *flags: str) -> subprocess.Popen[bytes]:
+    """A crawl in its own process group, as a shell runs a job; stderr is piped."""
+    args = [sys.executable, "-m", "hashcrawl", "crawl", site.root, "--state-dir", str(state)]
+    args += ["-o", str(state.parent / "items.jsonl"), *flags]
+    return subprocess.Popen(
+        args, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, start_new_session=True
+    )
+
+
+def _ctrl_c(process: subprocess.Popen[bytes]) -> None:
+    """What a terminal does on Ctrl-C: SIGINT to every process of the foreground group."""
+    os.killpg(process.pid, signal.SIGINT)
+
+
+def test_first_ctrl_c_stops_a_crawl_with_one_line_and_exit_0(tmp_path: Path) -> None:
+    """One Ctrl-C: one "stopping" line whatever the number of workers, then exit 0."""
+    site = generate_site(pages=30, hosts=3, seed=7, port=0)
+    with SiteServer(site, latency=0.2) as server:
+        process = _start_crawl(server.site, tmp_path / "state", "--workers", "3", "--delay", "0.3")
+        assert server.wait_for_requests(4, timeout=30)
+        _ctrl_c(process)
+        _, err = process.communicate(timeout=COMMAND_TIMEOUT)
+    lines = err.decode().splitlines()
+    assert process.returncode == 0, lines
+    assert len(lines) == 1, lines
+    assert lines[0].startswith("hashcrawl: stopping")
+
+
+def test_second_ctrl_c_exits_1_at_once_and_the_next_run_resumes_without_a_lease(
+    tmp_path: Path,
+) -> None:
+    """A second Ctrl-C kills the workers (exit 1, one more line); a re-run finishes the site.
+
+    The lease is ten minutes: a re-run that waited for the killed workers' lease to
+    pass would outlast COMMAND_TIMEOUT many times over.
+    """
+    site = generate_site(pages=4, hosts=2, seed=8, port=0)
+    state = tmp_path / "state"
+    flags = ["--lease", "600", "--grace", "300", "--delay", "0.05", "--idle", "0.5"]
+    # Each answer takes 2 s, so the second Ctrl-C finds the workers still in their grace.
+    with SiteServer(site, latency=2.0) as server:
+        process = _start_crawl(server.site, state, *flags)
+        assert server.wait_for_requests(3, timeout=30)
+        _ctrl_c(process)
+        assert process.stderr is not None
+        _read_until(process.stderr, "stopping", timeout=30)
+        _ctrl_c(process)
+        _, rest = process.communicate(timeout=COMMAND_TIMEOUT)
+        assert process.returncode == 1
+        assert rest.decode().splitlines() == [
+            "hashcrawl: stopped at once; run the same command again to go on where it stopped"
+        ]
+        again = hashcrawl("crawl", server.site.root, "--state-dir", str(state), *flags)
+        assert_ok(again)
+        verdict = judge(server.site, server.requests(), [], delay=0.05)
+    assert verdict.missing == ()
+
+
+INTERRUPTED_IMPORT = """
+import importlib.abc, sys
+class Interrupt(importlib.abc.MetaPathFinder):
+    def find_spec(self, name, path=None, target=None):
+        if name == "hashcrawl._cli":
+            raise KeyboardInterrupt  # as a Ctrl-C lands while the command imports
+sys.meta_path.insert(0, Interrupt())
+from hashcrawl.__main__ import run
+raise SystemExit(run())
+"""
+
+
+def test_ctrl_c_while_the_command_imports_prints_one_line_and_exits_130() -> None:
+    """A Ctrl-C during hashcrawl's imports: "interrupted", exit 130, no traceback."""
+    done = subprocess.run(
+        [sys.executable, "-c", INTERRUPTED_IMPORT, "crawl", "http://a.example/"],
+        capture_output=True,
+        timeout=COMMAND_TIMEOUT,
+        check=False,
+    )
+    result = Result(done.returncode, done.stdout.decode(), done.stderr.decode())
+    assert assert_one_line_error(result, 130) == "hashcrawl: interrupted"
+
+
+def _wait_for_path(path: Path, process: subprocess.Popen[bytes]) -> None:
+    """Poll until ``path`` exists (the crawl got that far) or the process has ended."""
+    deadline = time.monotonic() + COMMAND_TIMEOUT
+    while not path.exists() and process.poll() is None:
+        assert time.monotonic() < deadline, f"{path} never appeared"
+        time.sleep(0.01)
+
+
+@pytest.mark.parametrize("after", [0.0, 0.1, 0.3])
+def test_ctrl_c_while_a_crawl_starts_prints_no_traceback(
+    after: float, tmp_path: Path, dead_port: int
+) -> None:
+    """A Ctrl-C while the private Redis or the workers start ends without a traceback.
+
+    The Ctrl-C comes once the crawl has made its state directory (its own imports are
+    done), then at a few sampled moments of the start-up that follows.
+    """
+    url = f"http://127.0.0.1:{dead_port}/"
+    state = tmp_path / "s"
+    args = [sys.executable, "-m", "hashcrawl", "crawl", url, "--state-dir", str(state)]
+    args += ["--idle", "0.5", "--max-attempts", "1", "--workers", "2"]
+    with subprocess.Popen(
+        args, stdout=subprocess.PIPE, stderr=subprocess.PIPE, start_new_session=True
+    ) as process:
+        _wait_for_path(state / "default", process)
+        time.sleep(after)
+        with contextlib.suppress(ProcessLookupError):
+            os.killpg(process.pid, signal.SIGINT)
+        _, err = process.communicate(timeout=COMMAND_TIMEOUT)
+    text = err.decode()
+    assert "Traceback" not in text, text
+    assert len(text.splitlines()) <= 1, text
+    assert process.returncode in (0, 3, 130), text
+
+
+# -- status that tells the truth ------------------------------------------------------------------
+
+
+def _ancient_member(redis_url: str, crawl: str, *, lease_ms: int = 5_000) -> str:
+    """Join a member whose only heartbeat was at server time 1 s after the epoch."""
+    store = Store(RedisURL.parse(redis_url), crawl, clock=lambda: 1_000)
+    try:
+        worker = "ghost-1-abcd"
+        store.join(worker, {"host": "ghost", "pid": 1, "lease_ms": lease_ms})
+        store.heartbeat(worker, lease_ms=lease_ms, applied=1, known_epoch=1, stats={"hosts": 1})
+    finally:
+        store.close()
+    return worker
+
+
+def test_status_shows_a_member_past_its_lease_as_stale_and_not_alive(
+    redis_url: str, crawl_name: str
+) -> None:
+    """A member silent longer than its lease is listed as stale, not counted in workers."""
+    worker = _ancient_member(redis_url, crawl_name)
+    assert_ok(hashcrawl("submit", *at(redis_url, crawl_name), "http://a.example/"))
+    doc = status(redis_url, crawl_name)
+    assert (doc["workers"], doc["stale"]) == (0, 1)
+    (member,) = doc["members"]
+    assert (member["id"], member["stale"]) == (worker, True)
+    text = assert_ok(hashcrawl("status", *at(redis_url, crawl_name)))
+    assert f"  {worker}: 1 host, 0 fetched (stale" in text
+
+
+def test_status_of_an_unknown_crawl_names_the_crawls_that_exist(redis_server: RedisServer) -> None:
+    """A misspelled --crawl: exit 2, one line naming it and the crawls on that Redis."""
+    for crawl in ("books", "news"):
+        assert_ok(hashcrawl("submit", *at(redis_server.url, crawl), "http://a.example/"))
+    for extra in ([], ["--json"]):
+        result = hashcrawl("status", *at(redis_server.url, "bokos"), *extra)
+        line = assert_one_line_error(result, 2)
+        assert "no crawl named 'bokos'" in line
+        assert line.endswith("crawls there: books, news")
+
+
+def test_a_crawl_that_does_not_exist_has_not_ended(redis_url: str, crawl_name: str) -> None:
+    """Queue.status() of a crawl with no keys says it does not exist and has not ended."""
+    with Queue(redis_url, crawl_name) as queue:
+        doc = queue.status()
+    assert (doc["exists"], doc["ended"], doc["workers"]) == (False, False, 0)
+
+
+def _documented_fields() -> tuple[set[str], set[str]]:
+    """The status fields docs/operations.md lists: (top level, each member's)."""
+    top, member = _section("Status").split("Each of `members`", 1)
+    fields = [set(), set()]
+    for names, table in zip(fields, (top, member), strict=True):
+        for cell in _table_cells(table):
+            names.update(re.findall(r"`([a-z_]+)`", cell))
+    return fields[0], fields[1]
+
+
+def test_every_status_json_field_is_documented_and_nothing_else(
+    redis_url: str, crawl_name: str
+) -> None:
+    """docs/operations.md lists exactly the keys --json prints, members' keys included."""
+    _ancient_member(redis_url, crawl_name)
+    doc = status(redis_url, crawl_name)
+    top, member = _documented_fields()
+    assert set(doc) == top
+    assert set(doc["members"][0]) == member
+
+
+# -- one line and the documented status for every user error ----------------------------------
+
+
+def test_unwritable_output_file_exits_2_for_join_too(tmp_path: Path, dead_port: int) -> None:
+    """join -o nodir/items.jsonl: one line naming the file, before connecting anywhere."""
+    output = str(tmp_path / "nodir" / "items.jsonl")
+    result = hashcrawl("join", "--redis", f"redis://127.0.0.1:{dead_port}/0", "-o", output)
+    line = assert_one_line_error(result, 2)
+    assert output in line and "No such file or directory" in line
+
+
+def test_redis_database_the_server_lacks_is_a_bad_flag(redis_url: str) -> None:
+    """--redis .../99 on a server with 16 databases: exit 2, one line naming the database."""
+    url = redis_url.rsplit("/", 1)[0] + "/99"
+    for command in (["status"], ["submit", "http://a.example/"]):
+        line = assert_one_line_error(hashcrawl(command[0], "--redis", url, *command[1:]), 2)
+        assert "database 99" in line
+
+
+def test_join_gives_up_within_seconds_on_a_redis_that_never_answers() -> None:
+    """A server that accepts and never answers: exit 1 long before a (ten-minute) lease."""
+    with socket.socket() as listener:
+        listener.bind(("127.0.0.1", 0))
+        listener.listen()
+        url = f"redis://127.0.0.1:{listener.getsockname()[1]}/0"
+        result = hashcrawl("join", "--redis", url, "--lease", "600")
+    line = assert_one_line_error(result, 1)
+    assert "no answer in time" in line
+
+
+# -- CLI conventions ------------------------------------------------------------------------------
+
+
+def _subparsers() -> dict[str, argparse.ArgumentParser]:
+    parser = build_parser()
+    (action,) = [a for a in parser._actions if isinstance(a, argparse._SubParsersAction)]
+    return {"hashcrawl": parser, **action.choices}
+
+
+def test_every_flag_has_help_and_every_default_is_shown() -> None:
+    """No flag without help text; a flag with a default says it in --help."""
+    for name, parser in _subparsers().items():
+        assert parser.allow_abbrev is False, name
+        for action in parser._actions:
+            if isinstance(action, argparse._SubParsersAction) or action.help == argparse.SUPPRESS:
+                continue
+            assert action.help, (name, action.dest)
+            takes_value = action.nargs != 0 and action.option_strings
+            if takes_value and action.default not in (None, [], ()):
+                assert "default" in action.help, (name, action.dest)
+
+
+@pytest.mark.parametrize(
+    ("command", "says"),
+    [
+        ("crawl", "items go to standard output"),
+        ("submit", "'-'"),
+        ("join", "items go to standard output"),
+    ],
+)
+def test_help_says_what_a_first_time_user_needs(command: str, says: str) -> None:
+    """crawl --help tells where items go without -o; submit --help mentions '-'."""
+    out = assert_ok(hashcrawl(command, "--help"))
+    assert says in " ".join(out.split())
+
+
+@pytest.mark.parametrize(
+    ("flags", "says"),
+    [
+        (["--del", "1"], "'--del'; did you mean --delay?"),
+        (["--dealy", "1"], "'--dealy'; did you mean --delay?"),
+        (["--workres", "2"], "did you mean --workers?"),
+        (["--no-such-flag"], "'--no-such-flag'"),
+    ],
+)
+def test_a_misspelled_or_abbreviated_flag_is_refused_with_a_suggestion(
+    flags: list[str], says: str, tmp_path: Path
+) -> None:
+    """No prefix matching, and difflib's closest flag as a hint: exit 2, one line."""
+    result = hashcrawl("crawl", *flags, "--state-dir", str(tmp_path / "s"), "http://a.example/")
+    assert says in assert_one_line_error(result, 2)
+    assert not (tmp_path / "s").exists()
+
+
+@pytest.mark.parametrize(
+    ("args", "named"),
+    [
+        (["crawl", "--workers", "0", "http://a.example/"], "--workers"),
+        (["crawl", "--workers", "two", "http://a.example/"], "--workers"),
+        (["crawl", "--max-depth", "-1", "http://a.example/"], "--max-depth"),
+        (["crawl", "--timeout", "0", "http://a.example/"], "--timeout"),
+        (["crawl"], "start URL"),
+        (
+            ["submit", "--redis", "redis://127.0.0.1:1/0", "--priority", "x", "http://a/"],
+            "--priority",
+        ),
+        (
+            ["submit", "--redis", "redis://127.0.0.1:1/0", "--priority", "501", "http://a/"],
+            "--priority",
+        ),
+    ],
+)
+def test_every_bad_value_is_one_line_naming_its_flag(
+    args: list[str], named: str, tmp_path: Path
+) -> None:
+    """Values out of range or of the wrong kind: exit 2 before anything starts."""
+    result = (
+        hashcrawl(*args, "--state-dir", str(tmp_path / "s"))
+        if args[0] == "crawl"
+        else hashcrawl(*args)
+    )
+    assert named in assert_one_line_error(result, 2)
+
+
+def test_counts_are_spelled_with_correct_plurals(redis_url: str, crawl_name: str) -> None:
+    """ "submitted 1 new URL", "deleted 1 key", "put back 0 pages"."""
+    assert assert_ok(hashcrawl("submit", *at(redis_url, crawl_name), "http://a.example/")) == (
+        "submitted 1 new URL\n"
+    )
+    assert assert_ok(hashcrawl("retry-dead", *at(redis_url, crawl_name))) == "put back 0 pages\n"
+    with redis.Redis.from_url(redis_url) as client:
+        client.delete(*[k for k in crawl_keys(client, crawl_name) if not k.endswith(b"seenmeta")])
+    assert assert_ok(hashcrawl("clear", *at(redis_url, crawl_name))) == "deleted 1 key\n"
+
+
+def test_join_says_stopping_once_and_a_second_ctrl_c_exits_1_at_once(
+    redis_url: str, crawl_name: str
+) -> None:
+    """join: the first SIGINT prints one line and stops gently; a second exits 1 at once."""
+    site = generate_site(pages=10, hosts=1, seed=9, port=0)
+    args = [sys.executable, "-m", "hashcrawl", "join", *at(redis_url, crawl_name)]
+    args += ["--delay", "0.05", "--idle", "none", "--grace", "300", "-o", os.devnull]
+    # Each answer takes 3 s, so the second SIGINT finds the worker still in its grace.
+    with SiteServer(site, latency=3.0) as server:
+        assert_ok(hashcrawl("submit", *at(redis_url, crawl_name), server.site.root))
+        with subprocess.Popen(args, stderr=subprocess.PIPE) as worker:
+            assert server.wait_for_requests(2, timeout=30)
+            worker.send_signal(signal.SIGINT)
+            assert worker.stderr is not None
+            first = _read_until(worker.stderr, "stopping", timeout=30)
+            worker.send_signal(signal.SIGINT)
+            _, rest = worker.communicate(timeout=COMMAND_TIMEOUT)
+    assert first.startswith("hashcrawl: stopping")
+    assert worker.returncode == 1
+    assert rest.decode().splitlines() == ["hashcrawl: stopped at once"]
+
+
+def test_unknown_crawl_line_names_only_crawls_that_could_exist(redis_server: RedisServer) -> None:
+    """Keys with a line break or a space in their braces are no crawl: never in the line."""
+    assert_ok(hashcrawl("submit", *at(redis_server.url, "books"), "http://a.example/"))
+    with redis.Redis.from_url(redis_server.url) as client:
+        client.set("hc:{evil\nname}:x", 1)
+        client.set("hc:{a b}:x", 1)
+        client.set("unrelated", 1)
+    line = assert_one_line_error(hashcrawl("status", *at(redis_server.url, "bokos")), 2)
+    assert line.endswith("crawls there: books")

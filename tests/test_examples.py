@@ -172,8 +172,8 @@ def test_api_reference_lists_every_command_and_flag() -> None:
     for name, command in commands.choices.items():
         assert f"### `hashcrawl {name}`" in text
         for action in command._actions:
-            if isinstance(action, argparse._HelpAction):
-                continue
+            if isinstance(action, argparse._HelpAction) or action.help == argparse.SUPPRESS:
+                continue  # a hidden flag (join --child) is not for people
             for flag in action.option_strings:
                 assert f"`{flag}" in text, (name, flag)
 

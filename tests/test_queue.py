@@ -17,9 +17,12 @@ from hashcrawl._server import RedisServer
 
 STATUS_KEYS = {
     "crawl",
+    "exists",
     "waiting",
     "held",
     "workers",
+    "stale",
+    "robots_denied",
     "members",
     "seen",
     "queued",
@@ -118,14 +121,18 @@ def test_submitted_entries_start_at_depth_zero_with_canonical_urls(
 
 
 def test_status_has_every_documented_key(queue: Queue, crawl_name: str) -> None:
-    """status() names the crawl and gives every count the CLI prints, all zero at first."""
+    """status() names the crawl and gives every count the CLI prints, all zero at first.
+
+    A crawl with no keys does not exist yet, and so has not ended either.
+    """
     status = queue.status()
     assert status.keys() == STATUS_KEYS
     assert status["crawl"] == crawl_name
     assert status["members"] == []
-    counts = {k: v for k, v in status.items() if k not in ("crawl", "members", "ended")}
+    flags = ("crawl", "members", "ended", "exists")
+    counts = {k: v for k, v in status.items() if k not in flags}
     assert set(counts.values()) == {0}
-    assert status["ended"] is True
+    assert (status["exists"], status["ended"]) == (False, False)
 
 
 def test_status_is_not_ended_while_urls_wait(queue: Queue) -> None:

@@ -3,7 +3,7 @@
 --   P..'members' ZSET, P..'applied' HASH, P..'epoch' STRING, P..'workers' SET (every id
 --   that ever joined, for fleet totals), P..'q:'..worker STREAM with group 'g'.
 -- ARGV: P, worker, now_ms ('' for the server's TIME), then info field/value pairs (host
---   name, pid, started) for P..'w:'..worker
+--   name, pid, started, lease_ms) for P..'w:'..worker
 -- Returns {now_ms, epoch}. A new member holds nothing, so it has applied its own epoch.
 -- Joining again as a live member (a retry after a lost reply) only renews its heartbeat:
 -- entries routed to it meanwhile stay in its stream. An id that was a member once and is no

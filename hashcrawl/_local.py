@@ -1,0 +1,187 @@
+"""``hashcrawl crawl``'s own machinery: its child workers, their start, and their verdict.
+
+``crawl`` owns a private Redis and every worker on it, so it may do what no ``join``
+may: expire the previous run's members at once, and judge from the store, once the
+workers are gone, whether any start URL was fetched.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import json
+import signal
+import subprocess
+import sys
+from collections.abc import Sequence
+from typing import Any
+
+import attrs
+
+from ._exceptions import HashcrawlError
+from ._queue import submit_urls
+from ._store import Store
+from ._urls import canonicalize
+
+log_line = "hashcrawl: {}".format
+_PR_SET_PDEATHSIG = 1  # linux/prctl.h
+
+
+class StoppedAtOnce(HashcrawlError):
+    """A second Ctrl-C (or SIGTERM): the workers were killed and the command ends now."""
+
+
+class NothingFetched(HashcrawlError):
+    """Every start URL of a crawl failed; the message says why."""
+
+
+def plural(count: int, noun: str) -> str:
+    """'1 URL', '2 URLs'."""
+    return f"{count} {noun}" if count == 1 else f"{count} {noun}s"
+
+
+def _as_child() -> None:
+    """Runs in each worker process between fork and exec."""
+    # The terminal sends Ctrl-C to the whole process group: the children leave it to
+    # ``crawl``, which tells them once (SIGTERM) and prints one line, not one per child.
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
+    if sys.platform == "linux":
+        # A crawl killed outright (SIGKILL) must not leave its workers crawling on.
+        ctypes.CDLL(None, use_errno=True).prctl(_PR_SET_PDEATHSIG, signal.SIGTERM)
+
+
+class Children:
+    """``crawl``'s worker processes: the first signal stops them gently, a second at once."""
+
+    def __init__(self, commands: Sequence[Sequence[str]]) -> None:
+        self.commands = [list(command) for command in commands]
+        self.processes: list[subprocess.Popen[bytes]] = []
+        self.signals = 0
+
+    def run(self) -> list[int]:
+        """Start the workers and wait for them; returns their exit statuses.
+
+        Raises:
+            StoppedAtOnce: a second signal came; the workers were killed.
+        """
+        previous = {
+            number: signal.signal(number, self._on_signal)
+            for number in (signal.SIGINT, signal.SIGTERM)
+        }
+        try:
+            for command in self.commands:
+                if self.signals:
+                    break
+                self.processes.append(subprocess.Popen(command, preexec_fn=_as_child))
+            return [process.wait() for process in self.processes]
+        except StoppedAtOnce:
+            for process in self.processes:
+                process.wait()  # killed: at once (waiting inside the handler would deadlock)
+            raise
+        finally:
+            for number, handler in previous.items():
+                signal.signal(number, handler)
+
+    @property
+    def interrupted(self) -> bool:
+        return self.signals > 0
+
+    def _on_signal(self, number: int, frame: Any) -> None:
+        self.signals += 1
+        if self.signals == 1:
+            print(
+                log_line(
+                    "stopping: finishing requests in flight, then saving the crawl "
+                    "(press Ctrl-C again to quit at once)"
+                ),
+                file=sys.stderr,
+                flush=True,
+            )
+            for process in self.processes:
+                process.send_signal(signal.SIGTERM)
+            return
+        for process in self.processes:
+            process.kill()
+        raise StoppedAtOnce("stopped at once; run the same command again to go on where it stopped")
+
+
+def expire_previous_members(store: Store) -> int:
+    """Take every member out of the ring: on ``crawl``'s private server none can be alive.
+
+    What they held becomes an orphan for the new workers to drain at once, instead of
+    waiting out a whole lease. Returns how many there were.
+    """
+    _, members = store.members()
+    for member in members:
+        store.leave(member, {})
+    return len(members)
+
+
+@attrs.frozen(kw_only=True)
+class Before:
+    """What the crawl had done before this run, to judge this run's start URLs by."""
+
+    fetched: int
+    robots_denied: int
+
+
+def submit_start_urls(store: Store, urls: Sequence[str]) -> tuple[int, Before]:
+    """Submit the start URLs, again if they failed before; returns (added, counts before).
+
+    A start URL that was dead-lettered goes in again with fresh attempts. So do all of
+    them when the crawl has never fetched a page and has nothing left to do (its start
+    URLs were refused by robots.txt, say): the seen filter would otherwise keep them out.
+    """
+    status = store.status()
+    before = Before(fetched=status["fetched"], robots_denied=status["robots_denied"])
+    canonical = [canonicalize(url) for url in urls]
+    dead = store.dead()
+    again = [url for url in canonical if url in dead]
+    idle = status["waiting"] + status["held"] == 0
+    if before.fetched == 0 and idle and status["exists"]:
+        again = canonical
+    added = submit_urls(store, again, dont_filter=True)
+    store.forget_dead(again)  # only once they are back in: a failed submit loses nothing
+    rest = [url for url in canonical if url not in again]
+    return added + submit_urls(store, rest), before
+
+
+def verdict(store: Store, urls: Sequence[str], before: Before) -> None:
+    """Say why, if no start URL of this run was fetched.
+
+    Raises:
+        NothingFetched: every start URL was dead-lettered, or refused by robots.txt.
+    """
+    canonical = [canonicalize(url) for url in urls]
+    status = store.status()
+    dead = store.dead()
+    failed = [url for url in canonical if url in dead]
+    fetched = status["fetched"] - before.fetched
+    if canonical and len(failed) == len(canonical):
+        first = failed[0]
+        record = dead_error(dead[first])
+        others = f" (and {plural(len(failed) - 1, 'more start URL')})" if len(failed) > 1 else ""
+        raise NothingFetched(
+            f"nothing fetched: {first}{others} failed{record}; run the same command again to retry"
+        )
+    if fetched == 0 and status["robots_denied"] > before.robots_denied:
+        denied = [url for url in canonical if url not in dead]
+        raise NothingFetched(
+            f"nothing fetched: robots.txt disallows {denied[0]} for this user agent"
+            " (--ignore-robots fetches it anyway)"
+        )
+
+
+def dead_error(text: str) -> str:
+    """A dead letter's attempts and last error, as part of one line.
+
+    The record comes from Redis, so anything may be there: what is not a record
+    hashcrawl wrote is shown as it is, clipped, with its line breaks flattened.
+    """
+    try:
+        record = json.loads(text)
+        attempts = int(record.get("attempts", 0))
+        error = str(record.get("error", ""))
+    except (ValueError, TypeError, AttributeError, OverflowError):
+        attempts, error = 0, text
+    times = f" after {attempts} attempts" if 1 < attempts < 10**6 else ""
+    return f"{times}: {' '.join(error.split())[:300]}"
