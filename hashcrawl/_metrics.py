@@ -37,12 +37,17 @@ def error_kind(message: str) -> str:
     """A short, bounded label for a fetch error: httpx's exception name, or a rule.
 
     ``"ReadTimeout: timed out"`` is ``ReadTimeout``; a body over ``--max-body`` is
-    ``body_too_large``; anything not shaped like a name is ``other``.
+    ``body_too_large``; a plain reason such as ``"connection refused (...)"`` is
+    ``connection_refused``; anything else is ``other``.
     """
     if message.startswith("body larger than"):
         return "body_too_large"
-    head = message.split(":", 1)[0].strip()
-    return head if _KIND.fullmatch(head) else "other"
+    head = message.split(":", 1)[0].split("(", 1)[0].strip()
+    if _KIND.fullmatch(head):
+        return head
+    words = head.lower().split()
+    snake = "_".join(words)
+    return snake if 0 < len(words) <= 4 and _KIND.fullmatch(snake) else "other"
 
 
 def status_class(status: int) -> str:

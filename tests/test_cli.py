@@ -625,7 +625,7 @@ def _unwritable_output(where: Where) -> Result:
 
 def _start_url_refused(where: Where) -> Result:
     url = f"http://127.0.0.1:{where.dead_port}/"
-    flags = ["--idle", "0.5", "--max-attempts", "1", "--workers", "1"]
+    flags = ["--idle", "0.5", "--max-attempts", "1", "--workers", "1", "-q"]
     return hashcrawl("crawl", *flags, "--state-dir", str(where.tmp / "state"), url)
 
 
@@ -695,7 +695,7 @@ def _robots_closed_site() -> Site:
 
 
 def _quick_crawl(state: Path, *urls: str, extra: Iterable[str] = ()) -> Result:
-    flags = ["--idle", "0.5", "--max-attempts", "2", "--workers", "1", "--timeout", "5"]
+    flags = ["--idle", "0.5", "--max-attempts", "2", "--workers", "1", "--timeout", "5", "-q"]
     return hashcrawl("crawl", *flags, *extra, "--state-dir", str(state), *urls)
 
 
@@ -806,7 +806,7 @@ def test_crawl_runs_a_spider_and_takes_its_start_urls(tmp_path: Path) -> None:
 def _start_crawl(site: Site, state: Path, *flags: str) -> subprocess.Popen[bytes]:
     """A crawl in its own process group, as a shell runs a job; stderr is piped."""
     args = [sys.executable, "-m", "hashcrawl", "crawl", site.root, "--state-dir", str(state)]
-    args += ["-o", str(state.parent / "items.jsonl"), *flags]
+    args += ["-o", str(state.parent / "items.jsonl"), "-q", *flags]
     return subprocess.Popen(
         args, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, start_new_session=True
     )
@@ -855,7 +855,7 @@ def test_second_ctrl_c_exits_1_at_once_and_the_next_run_resumes_without_a_lease(
         assert rest.decode().splitlines() == [
             "hashcrawl: stopped at once; run the same command again to go on where it stopped"
         ]
-        again = hashcrawl("crawl", server.site.root, "--state-dir", str(state), *flags)
+        again = hashcrawl("crawl", server.site.root, "--state-dir", str(state), "-q", *flags)
         assert_ok(again)
         verdict = judge(server.site, server.requests(), [], delay=0.05)
     assert verdict.missing == ()
@@ -905,7 +905,7 @@ def test_ctrl_c_while_a_crawl_starts_prints_no_traceback(
     url = f"http://127.0.0.1:{dead_port}/"
     state = tmp_path / "s"
     args = [sys.executable, "-m", "hashcrawl", "crawl", url, "--state-dir", str(state)]
-    args += ["--idle", "0.5", "--max-attempts", "1", "--workers", "2"]
+    args += ["--idle", "0.5", "--max-attempts", "1", "--workers", "2", "-q"]
     with subprocess.Popen(
         args, stdout=subprocess.PIPE, stderr=subprocess.PIPE, start_new_session=True
     ) as process:
