@@ -11,6 +11,7 @@ from ._exceptions import (
     HashcrawlError,
     InvalidURL,
     QueueError,
+    StateLost,
 )
 from ._fetch import Fetcher, HttpxFetcher
 from ._models import Request, Response
@@ -38,6 +39,7 @@ __all__ = [
     "Settings",
     "Sink",
     "Spider",
+    "StateLost",
     "Worker",
     "__version__",
 ]

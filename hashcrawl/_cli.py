@@ -254,8 +254,13 @@ def cmd_status(args: argparse.Namespace) -> int:
         "ended",
     ):
         print(f"{key}: {status[key]}")
+    if status["mixed_spiders"]:  # a rolling deploy, or a worker started without --spider
+        print(f"spiders: {', '.join(status['spiders'])} (the fleet mixes spiders)")
+    for sample in status["bad_samples"][:3]:
+        print(f"bad entry: {sample}")
     for member in status["members"]:
-        print(f"  {member['id']}: {member['hosts']} hosts, {member['fetched']} fetched")
+        spider = f", spider {member['spider']}" if status["mixed_spiders"] else ""
+        print(f"  {member['id']}: {member['hosts']} hosts, {member['fetched']} fetched{spider}")
     return 0
 
 

@@ -17,6 +17,9 @@ from hashcrawl._server import RedisServer
 
 STATUS_KEYS = {
     "crawl",
+    "bad_samples",
+    "spiders",
+    "mixed_spiders",
     "waiting",
     "held",
     "workers",
@@ -123,8 +126,10 @@ def test_status_has_every_documented_key(queue: Queue, crawl_name: str) -> None:
     assert status.keys() == STATUS_KEYS
     assert status["crawl"] == crawl_name
     assert status["members"] == []
-    counts = {k: v for k, v in status.items() if k not in ("crawl", "members", "ended")}
+    lists = ("crawl", "members", "ended", "bad_samples", "spiders", "mixed_spiders")
+    counts = {k: v for k, v in status.items() if k not in lists}
     assert set(counts.values()) == {0}
+    assert (status["bad_samples"], status["spiders"], status["mixed_spiders"]) == ([], [], False)
     assert status["ended"] is True
 
 
