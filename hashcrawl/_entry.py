@@ -166,4 +166,6 @@ def _depth(value: Any) -> int:
 
 
 def _clip(data: bytes | str | None) -> str:
-    return repr(data if data is None else data[:120])
+    """The start of a payload, printable and short: messages stay one short line."""
+    text = repr(data if data is None else data[:120])
+    return text if len(text) <= 160 else text[:157] + "..."
