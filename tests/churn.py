@@ -222,6 +222,7 @@ def run_lost_state(
         RedisServer(directory=workdir / "redis", appendonly=True) as server_redis,
     ):
         flags = ["--delay", str(delay), "--lease", str(lease), "--idle", "none"]
+        flags.append("--span-hosts")  # the site's hosts are linked from the first one's root
         pool = _Workers(server_redis.url, workdir, flags, progress)
         deadline = time.monotonic() + timeout
         try:
