@@ -209,7 +209,8 @@ class Worker:
                     await self._session.run()
                     return
                 except Fenced as exc:
-                    if await _marker_gone(store, self.instance, self.settings.lease):
+                    known = self.instance  # none yet: fenced before its first join
+                    if known and await _marker_gone(store, known, self.settings.lease):
                         raise StateLost(f"{LOST}; worker {self.id} stops") from None
                     # Others took back what this worker held: start afresh under a new id.
                     log.warning("%s; rejoining as a new member", exc)
