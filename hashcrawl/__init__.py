@@ -22,6 +22,7 @@ _HOMES = {
     "HashcrawlError": "_exceptions",
     "InvalidURL": "_exceptions",
     "QueueError": "_exceptions",
+    "StateLost": "_exceptions",
     "Fetcher": "_fetch",
     "HttpxFetcher": "_fetch",
     "Request": "_models",
@@ -45,6 +46,7 @@ if TYPE_CHECKING:
         HashcrawlError,
         InvalidURL,
         QueueError,
+        StateLost,
     )
     from ._fetch import Fetcher, HttpxFetcher
     from ._models import Request, Response
@@ -85,6 +87,7 @@ __all__ = [
     "Settings",
     "Sink",
     "Spider",
+    "StateLost",
     "Worker",
     "__version__",
 ]

@@ -437,11 +437,16 @@ def cmd_status(args: argparse.Namespace) -> int:
         return 0
     for key in STATUS_LINES:
         print(f"{key}: {status[key]}")
+    if status["mixed_spiders"]:  # a rolling deploy, or a worker started without --spider
+        print(f"spiders: {', '.join(status['spiders'])} (the fleet mixes spiders)")
+    for sample in status["bad_samples"][:3]:
+        print(f"bad entry: {sample}")
     for member in status["members"]:
         stale = " (stale: silent past its lease, not counted)" if member["stale"] else ""
+        spider = f", spider {member['spider']}" if status["mixed_spiders"] else ""
         print(
             f"  {member['id']}: {plural(member['hosts'], 'host')}, "
-            f"{member['fetched']} fetched{stale}"
+            f"{member['fetched']} fetched{spider}{stale}"
         )
     return 0
 

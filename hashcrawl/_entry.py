@@ -10,6 +10,20 @@ import attrs
 from ._exceptions import HashcrawlError
 from ._urls import canonicalize
 
+#: The largest stream payload read as an entry; a longer one is a bad entry unread.
+MAX_ENTRY_BYTES = 64 * 1024
+#: How deep ``meta`` may nest lists and objects.
+MAX_META_DEPTH = 32
+MAX_CALLBACK = 200
+# Each number's range: wide enough for any real crawl, narrow enough that an entry written
+# by hand cannot be retried for ever or slip past --max-depth.
+RANGES = {
+    "d": (0, 1_000_000),
+    "p": (-1_000_000, 1_000_000),
+    "a": (0, 10_000),
+    "x": (0, 1_000),  # sitemap index depth
+}
+
 
 class BadEntry(HashcrawlError, ValueError):
     """A stream entry that hashcrawl did not write, or cannot read."""
@@ -64,38 +78,94 @@ class Entry:
         return json.dumps(doc, separators=(",", ":"), ensure_ascii=False)
 
     @classmethod
-    def decode(cls, text: str | None) -> Entry:
-        """Read an entry back.
+    def decode(cls, data: bytes | str | None) -> Entry:
+        """Read an entry back from the bytes (or text) of a stream payload.
 
         Raises:
-            BadEntry: the text is not an entry hashcrawl wrote.
+            BadEntry: the payload is not an entry hashcrawl wrote: not UTF-8, not JSON,
+                longer than ``MAX_ENTRY_BYTES``, nested too deep, or a field of the
+                wrong type or out of its range. Nothing else escapes, whatever the bytes.
         """
-        try:
-            doc = json.loads(text) if text is not None else None
+        doc = _document(data)
+        if not isinstance(doc, dict) or not isinstance(doc.get("u"), str) or not doc["u"]:
+            raise BadEntry(f"entry has no url: {_clip(data)}")
+        entry = cls._from_doc(doc, data)
+        try:  # lone surrogates (from \ud800 escapes) and 1e999 would not survive a resend
+            json.dumps(doc, ensure_ascii=False, allow_nan=False).encode("utf-8")
         except ValueError:
-            raise BadEntry(f"entry is not JSON: {_clip(text)}") from None
-        if not isinstance(doc, dict) or not isinstance(doc.get("u"), str):
-            raise BadEntry(f"entry has no url: {_clip(text)}")
-        return cls._from_doc(doc, text)
+            raise BadEntry(
+                f"entry holds text or numbers JSON cannot carry: {_clip(data)}"
+            ) from None
+        return entry
 
     @classmethod
-    def _from_doc(cls, doc: dict[str, Any], text: str | None) -> Entry:
-        ints = [doc.get(key, 0) for key in ("d", "p", "a", "x")]
+    def _from_doc(cls, doc: dict[str, Any], data: bytes | str | None) -> Entry:
+        numbers = {key: doc.get(key, 0) for key in RANGES}
+        for key, value in numbers.items():
+            low, high = RANGES[key]
+            if type(value) is not int or not low <= value <= high:
+                raise BadEntry(
+                    f"entry field {key!r} is not an integer in [{low}, {high}]: {_clip(data)}"
+                )
         callback = doc.get("c")
-        if not all(type(i) is int for i in ints) or not isinstance(callback, str | None):
-            raise BadEntry(f"entry has a field of the wrong type: {_clip(text)}")
+        if not (callback is None or (isinstance(callback, str) and len(callback) <= MAX_CALLBACK)):
+            raise BadEntry(f"entry callback is not a name: {_clip(data)}")
+        flags = [doc.get(key, 0) for key in ("f", "s")]
+        if not all(flag in (0, 1) and type(flag) in (int, bool) for flag in flags):
+            raise BadEntry(f"entry flag is not 0 or 1: {_clip(data)}")
+        if _depth(doc.get("m")) > MAX_META_DEPTH:
+            raise BadEntry(f"entry meta nests deeper than {MAX_META_DEPTH}: {_clip(data)}")
         return cls(
             url=doc["u"],
-            depth=ints[0],
-            priority=ints[1],
-            attempts=ints[2],
+            depth=numbers["d"],
+            priority=numbers["p"],
+            attempts=numbers["a"],
             meta=doc.get("m"),
             callback=callback,
-            dont_filter=bool(doc.get("f", 0)),
-            suspect=bool(doc.get("s", 0)),
-            sitemap=ints[3],
+            dont_filter=bool(flags[0]),
+            suspect=bool(flags[1]),
+            sitemap=numbers["x"],
         )
 
 
-def _clip(text: str | None) -> str:
-    return repr(text if text is None else text[:120])
+def _document(data: bytes | str | None) -> Any:
+    """The JSON value of a payload, checked for size, encoding and nesting."""
+    if data is None:
+        raise BadEntry("entry has no 'r' field")
+    raw = data.encode("utf-8", "surrogatepass") if isinstance(data, str) else data
+    if len(raw) > MAX_ENTRY_BYTES:
+        raise BadEntry(f"entry is {len(raw)} bytes, over {MAX_ENTRY_BYTES}: {_clip(data)}")
+    try:
+        text = raw.decode("utf-8")
+    except UnicodeDecodeError:
+        raise BadEntry(f"entry is not UTF-8: {_clip(data)}") from None
+    try:
+        return json.loads(text, parse_constant=_no_constant)
+    except RecursionError:  # json's parser recurses once per level of nesting
+        raise BadEntry(f"entry nests deeper than Python can parse: {_clip(data)}") from None
+    except ValueError:  # also NaN/Infinity, and integers of more than 4,300 digits
+        raise BadEntry(f"entry is not JSON: {_clip(data)}") from None
+
+
+def _no_constant(name: str) -> Any:
+    raise ValueError(f"{name} is not a JSON number")
+
+
+def _depth(value: Any) -> int:
+    """How deep ``value`` nests lists and objects (iteratively: no recursion to exhaust)."""
+    deepest, stack = 0, [(value, 1)]
+    while stack:
+        node, level = stack.pop()
+        if isinstance(node, dict | list):
+            deepest = max(deepest, level)
+            if level > MAX_META_DEPTH:
+                return level
+            children = node.values() if isinstance(node, dict) else node
+            stack.extend((child, level + 1) for child in children)
+    return deepest - 1 if deepest else 0
+
+
+def _clip(data: bytes | str | None) -> str:
+    """The start of a payload, printable and short: messages stay one short line."""
+    text = repr(data if data is None else data[:120])
+    return text if len(text) <= 160 else text[:157] + "..."

@@ -6,7 +6,8 @@ The tree::
     ├── ConfigError (also ValueError)     a bad URL, crawl name, flag or setting: exit 2
     │   └── InvalidURL                    a URL hashcrawl cannot crawl or connect to
     ├── QueueError (also ConnectionError) Redis unreachable, hanging or refusing: exit 1
-    │   └── Fenced                        this worker lost its membership (a lease passed)
+    │   ├── Fenced                        this worker lost its membership (a lease passed)
+    │   └── StateLost                     the crawl's keys are gone (Redis lost its data)
     └── FetchError                        a page could not be fetched (network, timeout, size)
 
 Errors from redis-py and httpx are translated into these at the adapter that calls them,
@@ -34,6 +35,10 @@ class QueueError(HashcrawlError, ConnectionError):
 
 class Fenced(QueueError):
     """This worker is no longer a member: others have taken back what it held."""
+
+
+class StateLost(QueueError):
+    """The crawl's state in Redis is gone: restarted without persistence, flushed, cleared."""
 
 
 class FetchError(HashcrawlError):

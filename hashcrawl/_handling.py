@@ -27,7 +27,7 @@ from ._models import Request, Response
 from ._robots import parse_retry_after
 from ._sinks import as_dict
 from ._sitemaps import sitemap_entries
-from ._store import Batch
+from ._store import Batch, dead_key
 from ._urls import fingerprint, host_key
 
 if TYPE_CHECKING:
@@ -42,7 +42,7 @@ log = logging.getLogger("hashcrawl")
 
 @attrs.frozen(kw_only=True)
 class Outcome:
-    """What one held entry came to; ``kind`` is done, retry, bad, forward or park."""
+    """What one held entry came to; ``kind`` is done, retry, bad, dead, forward or park."""
 
     kind: str
     eid: str
@@ -71,8 +71,14 @@ class Outcome:
         )
 
     @classmethod
-    def bad(cls, eid: str) -> Outcome:
-        return cls(kind="bad", eid=eid)
+    def bad(cls, eid: str, error: str = "") -> Outcome:
+        """An entry nobody can read: acknowledged, counted, ``error`` kept as a sample."""
+        return cls(kind="bad", eid=eid, error=error)
+
+    @classmethod
+    def dead(cls, held: Held, error: str) -> Outcome:
+        """An entry this owner cannot handle at all: dead-lettered at once with why."""
+        return cls(kind="dead", eid=held.eid, held=held, error=error)
 
     @classmethod
     def forward(cls, held: Held, payload: str) -> Outcome:
@@ -94,7 +100,11 @@ class Outcome:
         # What the seen filter would not stop twice goes with the acknowledgement, once.
         once: list[str] = []
         if self.kind == "bad":
-            batch.stats["queue_bad"] = batch.stats.get("queue_bad", 0) + 1
+            batch.bad.append([self.eid, f"{self.eid}: {self.error}"[:300]])
+            return
+        if self.kind == "dead":
+            assert self.held is not None
+            batch.dead += dead_letter(self.held.entry, self.error)
         elif self.kind == "retry":
             once += self._retry(batch, session, ring)
         for entry in self.follows:
@@ -263,14 +273,15 @@ def is_last_attempt(entry: Entry, max_attempts: int) -> bool:
 
 
 def dead_letter(entry: Entry, error: str) -> list[str]:
-    """The dead-letter record of an entry out of attempts: its URL, last error and entry."""
+    """The dead-letter record of an entry out of attempts: its key (the fingerprint of
+    its URL), last error and entry (with the URL)."""
     record = {
         "error": error[:500],
         "attempts": entry.attempts,
         "entry": entry.encode(),
         "at": int(_unix_now()),  # so status can show the most recent
     }
-    return [entry.url, json.dumps(record, ensure_ascii=False)]
+    return [dead_key(entry.canonical), json.dumps(record, ensure_ascii=False)]
 
 
 def park_score(held: Held) -> float:

@@ -19,7 +19,7 @@ import attrs
 
 from ._exceptions import HashcrawlError
 from ._queue import submit_urls
-from ._store import Store
+from ._store import Store, dead_key
 from ._urls import canonicalize
 
 log_line = "hashcrawl: {}".format
@@ -135,12 +135,14 @@ def submit_start_urls(store: Store, urls: Sequence[str]) -> tuple[int, Before]:
     before = Before(fetched=status["fetched"], robots_denied=status["robots_denied"])
     canonical = [canonicalize(url) for url in urls]
     dead = store.dead()
-    again = [url for url in canonical if url in dead]
+    again = [url for url in canonical if dead_key(url) in dead]
     idle = status["waiting"] + status["held"] == 0
     if before.fetched == 0 and idle and status["exists"]:
         again = canonical
     added = submit_urls(store, again, dont_filter=True)
-    store.forget_dead(again)  # only once they are back in: a failed submit loses nothing
+    store.forget_dead(
+        [dead_key(url) for url in again]
+    )  # only once they are back in: a failed submit loses nothing
     rest = [url for url in canonical if url not in again]
     return added + submit_urls(store, rest), before
 
@@ -154,17 +156,17 @@ def verdict(store: Store, urls: Sequence[str], before: Before) -> None:
     canonical = [canonicalize(url) for url in urls]
     status = store.status()
     dead = store.dead()
-    failed = [url for url in canonical if url in dead]
+    failed = [url for url in canonical if dead_key(url) in dead]
     fetched = status["fetched"] - before.fetched
     if canonical and len(failed) == len(canonical):
         first = failed[0]
-        record = dead_error(dead[first])
+        record = dead_error(dead[dead_key(first)])
         others = f" (and {plural(len(failed) - 1, 'more start URL')})" if len(failed) > 1 else ""
         raise NothingFetched(
             f"nothing fetched: {first}{others} failed{record}; run the same command again to retry"
         )
     if fetched == 0 and status["robots_denied"] > before.robots_denied:
-        denied = [url for url in canonical if url not in dead]
+        denied = [url for url in canonical if dead_key(url) not in dead]
         raise NothingFetched(
             f"nothing fetched: robots.txt disallows {denied[0]} for this user agent"
             " (--ignore-robots fetches it anyway)"

@@ -68,15 +68,16 @@ class Queue:
         return self._store.clear()
 
     def dead(self) -> dict[str, str]:
-        """Pages that used up their attempts, with their last error."""
-        return {url: _dead_record(text)[1] for url, text in self._store.dead().items()}
+        """Pages that used up their attempts (URL -> their last error)."""
+        records = (_dead_record(text, key) for key, text in self._store.dead().items())
+        return {entry.url: error for entry, error in records}
 
     def retry_dead(self) -> int:
         """Put every dead-lettered page back in the crawl with fresh attempts."""
         dead = self._store.dead()
         retried = 0
         for chunk in _chunks(iter(dead), BATCH):
-            entries = [_dead_record(dead[url], url)[0] for url in chunk]
+            entries = [_dead_record(dead[key], key)[0] for key in chunk]
             _submit_entries(self._store, entries)
             self._store.forget_dead(chunk)
             retried += len(chunk)
@@ -132,7 +133,8 @@ def _to_request(url: str) -> str:
 
 
 def _dead_record(text: str, url: str = "") -> tuple[Entry, str]:
-    """The entry to retry and the error of a dead letter (older records hold just the error)."""
+    """The entry to retry and the error of a dead letter (older records, keyed by ``url``,
+    hold just the error)."""
     try:
         record = json.loads(text)
         entry = Entry.decode(record["entry"])

@@ -9,10 +9,17 @@ key                type    written by
 ``members``        ZSET    join, heartbeat, leave, expiry: worker id -> last heartbeat ms
 ``applied``        HASH    join, heartbeat, commit: worker -> epoch whose handoff it did
 ``epoch``          STRING  join, leave, expiry: +1 on every membership change
-``workers``        SET     join: every worker id that ever joined (for fleet totals)
-``w:ID``           HASH    join, heartbeat: a worker's host, pid, lease, own counters
-                           and figures for status (_metrics.Tally.beat_fields)
+``workers``        SET     join: every worker id that ever joined (for fleet totals);
+                           heartbeat prunes departed ones (see ``departed``)
+``w:ID``           HASH    join, heartbeat: a worker's host, pid, lease, spider, own
+                           counters and figures for status (_metrics.Tally.beat_fields)
                            inflight: the suspects it is fetching (newest record wins)
+``departed``       ZSET    release: worker -> server ms its stream was drained; the
+                           heartbeat folds such a worker's counters into ``retired`` and
+                           deletes its ``w:ID`` and ``workers`` entry after FORGET_LEASES
+``retired``        HASH    heartbeat: counters of pruned workers, for fleet totals
+``instance``       STRING  join, commit (a submit): the crawl's marker, set once; a
+                           worker that finds it missing or changed knows the state is gone
 ``q:ID``           STREAM  commit (XADD, XACK, XDEL), read (XREADGROUP): ID's frontier;
                            group ``g``, consumer ID; pending entries are its leases
 ``inbox``          STREAM  commit: submissions made while no worker is alive
@@ -21,10 +28,13 @@ key                type    written by
 ``seenmeta``       HASH    commit: the seen filter's shape and fill; URLs seen and queued
 ``outstanding``    STRING  commit: entries waiting or held anywhere, fleet-wide
 ``idle_since``     STRING  heartbeat, commit: server ms since nothing was outstanding
-``pace``           HASH    commit, leave: host -> pacing state for its next owner
+``pace``           HASH    commit, leave: host -> pacing state for its next owner;
+                           deleted by the new owner's next commit, if still as read
 ``park:HOST``      ZSET    commit, unpark: a host's overflow, out of its owner's memory
 ``parked``         SET     commit, unpark: hosts that have an overflow set
-``dead``           HASH    commit: url -> JSON {error, attempts, entry, at}
+``dead``           HASH    commit: fingerprint (``dead_key``) -> JSON record with the
+                           error, attempts, entry (so its URL) and time, out of attempts
+``bad``            LIST    commit: the newest samples of unreadable entries (bounded)
 ``stats``          HASH    commit, heartbeat: fleet counters
 ``scope``          SET     submit, join, commit: the hosts links may lead to; only
                            grows, so its size is its version, checked by commit
@@ -36,6 +46,8 @@ opening with the keys it touches.
 
 The methods here are blocking; the worker calls them from a thread (see ``_worker``).
 redis-py errors never leave this module untranslated: they become ``QueueError``.
+Stream payloads are read as bytes (a client without ``decode_responses``), so that an
+entry that is not UTF-8 is a bad entry for ``Entry.decode`` to name, not an exception here.
 """
 
 from __future__ import annotations
@@ -43,6 +55,7 @@ from __future__ import annotations
 import contextlib
 import functools
 import json
+import secrets
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from importlib import resources
 from typing import Any, ParamSpec, TypeVar
@@ -52,8 +65,11 @@ import redis
 from redis.backoff import NoBackoff
 from redis.retry import Retry
 
-from ._exceptions import ConfigError, Fenced, InvalidURL, QueueError
+from ._batch import Batch as Batch
+from ._batch import Committed as Committed
+from ._exceptions import ConfigError, Fenced, InvalidURL, QueueError, StateLost
 from ._redisurl import RedisURL, check_crawl_name
+from ._urls import fingerprint
 
 P = ParamSpec("P")
 T = TypeVar("T")
@@ -61,7 +77,14 @@ GROUP = "g"
 DEFAULT_LEASE_MS = 60_000  # for members that joined before they recorded their lease
 _NOT_COUNTERS = frozenset({"pid", "started", "lease_ms"})  # in w:ID, but not summed
 # Keys of which a crawl that ever took a URL or a worker has at least one.
-_ANY_CRAWL_HAS = ("epoch", "seenmeta", "workers", "stats", "inbox", "dead")
+_ANY_CRAWL_HAS = ("instance", "epoch", "seenmeta", "workers", "stats", "inbox", "dead")
+PACE_CHUNK = 1000  # hosts per HSET when a leaving worker writes its pace records
+FORGET_LEASES = 10  # a departed worker's keys are pruned this many leases after it left
+RETIRED = "(pruned workers)"  # worker_records' entry for the pruned workers' counters
+LOST = (
+    "the crawl's state in Redis is gone (Redis restarted without persistence, "
+    "FLUSHALL, or `hashcrawl clear`)"
+)
 
 
 def _script(name: str) -> str:
@@ -101,6 +124,7 @@ class Beat:
 
     alive: bool
     now_ms: int
+    lost: bool = False
     epoch: int = 0
     settled: int = 0
     idle_since: int = -1
@@ -110,7 +134,7 @@ class Beat:
     @classmethod
     def from_reply(cls, reply: Sequence[Any]) -> Beat:
         if reply[0] != "ok":
-            return cls(alive=False, now_ms=int(reply[1]))
+            return cls(alive=False, now_ms=int(reply[1]), lost=reply[0] == "lost")
         members = tuple(sorted(reply[6:])) if len(reply) > 6 else None
         return cls(
             alive=True,
@@ -121,75 +145,6 @@ class Beat:
             orphans=int(reply[5]),
             members=members,
         )
-
-
-@attrs.frozen(kw_only=True)
-class Committed:
-    """The outcome of a commit: done, or refused as stale, rescope or fenced."""
-
-    status: str
-    epoch: int = 0
-    added: int = 0
-    acked: int = 0
-    moved: int = 0
-    scope: int = 0
-
-    @classmethod
-    def from_reply(cls, reply: Sequence[Any]) -> Committed:
-        if reply[0] == "ok":
-            added, acked, moved, scope = (int(x) for x in reply[1:5])
-            return cls(status="ok", added=added, acked=acked, moved=moved, scope=scope)
-        if reply[0] == "stale":
-            return cls(status="stale", epoch=int(reply[1]))
-        if reply[0] == "rescope":
-            return cls(status="rescope", scope=int(reply[1]))
-        return cls(status="fenced")
-
-
-@attrs.define
-class Batch:
-    """One commit: acknowledgements, moves and new entries, applied atomically.
-
-    ``add`` holds ``[target_stream, payload, h1, h2, filter]``; ``mv`` holds
-    ``[id, target_stream, payload]``; ``once`` holds ``[id, target_stream, payload, ...]``:
-    an entry acknowledged together with the entries it led to that the seen filter would
-    not stop (a retry, follows with ``dont_filter``), so that a batch sent again after a
-    lost reply adds them only once.
-    """
-
-    worker: str
-    epoch: int
-    src: str = ""
-    ack: list[str] = attrs.Factory(list)
-    mv: list[list[Any]] = attrs.Factory(list)
-    once: list[list[Any]] = attrs.Factory(list)
-    add: list[list[Any]] = attrs.Factory(list)
-    park: list[list[Any]] = attrs.Factory(list)
-    pace: list[str] = attrs.Factory(list)
-    dead: list[str] = attrs.Factory(list)
-    stats: dict[str, int] = attrs.Factory(dict)
-    applied: int | None = None
-    scope: int | None = None
-    widen: list[str] = attrs.Factory(list)
-
-    def to_json(self) -> str:
-        doc: dict[str, Any] = {"w": self.worker, "e": self.epoch, "src": self.src}
-        for name in ("ack", "mv", "once", "add", "park", "pace", "dead"):
-            if value := getattr(self, name):
-                doc[name] = value
-        if self.stats:
-            doc["stats"] = self.stats
-        if self.applied is not None:
-            doc["applied"] = self.applied
-        if self.scope is not None:
-            doc["sv"] = self.scope
-        if self.widen:
-            doc["widen"] = self.widen
-        return json.dumps(doc, separators=(",", ":"), ensure_ascii=False)
-
-    def __len__(self) -> int:
-        parts = (self.ack, self.mv, self.once, self.add, self.park, self.dead)
-        return sum(len(part) for part in parts)
 
 
 class Store:
@@ -215,19 +170,21 @@ class Store:
         # redis-py's annotations cannot know that decode_responses=True makes every
         # reply a str, so the clients are typed loosely here and replies checked in use.
         self._redis: Any = self._client(timeout)
+        self._bytes: Any = None  # stream reads: payloads as bytes
         self._blocking: Any = None
+        self.marker = secrets.token_hex(8)  # the instance marker if this store sets it
         self._scripts = {
             name: self._redis.register_script(_script(name))
             for name in ("heartbeat", "join", "leave", "commit", "release", "unpark", "inflight")
         }
 
-    def _client(self, timeout: float) -> Any:
+    def _client(self, timeout: float, *, decode: bool = True) -> Any:
         return redis.Redis(
             **self.url.client_kwargs(),
             socket_timeout=timeout,
             socket_connect_timeout=timeout,
             retry=Retry(NoBackoff(), 0),  # hashcrawl retries itself, at most a second apart
-            decode_responses=True,
+            decode_responses=decode,
             protocol=2,
             health_check_interval=0,
         )
@@ -247,8 +204,9 @@ class Store:
 
     def close(self) -> None:
         self._redis.close()
-        if self._blocking is not None:
-            self._blocking.close()
+        for client in (self._bytes, self._blocking):
+            if client is not None:
+                client.close()
 
     # -- membership ---------------------------------------------------------------
 
@@ -257,17 +215,49 @@ class Store:
         self._redis.ping()
 
     @_translated
-    def join(self, worker: str, info: Mapping[str, str | int]) -> tuple[int, int]:
-        """Add ``worker`` to the ring; returns (server ms, epoch). Joining again while a
-        member (a retry after a lost reply) changes nothing.
+    def join(
+        self, worker: str, info: Mapping[str, str | int], *, instance: str = ""
+    ) -> tuple[int, int, str]:
+        """Add ``worker`` to the ring; returns (server ms, epoch, the crawl's instance
+        marker). Joining again while a member (a retry after a lost reply) changes
+        nothing. The first join or submit of a crawl sets its marker.
+
+        Args:
+            instance: the marker this worker knew before (it rejoins): joining is
+                refused, and nothing written, unless it is still there.
 
         Raises:
             Fenced: ``worker`` was a member once and has lost its membership.
+            StateLost: ``instance`` is no longer the crawl's marker.
         """
-        reply = self._scripts["join"](args=[self.prefix, worker, self._now(), *_flat(info)])
+        args = [self.prefix, worker, self._now(), instance, self.marker, *_flat(info)]
+        reply = self._scripts["join"](args=args)
+        if int(reply[1]) == -2:
+            raise StateLost(f"{LOST}; worker {worker} stops")
         if int(reply[1]) < 0:
             raise Fenced(f"worker {worker} lost its membership before its join was confirmed")
-        return int(reply[0]), int(reply[1])
+        return int(reply[0]), int(reply[1]), str(reply[2])
+
+    @_translated
+    def instance(self) -> str | None:
+        """The crawl's instance marker, or None if it has none (never started, or lost)."""
+        value = self._redis.get(self.key("instance"))
+        return None if value is None else str(value)
+
+    @_translated
+    def durability_warning(self) -> str | None:
+        """One line if this Redis may lose the crawl's state: no AOF, or evicting keys."""
+        try:
+            aof = int(self._redis.info("persistence").get("aof_enabled", 0))
+            policy = str(self._redis.info("memory").get("maxmemory_policy", "noeviction"))
+        except redis.ResponseError:  # INFO disabled (some managed services): nothing to say
+            return None
+        problems = [] if aof else ["without appendonly (a restart loses the crawl)"]
+        if policy != "noeviction":
+            problems.append(f"with maxmemory-policy {policy} (it may evict the crawl's keys)")
+        if not problems:
+            return None
+        return f"Redis at {self.url.redacted()} runs " + " and ".join(problems)
 
     @_translated
     def heartbeat(
@@ -279,18 +269,33 @@ class Store:
         known_epoch: int,
         stats: Mapping[str, str | int] = {},
         expire_ms: int | None = None,
+        instance: str = "",
+        forget_ms: int | None = None,
     ) -> Beat:
         """Renew ``worker``'s membership; expire members silent for ``expire_ms``
-        (the lease unless given)."""
+        (the lease unless given); prune workers departed ``forget_ms`` ago
+        (FORGET_LEASES leases unless given).
+
+        With ``instance``, a crawl whose marker is not that one gives a beat with
+        ``lost`` set: its state is gone.
+        """
         expire = lease_ms if expire_ms is None else expire_ms
+        forget = lease_ms * FORGET_LEASES if forget_ms is None else forget_ms
         args = [self.prefix, worker, lease_ms, applied, known_epoch, self._now(), expire]
-        args += _flat(stats)
+        args += [instance, forget, *_flat(stats)]
         return Beat.from_reply(self._scripts["heartbeat"](args=args))
 
     @_translated
     def leave(self, worker: str, pace: Mapping[str, str]) -> int:
-        """Take ``worker`` out of the ring; returns the new epoch (0 if it had gone)."""
-        return int(self._scripts["leave"](args=[self.prefix, worker, *_flat(pace)]))
+        """Take ``worker`` out of the ring; returns the new epoch (0 if it had gone).
+
+        The pace records go first, a thousand hosts per command, so that neither a
+        script's argument list nor one command grows with the hosts a worker owned.
+        """
+        records = list(pace.items())
+        for start in range(0, len(records), PACE_CHUNK):
+            self._redis.hset(self.key("pace"), mapping=dict(records[start : start + PACE_CHUNK]))
+        return int(self._scripts["leave"](args=[self.prefix, worker]))
 
     @_translated
     def members(self) -> tuple[int, tuple[str, ...]]:
@@ -305,26 +310,38 @@ class Store:
 
     @_translated
     def commit(self, batch: Batch) -> Committed:
-        reply = self._scripts["commit"](args=[self.prefix, batch.to_json()])
-        return Committed.from_reply(reply)
+        """Apply ``batch`` atomically, or a big one as parts in order (see ``_batch``).
+
+        A part refused as stale or fenced stops the rest; the caller sends the whole
+        batch again, routed anew, and what earlier parts did is not done twice.
+        """
+        if not batch.worker and not batch.instance:
+            batch.instance = self.marker
+        total = Committed(status="ok")
+        for part in batch.parts():
+            result = Committed.from_reply(
+                self._scripts["commit"](args=[self.prefix, part.to_json()])
+            )
+            total += result
+            if result.status != "ok":
+                break
+        return total
 
     @_translated
     def read(
         self, worker: str, *, count: int, block_ms: int, after: str | None = None
-    ) -> list[tuple[str, str | None]]:
+    ) -> list[tuple[str, bytes | None]]:
         """Entries never delivered before, now pending for ``worker``: (id, payload).
 
         With ``after``, ``worker``'s own pending entries with greater ids instead (at
         once: Redis does not block such a read).
         """
         if self._blocking is None:
-            self._blocking = self._client(self._timeout + block_ms / 1000)
+            self._blocking = self._client(self._timeout + block_ms / 1000, decode=False)
         reply = self._blocking.xreadgroup(
             GROUP, worker, {self.stream_of(worker): after or ">"}, count=count, block=block_ms
         )
-        return [
-            (eid, (fields or {}).get("r")) for _, entries in reply or () for eid, fields in entries
-        ]
+        return [_payload(eid, fields) for _, entries in reply or () for eid, fields in entries]
 
     @_translated
     def orphan(self) -> str | None:
@@ -335,15 +352,16 @@ class Store:
         return str(stream) if stream is not None else None
 
     @_translated
-    def entries(self, stream: str, *, count: int) -> list[tuple[str, str | None]]:
+    def entries(self, stream: str, *, count: int) -> list[tuple[str, bytes | None]]:
         """The first ``count`` entries still in ``stream``, pending or not."""
-        reply = self._redis.xrange(stream, count=count)
-        return [(eid, (fields or {}).get("r")) for eid, fields in reply]
+        if self._bytes is None:
+            self._bytes = self._client(self._timeout, decode=False)
+        return [_payload(eid, fields) for eid, fields in self._bytes.xrange(stream, count=count)]
 
     @_translated
     def release(self, stream: str) -> bool:
         """Delete a drained orphan stream; False if entries arrived meanwhile."""
-        return bool(self._scripts["release"](keys=[stream], args=[self.prefix]))
+        return bool(self._scripts["release"](keys=[stream], args=[self.prefix, self._now()]))
 
     @_translated
     def unpark(self, worker: str, epoch: int, host: str, count: int) -> tuple[str, int, int]:
@@ -417,6 +435,7 @@ class Store:
         alive = sum(not w["stale"] for w in workers)
         totals = self._totals(r.smembers(self.key("workers")))
         exists = bool(r.exists(*(self.key(k) for k in _ANY_CRAWL_HAS)))
+        spiders = sorted({w["spider"] for w in workers})
         return {
             "crawl": self.crawl,
             "exists": exists,
@@ -433,6 +452,9 @@ class Store:
             "dead": r.hlen(self.key("dead")),
             "leases_reclaimed": int(stats.get("leases_reclaimed", 0)),
             "queue_bad": int(stats.get("queue_bad", 0)),
+            "bad_samples": r.lrange(self.key("bad"), 0, -1),
+            "spiders": spiders,
+            "mixed_spiders": len(spiders) > 1,
             "epoch": epoch,
             "ended": exists and queued_now == 0 and alive == 0,
         }
@@ -446,6 +468,7 @@ class Store:
             "fetched": _whole(info.get("fetched")),
             "host": info.get("host"),
             "pid": _whole(info.get("pid")),
+            "spider": info.get("spider", ""),
             "last_heartbeat_ms": int(beat or 0),
             "stale": now_ms - int(beat or 0) > lease_ms,
         }
@@ -463,9 +486,11 @@ class Store:
                 return sorted(names - {self.crawl, ""})
 
     def _totals(self, workers: set[str]) -> dict[str, int]:
+        """Counters summed over every worker, pruned ones (``retired``) included."""
         totals: dict[str, int] = {}
-        for worker in workers:
-            for field, value in self._redis.hgetall(self.key("w:" + worker)).items():
+        records = [self.key("w:" + worker) for worker in workers] + [self.key("retired")]
+        for record in records:
+            for field, value in self._redis.hgetall(record).items():
                 if value.lstrip("-").isdigit() and field not in _NOT_COUNTERS:
                     totals[field] = totals.get(field, 0) + int(value)
         return totals
@@ -484,13 +509,14 @@ class Store:
 
     @_translated
     def dead(self) -> dict[str, str]:
-        """Dead letters: url -> JSON record with error, attempts and entry."""
+        """Dead letters: key (``dead_key``; a URL in records of older versions) -> JSON
+        record with error, attempts and entry."""
         return dict(self._redis.hgetall(self.key("dead")))
 
     @_translated
-    def forget_dead(self, urls: Sequence[str]) -> None:
-        if urls:
-            self._redis.hdel(self.key("dead"), *urls)
+    def forget_dead(self, keys: Sequence[str]) -> None:
+        if keys:
+            self._redis.hdel(self.key("dead"), *keys)
 
     # -- watching (status --watch, /metrics; never on the page path) ------------------
 
@@ -511,18 +537,20 @@ class Store:
 
     @_translated
     def worker_records(self) -> dict[str, dict[str, str]]:
-        """The ``w:ID`` hash of every worker that ever joined, as its heartbeat last wrote it."""
+        """The ``w:ID`` hash of every worker that ever joined, as its heartbeat last wrote it;
+        the counters of pruned workers (``retired``) under the id ``RETIRED``."""
         workers = sorted(self._redis.smembers(self.key("workers")))
         with self._redis.pipeline(transaction=False) as pipe:
             for worker in workers:
                 pipe.hgetall(self.key("w:" + worker))
-            return dict(zip(workers, pipe.execute(), strict=True))
+            pipe.hgetall(self.key("retired"))
+            return dict(zip([*workers, RETIRED], pipe.execute(), strict=True))
 
     @_translated
     def some_dead(self, scan: int) -> dict[str, str]:
-        """Up to about ``scan`` dead letters (one HSCAN call, not the whole hash)."""
+        """Up to about ``scan`` dead letters, URL -> record (one HSCAN, not the whole hash)."""
         _, found = self._redis.hscan(self.key("dead"), 0, count=scan)
-        return dict(found)
+        return {dead_url(key, text): text for key, text in found.items()}
 
     @_translated
     def server_info(self) -> dict[str, Any]:
@@ -550,6 +578,27 @@ def _crawl_of(key: str) -> str:
         return check_crawl_name(name)
     except ConfigError:
         return ""
+
+
+def _payload(eid: bytes | str, fields: Mapping[bytes, bytes] | None) -> tuple[str, bytes | None]:
+    """An entry id and its ``r`` field's raw bytes (None: no such field, or none at all)."""
+    text = eid.decode("ascii") if isinstance(eid, bytes) else eid
+    return text, (fields or {}).get(b"r")
+
+
+def dead_url(key: str, record: str) -> str:
+    """The URL of a dead letter: its entry's (older records were keyed by the URL)."""
+    try:
+        url = json.loads(json.loads(record)["entry"])["u"]
+    except (ValueError, KeyError, TypeError):
+        return key
+    return url if isinstance(url, str) else key
+
+
+def dead_key(url: str) -> str:
+    """A dead letter's field in ``dead``: the URL's fingerprint, short whatever its length."""
+    h1, h2 = fingerprint(url)
+    return f"{h1:08x}{h2:08x}"
 
 
 def _pending(r: Any, stream: str) -> int:

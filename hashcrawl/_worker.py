@@ -28,7 +28,7 @@ import attrs
 import trio
 
 from ._entry import BadEntry, Entry
-from ._exceptions import ConfigError, Fenced, FetchError, InvalidURL, QueueError
+from ._exceptions import ConfigError, Fenced, FetchError, InvalidURL, QueueError, StateLost
 from ._faults import FAULTS
 from ._fetch import Fetcher, HttpxFetcher, NotSent, sending_only_while
 from ._frontier import Frontier, Held, Host
@@ -45,7 +45,7 @@ from ._settings import Settings
 from ._sinks import Sink, sink_for
 from ._sitemaps import first_sitemaps
 from ._spider import Spider
-from ._store import Batch, Beat, Store
+from ._store import LOST, Batch, Beat, Store
 from ._urls import fingerprint, host_key
 
 log = logging.getLogger("hashcrawl")
@@ -165,6 +165,8 @@ class Worker:
         self.counters = Counters()
         self.tally = Tally()  # counts across memberships, for /metrics and the heartbeat
         self._stop_requested = False
+        self.instance = ""  # the crawl's instance marker, learnt at the first join
+        self.spider_name = _spider_name(self.spider, parse)
 
     def run_sync(self) -> None:
         """Run until the crawl ends or a stop is requested (blocking)."""
@@ -207,6 +209,9 @@ class Worker:
                     await self._session.run()
                     return
                 except Fenced as exc:
+                    known = self.instance  # none yet: fenced before its first join
+                    if known and await _marker_gone(store, known, self.settings.lease):
+                        raise StateLost(f"{LOST}; worker {self.id} stops") from None
                     # Others took back what this worker held: start afresh under a new id.
                     log.warning("%s; rejoining as a new member", exc)
                     self.counters.fenced += 1
@@ -232,6 +237,29 @@ class Worker:
         if self._store is None:
             return {}
         return self._store.fleet_counters()
+
+
+def _spider_name(spider: Spider | None, parse: Parse | None) -> str:
+    """What a worker records at join as its spider, so status shows a mixed fleet."""
+    if spider is not None:
+        return str(getattr(spider, "name", "") or type(spider).__qualname__)
+    return getattr(parse, "__qualname__", "parse") if parse is not None else "-"
+
+
+async def _marker_gone(store: Store, instance: str, lease: float) -> bool:
+    """Whether the crawl's instance marker is no longer ``instance``, asked for a lease.
+
+    Raises:
+        QueueError: Redis did not answer for a whole lease.
+    """
+    deadline = trio.current_time() + lease
+    while True:
+        try:
+            return await trio.to_thread.run_sync(store.instance) != instance
+        except QueueError:
+            if trio.current_time() > deadline:
+                raise
+            await trio.sleep(1.0)
 
 
 class _Session:
@@ -271,6 +299,7 @@ class _Session:
         self.tally_base = worker.tally.counts()  # the heartbeat reports this membership's
         self.parked: set[str] = set()
         self.unpaced: set[str] = set()  # hosts whose pace record is not to be read yet
+        self.pace_read: dict[str, str] = {}  # pace records read: the next commit deletes them
         self.last_read = "0"  # the newest entry id this reader has taken in
         self.unsure = False  # a read failed: Redis may have delivered what never came
         self.suspects: set[str] = set()
@@ -349,9 +378,14 @@ class _Session:
             "pid": os.getpid(),
             "started": int(time.time()),
             "lease_ms": int(self.s.lease * 1000),  # so status can tell a stale member
+            "spider": self.w.spider_name,
         }
+        if not self.w.instance:
+            warning = await self.persist(self.store.durability_warning)
+            if warning:
+                log.warning("%s", warning)
         sent = self.now()
-        now_ms, epoch = await self.persist_join(info)
+        now_ms, epoch, self.w.instance = await self.persist_join(info)
         self._clock_sample(sent, now_ms)
         self.joined_ms = now_ms
         own = scope_members(domains=self.s.allow_domains, span=self.s.span_hosts)
@@ -371,11 +405,11 @@ class _Session:
             len(members),
         )
 
-    async def persist_join(self, info: dict[str, Any]) -> tuple[int, int]:
+    async def persist_join(self, info: dict[str, Any]) -> tuple[int, int, str]:
         deadline = self.now() + self.s.lease
         while True:
             try:
-                return await self.call(self.store.join, self.id, info)
+                return await self.call(self.store.join, self.id, info, instance=self.w.instance)
             except Fenced:
                 raise
             except QueueError:
@@ -431,6 +465,7 @@ class _Session:
                 applied=self.applied,
                 known_epoch=self.latest.epoch,
                 stats=self.stats(),
+                instance=self.w.instance,
             )
         except QueueError as exc:
             if sent - self.confirmed_at > self.s.lease:
@@ -439,6 +474,8 @@ class _Session:
                 ) from None
             log.info("heartbeat failed: %s", exc)
             return None
+        if beat.lost:
+            raise StateLost(f"{LOST}; worker {self.id} stops")
         if not beat.alive:
             raise Fenced(
                 f"worker {self.id} was silent longer than its lease and lost its membership"
@@ -550,26 +587,33 @@ class _Session:
             self.unsure = False
         return len(got)
 
-    def take_in(self, got: list[tuple[str, str | None]], *, parking: bool = False) -> None:
-        """Queue what was read; with memory full, park what a host has enough of."""
+    def take_in(self, got: list[tuple[str, bytes | None]], *, parking: bool = False) -> None:
+        """Queue what was read; with memory full, park what a host has enough of.
+
+        An entry for another owner's host goes there whatever it names; one this owner
+        cannot read is counted as bad, and one naming a callback its spider lacks is
+        dead-lettered with the reason (another worker's spider may know it).
+        """
         fresh: list[str] = []
         for eid, payload in got:
             try:
                 entry = Entry.decode(payload)
                 host = host_key(entry.canonical)
-                if not self.w.handler.accepts(entry):
-                    raise BadEntry(f"entry names an unknown callback: {entry.callback!r:.80}")
             except (BadEntry, InvalidURL) as exc:
                 log.warning("dropping a bad entry %s: %s", eid, exc)
-                self.outcomes.append(Outcome.bad(eid))
+                self.outcomes.append(Outcome.bad(eid, str(exc)))
                 continue
             held = Held(eid, entry, host)
             if self.latest.owner_of(host) != self.id:
-                self.outcomes.append(Outcome.forward(held, payload or ""))
+                self.outcomes.append(Outcome.forward(held, entry.encode()))
+                continue
+            if not self.w.handler.accepts(entry):
+                why = f"spider {self.w.spider_name} has no callback {entry.callback!r:.80}"
+                self.outcomes.append(Outcome.dead(held, why))
                 continue
             queued = self.frontier.hosts.get(host)
             if parking and queued is not None and len(queued.queue) >= PARK_AT:
-                self.outcomes.append(Outcome.park(held, payload or ""))
+                self.outcomes.append(Outcome.park(held, entry.encode()))
                 self.parked.add(host)
                 continue
             if queued is None:
@@ -638,6 +682,7 @@ class _Session:
                 continue
             if name in records:
                 self.apply_pace(host, records[name])
+                self.pace_read[name] = records[name]
             host.paced = True
             self.frontier.reschedule(name)
         self.pace_hosts(later)  # at once if the fleet has settled while this read was out
@@ -932,6 +977,8 @@ class _Session:
                 if items and not write_first:
                     await trio.to_thread.run_sync(self._write_items, items)
                 del self.outcomes[: len(outcomes)]
+                for name in batch.unpace[::2]:
+                    self.pace_read.pop(name, None)
                 self.uncommitted -= sum(o.kind in ("done", "retry") for o in outcomes)
                 self.poke()
                 self.written.difference_update(id(o) for o in outcomes)
@@ -959,6 +1006,7 @@ class _Session:
         self.scope = self.scope.widened(hosts)
         batch = Batch(worker=self.id, epoch=ring.epoch, src=self.stream, scope=self.scope.version)
         batch.widen = sorted(scope_members(hosts=hosts))
+        batch.unpace = [x for pair in sorted(self.pace_read.items()) for x in pair]
         for o in outcomes:
             o.add_to(batch, self, ring)
         return batch
@@ -1067,15 +1115,14 @@ class _Session:
                 raise Fenced(f"worker {self.id} lost its membership while draining")
 
     def route_orphans(
-        self, batch: Batch, ring: Ring, got: list[tuple[str, str | None]], dying: set[str] | None
+        self, batch: Batch, ring: Ring, got: list[tuple[str, bytes | None]], dying: set[str] | None
     ) -> None:
         for eid, payload in got:
             try:
                 entry = Entry.decode(payload)
                 host = host_key(entry.canonical)
-            except (BadEntry, InvalidURL):
-                batch.ack.append(eid)
-                batch.stats["queue_bad"] = batch.stats.get("queue_bad", 0) + 1
+            except (BadEntry, InvalidURL) as exc:
+                batch.bad.append([eid, f"{eid}: {exc}"[:300]])
                 continue
             if dying is not None:
                 attempts = entry.attempts + (eid in dying)

@@ -82,7 +82,8 @@ class Observer:
             for member in reply:
                 _add(queued, _url(member.partition(" ")[2]), key)
                 entries += 1
-        dead, members, outstanding, orphans = replies[-4:]
+        records, members, outstanding, orphans = replies[-4:]
+        dead = {_dead_url(record): record for record in records.values()}
         return Snapshot(queued, dead, tuple(members), int(outstanding or 0), entries, orphans)
 
     @property
@@ -154,6 +155,14 @@ def _add(queued: dict[str, list[str]], url: str, key: str) -> None:
 def _url(payload: str | None) -> str:
     try:
         return str(json.loads(payload or "")["u"])
+    except (ValueError, KeyError, TypeError):
+        return ""
+
+
+def _dead_url(record: str) -> str:
+    """The URL of a dead letter (they are keyed by fingerprint; the entry names the URL)."""
+    try:
+        return _url(json.loads(record)["entry"])
     except (ValueError, KeyError, TypeError):
         return ""
 

@@ -5,6 +5,11 @@ two are stopped with SIGTERM (one of the first two, one of the joiners), one is 
 SIGSTOP until the others expel it and then resumed (it rejoins as a new member), and Redis
 restarts from its AOF. Every worker must then end by itself, with status 0.
 
+A second, shorter phase (``run_lost_state``) restarts Redis *without* persistence in
+mid-crawl: every worker must then exit 1 with one line saying the crawl's state was lost,
+and none may exit 0 (before the instance marker, they rejoined an empty crawl and ended
+"successfully" with nothing fetched).
+
 Judged like the practice run, from the test server's request log and the output files. The
 only duplicates allowed are refetches of what the paused worker held: pages first requested
 just before the pause and again after it, no more of them than its --concurrency.
@@ -23,6 +28,7 @@ from collections.abc import Callable, Iterable, Mapping, Sequence
 from pathlib import Path
 
 import attrs
+import redis as redis_py
 
 from hashcrawl._server import RedisServer
 from tests.practice import (
@@ -84,6 +90,7 @@ class Churn:
     paused_at: float | None  # seconds after the start, on the request log's clock
     duplicates: tuple[Duplicate, ...]
     too_close: tuple[str, ...]  # each pair of requests to a host closer than its delay
+    footprint: str = ""  # Redis memory once the crawl has ended (and what is still queued)
 
     def lines(self) -> list[str]:
         """The steps, duplicates and too-close pairs, one per line."""
@@ -140,6 +147,8 @@ def run_churn(
         finally:
             pool.kill_remaining()
         _report_status(redis.url, progress)
+        footprint = redis_footprint(redis.url)
+        progress(footprint)
         requests = server.requests()
     verdict = judge(server.site, requests, pool.outputs, delay=delay, tolerance=tolerance)
     return Churn(
@@ -152,7 +161,101 @@ def run_churn(
         paused_at=scenario.paused_at,
         duplicates=_duplicates(requests, scenario.started, scenario.paused_at, latency),
         too_close=_too_close(server.site, requests, delay - tolerance, scenario.started),
+        footprint=footprint,
     )
+
+
+def redis_footprint(redis_url: str) -> str:
+    """Redis memory, the crawl's keys and what is still queued, in one line."""
+    raw = redis_py.Redis.from_url(redis_url, decode_responses=True)
+    try:
+        used = int(raw.info("memory")["used_memory"])
+        keys = sorted(raw.scan_iter(match=f"hc:{{{CRAWL}}}:*", count=1000))
+        queued = sum(raw.xlen(k) for k in keys if raw.type(k) == "stream")
+        queued += sum(raw.zcard(k) for k in keys if ":park:" in k)
+        sizes = sorted(((raw.memory_usage(k) or 0), k) for k in keys)
+        biggest = ", ".join(
+            f"{k.rpartition(':')[2]} {size / 1024:.0f} KiB" for size, k in sizes[-4:]
+        )
+        hashes = {name: raw.hlen(f"hc:{{{CRAWL}}}:{name}") for name in ("pace", "dead")}
+        workers = raw.scard(f"hc:{{{CRAWL}}}:workers")
+    finally:
+        raw.close()
+    return (
+        f"Redis used_memory {used / 2**20:.1f} MiB; {len(keys)} keys; {queued} entries queued; "
+        f"pace {hashes['pace']}, dead {hashes['dead']}, workers {workers}; biggest: {biggest}"
+    )
+
+
+@attrs.frozen
+class LostState:
+    """How the workers ended after Redis came back empty: exit codes and their log lines."""
+
+    exits: tuple[WorkerExit, ...]
+    logs: Mapping[str, tuple[str, ...]]  # label -> the lines the worker wrote
+    steps: tuple[str, ...]
+
+
+def run_lost_state(
+    *,
+    pages: int,
+    hosts: int,
+    workers: int,
+    delay: float,
+    lease: float,
+    workdir: Path,
+    latency: float = 0.0,
+    timeout: float = 120.0,
+    progress: Progress = print,
+) -> LostState:
+    """Crawl until a third of the site is fetched, then restart Redis without persistence.
+
+    The server starts with an AOF (so the workers join without a warning about it) and
+    comes back without one: its data is gone, as after a restart of a Redis without
+    persistence. The workers log warnings only, so their logs hold just what they say.
+    """
+    workdir.mkdir(parents=True, exist_ok=True)
+    site = generate_site(pages=pages, hosts=hosts, seed=3, port=0)
+    steps: list[str] = []
+    with (
+        SiteServer(site, latency=latency) as server,
+        RedisServer(directory=workdir / "redis", appendonly=True) as server_redis,
+    ):
+        flags = ["--delay", str(delay), "--lease", str(lease), "--idle", "none"]
+        flags.append("--span-hosts")  # the site's hosts are linked from the first one's root
+        pool = _Workers(server_redis.url, workdir, flags, progress)
+        deadline = time.monotonic() + timeout
+        try:
+            for _ in range(workers):
+                pool.start()
+            pool.submit(server.site.root)
+            target = len(server.site.expected()) // 3
+            if _wait_for_requests(server, pool, target, deadline, step="the restart"):
+                server_redis.appendonly = False
+                server_redis.restart()
+                steps.append(f"Redis restarted without persistence after {target} requests")
+            pool.wait_all(deadline, lambda: f"{len(server.requests())} requests so far")
+        finally:
+            pool.kill_remaining()
+    logs = {
+        label: tuple((workdir / f"{label}.log").read_text().splitlines())
+        for label in pool.processes
+    }
+    return LostState(exits=tuple(pool.exits), logs=logs, steps=tuple(steps))
+
+
+def lost_state_failures(lost: LostState) -> list[str]:
+    """What the lost-state phase missed: a restart, an exit 1, or the one line."""
+    failures = [] if lost.steps else ["Redis was not restarted: the crawl ended first"]
+    for worker in lost.exits:
+        lines = lost.logs[worker.label]
+        if worker.code != 1:
+            failures.append(f"{worker.label} exited {worker.code}, not 1")
+        if len(lines) != 1 or "state in Redis is gone" not in lines[0]:
+            failures.append(
+                f"{worker.label} did not say in one line that the state was lost: {lines}"
+            )
+    return failures
 
 
 def churn_failures(churn: Churn) -> list[str]:

@@ -374,6 +374,10 @@ class Process:
     def stderr_lines(self) -> list[str]:
         return self.stderr_path.read_text().splitlines()
 
+    def error_lines(self) -> list[str]:
+        """stderr without the join's one-line warning that Redis keeps no AOF (test servers)."""
+        return [line for line in self.stderr_lines() if "runs without appendonly" not in line]
+
     def stop(self) -> None:
         if self.running():
             self.popen.kill()

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import json
+
 from hypothesis import strategies as st
 
 _LABELS = st.from_regex(r"[A-Za-z0-9_-]{1,12}", fullmatch=True)
@@ -82,3 +84,31 @@ html_like_bodies = st.lists(
     st.one_of(_TAGS, hrefs).map(lambda s: s.encode("utf-8")) | st.binary(max_size=8),
     max_size=12,
 ).map(b"".join)
+
+_ENTRY_VALUES = st.one_of(
+    st.none(),
+    st.booleans(),
+    st.integers(min_value=-(10**30), max_value=10**30),
+    st.floats(),
+    st.text(max_size=8),
+    st.lists(st.integers(), max_size=3),
+)
+
+#: JSON objects shaped like entries, with any value (wrong types, out of range) in any field.
+entry_like_json = st.dictionaries(
+    st.sampled_from(["u", "d", "p", "a", "m", "c", "f", "s", "x"]), _ENTRY_VALUES, max_size=9
+).map(lambda doc: json.dumps(doc).encode())
+
+#: What a stream entry's payload may hold when anyone can XADD: arbitrary bytes, text,
+#: entry-shaped JSON, deep nesting, and invalid UTF-8 spliced into valid JSON.
+stream_payloads = st.one_of(
+    st.binary(max_size=200),
+    st.text(max_size=60).map(lambda text: text.encode("utf-8", "surrogatepass")),
+    entry_like_json,
+    st.integers(1, 6000).map(lambda depth: b"[" * depth + b"]" * depth),
+    st.builds(
+        lambda doc, junk: doc[:-1] + b',"m":"' + junk + b'"}',
+        entry_like_json,
+        st.binary(max_size=4),
+    ),
+)

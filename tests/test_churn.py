@@ -6,7 +6,14 @@ from pathlib import Path
 
 import pytest
 
-from tests.churn import PAUSED, STOPPED, churn_failures, run_churn
+from tests.churn import (
+    PAUSED,
+    STOPPED,
+    churn_failures,
+    lost_state_failures,
+    run_churn,
+    run_lost_state,
+)
 
 
 @pytest.mark.slow
@@ -32,3 +39,22 @@ def test_churn_costs_no_pages_politeness_or_exit_status(tmp_path: Path) -> None:
     assert churn.verdict.unexpected == ()
     assert {churn.roles[label] for label in STOPPED} == {"stopped with SIGTERM"}
     assert [exit.code for exit in churn.exits if exit.label == PAUSED] == [0]
+
+
+@pytest.mark.slow
+def test_every_worker_exits_1_saying_so_when_redis_comes_back_empty(tmp_path: Path) -> None:
+    """Redis restarted without persistence mid-crawl: each worker exits 1 with one line
+    saying the crawl's state was lost; none rejoins the empty crawl and exits 0."""
+    lost = run_lost_state(
+        pages=300,
+        hosts=6,
+        workers=3,
+        delay=0.05,
+        lease=3,
+        latency=0.02,
+        workdir=tmp_path,
+        timeout=90,
+        progress=lambda line: None,
+    )
+    assert lost_state_failures(lost) == [], lost
+    assert [exit.code for exit in lost.exits] == [1, 1, 1]

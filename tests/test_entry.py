@@ -3,10 +3,12 @@
 import contextlib
 import json
 
-from hypothesis import given
+import pytest
+from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from hashcrawl._entry import BadEntry, Entry
+from hashcrawl._entry import MAX_ENTRY_BYTES, BadEntry, Entry
+from tests.strategies import stream_payloads
 
 json_values = st.recursive(
     st.none() | st.booleans() | st.integers() | st.floats(allow_nan=False) | st.text(),
@@ -51,3 +53,56 @@ def test_no_json_object_makes_decode_raise_anything_but_bad_entry(doc):
         return
     assert isinstance(entry.url, str)
     assert isinstance(entry.depth, int) and isinstance(entry.priority, int)
+
+
+@settings(max_examples=500)
+@given(stream_payloads)
+def test_no_bytes_in_a_stream_make_decode_raise_anything_but_bad_entry(payload):
+    """Arbitrary payload bytes either decode to an entry that encodes back, or raise BadEntry."""
+    try:
+        entry = Entry.decode(payload)
+    except BadEntry as exc:
+        assert "\n" not in str(exc) and len(str(exc)) < 300
+        return
+    assert Entry.decode(entry.encode().encode("utf-8")) == entry
+
+
+def test_json_nested_5000_deep_is_a_bad_entry():
+    """Nesting past what Python's parser can recurse through is BadEntry, not RecursionError."""
+    deep = b'{"u":"http://a.example/","m":' + b"[" * 5000 + b"]" * 5000 + b"}"
+    with pytest.raises(BadEntry, match="deeper"):
+        Entry.decode(deep)
+    with pytest.raises(BadEntry, match="deeper"):
+        Entry.decode(b"[" * 5000 + b"]" * 5000)
+
+
+@pytest.mark.parametrize(
+    "payload",
+    [
+        b'{"u":"http://a.example/","a":-1000000000}',
+        b'{"u":"http://a.example/","d":-99999}',
+        b'{"u":"http://a.example/","d":1.5}',
+        b'{"u":"http://a.example/","a":true}',
+        b'{"u":"http://a.example/","p":1e999}',
+        b'{"u":"http://a.example/","d":NaN}',
+        b'{"u":"http://a.example/","m":Infinity}',
+        b'{"u":"http://a.example/","f":2}',
+        b'{"u":"http://a.example/","c":7}',
+        b'{"u":"http://a.example/\xff"}',
+        b'{"u":"\\ud800"}',
+        b'{"u":""}',
+        b"\xff",
+        None,
+    ],
+)
+def test_out_of_range_or_mistyped_fields_are_bad_entries(payload):
+    """Every field is range- and type-checked: no negative attempts, no NaN, no lone surrogates."""
+    with pytest.raises(BadEntry):
+        Entry.decode(payload)
+
+
+def test_a_payload_over_the_size_cap_is_a_bad_entry_unparsed():
+    """A payload larger than MAX_ENTRY_BYTES is refused by its length alone."""
+    meta = "x" * MAX_ENTRY_BYTES
+    with pytest.raises(BadEntry, match="bytes, over"):
+        Entry.decode(json.dumps({"u": "http://a.example/", "m": meta}).encode())

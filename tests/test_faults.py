@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import random
 import signal
 import textwrap
 from pathlib import Path
@@ -10,10 +11,13 @@ from pathlib import Path
 import redis as redis_py
 import trio
 
+import hashcrawl
 from hashcrawl._server import RedisServer
 from tests.fleet import (
+    DEADLINE,
     Crew,
     Processes,
+    await_until,
     crawl_in_process,
     fast_settings,
     flags,
@@ -60,6 +64,82 @@ async def test_unreadable_entries_are_dropped_counted_and_crash_nothing(
     assert status_of(redis_url, crawl_name)["queue_bad"] == 3
     assert set(counts) == set(server.site.expected())
     assert max(counts.values()) == 1
+
+
+def hostile_payloads() -> list[bytes | None]:
+    """Stream payloads no worker may choke on: the issue's cases, then random bytes."""
+    fixed: list[bytes | None] = [
+        b"\xff",
+        b'{"u":"http://a.example/","m":' + b"[" * 5000 + b"]" * 5000 + b"}",
+        b'{"u":"http://a.example/","a":-1000000000}',
+        b'{"u":"http://a.example/","d":-99999}',
+        b'{"u":"http://a.example/","p":NaN}',
+        b'{"u":"http://a.example/' + b"x" * 70_000 + b'"}',
+        rb'{"u":"\ud800"}',
+        b'{"u":"ftp://a.example/"}',
+        None,  # no "r" field at all
+    ]
+    rng = random.Random(11)
+    return fixed + [rng.randbytes(rng.randrange(1, 60)) for _ in range(20)]
+
+
+async def test_hostile_entries_in_live_streams_are_counted_and_every_good_one_fetched(
+    redis_url, crawl_name, tmp_path
+):
+    """Bad payloads written into each member's stream and the inbox mid-crawl, between good
+    entries: both workers stay up, every good page is requested, every bad one is counted."""
+    bad = hostile_payloads()
+    with SiteServer(_two_host_site()) as server:
+        crew = Crew(redis_url, crawl_name, tmp_path)
+        good = sorted(server.site.expected())
+        raw = redis_py.Redis.from_url(redis_url)
+        with trio.fail_after(DEADLINE):
+            async with trio.open_nursery() as nursery:
+                for settings in (fast_settings(idle=2), fast_settings(idle=2)):
+                    nursery.start_soon(crew.run, crew.hire(settings))
+                await await_until(lambda: crew.members() == 2, what="both workers to join")
+                streams = [f"hc:{{{crawl_name}}}:q:{w.id}" for w in crew.workers]
+                streams.append(f"hc:{{{crawl_name}}}:inbox")
+                for i, payload in enumerate(bad):
+                    fields = {"other": b"x"} if payload is None else {"r": payload}
+                    raw.xadd(streams[i % 3], fields)  # type: ignore[arg-type]
+                    if i < len(good):
+                        raw.xadd(streams[(i + 1) % 3], {"r": json.dumps({"u": good[i]})})
+        raw.close()
+        counts = request_counts(server.requests())
+    status = status_of(redis_url, crawl_name)
+    assert status["queue_bad"] == len(bad)
+    assert 0 < len(status["bad_samples"]) <= 20
+    assert set(counts) == set(good)
+
+
+class Plain(hashcrawl.Spider):
+    """A spider with no callback but parse."""
+
+    def parse(self, response):
+        yield {"url": response.url}
+
+
+async def test_an_entry_naming_a_callback_its_owner_lacks_is_dead_lettered_with_why(
+    redis_url, crawl_name, tmp_path
+):
+    """Routed to its host's owner first, an entry naming a callback the owner's spider lacks
+    is dead-lettered with the reason, never fetched and never silently dropped."""
+    resources = {(host(0), "/"): page("root"), (host(0), "/hidden.html"): page("hidden")}
+    with SiteServer(make_site(resources)) as server:
+        hidden = f"{server.site.root}hidden.html"
+        raw = redis_py.Redis.from_url(redis_url)
+        entry = json.dumps({"u": hidden, "c": "parse_item"})
+        raw.xadd(f"hc:{{{crawl_name}}}:inbox", {"r": entry})
+        raw.close()
+        crew = Crew(redis_url, crawl_name, tmp_path)
+        settings = [fast_settings(idle=2, spider=Plain), fast_settings(idle=2, spider=Plain)]
+        await crawl_in_process(crew, settings, [server.site.root])
+        counts = request_counts(server.requests())
+    with hashcrawl.Queue(redis_url, crawl_name) as queue:
+        assert queue.dead() == {hidden: "spider Plain has no callback 'parse_item'"}
+    assert hidden not in counts
+    assert status_of(redis_url, crawl_name)["queue_bad"] == 0
 
 
 async def test_a_page_that_keeps_failing_is_dead_lettered_and_can_be_retried(
@@ -205,7 +285,7 @@ def test_a_redis_that_refuses_writes_stops_the_worker_with_one_line(tmp_path):
         code = worker.wait(timeout=30)
         raw.config_set("maxmemory", "0")
         raw.close()
-        lines = worker.stderr_lines()
+        lines = worker.error_lines()
     assert code == 1
     assert one_line_about_redis(lines, "pw-refuse"), lines
 
@@ -227,7 +307,7 @@ def test_sigterm_during_a_redis_outage_still_exits(tmp_path):
     assert code in (0, 1)
 
 
-del Path, trio
+del Path
 
 
 async def _stopped_early(redis_url, crawl_name, tmp_path, **limit):

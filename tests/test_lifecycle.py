@@ -239,7 +239,7 @@ def test_worker_exits_1_with_one_line_when_redis_is_killed(
         worker = crawling_worker(locked_redis, server, fleet)
         locked_redis.kill()
         code = worker.wait()
-    lines = worker.stderr_lines()
+    lines = worker.error_lines()
     assert (code, len(lines)) == (1, 1), lines
     assert "redis" in lines[0].lower() and PASSWORD not in lines[0]
 
@@ -256,7 +256,7 @@ def test_worker_exits_1_with_one_line_when_redis_hangs(
         worker = crawling_worker(locked_redis, server, fleet)
         locked_redis.pause()
         code = worker.wait()
-    lines = worker.stderr_lines()
+    lines = worker.error_lines()
     assert (code, len(lines)) == (1, 1), lines
     assert "redis" in lines[0].lower() and PASSWORD not in lines[0]
 

@@ -18,6 +18,9 @@ from hashcrawl._server import RedisServer
 STATUS_KEYS = {
     "crawl",
     "exists",
+    "bad_samples",
+    "spiders",
+    "mixed_spiders",
     "waiting",
     "held",
     "workers",
@@ -129,9 +132,10 @@ def test_status_has_every_documented_key(queue: Queue, crawl_name: str) -> None:
     assert status.keys() == STATUS_KEYS
     assert status["crawl"] == crawl_name
     assert status["members"] == []
-    flags = ("crawl", "members", "ended", "exists")
-    counts = {k: v for k, v in status.items() if k not in flags}
+    lists = ("crawl", "members", "ended", "exists", "bad_samples", "spiders", "mixed_spiders")
+    counts = {k: v for k, v in status.items() if k not in lists}
     assert set(counts.values()) == {0}
+    assert (status["bad_samples"], status["spiders"], status["mixed_spiders"]) == ([], [], False)
     assert (status["exists"], status["ended"]) == (False, False)
 
 

@@ -11,11 +11,16 @@
 --   P..'seenmeta'     HASH   L (layers), n (entries in the last layer), c0, p; seen, queued
 --   P..'outstanding'  STRING + entries added, - entries deleted
 --   P..'idle_since'   STRING deleted when something is added while nothing was outstanding
---   P..'pace'         HASH   host -> pacing state handed to its next owner
+--   P..'pace'         HASH   host -> pacing state handed to its next owner; HDEL of
+--                            records their new owner has read, if still as read (unpace)
 --   P..'park:'..host  ZSET   a host's overflow: 'id payload' scored by priority, then age
 --   P..'parked'       SET    hosts with an overflow set
 --   P..'applied'      HASH   worker -> epoch whose handoffs are done
---   P..'dead'         HASH   url -> last error, for pages that used up their attempts
+--   P..'dead'         HASH   fingerprint -> record (error, entry), pages out of attempts
+--   P..'bad'          LIST   LPUSH + LTRIM: the newest samples of unreadable entries
+--                            (only of those this call removed: counted once however
+--                            many workers drain the same orphan stream)
+--   P..'instance'     STRING SET NX by a submit (w ''): the crawl's instance marker
 --   P..'stats'        HASH   fleet counters (dead, queue_bad)
 --   P..'scope'        SET    checked: its size is the scope's version (it only grows)
 -- ARGV[1] = P, ARGV[2] = JSON batch:
@@ -26,14 +31,30 @@
 --     led to added, only if it is still there (skipped if already gone),
 --   add: [[target, payload, h1, h2, filter]]  a new entry (filter 1: seen-filter gated),
 --   park: [[id, host, score, payload]]  an entry of src moved to its host's overflow set,
---   pace: [host, state, ...], applied: epoch or absent, dead: [url, error, ...],
+--   pace: [host, state, ...], unpace: [host, state, ...], applied: epoch or absent,
+--   dead: [key, record, ...], bad: [[id, sample], ...]  an unreadable entry of src,
+--   acknowledged and counted (stats.queue_bad) if still there, i: a submitter's marker,
 --   stats: {field: increment},
 --   sv: the size of the scope the batch's links were filtered by, or absent (no check),
 --   widen: [scope members] added to the scope (hosts a submitted URL redirected to)
+-- Every check comes before the first write, and every list is unpacked in chunks (Lua's
+-- unpack fails past a few thousand values), so the script never stops half done. Large
+-- batches are split by the caller into several calls (hashcrawl/_batch.py); each part
+-- carries the epoch and scope version, and only the last one widens the scope.
 -- Returns {'ok', added, acked, moved, scope size}, {'stale', epoch}, {'rescope', size} or
 --   {'fenced'}.
 local P = ARGV[1]
 local b = cjson.decode(ARGV[2])
+local CHUNK = 1000
+local BAD_SAMPLES = 20
+-- Runs cmd on key with the items of list, CHUNK at a time (pairs stay whole: CHUNK is even).
+local function chunked(cmd, key, list)
+  local total = 0
+  for s = 1, #list, CHUNK do
+    total = total + redis.call(cmd, key, unpack(list, s, math.min(s + CHUNK - 1, #list)))
+  end
+  return total
+end
 
 if b.w ~= '' and not redis.call('ZSCORE', P .. 'members', b.w) then
   return {'fenced'}
@@ -49,9 +70,8 @@ if b.sv then
     return {'rescope', size}
   end
 end
-if b.widen then
-  redis.call('SADD', P .. 'scope', unpack(b.widen))
-end
+chunked('SADD', P .. 'scope', b.widen or {})
+if b.w == '' and b.i then redis.call('SET', P .. 'instance', b.i, 'NX') end
 
 -- The seen filter: a scalable Bloom filter. Layer i holds c0 * 2^i entries at a false
 -- positive rate of p / 2^(i+1), so the rate over all layers stays below p.
@@ -169,9 +189,23 @@ if b.src ~= '' then
       redis.call('SADD', P .. 'parked', pk[2])
     end
   end
-  if b.ack and #b.ack > 0 then
-    redis.call('XACK', b.src, 'g', unpack(b.ack))
-    acked = redis.call('XDEL', b.src, unpack(b.ack))
+  local bad = 0
+  for _, bd in ipairs(b.bad or {}) do
+    if redis.call('XDEL', b.src, bd[1]) == 1 then
+      redis.call('XACK', b.src, 'g', bd[1])
+      redis.call('LPUSH', P .. 'bad', bd[2])
+      acked, bad = acked + 1, bad + 1
+    end
+  end
+  if bad > 0 then
+    redis.call('LTRIM', P .. 'bad', 0, BAD_SAMPLES - 1)
+    b.stats = b.stats or {}
+    b.stats.queue_bad = (b.stats.queue_bad or 0) + bad
+  end
+  for s = 1, #(b.ack or {}), CHUNK do
+    local part = {unpack(b.ack, s, math.min(s + CHUNK - 1, #b.ack))}
+    redis.call('XACK', b.src, 'g', unpack(part))
+    acked = acked + redis.call('XDEL', b.src, unpack(part))
   end
   -- An entry that leads to entries the seen filter cannot stop twice (its retry, follows
   -- with dont_filter) adds them only while it is still there: a batch sent again after a
@@ -193,13 +227,22 @@ if delta ~= 0 then before = redis.call('INCRBY', P .. 'outstanding', delta) - de
 -- idle_since is set only while nothing is outstanding, and every add that ends that
 -- deletes it: with entries outstanding before this commit, there is none to delete.
 if added > 0 and (delta == 0 or before <= 0) then redis.call('DEL', P .. 'idle_since') end
-if b.pace and #b.pace > 0 then redis.call('HSET', P .. 'pace', unpack(b.pace)) end
+-- A record read by its host's new owner is deleted only if nobody wrote it since: the
+-- same worker may have handed the host on meanwhile, and that record is the next owner's.
+local unpace = b.unpace or {}
+for j = 1, #unpace, 2 do
+  if redis.call('HGET', P .. 'pace', unpace[j]) == unpace[j + 1] then
+    redis.call('HDEL', P .. 'pace', unpace[j])
+  end
+end
+chunked('HSET', P .. 'pace', b.pace or {})
 if b.applied then redis.call('HSET', P .. 'applied', b.w, b.applied) end
 local stats = b.stats or {}
 if b.dead and #b.dead > 0 then
-  redis.call('HSET', P .. 'dead', unpack(b.dead))
+  chunked('HSET', P .. 'dead', b.dead)
   stats.dead = (stats.dead or 0) + #b.dead / 2
 end
+
 -- The seen filter's fill and the two busiest counters go back in one HSET.
 if L ~= L0 or n ~= n0 or added > 0 then
   redis.call('HSET', P .. 'seenmeta', 'L', L, 'n', n, 'seen', seen0 + new_seen, 'queued', queued0 + added)

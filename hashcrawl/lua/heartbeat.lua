@@ -11,19 +11,28 @@
 --   P..'idle_since'  STRING server ms since which nothing was outstanding
 --   P..'stats'       HASH  fleet counters (leases_reclaimed here)
 --   P..'w:'..worker  HASH  the worker's own counters, replaced wholesale
+--   P..'instance'    STRING the crawl's marker: checked against the worker's
+--   P..'departed'    ZSET  workers whose streams were released -> when; pruned here after
+--     forget_ms: their counters folded into P..'retired' HASH, then P..'w:'..id deleted
+--     and the id removed from P..'workers' SET
 -- ARGV: P, worker, lease_ms, applied_epoch, known_epoch, now_ms ('' for the server's TIME;
 --   simulations drive time through it), expire_ms (members silent this long expire: the
---   lease; 0 only for the simulations' deliberate bug reclaim_live), then field/value
---   pairs of stats
+--   lease; 0 only for the simulations' deliberate bug reclaim_live), the worker's instance
+--   marker ('' to skip the check), forget_ms, then field/value pairs of stats
 -- Returns {status, now_ms, epoch, settled_epoch, idle_since, orphans, members...}
---   status 'ok', or 'gone' when this worker is no longer (or no longer may be) a member.
+--   status 'ok'; 'lost' when the crawl's marker is not the worker's (its state is gone:
+--   checked first); 'gone' when this worker is no longer (or no longer may be) a member.
 local P, worker = ARGV[1], ARGV[2]
 local lease, applied, known = tonumber(ARGV[3]), tonumber(ARGV[4]), tonumber(ARGV[5])
 local now = tonumber(ARGV[6])
 local expire_after = tonumber(ARGV[7])
+local marker, forget_after = ARGV[8], tonumber(ARGV[9])
 if not now then
   local t = redis.call('TIME')
   now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
+end
+if marker ~= '' and redis.call('GET', P .. 'instance') ~= marker then
+  return {'lost', now}
 end
 
 local function expire(w)
@@ -48,8 +57,24 @@ if now - tonumber(last) > lease then
 end
 redis.call('ZADD', P .. 'members', now, worker)
 redis.call('HSET', P .. 'applied', worker, applied)
-if #ARGV > 7 then
-  redis.call('HSET', P .. 'w:' .. worker, unpack(ARGV, 8))
+if #ARGV > 9 then
+  redis.call('HSET', P .. 'w:' .. worker, unpack(ARGV, 10))
+end
+-- A few departed workers at a time: their own keys go, their counters stay in the totals.
+-- Counts are kept; ids, times and gauges (hosts owned, pages a minute) are not.
+local KEPT = {pid = true, started = true, hosts = true, inflight_seq = true, per_minute = true}
+local gone = redis.call('ZRANGEBYSCORE', P .. 'departed', '-inf', now - forget_after, 'LIMIT', 0, 10)
+for _, w in ipairs(gone) do
+  local info = redis.call('HGETALL', P .. 'w:' .. w)
+  for j = 1, #info, 2 do
+    local v = tonumber(info[j + 1])
+    if v and v ~= 0 and not KEPT[info[j]] and math.floor(v) == v then
+      redis.call('HINCRBY', P .. 'retired', info[j], v)
+    end
+  end
+  redis.call('DEL', P .. 'w:' .. w)
+  redis.call('SREM', P .. 'workers', w)
+  redis.call('ZREM', P .. 'departed', w)
 end
 for _, w in ipairs(redis.call('ZRANGEBYSCORE', P .. 'members', '-inf', '(' .. (now - expire_after))) do
   expire(w)

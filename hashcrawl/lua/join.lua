@@ -1,25 +1,37 @@
 #!lua
 -- join: add a worker to the ring, with an empty stream and consumer group of its own.
 --   P..'members' ZSET, P..'applied' HASH, P..'epoch' STRING, P..'workers' SET (every id
---   that ever joined, for fleet totals), P..'q:'..worker STREAM with group 'g'.
--- ARGV: P, worker, now_ms ('' for the server's TIME), then info field/value pairs (host
---   name, pid, started, lease_ms) for P..'w:'..worker
--- Returns {now_ms, epoch}. A new member holds nothing, so it has applied its own epoch.
--- Joining again as a live member (a retry after a lost reply) only renews its heartbeat:
--- entries routed to it meanwhile stay in its stream. An id that was a member once and is no
--- longer gets epoch -1: its stream may be an orphan now, so it must join under a new id.
+--   that ever joined, for fleet totals), P..'q:'..worker STREAM with group 'g',
+--   P..'instance' STRING: the crawl's marker, set by its first join or submit.
+-- ARGV: P, worker, now_ms ('' for the server's TIME), the marker the worker knew before
+--   ('' at its first join), a new marker to set if the crawl has none, then info
+--   field/value pairs (host name, pid, started, lease_ms, spider) for P..'w:'..worker
+-- Returns {now_ms, epoch, marker}. A new member holds nothing, so it has applied its own
+-- epoch. Joining again as a live member (a retry after a lost reply) only renews its
+-- heartbeat: entries routed to it meanwhile stay in its stream. An id that was a member
+-- once and is no longer gets epoch -1: its stream may be an orphan now, so it must join
+-- under a new id. A worker whose marker is gone or replaced gets epoch -2, and nothing is
+-- written: the crawl's state was lost under it.
 local P, worker = ARGV[1], ARGV[2]
 local now = tonumber(ARGV[3])
 if not now then
   local t = redis.call('TIME')
   now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
 end
+local marker = redis.call('GET', P .. 'instance')
+if ARGV[4] ~= '' and marker ~= ARGV[4] then
+  return {now, -2, ''}
+end
 if redis.call('ZSCORE', P .. 'members', worker) then
   redis.call('ZADD', P .. 'members', now, worker)  -- its lease runs from this join, as it thinks
-  return {now, tonumber(redis.call('GET', P .. 'epoch') or '0')}
+  return {now, tonumber(redis.call('GET', P .. 'epoch') or '0'), marker or ''}
 end
 if redis.call('SISMEMBER', P .. 'workers', worker) == 1 then
-  return {now, -1}
+  return {now, -1, ''}
+end
+if not marker then
+  marker = ARGV[5]
+  redis.call('SET', P .. 'instance', marker)
 end
 local epoch = redis.call('INCR', P .. 'epoch')
 redis.call('ZADD', P .. 'members', now, worker)
@@ -28,7 +40,7 @@ redis.call('SADD', P .. 'workers', worker)
 local stream = P .. 'q:' .. worker
 redis.call('DEL', stream)
 redis.call('XGROUP', 'CREATE', stream, 'g', '$', 'MKSTREAM')
-if #ARGV > 3 then
-  redis.call('HSET', P .. 'w:' .. worker, unpack(ARGV, 4))
+if #ARGV > 5 then
+  redis.call('HSET', P .. 'w:' .. worker, unpack(ARGV, 6))
 end
-return {now, epoch}
+return {now, epoch, marker}

@@ -1,10 +1,13 @@
 #!lua
 -- leave: take a worker out of the ring at once; its stream becomes an orphan to drain.
--- ARGV: P, worker, then host/pace pairs for P..'pace' (the hosts' pacing, carried over)
+--   P..'members' ZSET: ZREM; P..'applied' HASH: HDEL; P..'orphans' SET: SADD its stream;
+--   P..'epoch' STRING: INCR; P..'pace' HASH: HSET of any host/pace pairs given
+-- ARGV: P, worker, then host/pace pairs (the caller writes large sets of them beforehand,
+--   in chunks; any given here are unpacked a thousand values at a time).
 -- Returns the new epoch, or 0 when the worker was no longer a member.
 local P, worker = ARGV[1], ARGV[2]
-if #ARGV > 2 then
-  redis.call('HSET', P .. 'pace', unpack(ARGV, 3))
+for s = 3, #ARGV, 1000 do
+  redis.call('HSET', P .. 'pace', unpack(ARGV, s, math.min(s + 999, #ARGV)))
 end
 if redis.call('ZREM', P .. 'members', worker) == 0 then
   return 0
