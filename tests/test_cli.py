@@ -841,7 +841,7 @@ def test_second_ctrl_c_exits_1_at_once_and_the_next_run_resumes_without_a_lease(
     """
     site = generate_site(pages=4, hosts=2, seed=8, port=0)
     state = tmp_path / "state"
-    flags = ["--lease", "600", "--grace", "300", "--delay", "0.05", "--idle", "0.5"]
+    flags = ["--lease", "600", "--grace", "300", "--delay", "0.05", "--idle", "0.5", "--span-hosts"]
     # Each answer takes 2 s, so the second Ctrl-C finds the workers still in their grace.
     with SiteServer(site, latency=2.0) as server:
         process = _start_crawl(server.site, state, *flags)
