@@ -214,7 +214,9 @@ def _password_in(path: str) -> str:
         reason = exc.strerror if isinstance(exc, OSError) and exc.strerror else "not UTF-8 text"
         raise ConfigError(f"--redis-password-file {path!r} cannot be read: {reason}") from None
     if not lines or not lines[0]:
-        raise ConfigError(f"--redis-password-file {path!r} must hold the password on its first line")
+        raise ConfigError(
+            f"--redis-password-file {path!r} must hold the password on its first line"
+        )
     return lines[0]
 
 
