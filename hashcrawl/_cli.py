@@ -316,7 +316,7 @@ def cmd_join(args: argparse.Namespace) -> int:
         url,
         args.crawl,
         spider=spider,
-        sink=sink_for(args.output),
+        sink=sink_for(args.output, fsync=settings.fsync),
         **attrs.asdict(settings, recurse=False),
     )
 

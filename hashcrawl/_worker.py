@@ -161,7 +161,7 @@ class Worker:
             self.handler = Handler(self.spider.parse, callbacks=self.spider._callback)
         else:
             self.handler = Handler(parse)
-        self.sink = sink if sink is not None else sink_for("-")
+        self.sink = sink if sink is not None else sink_for("-", fsync=self.settings.fsync)
         self.counters = Counters()
         self.tally = Tally()  # counts across memberships, for /metrics and the heartbeat
         self._stop_requested = False
