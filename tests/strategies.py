@@ -114,7 +114,7 @@ stream_payloads = st.one_of(
 )
 
 #: Characters that break a naive parse of a Redis URL's password, or its masking.
-_PASSWORD_TRAPS = st.sampled_from(list("#/?@:%&=+;[] é€\\'\"\n\t") + ["%41", "%zz", "***"])
+_PASSWORD_TRAPS = st.sampled_from([*"#/?@:%&=+;[] é€\\'\"\n\t", "%41", "%zz", "***"])
 
 #: Passwords as users pick them, typed raw into a URL: any text, often with the
 #: characters above. The "Zq" prefix keeps a short one from matching a message by chance.
