@@ -237,6 +237,17 @@ def _forms(password: str) -> set[str]:
     return {form for form in forms if form}
 
 
+def masked(text: str) -> str:
+    """``text`` with the user information of any URL in it masked, for a message whose
+    parts came from outside (a mistyped command line, say): from the first "://" that
+    an "@" follows up to the last "@", everything is ``***``."""
+    start = text.find("://")
+    end = text.rfind("@")
+    if start < 0 or end < start:
+        return _PASSWORD_PARAM.sub(r"\1" + _MASK, text)
+    return _PASSWORD_PARAM.sub(r"\1" + _MASK, f"{text[: start + 3]}{_MASK}{text[end:]}")
+
+
 def _shown(url: str) -> str:
     """The URL for an error message: everything before its last "@" masked, and any
     password parameter masked to the end."""

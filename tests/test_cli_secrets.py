@@ -98,6 +98,25 @@ def test_a_bad_port_never_shows_a_raw_password() -> None:
     assert SECRET not in result.out + result.err
 
 
+@pytest.mark.parametrize(
+    "argv",
+    [
+        ["status", f"redis://:{SECRET}@h/0"],
+        ["status", f"--rediss=redis://:{SECRET}@h/0"],
+        ["submit", "--redis", "redis://h:1/0", f"redis://:{SECRET}@h/0"],
+        ["submit", "--redis", "redis://h:1/0", f"http://u:{SECRET}@h:x/"],
+    ],
+)
+def test_a_redis_url_in_the_wrong_place_is_refused_masked(argv: list[str]) -> None:
+    """A URL given as an argument, a mistyped flag or a URL to crawl: exit 2, and the
+    one line shows no piece of the password, not even the part before a raw "#"."""
+    result = hashcrawl(*argv, env={})
+    line = one_line_error(result, 2)
+    assert "***@h" in line
+    for text in (SECRET, SECRET.split("#")[0]):
+        assert text not in result.out + result.err
+
+
 def test_a_refused_worker_logs_and_exits_without_the_password(guarded: RedisServer) -> None:
     """A worker with a wrong password logs its retries (-v) and exits 1; no line shows
     either password."""

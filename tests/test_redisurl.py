@@ -13,7 +13,7 @@ from hypothesis import given, settings
 
 from hashcrawl._exceptions import ConfigError, InvalidURL, QueueError
 from hashcrawl._queue import Queue
-from hashcrawl._redisurl import RedisURL, check_crawl_name
+from hashcrawl._redisurl import RedisURL, check_crawl_name, masked
 from hashcrawl._server import RedisServer
 from tests.strategies import passwords
 
@@ -225,6 +225,16 @@ def test_explained_reasons_never_show_the_password(password: str) -> None:
     url = RedisURL.parse(f"redis://:{quote(password, safe='')}@h:1/0")
     reason = f"AUTH {password} failed; sent {quote(password, safe='')}; {password!r}"
     assert_hidden(password, url.explained(reason))
+
+
+@given(password=passwords)
+def test_masked_hides_a_password_in_any_message(password: str) -> None:
+    """A message quoting a whole URL (a misplaced argument, say) is shown without its
+    password, and without the URL's parts before the last "@"."""
+    text = f"unrecognized arguments: redis://user:{password}@h:6379/0 and more"
+    shown = masked(text)
+    assert_hidden(password, shown)
+    assert shown.startswith("unrecognized arguments: redis://***@h:6379/0")
 
 
 # -- where the URL and its password come from ---------------------------------------------
