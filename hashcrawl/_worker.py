@@ -143,7 +143,7 @@ class Worker:
         fetcher: fetches requests (default: httpx); pacing and robots.txt still apply.
         parse: a callback from a response to items and requests to follow.
         spider: a :class:`Spider` (class or instance) instead of ``parse``.
-        sink: where items go (default: nowhere; the CLI's ``-o`` gives JSON Lines).
+        sink: where items go (default: JSON Lines on standard output).
         settings: any field of :class:`Settings` (delay, per_host, concurrency, ...).
 
         Raises:

@@ -8,6 +8,7 @@ so with only that one these tests skip, saying so: there is no TLS server to tal
 from __future__ import annotations
 
 import os
+import socket
 import subprocess
 import sys
 from collections.abc import Iterator
@@ -41,8 +42,6 @@ class TlsServer:
 
 
 def _free_port() -> int:
-    import socket
-
     with socket.socket() as probe:
         probe.bind(("127.0.0.1", 0))
         port: int = probe.getsockname()[1]
