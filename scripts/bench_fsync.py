@@ -31,7 +31,7 @@ from hashcrawl._server import RedisServer
 
 HOSTS = 20
 LINKS = 8
-SINK_ITEMS = 20_000
+SINK_FLUSHES = 300
 
 
 def page_url(number: int) -> str:
@@ -88,18 +88,18 @@ class TimedSink:
 
 
 def sink_rate(directory: Path, *, batch: int, fsync: bool) -> float:
-    """Items/s through a JsonLinesSink flushed every ``batch`` items."""
+    """Items/s through a JsonLinesSink flushed SINK_FLUSHES times, every ``batch`` items."""
     path = directory / f"sink-{batch}-{fsync}.jsonl"
     path.unlink(missing_ok=True)
     sink = hashcrawl.JsonLinesSink(path, fsync=fsync)
     item = {"url": page_url(1), "status": 200, "title": "Page 1", "worker": "w" * 12}
     started = time.perf_counter()
-    for _ in range(SINK_ITEMS // batch):
+    for _ in range(SINK_FLUSHES):
         sink.write([item] * batch)
         sink.flush()
     elapsed = time.perf_counter() - started
     sink.close()
-    return (SINK_ITEMS // batch) * batch / elapsed
+    return SINK_FLUSHES * batch / elapsed
 
 
 def crawl_rate(server: RedisServer, directory: Path, *, pages: int, fsync: bool, run: int) -> Any:
@@ -158,9 +158,10 @@ def main(argv: Sequence[str] | None = None) -> int:
 
 def report(what: str, on: list[float], off: list[float]) -> None:
     with_, without = statistics.median(on), statistics.median(off)
+    ratios = sorted(on_ / off_ for on_, off_ in zip(on, off, strict=True))
     print(
         f"{what}: {with_:10,.0f} items/s with fsync, {without:10,.0f} without;"
-        f" with / without = {with_ / without:.2f}"
+        f" with / without = {with_ / without:.2f} (rounds {ratios[0]:.2f}-{ratios[-1]:.2f})"
     )
 
 
