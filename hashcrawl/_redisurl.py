@@ -147,8 +147,8 @@ class RedisURL:
         """The URL as it may appear in messages, logs and status: no password."""
         if self.scheme == "redis+unix":
             return f"redis+unix://{quote(self.path or '')}?db={self.db}"
-        user = quote(self.username, safe="") if self.username else ""
-        auth = f"{user}:{_MASK}@" if self.password else (f"{user}@" if user else "")
+        # Everything before the "@" is masked, the user name too: one may be the password.
+        auth = f"{_MASK}@" if self.username or self.password else ""
         host = f"[{self.host}]" if self.host and ":" in self.host else self.host
         return f"{self.scheme}://{auth}{host}:{self.port}/{self.db}"
 

@@ -125,7 +125,7 @@ def test_a_refused_worker_logs_and_exits_without_the_password(guarded: RedisServ
     result = hashcrawl("join", "-v", "--lease", "1", "--delay", "0", "--idle", "1", env=env)
     assert result.code == 1, result
     assert "Traceback" not in result.err
-    assert result.err.splitlines()[-1].startswith("hashcrawl: Redis at redis://:***@127.0.0.1")
+    assert result.err.splitlines()[-1].startswith("hashcrawl: Redis at redis://***@127.0.0.1")
     for text in (SECRET, wrong):
         assert text not in result.out + result.err
 

@@ -71,7 +71,7 @@ def test_rediss_url_turns_tls_on() -> None:
     url = RedisURL.parse("rediss://:pw@redis.example:6390/1")
     assert url.scheme == "rediss"
     assert url.client_kwargs()["ssl"] is True
-    assert url.redacted() == "rediss://:***@redis.example:6390/1"
+    assert url.redacted() == "rediss://***@redis.example:6390/1"
 
 
 def test_unix_url_takes_path_db_and_password_from_the_query() -> None:
@@ -120,18 +120,23 @@ def test_unix_url_password_is_percent_decoded() -> None:
 # -- the redacted form ---------------------------------------------------------------------
 
 
-def test_redacted_masks_the_password_and_keeps_the_rest() -> None:
-    """redacted() shows user, host, port and db, with *** where the password was."""
+def test_redacted_masks_the_user_information_and_keeps_the_rest() -> None:
+    """redacted() shows host, port and db, with *** for everything before the "@"."""
     url = RedisURL.parse(f"redis://alice:{SECRET}@h:6380/3")
-    assert url.redacted() == "redis://alice:***@h:6380/3"
+    assert url.redacted() == "redis://***@h:6380/3"
     assert str(url) == url.redacted()
-    assert repr(url) == "RedisURL('redis://alice:***@h:6380/3')"
+    assert repr(url) == "RedisURL('redis://***@h:6380/3')"
+
+
+def test_redacted_masks_a_user_name_that_is_the_password() -> None:
+    """redis://admin:admin@h: the user name is masked too, so the password is not shown."""
+    assert_hidden("admin", RedisURL.parse("redis://admin:admin@h/0").redacted())
 
 
 def test_redacted_without_password_shows_no_mask() -> None:
-    """A URL without a password reads as it was, with the defaults filled in."""
+    """A URL without user information reads as it was, with the defaults filled in."""
     assert RedisURL.parse("redis://h").redacted() == "redis://h:6379/0"
-    assert RedisURL.parse("redis://bob@h/1").redacted() == "redis://bob@h:6379/1"
+    assert RedisURL.parse("redis://bob@h/1").redacted() == "redis://***@h:6379/1"
 
 
 def test_unix_redacted_drops_the_password() -> None:
