@@ -413,6 +413,8 @@ def test_a_raw_password_with_every_trap_character_authenticates(tmp_path: Path) 
         ("redis://h:70000/0", "bad port"),
         ("redis://h/zero", "bad database number"),
         ("redis://h/-1", "bad database number"),
+        ("redis://h/²", "bad database number"),
+        ("redis+unix://run/s.sock", "absolute socket path"),
         ("redis+unix://", "no socket path"),
         ("redis+unix:///s.sock?db=x", "bad database number"),
     ],
