@@ -34,7 +34,7 @@ from ._local import (
 )
 from ._queue import Queue
 from ._redisurl import ENV_VAR as REDIS_ENV_VAR
-from ._redisurl import RedisURL, check_crawl_name
+from ._redisurl import RedisURL, check_crawl_name, masked
 from ._settings import SCOPE, Settings, add_flags
 from ._sinks import sink_for
 from ._spider import load_spider
@@ -55,8 +55,7 @@ class _Parser(argparse.ArgumentParser):
         super().__init__(*args, **kwargs)
 
     def error(self, message: str) -> NoReturn:
-        print(f"hashcrawl: {message}", file=sys.stderr)
-        raise SystemExit(USAGE)
+        raise ConfigError(message)  # main() prints it (exit 2), any password masked
 
     def refuse_unknown(self, extras: Sequence[str]) -> NoReturn:
         """Name the first argument this command does not take, with a likely meant flag."""
@@ -221,19 +220,22 @@ def _subparser(parser: _Parser, command: str) -> _Parser:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
+    argv = sys.argv[1:] if argv is None else argv
+    # What the user typed: a message may quote a misplaced --redis URL, password and all.
+    typed = [*argv, os.environ.get(REDIS_ENV_VAR, "")]
     try:
         try:
-            return _run(sys.argv[1:] if argv is None else argv)
+            return _run(argv)
         finally:
             sys.stdout.flush()  # here, where a closed pipe can still be caught
     except ConfigError as exc:
-        return _fail(exc, USAGE)
+        return _fail(exc, USAGE, typed)
     except NothingFetched as exc:
-        return _fail(exc, NOTHING_FETCHED)
+        return _fail(exc, NOTHING_FETCHED, typed)
     except HashcrawlError as exc:
-        return _fail(exc, FAILED)
+        return _fail(exc, FAILED, typed)
     except KeyboardInterrupt:
-        return _fail("interrupted", INTERRUPTED)
+        return _fail("interrupted", INTERRUPTED, typed)
     except BrokenPipeError:
         # The reader went away (``status | head``): end quietly, as tools killed by
         # SIGPIPE do, and keep the interpreter's own flush at exit from complaining.
@@ -251,8 +253,8 @@ def _run(argv: Sequence[str]) -> int:
     return int(_COMMANDS[args.command](args) or 0)
 
 
-def _fail(error: object, code: int) -> int:
-    print(f"hashcrawl: {error}", file=sys.stderr)
+def _fail(error: object, code: int, typed: Sequence[str]) -> int:
+    print(f"hashcrawl: {masked(str(error), typed)}", file=sys.stderr)
     return code
 
 

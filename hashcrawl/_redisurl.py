@@ -11,7 +11,7 @@ from __future__ import annotations
 import os
 import re
 import ssl
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
 from pathlib import Path
 from typing import Any
 from urllib.parse import parse_qs, quote, unquote, urlsplit
@@ -96,6 +96,13 @@ class RedisURL:
             )
         userinfo = rest[: max(split - 1, 0)]
         path, _, query_text = rest[split:].partition("?")
+        if userinfo and "@" in path:
+            # A password holding "@/" would otherwise end early, and its rest be shown
+            # as part of the path.
+            raise InvalidURL(
+                f"--redis redis+unix:// URL with user information must have no '@' in its "
+                f"socket path: {_shown(url)}"
+            )
         query = {k: v[-1] for k, v in parse_qs(query_text).items()}
         username, _, password = userinfo.partition(":")
         return cls(
@@ -237,15 +244,25 @@ def _forms(password: str) -> set[str]:
     return {form for form in forms if form}
 
 
-def masked(text: str) -> str:
-    """``text`` with the user information of any URL in it masked, for a message whose
-    parts came from outside (a mistyped command line, say): from the first "://" that
-    an "@" follows up to the last "@", everything is ``***``."""
-    start = text.find("://")
-    end = text.rfind("@")
-    if start < 0 or end < start:
-        return _PASSWORD_PARAM.sub(r"\1" + _MASK, text)
-    return _PASSWORD_PARAM.sub(r"\1" + _MASK, f"{text[: start + 3]}{_MASK}{text[end:]}")
+def masked(text: str, given: Iterable[str]) -> str:
+    """``text`` without the user information of any URL among ``given``, nor any
+    ``password=`` value there, in every form a message may quote it.
+
+    ``given`` is what the user typed (the command line, ``$HASHCRAWL_REDIS``): a message
+    may quote an argument put in the wrong place.
+    """
+    secrets = set()
+    for value in given:
+        start, end = value.find("://"), value.rfind("@")
+        if start >= 0 and start + 3 < end:
+            secrets.add(value[start + 3 : end])
+        found = _PASSWORD_PARAM.search(value)
+        if found:
+            secrets.add(value[found.end(1) :])
+    forms = {form for secret in secrets for form in _forms(secret)}
+    for form in sorted(forms, key=len, reverse=True):
+        text = text.replace(form, _MASK)
+    return text
 
 
 def _shown(url: str) -> str:

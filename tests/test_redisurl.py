@@ -233,13 +233,22 @@ def test_explained_reasons_never_show_the_password(password: str) -> None:
 
 
 @given(password=passwords)
-def test_masked_hides_a_password_in_any_message(password: str) -> None:
-    """A message quoting a whole URL (a misplaced argument, say) is shown without its
-    password, and without the URL's parts before the last "@"."""
-    text = f"unrecognized arguments: redis://user:{password}@h:6379/0 and more"
-    shown = masked(text)
+def test_masked_hides_a_typed_password_wherever_a_message_quotes_it(password: str) -> None:
+    """A message quoting an argument as typed (a misplaced URL, say) is shown without the
+    argument's user information, and keeps the rest of its text."""
+    typed = f"redis://user:{password}@h:6379/0"
+    text = f"--redis must be redis://, got {typed!r}; unrecognized arguments: {typed}"
+    shown = masked(text, ["status", typed])
     assert_hidden(password, shown)
-    assert shown.startswith("unrecognized arguments: redis://***@h:6379/0")
+    assert shown.startswith("--redis must be redis://, got ")
+    assert shown.endswith("unrecognized arguments: redis://***@h:6379/0")
+
+
+@given(password=passwords.filter(lambda text: "&" not in text))
+def test_masked_hides_a_typed_password_parameter(password: str) -> None:
+    """A socket URL's password=... as typed is masked wherever a message quotes it."""
+    typed = f"redis+unix:///run/r.sock?db=0&password={password}"
+    assert_hidden(password, masked(f"bad: {typed}", [typed]))
 
 
 # -- where the URL and its password come from ---------------------------------------------
@@ -415,6 +424,7 @@ def test_a_raw_password_with_every_trap_character_authenticates(tmp_path: Path) 
         ("redis://h/-1", "bad database number"),
         ("redis://h/²", "bad database number"),
         ("redis+unix://run/s.sock", "absolute socket path"),
+        ("redis+unix://:pw@/SECRET@run/s.sock", "no '@' in its socket path"),
         ("redis+unix://", "no socket path"),
         ("redis+unix:///s.sock?db=x", "bad database number"),
     ],
