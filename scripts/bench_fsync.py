@@ -107,7 +107,7 @@ def crawl_rate(server: RedisServer, directory: Path, *, pages: int, fsync: bool,
     crawl = f"fsync-{run}"
     with hashcrawl.Queue(server.url, crawl) as queue:
         queue.clear()
-        queue.submit([page_url(0)])
+        queue.submit([page_url(0)], span_hosts=True)  # pages spread over HOSTS hosts
     sink = TimedSink(directory / f"crawl-{run}.jsonl", fsync=fsync)
     worker = hashcrawl.Worker(
         server.url,
