@@ -74,9 +74,7 @@ class Children:
             for command in self.commands:
                 if self.signals:
                     break
-                self.processes.append(
-                    subprocess.Popen(command, preexec_fn=_as_child, env=self.env)
-                )
+                self.processes.append(subprocess.Popen(command, preexec_fn=_as_child, env=self.env))
             return [process.wait() for process in self.processes]
         except StoppedAtOnce:
             for process in self.processes:
