@@ -50,8 +50,8 @@ def args_for(command: str) -> list[str]:
 
 @pytest.fixture
 def guarded(tmp_path: Path) -> Iterator[RedisServer]:
-    """A private server that requires SECRET."""
-    with RedisServer(directory=tmp_path / "redis", password=SECRET) as server:
+    """A private server that requires SECRET (with appendonly, so join has no warning)."""
+    with RedisServer(directory=tmp_path / "redis", password=SECRET, appendonly=True) as server:
         yield server
 
 
