@@ -33,11 +33,12 @@ from ._local import (
     verdict,
 )
 from ._queue import Queue
-from ._redisurl import RedisURL, check_crawl_name
+from ._redisurl import ENV_VAR as REDIS_ENV_VAR
+from ._redisurl import RedisURL, check_crawl_name, masked
 from ._settings import SCOPE, Settings, add_flags
 from ._sinks import sink_for
 from ._spider import load_spider
-from ._statedir import add_state_dir, opened_queue
+from ._statedir import add_state_dir, opened_queue, redis_of
 from ._version import __version__
 
 log = logging.getLogger("hashcrawl")
@@ -54,8 +55,7 @@ class _Parser(argparse.ArgumentParser):
         super().__init__(*args, **kwargs)
 
     def error(self, message: str) -> NoReturn:
-        print(f"hashcrawl: {message}", file=sys.stderr)
-        raise SystemExit(USAGE)
+        raise ConfigError(message)  # main() prints it (exit 2), any password masked
 
     def refuse_unknown(self, extras: Sequence[str]) -> NoReturn:
         """Name the first argument this command does not take, with a likely meant flag."""
@@ -83,8 +83,14 @@ def _common(p: argparse.ArgumentParser, *, redis: bool = True, state_dir: bool =
     if redis:
         p.add_argument(
             "--redis",
-            required=not state_dir,
-            help="redis://[user:password@]host:port/db, rediss://, redis+unix:///path?db=N",
+            help="redis://[user:password@]host:port/db, rediss://, redis+unix:///path?db=N "
+            f"(default: ${REDIS_ENV_VAR}, which keeps a password out of ps)",
+        )
+        p.add_argument(
+            "--redis-password-file", metavar="FILE", help="read the Redis password from FILE"
+        )
+        p.add_argument(
+            "--redis-ca", metavar="FILE", help="trust this CA's certificates for rediss://"
         )
     if state_dir:
         add_state_dir(p)
@@ -214,19 +220,22 @@ def _subparser(parser: _Parser, command: str) -> _Parser:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
+    argv = sys.argv[1:] if argv is None else argv
+    # What the user typed: a message may quote a misplaced --redis URL, password and all.
+    typed = [*argv, os.environ.get(REDIS_ENV_VAR, "")]
     try:
         try:
-            return _run(sys.argv[1:] if argv is None else argv)
+            return _run(argv)
         finally:
             sys.stdout.flush()  # here, where a closed pipe can still be caught
     except ConfigError as exc:
-        return _fail(exc, USAGE)
+        return _fail(exc, USAGE, typed)
     except NothingFetched as exc:
-        return _fail(exc, NOTHING_FETCHED)
+        return _fail(exc, NOTHING_FETCHED, typed)
     except HashcrawlError as exc:
-        return _fail(exc, FAILED)
+        return _fail(exc, FAILED, typed)
     except KeyboardInterrupt:
-        return _fail("interrupted", INTERRUPTED)
+        return _fail("interrupted", INTERRUPTED, typed)
     except BrokenPipeError:
         # The reader went away (``status | head``): end quietly, as tools killed by
         # SIGPIPE do, and keep the interpreter's own flush at exit from complaining.
@@ -244,8 +253,8 @@ def _run(argv: Sequence[str]) -> int:
     return int(_COMMANDS[args.command](args) or 0)
 
 
-def _fail(error: object, code: int) -> int:
-    print(f"hashcrawl: {error}", file=sys.stderr)
+def _fail(error: object, code: int, typed: Sequence[str]) -> int:
+    print(f"hashcrawl: {masked(str(error), typed)}", file=sys.stderr)
     return code
 
 
@@ -300,7 +309,7 @@ def cmd_join(args: argparse.Namespace) -> int:
     # A SIGTERM before trio takes over the signals must still mean "stop", not death.
     previous = signal.signal(signal.SIGTERM, lambda number, _: early_stop.append(number))
     settings = settings_from(args)
-    url = RedisURL.parse(args.redis)
+    url = redis_of(args)
     check_crawl_name(args.crawl)
     spider = _spider_of(args)
     _checked_output(args.output)
@@ -309,7 +318,7 @@ def cmd_join(args: argparse.Namespace) -> int:
         url,
         args.crawl,
         spider=spider,
-        sink=sink_for(args.output),
+        sink=sink_for(args.output, fsync=settings.fsync),
         **attrs.asdict(settings, recurse=False),
     )
 
@@ -354,7 +363,7 @@ async def _stop_on_signals(
 
 
 def cmd_submit(args: argparse.Namespace) -> int:
-    with Queue(args.redis, args.crawl) as queue:
+    with Queue(redis_of(args), args.crawl) as queue:
         if args.urls == ["-"]:
             bad = _BadLines()
             added = queue.submit(bad.filter(sys.stdin), **_submit_options(args))
@@ -452,7 +461,8 @@ def cmd_status(args: argparse.Namespace) -> int:
 
 
 def _unknown_crawl(args: argparse.Namespace, others: list[str]) -> str:
-    where = RedisURL.parse(args.redis).redacted() if args.redis else args.state_dir
+    state_dir = getattr(args, "state_dir", None)
+    where = state_dir if state_dir is not None else redis_of(args).redacted()
     if not others:
         return f"no crawl named {args.crawl!r} in Redis at {where}, nor any other crawl"
     shown = ", ".join(others[:10]) + (f" and {len(others) - 10} more" if len(others) > 10 else "")
@@ -511,9 +521,11 @@ def _crawl_on(redis_url: str, args: argparse.Namespace, urls: list[str]) -> int:
         store.widen_scope(scope_members(domains=settings.allow_domains, span=settings.span_hosts))
         added, before = submit_start_urls(store, urls)
         log.info("submitted %s; starting %d workers", plural(added, "new URL"), args.workers)
-        command = _child_command(args, redis_url)
+        command = _child_command(args)
         children = Children(
-            [command + child_metrics_flags(args.metrics_port, i) for i in range(args.workers)]
+            [command + child_metrics_flags(args.metrics_port, i) for i in range(args.workers)],
+            # The URL goes through the environment: argv is visible to every user in ps.
+            env={**os.environ, REDIS_ENV_VAR: redis_url},
         )
         with shown(args, redis_url):
             codes = children.run()
@@ -536,9 +548,8 @@ def _state_dir(args: argparse.Namespace) -> Path:
     return state
 
 
-def _child_command(args: argparse.Namespace, redis_url: str) -> list[str]:
-    command = [sys.executable, "-m", "hashcrawl", "join", "--child"]
-    command += ["--redis", redis_url, "--crawl", args.crawl]
+def _child_command(args: argparse.Namespace) -> list[str]:
+    command = [sys.executable, "-m", "hashcrawl", "join", "--child", "--crawl", args.crawl]
     command += settings_from(args).to_flags()
     if args.output is not None:
         command += ["-o", args.output]

@@ -12,7 +12,7 @@ import json
 import signal
 import subprocess
 import sys
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from typing import Any
 
 import attrs
@@ -52,8 +52,11 @@ def _as_child() -> None:
 class Children:
     """``crawl``'s worker processes: the first signal stops them gently, a second at once."""
 
-    def __init__(self, commands: Sequence[Sequence[str]]) -> None:
+    def __init__(
+        self, commands: Sequence[Sequence[str]], *, env: Mapping[str, str] | None = None
+    ) -> None:
         self.commands = [list(command) for command in commands]
+        self.env = env
         self.processes: list[subprocess.Popen[bytes]] = []
         self.signals = 0
 
@@ -71,7 +74,7 @@ class Children:
             for command in self.commands:
                 if self.signals:
                     break
-                self.processes.append(subprocess.Popen(command, preexec_fn=_as_child))
+                self.processes.append(subprocess.Popen(command, preexec_fn=_as_child, env=self.env))
             return [process.wait() for process in self.processes]
         except StoppedAtOnce:
             for process in self.processes:

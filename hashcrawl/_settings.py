@@ -202,6 +202,14 @@ class Settings:
     obey_robots: bool = _setting(
         True, "do not fetch or obey robots.txt", parse=None, name="--ignore-robots", negate=True
     )
+    fsync: bool = _setting(
+        True,
+        "do not fsync the output before acknowledging pages: faster, but a power loss "
+        "may lose items of acknowledged pages",
+        parse=None,
+        name="--no-fsync",
+        negate=True,
+    )
     max_pages: int | None = _setting(
         None,
         "stop this worker (not the crawl) after so many pages fetched",

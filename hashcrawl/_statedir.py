@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import argparse
 import contextlib
+import os
 import signal
 from collections.abc import Iterator
 from pathlib import Path
@@ -16,6 +17,7 @@ from urllib.parse import quote
 
 from ._exceptions import ConfigError, QueueError
 from ._queue import Queue
+from ._redisurl import ENV_VAR, RedisURL
 
 
 def add_state_dir(parser: argparse.ArgumentParser) -> None:
@@ -37,17 +39,30 @@ def opened_queue(args: argparse.Namespace) -> Iterator[Queue]:
 
 
 @contextlib.contextmanager
-def redis_url_of(args: argparse.Namespace) -> Iterator[str]:
+def redis_url_of(args: argparse.Namespace) -> Iterator[str | RedisURL]:
     state_dir = getattr(args, "state_dir", None)
     if args.redis is not None and state_dir is not None:
         raise ConfigError("give --redis or --state-dir, not both")
-    if args.redis is not None:
-        yield args.redis
-        return
     if state_dir is None:
-        raise ConfigError("--redis (or --state-dir, for a 'hashcrawl crawl') is required")
+        yield redis_of(args)
+        return
     with _private_server(Path(state_dir), args.crawl) as url:
         yield url
+
+
+def redis_of(args: argparse.Namespace) -> RedisURL:
+    """The server of --redis (else $HASHCRAWL_REDIS), with its password and CA flags.
+
+    Raises:
+        ConfigError: no URL anywhere, a bad one, or an unusable password or CA file.
+    """
+    if args.redis is None and not os.environ.get(ENV_VAR) and hasattr(args, "state_dir"):
+        raise ConfigError(
+            f"--redis (or ${ENV_VAR}, or --state-dir for a 'hashcrawl crawl') is required"
+        )
+    return RedisURL.from_options(
+        args.redis, password_file=args.redis_password_file, ca_file=args.redis_ca
+    )
 
 
 @contextlib.contextmanager

@@ -106,7 +106,9 @@ def _translated(method: Callable[P, T]) -> Callable[P, T]:
                     f"--redis names database {store.url.db}, which Redis at "
                     f"{store.url.redacted()} does not have (see its 'databases' setting)"
                 ) from None
-            raise QueueError(f"Redis at {store.url.redacted()}: {_reason(exc)}") from None
+            raise QueueError(
+                f"Redis at {store.url.redacted()}: {store.url.explained(_reason(exc))}"
+            ) from None
 
     return call
 

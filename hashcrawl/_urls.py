@@ -21,7 +21,7 @@ _DEFAULT_PORTS = {"http": 80, "https": 443}
 # DNS labels: 1-63 letters, digits, "-" or "_" (real hosts use "_" despite RFC 952).
 _HOST_NAME = re.compile(r"[a-z0-9_-]{1,63}(?:\.[a-z0-9_-]{1,63})*", re.ASCII)
 # The userinfo of an authority, so that no message repeats a password.
-_USERINFO = re.compile(r"(//)[^/?#]*@")
+_USERINFO = re.compile(r"(//).*@", re.DOTALL)  # greedy: to the last "@", whatever precedes it
 _SHOWN_CHARS = 200
 
 
@@ -179,8 +179,9 @@ def _is_ip(name: str) -> bool:
 
 
 def _invalid(rule: str, url: str, detail: str = "") -> InvalidURL:
-    # A library's detail may quote the raw netloc, userinfo and all.
-    suffix = f" ({detail})" if detail and "@" not in detail else ""
+    # A library's detail may quote the raw netloc, userinfo and all, or a piece of a
+    # password that a raw "#" or "/" cut off: none with userinfo in the URL is shown.
+    suffix = f" ({detail})" if detail and "@" not in detail + url else ""
     return InvalidURL(f"{rule}: {_shown(url)}{suffix}")
 
 

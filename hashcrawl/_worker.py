@@ -143,7 +143,7 @@ class Worker:
         fetcher: fetches requests (default: httpx); pacing and robots.txt still apply.
         parse: a callback from a response to items and requests to follow.
         spider: a :class:`Spider` (class or instance) instead of ``parse``.
-        sink: where items go (default: nowhere; the CLI's ``-o`` gives JSON Lines).
+        sink: where items go (default: JSON Lines on standard output).
         settings: any field of :class:`Settings` (delay, per_host, concurrency, ...).
 
         Raises:
@@ -161,7 +161,7 @@ class Worker:
             self.handler = Handler(self.spider.parse, callbacks=self.spider._callback)
         else:
             self.handler = Handler(parse)
-        self.sink = sink if sink is not None else sink_for("-")
+        self.sink = sink if sink is not None else sink_for("-", fsync=self.settings.fsync)
         self.counters = Counters()
         self.tally = Tally()  # counts across memberships, for /metrics and the heartbeat
         self._stop_requested = False

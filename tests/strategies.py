@@ -112,3 +112,12 @@ stream_payloads = st.one_of(
         st.binary(max_size=4),
     ),
 )
+
+#: Characters that break a naive parse of a Redis URL's password, or its masking.
+_PASSWORD_TRAPS = st.sampled_from([*"#/?@:%&=+;[] é€\\'\"\n\t", "%41", "%zz", "***"])
+
+#: Passwords as users pick them, typed raw into a URL: any text, often with the
+#: characters above. The "Zq" prefix keeps a short one from matching a message by chance.
+passwords = st.lists(
+    st.one_of(_PASSWORD_TRAPS, st.characters(exclude_categories=("Cs",))), min_size=1, max_size=16
+).map(lambda parts: "Zq" + "".join(parts))

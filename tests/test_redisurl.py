@@ -2,26 +2,28 @@
 
 from __future__ import annotations
 
+import socket
+from collections.abc import Iterator
+from pathlib import Path
 from urllib.parse import quote
 
 import pytest
-from hypothesis import given
-from hypothesis import strategies as st
+import trustme
+from hypothesis import given, settings
 
-from hashcrawl._exceptions import ConfigError, InvalidURL
-from hashcrawl._redisurl import RedisURL, check_crawl_name
+from hashcrawl._exceptions import ConfigError, InvalidURL, QueueError
+from hashcrawl._queue import Queue
+from hashcrawl._redisurl import RedisURL, check_crawl_name, masked
+from hashcrawl._server import RedisServer
+from tests.strategies import passwords
 
 SECRET = "pw-secret"
 
-#: Passwords as users pick them: any text, marked so that it never matches by chance.
-passwords = st.text(st.characters(exclude_categories=("Cs",)), min_size=1, max_size=16).map(
-    lambda text: "Zq" + text
-)
-
 
 def assert_hidden(password: str, *texts: str) -> None:
-    """Neither the password nor its percent-encoded form appears in any of ``texts``."""
+    """Neither the password nor its percent-encoded or repr-escaped form is in ``texts``."""
     forms = {password, quote(password, safe=""), quote(password)}
+    forms |= {repr(form)[1:-1] for form in forms}
     for text in texts:
         for form in forms:
             assert form not in text
@@ -69,7 +71,7 @@ def test_rediss_url_turns_tls_on() -> None:
     url = RedisURL.parse("rediss://:pw@redis.example:6390/1")
     assert url.scheme == "rediss"
     assert url.client_kwargs()["ssl"] is True
-    assert url.redacted() == "rediss://:***@redis.example:6390/1"
+    assert url.redacted() == "rediss://***@redis.example:6390/1"
 
 
 def test_unix_url_takes_path_db_and_password_from_the_query() -> None:
@@ -118,18 +120,23 @@ def test_unix_url_password_is_percent_decoded() -> None:
 # -- the redacted form ---------------------------------------------------------------------
 
 
-def test_redacted_masks_the_password_and_keeps_the_rest() -> None:
-    """redacted() shows user, host, port and db, with *** where the password was."""
+def test_redacted_masks_the_user_information_and_keeps_the_rest() -> None:
+    """redacted() shows host, port and db, with *** for everything before the "@"."""
     url = RedisURL.parse(f"redis://alice:{SECRET}@h:6380/3")
-    assert url.redacted() == "redis://alice:***@h:6380/3"
+    assert url.redacted() == "redis://***@h:6380/3"
     assert str(url) == url.redacted()
-    assert repr(url) == "RedisURL('redis://alice:***@h:6380/3')"
+    assert repr(url) == "RedisURL('redis://***@h:6380/3')"
+
+
+def test_redacted_masks_a_user_name_that_is_the_password() -> None:
+    """redis://admin:admin@h: the user name is masked too, so the password is not shown."""
+    assert_hidden("admin", RedisURL.parse("redis://admin:admin@h/0").redacted())
 
 
 def test_redacted_without_password_shows_no_mask() -> None:
-    """A URL without a password reads as it was, with the defaults filled in."""
+    """A URL without user information reads as it was, with the defaults filled in."""
     assert RedisURL.parse("redis://h").redacted() == "redis://h:6379/0"
-    assert RedisURL.parse("redis://bob@h/1").redacted() == "redis://bob@h:6379/1"
+    assert RedisURL.parse("redis://bob@h/1").redacted() == "redis://***@h:6379/1"
 
 
 def test_unix_redacted_drops_the_password() -> None:
@@ -166,6 +173,241 @@ def test_messages_about_a_bad_tcp_url_never_show_its_password(password: str) -> 
         assert_hidden(password, message_of(text))
 
 
+# -- passwords typed raw -------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("password", ["p#w", "p/w", "p?w", "p@w", "p:w", "pé€w", "#/?@:", "a@b@c"])
+def test_a_raw_special_character_in_a_password_needs_no_escaping(password: str) -> None:
+    """User information runs to the last "@": raw # / ? @ : and non-ASCII parse as typed."""
+    url = RedisURL.parse(f"redis://alice:{password}@h:6380/2")
+    assert (url.username, url.password, url.host, url.port, url.db) == (
+        "alice",
+        password,
+        "h",
+        6380,
+        2,
+    )
+    assert_hidden(password, repr(url), str(url))
+
+
+@given(password=passwords.filter(lambda text: "%" not in text))
+def test_any_raw_password_parses_back_and_is_never_shown(password: str) -> None:
+    """For any password without "%", typed raw into each URL form, parsing gives it back
+    and no printed form of the URL shows it."""
+    for text in (
+        f"redis://user:{password}@h:6379/0",
+        f"rediss://:{password}@h/2",
+        f"redis+unix://:{password}@/run/r.sock?db=1",
+    ):
+        url = RedisURL.parse(text)
+        assert url.password == password
+        assert_hidden(password, repr(url), str(url), url.redacted())
+
+
+@given(password=passwords)
+def test_messages_about_a_bad_url_never_show_a_raw_password(password: str) -> None:
+    """A bad scheme, port, db, host or path in a URL holding any raw password: the
+    one-line message hides it, whatever characters it holds."""
+    for text in (
+        f"http://user:{password}@h:6379/0",
+        f"redis//:{password}@h:6379/0",
+        f"redis://user:{password}@h:notaport/0",
+        f"redis://:{password}@h:99999/0",
+        f"rediss://:{password}@h:6379/db",
+        f"redis://:{password}@/0",
+        f"redis://:{password}@[::1/0",
+        f"redis+unix://:{password}@run/r.sock",
+        f"redis+unix:///run/r.sock?db=x&password={password}",
+        f"unix:///run/r.sock?password={password}",
+        f"redis:{password}@h",
+    ):
+        assert_hidden(password, message_of(text))
+
+
+@given(password=passwords)
+def test_explained_reasons_never_show_the_password(password: str) -> None:
+    """A failure text that quotes the password, raw or encoded, is shown without it."""
+    url = RedisURL.parse(f"redis://:{quote(password, safe='')}@h:1/0")
+    reason = f"AUTH {password} failed; sent {quote(password, safe='')}; {password!r}"
+    assert_hidden(password, url.explained(reason))
+
+
+@given(password=passwords)
+def test_masked_hides_a_typed_password_wherever_a_message_quotes_it(password: str) -> None:
+    """A message quoting an argument as typed (a misplaced URL, say) is shown without the
+    argument's user information, and keeps the rest of its text."""
+    typed = f"redis://user:{password}@h:6379/0"
+    text = f"--redis must be redis://, got {typed!r}; unrecognized arguments: {typed}"
+    shown = masked(text, ["status", typed])
+    assert_hidden(password, shown)
+    assert shown.startswith("--redis must be redis://, got ")
+    assert shown.endswith("unrecognized arguments: redis://***@h:6379/0")
+
+
+@given(password=passwords.filter(lambda text: "&" not in text))
+def test_masked_hides_a_typed_password_parameter(password: str) -> None:
+    """A socket URL's password=... as typed is masked wherever a message quotes it."""
+    typed = f"redis+unix:///run/r.sock?db=0&password={password}"
+    assert_hidden(password, masked(f"bad: {typed}", [typed]))
+
+
+# -- where the URL and its password come from ---------------------------------------------
+
+
+def test_the_flag_wins_over_the_environment() -> None:
+    """--redis, when given, is used even though $HASHCRAWL_REDIS is set."""
+    url = RedisURL.from_options("redis://flag:1/0", environ={"HASHCRAWL_REDIS": "redis://env:2/0"})
+    assert url.host == "flag"
+
+
+def test_without_the_flag_the_environment_names_the_server() -> None:
+    """With no --redis, $HASHCRAWL_REDIS is parsed like the flag, password included."""
+    url = RedisURL.from_options(None, environ={"HASHCRAWL_REDIS": f"redis://:{SECRET}@env:2/3"})
+    assert (url.host, url.port, url.db, url.password) == ("env", 2, 3, SECRET)
+
+
+@pytest.mark.parametrize("environ", [{}, {"HASHCRAWL_REDIS": ""}])
+def test_no_flag_and_no_environment_is_a_one_line_config_error(environ: dict[str, str]) -> None:
+    """Neither --redis nor $HASHCRAWL_REDIS: a ConfigError naming both."""
+    with pytest.raises(ConfigError) as caught:
+        RedisURL.from_options(None, environ=environ)
+    assert "--redis" in str(caught.value) and "$HASHCRAWL_REDIS" in str(caught.value)
+
+
+def test_password_file_gives_its_first_line_as_typed(tmp_path: Path) -> None:
+    """The file's first line is the password, raw: no escaping, line ending dropped."""
+    secret = "p#w/?@:% é"
+    (tmp_path / "pw").write_text(secret + "\nignored\n", encoding="utf-8")
+    url = RedisURL.from_options("redis://alice@h/0", password_file=str(tmp_path / "pw"))
+    assert (url.username, url.password) == ("alice", secret)
+    assert_hidden(secret, repr(url), str(url))
+
+
+@pytest.mark.parametrize(
+    ("content", "rule"),
+    [(None, "cannot be read"), ("", "first line"), ("\nlater", "first line"), (b"\xff", "UTF-8")],
+)
+def test_bad_password_file_is_a_one_line_error_naming_the_flag(
+    tmp_path: Path, content: str | bytes | None, rule: str
+) -> None:
+    """A missing, empty or undecodable password file: ConfigError naming flag and path."""
+    path = tmp_path / "pw"
+    if isinstance(content, bytes):
+        path.write_bytes(content)
+    elif content is not None:
+        path.write_text(content)
+    with pytest.raises(ConfigError) as caught:
+        RedisURL.from_options("redis://h/0", password_file=str(path))
+    message = str(caught.value)
+    assert message.startswith("--redis-password-file") and rule in message
+    assert str(path) in message and "\n" not in message
+
+
+def test_a_password_in_both_url_and_file_is_refused(tmp_path: Path) -> None:
+    """Two passwords cannot both be meant: refused, and neither is shown."""
+    (tmp_path / "pw").write_text("from-file")
+    with pytest.raises(ConfigError) as caught:
+        RedisURL.from_options(f"redis://:{SECRET}@h/0", password_file=str(tmp_path / "pw"))
+    assert_hidden(SECRET, str(caught.value))
+    assert_hidden("from-file", str(caught.value))
+
+
+# -- TLS ---------------------------------------------------------------------------------------
+
+
+def test_rediss_verifies_certificate_and_host_name_on_every_redis_py() -> None:
+    """rediss:// sets cert checks and host-name checks explicitly (redis-py 5 skips the latter)."""
+    kwargs = RedisURL.parse("rediss://h:6390/0").client_kwargs()
+    assert kwargs["ssl"] is True
+    assert (kwargs["ssl_cert_reqs"], kwargs["ssl_check_hostname"]) == ("required", True)
+    assert kwargs["ssl_ca_certs"] is None
+
+
+def test_redis_ca_is_handed_to_the_client(tmp_path: Path) -> None:
+    """--redis-ca FILE becomes ssl_ca_certs, and is checked to hold a certificate."""
+
+    ca = trustme.CA()
+    ca.cert_pem.write_to_path(str(tmp_path / "ca.pem"))
+    url = RedisURL.from_options("rediss://h/0", ca_file=str(tmp_path / "ca.pem"))
+    assert url.client_kwargs()["ssl_ca_certs"] == str(tmp_path / "ca.pem")
+
+
+def test_redis_ca_without_tls_is_refused(tmp_path: Path) -> None:
+    """A CA file for a redis:// URL would be silently unused: refused instead."""
+    (tmp_path / "ca.pem").write_text("")
+    with pytest.raises(ConfigError, match="--redis-ca needs a rediss:// URL"):
+        RedisURL.from_options(f"redis://:{SECRET}@h/0", ca_file=str(tmp_path / "ca.pem"))
+
+
+@pytest.mark.parametrize("content", [None, "not a certificate\n"])
+def test_unusable_redis_ca_is_a_one_line_error(tmp_path: Path, content: str | None) -> None:
+    """A missing file, or one with no PEM certificate, is refused before any connection."""
+    path = tmp_path / "ca.pem"
+    if content is not None:
+        path.write_text(content)
+    with pytest.raises(ConfigError) as caught:
+        RedisURL.from_options("rediss://h/0", ca_file=str(path))
+    assert str(caught.value).startswith(f"--redis-ca {str(path)!r} cannot be used")
+    assert "\n" not in str(caught.value)
+
+
+# -- connecting: real servers ----------------------------------------------------------------
+
+
+@pytest.fixture(scope="module")
+def guarded_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[RedisServer]:
+    """A private server that requires the password SECRET."""
+    with RedisServer(directory=tmp_path_factory.mktemp("guarded"), password=SECRET) as server:
+        yield server
+
+
+@pytest.fixture(scope="module")
+def refused_port() -> Iterator[int]:
+    """A port bound and never listened on, so every connection is refused."""
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        yield sock.getsockname()[1]
+
+
+def failure_of(url: str) -> str:
+    """The one-line QueueError that reading a crawl's status at ``url`` raises."""
+    with pytest.raises(QueueError) as caught, Queue(url, "secrets", timeout=5) as queue:
+        queue.status()
+    message = str(caught.value)
+    assert message and "\n" not in message
+    return message
+
+
+@settings(max_examples=40, deadline=None)
+@given(password=passwords)
+def test_a_refused_connection_never_shows_the_password(password: str, refused_port: int) -> None:
+    """Nobody listening: for any raw password, the QueueError names the server, not it."""
+    message = failure_of(f"redis://:{password}@127.0.0.1:{refused_port}/0")
+    assert f"127.0.0.1:{refused_port}" in message
+    assert_hidden(password, message)
+
+
+@settings(max_examples=40, deadline=None)
+@given(password=passwords)
+def test_a_wrong_password_is_refused_without_showing_it(
+    password: str, guarded_server: RedisServer
+) -> None:
+    """A real server refusing any raw password: the message hides both passwords."""
+    message = failure_of(f"redis://:{password}@127.0.0.1:{guarded_server.port}/0")
+    assert_hidden(password, message)
+    assert_hidden(SECRET, message)
+
+
+def test_a_raw_password_with_every_trap_character_authenticates(tmp_path: Path) -> None:
+    """A server whose password holds # / ? @ : % and non-ASCII is reached by typing it raw
+    (a "%" percent-encoded) into the URL."""
+    secret = "a#b/c?d@e:f%g é"
+    with RedisServer(directory=tmp_path / "redis", password=secret) as server:
+        raw = secret.replace("%", "%25")
+        with Queue(f"redis://:{raw}@127.0.0.1:{server.port}/0", "secrets") as queue:
+            assert queue.status()["crawl"] == "secrets"
+
+
 # -- refused URLs ----------------------------------------------------------------------------
 
 
@@ -180,6 +422,9 @@ def test_messages_about_a_bad_tcp_url_never_show_its_password(password: str) -> 
         ("redis://h:70000/0", "bad port"),
         ("redis://h/zero", "bad database number"),
         ("redis://h/-1", "bad database number"),
+        ("redis://h/²", "bad database number"),
+        ("redis+unix://run/s.sock", "absolute socket path"),
+        ("redis+unix://:pw@/SECRET@run/s.sock", "no '@' in its socket path"),
         ("redis+unix://", "no socket path"),
         ("redis+unix:///s.sock?db=x", "bad database number"),
     ],
