@@ -654,7 +654,7 @@ def run_hostile(
 def _worker_flags(delay: float, attempts: int, pages_per_host: int) -> list[str]:
     out = ["--delay", str(delay), "--lease", "10", "--idle", "3", "--grace", "2"]
     out += ["--timeout", "2", "--max-attempts", str(attempts)]
-    out += ["--max-pages-per-host", str(pages_per_host), "-v"]
+    out += ["--max-pages-per-host", str(pages_per_host), "--span-hosts", "-v"]
     if fetch_layer_hardened():
         out += ["--allow-net", "127.0.0.0/24", "--allow-net", "127.0.1.0/24"]
     return out
@@ -662,9 +662,10 @@ def _worker_flags(delay: float, attempts: int, pages_per_host: int) -> list[str]
 
 def _submit(redis_url: str, root: str, hostile: HostileServer, cases: list[Case]) -> None:
     with Queue(redis_url, CRAWL) as queue:
-        queue.submit([root] + [hostile.url(c.host, c.start) for c in cases if not c.dont_filter])
+        starts = [root] + [hostile.url(c.host, c.start) for c in cases if not c.dont_filter]
+        queue.submit(starts, span_hosts=True)
         looped = [hostile.url(c.host, c.start) for c in cases if c.dont_filter]
-        queue.submit(looped, dont_filter=True)
+        queue.submit(looped, dont_filter=True, span_hosts=True)
 
 
 def _watch(

@@ -15,7 +15,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from hashcrawl import Queue, Request, Response
-from hashcrawl._exceptions import FetchError
+from hashcrawl._exceptions import Refused
 from hashcrawl._sinks import JsonLinesSink
 from hashcrawl._worker import Worker
 from tests.fleet import DEADLINE, await_until, fast_settings, read_items, status_of
@@ -230,16 +230,10 @@ class Raising:
         if request.url.endswith(("/robots.txt", "/boom")):
             raise RuntimeError("a bug in the user's fetcher")
         if request.url.endswith("/refused"):
-            raise Refusing("connection to a private address refused")
+            raise Refused("connection to a private address refused")
         body = b'<a href="/boom">b</a><a href="/refused">r</a><a href="/ok">o</a>'
         headers = {"content-type": "text/html"}
         return Response(url=request.url, status=200, headers=headers, body=body, request=request)
-
-
-class Refusing(FetchError):
-    """A failure that trying again cannot mend (as the fetch layer's refusals are)."""
-
-    retryable = False
 
 
 async def test_a_fetcher_that_raises_fails_only_its_page(redis_url, crawl_name, tmp_path):
