@@ -764,8 +764,11 @@ class _Session:
                 continue
             gap = max(self.s.delay, host.crawl_delay)
             if max(host.last_end + gap, host.backoff_until) > now or taken:
-                last = self.server_ms(host.last_end) if host.last_end > 0 else 0
-                backoff = self.server_ms(host.backoff_until) if host.backoff_until > 0 else 0
+                # This worker's clock offset is right to within half its last round trip:
+                # the record errs late by that, as the reader's margin errs on its side.
+                late = self.rtt / 2
+                last = self.server_ms(host.last_end + late) if host.last_end > 0 else 0
+                backoff = self.server_ms(host.backoff_until + late) if host.backoff_until > 0 else 0
                 records[name] = f"{last},{backoff},{host.crawl_delay}" + (
                     f",{taken}" if taken else ""
                 )
