@@ -518,9 +518,9 @@ CRAWL = "hostile"
 
 def fetch_layer_hardened() -> bool:
     """Whether the fetch layer refuses private addresses (hostile-fetch's work is in)."""
-    from hashcrawl import _exceptions
+    from hashcrawl._settings import Settings
 
-    return hasattr(_exceptions, "Refused")
+    return "allow_nets" in attrs.fields_dict(Settings)
 
 
 def merged_work() -> set[str]:
@@ -531,8 +531,8 @@ def merged_work() -> set[str]:
     """
     from hashcrawl import _exceptions
 
-    marks = {"hostile-fetch": "Refused", "store-entries": "StateLost"}
-    return {branch for branch, name in marks.items() if hasattr(_exceptions, name)}
+    merged = {"hostile-fetch"} if fetch_layer_hardened() else set()
+    return merged | ({"store-entries"} if hasattr(_exceptions, "StateLost") else set())
 
 
 @attrs.frozen
