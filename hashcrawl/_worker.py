@@ -694,6 +694,7 @@ class _Session:
         gone = self.frontier.evict_idle(now, idle_for=IDLE_HOST_SECONDS, keep=IDLE_HOSTS_KEPT)
         for name in gone:
             self.robots.pop(name, None)
+            self.sitemapped.discard(name)  # queued again if it comes back: the filter drops them
         return gone
 
     async def find_parked(self) -> None:
