@@ -19,16 +19,8 @@ from hashcrawl._exceptions import Refused
 from hashcrawl._sinks import JsonLinesSink
 from hashcrawl._worker import Worker
 from tests.fleet import DEADLINE, await_until, fast_settings, read_items, status_of
-from tests.hostile import (
-    Hit,
-    HostileServer,
-    Reply,
-    Route,
-    html,
-    merged_work,
-    redirect,
-    run_hostile,
-)
+from tests.hostile import Hit, HostileServer, Reply, Route, html, redirect
+from tests.hostile_run import merged_work, run_hostile
 from tests.strategies import responses
 
 A, B, C = "127.0.1.2", "127.0.1.3", "127.0.1.4"
