@@ -424,6 +424,8 @@ STATUS_LINES = (
     "failed",
     "robots_denied",
     "dead",
+    "links_dropped",
+    "host_capped",
     "leases_reclaimed",
     "queue_bad",
     "ended",

@@ -22,6 +22,7 @@ RANGES = {
     "p": (-1_000_000, 1_000_000),
     "a": (0, 10_000),
     "x": (0, 1_000),  # sitemap index depth
+    "h": (0, 1_000),  # redirects that led here (more than 5 are never followed)
 }
 
 
@@ -39,6 +40,7 @@ class Entry:
     or how deep in sitemap indexes a sitemap is (1: named by robots.txt or /sitemap.xml).
     ``suspect`` marks an entry that a worker died holding: its owner records it as in
     flight before fetching it, so a page that kills workers is counted and parked dead.
+    ``hops`` counts the redirects that led to this URL, so a chain can be cut off.
     """
 
     url: str
@@ -50,6 +52,7 @@ class Entry:
     dont_filter: bool = False
     suspect: bool = False
     sitemap: int = 0
+    hops: int = 0
 
     @property
     def canonical(self) -> str:
@@ -72,6 +75,7 @@ class Entry:
             ("f", int(self.dont_filter), 0),
             ("s", int(self.suspect), 0),
             ("x", self.sitemap, 0),
+            ("h", self.hops, 0),
         ):
             if value != default:
                 doc[key] = value
@@ -125,6 +129,7 @@ class Entry:
             dont_filter=bool(flags[0]),
             suspect=bool(flags[1]),
             sitemap=numbers["x"],
+            hops=numbers["h"],
         )
 
 

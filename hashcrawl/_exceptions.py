@@ -8,7 +8,9 @@ The tree::
     ├── QueueError (also ConnectionError) Redis unreachable, hanging or refusing: exit 1
     │   ├── Fenced                        this worker lost its membership (a lease passed)
     │   └── StateLost                     the crawl's keys are gone (Redis lost its data)
-    └── FetchError                        a page could not be fetched (network, timeout, size)
+    └── FetchError                        a page could not be fetched (network, timeout)
+        └── Refused                       fetching it breaks a rule (a private address):
+                                          retrying cannot help, so it is not retried
 
 Errors from redis-py and httpx are translated into these at the adapter that calls them,
 and no message ever carries a password.
@@ -43,3 +45,11 @@ class StateLost(QueueError):
 
 class FetchError(HashcrawlError):
     """A page could not be fetched: network error, timeout, or body too large."""
+
+
+class Refused(FetchError):
+    """A page the fetcher will not fetch by rule: retrying cannot help.
+
+    A private address not allowed by ``allow_nets``/``allow_private``, or a body in
+    stacked or unknown content encodings. The message names the rule and how to allow it.
+    """

@@ -122,8 +122,13 @@ class Frontier:
         return held
 
     def done(self, name: str, now: float) -> None:
-        """A request to ``name`` finished (answered or failed) at ``now``."""
-        host = self.hosts[name]
+        """A request to ``name`` finished (answered or failed) at ``now``.
+
+        A host handed over while its request was out is no longer here: nothing to do.
+        """
+        host = self.hosts.get(name)
+        if host is None or host.in_flight == 0:
+            return
         host.in_flight -= 1
         host.last_end = max(host.last_end, now)
         self._schedule(host)
@@ -135,7 +140,9 @@ class Frontier:
         host.last_end = max(host.last_end, end)
 
     def back_off(self, name: str, until: float) -> None:
-        host = self.hosts[name]
+        host = self.hosts.get(name)
+        if host is None:  # handed over meanwhile: its pace record went with it
+            return
         host.backoff_until = max(host.backoff_until, until)
         self._schedule(host)
 
@@ -156,6 +163,35 @@ class Frontier:
         host = self.hosts.pop(name)
         self.size -= len(host.queue)
         return [held for _, _, held in host.queue]
+
+    def evict_idle(self, now: float, *, idle_for: float, keep: int) -> list[str]:
+        """Forget hosts with nothing to do whose pacing has run out; return their names.
+
+        A host goes once it has been idle ``idle_for`` seconds, and beyond ``keep`` idle
+        hosts the least recently used go at once. Only a host whose next request may
+        start now is forgotten, so one made afresh (never fetched: no wait) paces
+        exactly as the forgotten one would have.
+        """
+        idle = [h for h in self.hosts.values() if self._forgettable(h, now)]
+        idle.sort(key=lambda h: max(h.last_start, h.last_end))
+        excess = len(idle) - keep
+        gone = [
+            h.name
+            for n, h in enumerate(idle)
+            if n < excess or max(h.last_start, h.last_end) + idle_for <= now
+        ]
+        for name in gone:
+            del self.hosts[name]
+        return gone
+
+    def _forgettable(self, host: Host, now: float) -> bool:
+        return (
+            not host.queue
+            and not host.in_flight
+            and host.paced
+            and not host.revoked
+            and host.next_start(self.delay, self.per_host) <= now
+        )
 
     def queued(self) -> Iterator[Held]:
         for host in self.hosts.values():

@@ -35,7 +35,22 @@ if TYPE_CHECKING:
     from ._worker import _Session
 
 Parse = Callable[[Response], Any]
-BACK_OFF_STATUSES = (429, 503)
+MAX_REDIRECTS = 5  # hops in one chain, as RFC 9309 asks of robots.txt and browsers allow
+RETRY_AFTER_CAP = 600.0  # a server's Retry-After is honoured up to ten minutes
+
+
+def is_overloaded(status: int) -> bool:
+    """A status that asks to come back later: 429 and every 5xx, retried, never done."""
+    return status == 429 or 500 <= status <= 599
+
+
+def retry_wait(attempts: int, retry_after: str | None) -> float:
+    """Seconds a host waits after a failure: its Retry-After (capped) or 1, 2, 4... to 60."""
+    asked = parse_retry_after(retry_after, _unix_now())
+    if asked is not None:
+        return min(asked, RETRY_AFTER_CAP)
+    return min(60.0, 2.0**attempts)
+
 
 log = logging.getLogger("hashcrawl")
 
@@ -155,32 +170,39 @@ class Handler:
         self.callbacks = callbacks
 
     async def handle(self, session: _Session, held: Held, response: Response) -> Outcome:
-        if response.status in BACK_OFF_STATUSES:
-            wait = parse_retry_after(response.headers.get("retry-after"), _unix_now())
-            session.frontier.back_off(
-                held.host, session.now() + (wait if wait is not None else 60.0)
-            )
+        """The outcome of a response: retried if the server is overloaded, dead-lettered
+        if it redirects once too often, else the items and follows it gives."""
+        if is_overloaded(response.status):
+            wait = retry_wait(held.entry.attempts, response.headers.get("retry-after"))
+            session.frontier.back_off(held.host, session.now() + wait)
             return Outcome.retry(held, f"HTTP {response.status}")
+        redirect = self._redirect(held, response)
+        if redirect and held.entry.hops >= MAX_REDIRECTS:
+            reason = f"more than {MAX_REDIRECTS} redirects (next: {redirect[0].url})"
+            return Outcome.dead(held, reason)
         if held.entry.sitemap:  # hashcrawl's own request: no item, no parse callback
             # Up to 50,000 URLs to read and escape: a thread's work, not the event loop's.
             found = await trio.to_thread.run_sync(
                 sitemap_entries, held.entry, response.body, response.url
             )
             follows = found if 200 <= response.status < 300 else []
-            follows += self._redirect(held, response)
+            follows += redirect
             return Outcome.done(held, [], self._allowed(follows, session, held))
+        capped = attrs.evolve(response, max_links=session.s.max_links)
         items: list[Any] = []
         follows = []
         try:
-            await self._produce(held, response, session, items, follows)
+            await self._produce(held, capped, session, items, follows)
         except Exception as exc:  # a callback's bug fails its page, not the worker
             log.exception("parsing %s failed", held.entry.url)
             error = f"{type(exc).__name__}: {exc}"
+            wait = retry_wait(held.entry.attempts, None)
+            session.frontier.back_off(held.host, session.now() + wait)
             if not is_last_attempt(held.entry, session.s.max_attempts):
                 return Outcome.retry(held, error)  # the retry produces them again
             # The page goes to the dead letters: what came before the exception is kept.
             return Outcome.retry(held, error, items, self._allowed(follows, session, held))
-        redirect = self._redirect(held, response)
+        session.counters.links_dropped += _unread_links(capped)
         # A submitted URL that redirects (http to https, a bare domain to www.) brings
         # its target's host into the scope, as wget takes the start URL's redirect.
         widen = [host_key(e.canonical) for e in redirect if held.entry.depth == 0]
@@ -199,6 +221,8 @@ class Handler:
     ) -> None:
         """Add the page's items and follows to the lists, one by one as they come.
 
+        A callback's requests past ``max_links`` are counted as dropped, not kept.
+
         Raises:
             Exception: whatever the callback raised, or ``TypeError``/``ConfigError`` for
                 a thing it produced that is not an item, a Request, a URL or None. What
@@ -210,9 +234,12 @@ class Handler:
             items.append(page_item(held, response, session.id))
             follows += [Entry(url=u, depth=held.entry.depth + 1) for u in links]
             return
+        most = session.s.max_links
         async with contextlib.aclosing(_each(parse(response))) as produced:
             async for thing in produced:
-                if isinstance(thing, Request | str):
+                if isinstance(thing, Request | str) and len(follows) >= most:
+                    session.counters.links_dropped += 1  # past --max-links: not even read
+                elif isinstance(thing, Request | str):
                     if isinstance(thing, Request) and not self._knows(thing.callback):
                         raise ConfigError(f"Request names an unknown callback {thing.callback!r}")
                     follow = _as_entry(thing, response, held.entry.depth + 1)
@@ -243,11 +270,26 @@ class Handler:
 
     @staticmethod
     def _redirect(held: Held, response: Response) -> list[Entry]:
+        """A redirect's target, one hop and one level deeper; it never inherits
+        ``dont_filter``, so a loop of redirects ends at the seen filter."""
         location = response.headers.get("location")
         if not (300 <= response.status < 400 and location):
             return []
         target = request_url(response.url, location)
-        return [] if target is None else [attrs.evolve(held.entry, url=target, attempts=0)]
+        if target is None:
+            return []
+        entry = held.entry
+        return [
+            attrs.evolve(
+                entry,
+                url=target,
+                attempts=0,
+                suspect=False,
+                dont_filter=False,
+                depth=entry.depth + 1,
+                hops=entry.hops + 1,
+            )
+        ]
 
     @staticmethod
     def _allowed(follows: list[Entry], session: _Session, held: Held) -> list[Entry]:
@@ -256,12 +298,13 @@ class Handler:
         # this worker owns the host and would refuse the entry anyway, after an XADD, a
         # read and an acknowledgement. Other hosts' rules are their owners' to apply.
         robots = session.robots.get(held.host) if s.obey_robots else None
+        full = session.host_is_full(held.host)
         kept = []
         for e in follows:
             host = host_key(e.canonical)
             if s.max_depth is not None and e.depth > s.max_depth:
                 continue
-            if robots is not None and host == held.host and not robots.allowed(e.url):
+            if host == held.host and (full or (robots is not None and not robots.allowed(e.url))):
                 continue
             kept.append(e)
         return kept
@@ -338,6 +381,12 @@ def _as_entry(thing: Request | str, response: Response, depth: int) -> Entry | N
         callback=request.callback,
         dont_filter=request.dont_filter,
     )
+
+
+def _unread_links(response: Response) -> int:
+    """Links a capped parse of the page left unread (0 if links() was never asked for)."""
+    page = response._parsed[0] if response._parsed else None
+    return page.dropped if page is not None else 0
 
 
 def _unix_now() -> float:

@@ -14,7 +14,7 @@ import lxml.html
 from lxml import etree
 from w3lib.encoding import html_to_unicode
 
-from hashcrawl._links import canonical_link, html_links, request_url
+from hashcrawl._links import canonical_link, link_targets, request_url
 
 _HTML_TYPES = frozenset({"text/html", "application/xhtml+xml"})
 # Text is re-encoded to UTF-8 before lxml sees it: lxml refuses str input that carries
@@ -25,14 +25,20 @@ _PARSER = lxml.html.HTMLParser(encoding="utf-8")
 @attrs.frozen
 class Page:
     """The title (None if absent or blank), the unique links as URLs to request, and the
-    page's ``<link rel="canonical">`` (None if absent)."""
+    page's ``<link rel="canonical">`` (None if absent).
+
+    ``dropped`` counts the link elements left unread once ``max_links`` were kept.
+    """
 
     title: str | None
     links: tuple[str, ...]
     canonical: str | None = None
+    dropped: int = 0
 
 
-def parse_html(body: bytes, url: str, *, encoding: str | None = None) -> Page:
+def parse_html(
+    body: bytes, url: str, *, encoding: str | None = None, max_links: int | None = None
+) -> Page:
     """Extract the title, the links (see ``_links``) and the canonical link of a page.
 
     Links are resolved against the first ``<base href>`` (itself resolved against
@@ -45,12 +51,18 @@ def parse_html(body: bytes, url: str, *, encoding: str | None = None) -> Page:
         url: the URL the page was fetched from (after redirects).
         encoding: the charset from the Content-Type header, if any; it wins over a
             ``<meta charset>`` in the page, as in browsers.
+        max_links: keep at most this many links; the elements after them are only
+            counted, not resolved, so a page of 100,000 links costs little more than
+            its parse.
     """
     root = _parse(body, encoding)
     if root is None:
         return Page(None, ())
     base = _base_url(root, url)
-    return Page(_title(root), _unique(html_links(root, base)), canonical_link(root, base))
+    targets = link_targets(root)
+    links = _unique((u for t in targets if (u := request_url(base, t)) is not None), max_links)
+    dropped = sum(1 for _ in targets)  # counted as written, not resolved: cheap
+    return Page(_title(root), links, canonical_link(root, base), dropped)
 
 
 def is_html(content_type: str | None) -> bool:
@@ -88,5 +100,12 @@ def _base_url(root: lxml.html.HtmlElement, url: str) -> str:
     return url
 
 
-def _unique(links: Iterator[str]) -> tuple[str, ...]:
-    return tuple(dict.fromkeys(links))
+def _unique(links: Iterator[str], most: int | None) -> tuple[str, ...]:
+    if most is None:
+        return tuple(dict.fromkeys(links))
+    kept: dict[str, None] = {}
+    for link in links:
+        kept[link] = None
+        if len(kept) >= most:
+            break
+    return tuple(kept)

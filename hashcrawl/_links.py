@@ -81,12 +81,13 @@ def _resolved_path(path: str) -> str:
     return urlsplit(urljoin("http://h/", path)).path or "/"
 
 
-def html_links(root: lxml_html.HtmlElement, base: str) -> Iterator[str]:
-    """Every URL to request that an HTML document links, frames or refreshes to."""
+def link_targets(root: lxml_html.HtmlElement) -> Iterator[str]:
+    """What each link, frame or refresh of an HTML document points to, as written:
+    cheap to count, since nothing is resolved."""
     for element in root.iter("a", "area", "frame", "iframe", "link", "meta"):
         target = _target(element)
-        if target is not None and (url := request_url(base, target)) is not None:
-            yield url
+        if target is not None:
+            yield target
 
 
 def canonical_link(root: lxml_html.HtmlElement, base: str) -> str | None:

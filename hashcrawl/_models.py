@@ -49,6 +49,7 @@ class Response:
     Header names are case-insensitive, as in HTTP.
 
     ``url`` is where the body came from (after any redirect the fetcher followed itself).
+    ``max_links`` caps what :meth:`links` returns (the worker sets its ``--max-links``).
     """
 
     url: str
@@ -56,6 +57,7 @@ class Response:
     headers: Mapping[str, str] = attrs.field(converter=httpx.Headers)
     body: bytes
     request: Request
+    max_links: int | None = attrs.field(default=None, kw_only=True)
     _parsed: list[Page | None] = attrs.field(factory=list, init=False, eq=False, repr=False)
 
     @property
@@ -99,7 +101,10 @@ class Response:
             from ._html import parse_html
 
             charset = _charset(self.headers.get("content-type"))
-            page = parse_html(self.body, self.url, encoding=charset) if self.is_html else None
+            page = None
+            if self.is_html:
+                cap = self.max_links
+                page = parse_html(self.body, self.url, encoding=charset, max_links=cap)
             self._parsed.append(page)
         return self._parsed[0]
 

@@ -210,6 +210,20 @@ class Settings:
         name="--no-fsync",
         negate=True,
     )
+    max_links: int = _setting(
+        5000,
+        "most links followed from one page; the rest are dropped and counted",
+        check=_positive,
+        parse=_whole,
+        metavar="N",
+    )
+    max_pages_per_host: int | None = _setting(
+        None,
+        "most page requests one host gets in the whole crawl (its owner counts them)",
+        check=_positive,
+        parse=_or_none(_whole),
+        metavar="N",
+    )
     max_pages: int | None = _setting(
         None,
         "stop this worker (not the crawl) after so many pages fetched",

@@ -451,6 +451,8 @@ class Store:
             "fetched": totals.get("fetched", 0),
             "failed": totals.get("failed", 0),
             "robots_denied": totals.get("robots_denied", 0),
+            "links_dropped": totals.get("links_dropped", 0),
+            "host_capped": totals.get("host_capped", 0),
             "dead": r.hlen(self.key("dead")),
             "leases_reclaimed": int(stats.get("leases_reclaimed", 0)),
             "queue_bad": int(stats.get("queue_bad", 0)),

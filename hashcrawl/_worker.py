@@ -28,11 +28,19 @@ import attrs
 import trio
 
 from ._entry import BadEntry, Entry
-from ._exceptions import ConfigError, Fenced, FetchError, InvalidURL, QueueError, StateLost
+from ._exceptions import (
+    ConfigError,
+    Fenced,
+    FetchError,
+    InvalidURL,
+    QueueError,
+    Refused,
+    StateLost,
+)
 from ._faults import FAULTS
 from ._fetch import Fetcher, HttpxFetcher, NotSent, sending_only_while
 from ._frontier import Frontier, Held, Host
-from ._handling import Handler, Outcome, Parse, dead_letter
+from ._handling import Handler, Outcome, Parse, dead_letter, retry_wait
 from ._metrics import Tally
 from ._models import Request, Response
 from ._queue import submit_urls
@@ -56,6 +64,13 @@ SEEN_CACHE = 200_000
 # up commits at once anyway (saturated() below), so the fetcher never waits on this.
 COMMIT_EVERY = 0.2
 COMMIT_MAX = 200
+HANDOFF_WAIT = 1.0  # seconds a handoff waits for requests out to the hosts it gives away
+# A host with nothing queued or in flight is forgotten after this long idle, and beyond
+# this many such hosts at once, the least recently used: its robots.txt rules (tens of
+# KiB once parsed) and pacing are rebuilt if it comes back.
+IDLE_HOST_SECONDS = 300.0
+IDLE_HOSTS_KEPT = 1000
+FORGET_EVERY = 2.0
 PARK_AT = 16  # with memory full, a host with this many queued parks the rest
 UNPARK_BELOW = 4  # a parked host with fewer queued takes some back
 
@@ -93,6 +108,14 @@ def _resident_mib() -> float:
         return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
 
 
+def _robots_text(response: Response) -> str:
+    """A robots.txt body as text, whatever charset its server claims."""
+    try:
+        return response.text
+    except (LookupError, ValueError):  # an unknown or broken charset: RFC 9309 says UTF-8
+        return response.body.decode("utf-8", errors="replace")
+
+
 def new_worker_id() -> str:
     host = socket.gethostname().split(".")[0][:24] or "host"
     return f"{host}-{os.getpid()}-{secrets.token_hex(2)}"
@@ -121,6 +144,8 @@ class Counters:
     retried: int = 0
     dead: int = 0
     fenced: int = 0
+    links_dropped: int = 0
+    host_capped: int = 0
 
 
 class Worker:
@@ -285,6 +310,9 @@ class _Session:
         self.scope = Scope()
         self.sitemapped: set[str] = set()  # hosts whose sitemaps this session queued
         self.robots_busy: dict[str, trio.Event] = {}
+        # Requests under way: entry id -> (host, the scope a handoff may cancel them by).
+        self.fetching: dict[str, tuple[str, trio.CancelScope]] = {}
+        self.taken: dict[str, int] = {}  # host -> page requests (with --max-pages-per-host)
         self.outcomes: list[Outcome] = []
         self.in_flight = 0
         self.seen_cache: dict[tuple[int, int], None] = {}
@@ -307,6 +335,7 @@ class _Session:
         self.isolating = False
         self.written: set[int] = set()
         self.uncommitted = 0
+        self.slotted: set[int] = set()  # ids of outcomes counted in uncommitted
         self.commit_soon = trio.Event()
         self.items_pending = 0
         self.started = trio.current_time()
@@ -367,6 +396,7 @@ class _Session:
                 nursery.start_soon(self.apply_loop)
                 nursery.start_soon(self.drain_loop)
                 nursery.start_soon(self.unpark_loop)
+                nursery.start_soon(self.forget_loop)
             await self.leave()
         finally:
             self.w.sink.flush()
@@ -537,7 +567,7 @@ class _Session:
         try:
             with trio.fail_after(self.s.lease):
                 await self.flush_now()
-                pace = self.pace_records(list(self.frontier.hosts))
+                pace = self.pace_records(list({**self.frontier.hosts, **self.taken}))
                 await self.persist(self.store.leave, self.id, pace)
                 await self.drain(self.stream)
         except trio.TooSlowError:
@@ -649,6 +679,24 @@ class _Session:
                 took.append(name)
         return took
 
+    async def forget_loop(self) -> None:
+        """Every few seconds, forget hosts long idle (see :meth:`forget_idle`)."""
+        while True:
+            await trio.sleep(FORGET_EVERY)
+            self.forget_idle()
+
+    def forget_idle(self) -> list[str]:
+        """Drop the state of hosts idle a while, or beyond the most idle hosts kept, so
+        memory follows the hosts at work, not every host ever seen. A host that comes
+        back is made afresh: its robots.txt is fetched again, its pacing is exact (only
+        hosts free to be fetched now are forgotten)."""
+        now = self.now()
+        gone = self.frontier.evict_idle(now, idle_for=IDLE_HOST_SECONDS, keep=IDLE_HOSTS_KEPT)
+        for name in gone:
+            self.robots.pop(name, None)
+            self.sitemapped.discard(name)  # queued again if it comes back: the filter drops them
+        return gone
+
     async def find_parked(self) -> None:
         """Learn which hosts this owner has overflow sets for (at join and on handoffs)."""
         hosts = await self.persist(self.store.parked_hosts)
@@ -689,10 +737,14 @@ class _Session:
         self.poke()
 
     def apply_pace(self, host: Host, record: str) -> None:
+        """Adopt a previous owner's record: ``last_ms,backoff_ms,crawl_delay[,taken]``."""
         try:
-            last_ms, backoff_ms, crawl_delay = (float(x) for x in record.split(","))
-        except ValueError:
+            last_ms, backoff_ms, crawl_delay, *more = (float(x) for x in record.split(","))
+            taken = int(more[0]) if more else 0
+        except (ValueError, OverflowError):
             return
+        if taken:
+            self.taken[host.name] = max(self.taken.get(host.name, 0), taken)
         margin = self.rtt + 0.005  # the two clocks agree to within a round trip
         host.last_end = max(host.last_end, self.local_time(last_ms) + margin)
         host.last_start = max(host.last_start, host.last_end)
@@ -705,12 +757,22 @@ class _Session:
             return records
         now = self.now()
         for name in names:
-            host = self.frontier.hosts[name]
+            taken = self.taken.get(name, 0)
+            host = self.frontier.hosts.get(name)
+            if host is None:  # forgotten while idle: only its page count is left
+                if taken:
+                    records[name] = f"0,0,0,{taken}"
+                continue
             gap = max(self.s.delay, host.crawl_delay)
-            if max(host.last_end + gap, host.backoff_until) > now:
-                last = self.server_ms(host.last_end)
-                backoff = self.server_ms(host.backoff_until) if host.backoff_until > 0 else 0
-                records[name] = f"{last},{backoff},{host.crawl_delay}"
+            if max(host.last_end + gap, host.backoff_until) > now or taken:
+                # This worker's clock offset is right to within half its last round trip:
+                # the record errs late by that, as the reader's margin errs on its side.
+                late = self.rtt / 2
+                last = self.server_ms(host.last_end + late) if host.last_end > 0 else 0
+                backoff = self.server_ms(host.backoff_until + late) if host.backoff_until > 0 else 0
+                records[name] = f"{last},{backoff},{host.crawl_delay}" + (
+                    f",{taken}" if taken else ""
+                )
         return records
 
     # -- dispatching -------------------------------------------------------------------
@@ -768,6 +830,7 @@ class _Session:
                 await self.changed.wait()
 
     async def fetch_one(self, held: Held) -> None:
+        self.fetching[held.eid] = (held.host, trio.CancelScope())
         try:
             if held.entry.suspect:
                 self.suspects.add(held.eid)
@@ -775,10 +838,11 @@ class _Session:
                 self.suspects_noted += 1
                 noted, eids = self.suspects_noted, sorted(self.suspects)
                 await self.persist(self.store.note_in_flight, self.id, noted, eids)
-            outcome = await self.fetch_and_handle(held)
+            outcome = await self.fetch_guarded(held)
             if outcome is not None and outcome.kind == "done":
                 outcome.follows.extend(self.sitemaps_of(held))
         finally:
+            self.finish(held, self.now())
             self.in_flight -= 1
             self.suspects.discard(held.eid)
             if held.entry.suspect and held.entry.attempts > 0:
@@ -787,6 +851,7 @@ class _Session:
         if outcome is not None:
             self.outcomes.append(outcome)
             self.uncommitted += 1
+            self.slotted.add(id(outcome))
             self.items_pending += len(outcome.items)
             if self.saturated():
                 self.commit_soon.set()
@@ -799,6 +864,40 @@ class _Session:
         self.sitemapped.add(held.host)
         robots = self.robots.get(held.host)
         return first_sitemaps(held.entry, robots.sitemaps if robots is not None else ())
+
+    async def fetch_guarded(self, held: Held) -> Outcome | None:
+        """:meth:`fetch_and_handle`, where nothing the network or user code raises gets
+        out: it fails this page only. A handoff may cut the fetch short (see apply)."""
+        _, scope = self.fetching[held.eid]
+        outcome = None
+        with scope:
+            try:
+                outcome = await self.fetch_and_handle(held)
+            except Exception as exc:  # e.g. a LookupError from a bogus charset
+                log.exception("fetching %s failed", held.entry.url)
+                outcome = self.failed(held, f"{type(exc).__name__}: {exc}", kind="other")
+        if scope.cancelled_caught:
+            return self.put_back(held)
+        return outcome
+
+    def finish(self, held: Held, at: float) -> None:
+        """``held``'s request is over (or was never made): count its host free, once."""
+        if self.fetching.pop(held.eid, None) is not None:
+            self.frontier.done(held.host, at)
+
+    def failed(self, held: Held, reason: str, *, kind: str, took: float | None = None) -> Outcome:
+        """A page that failed: its host is given time (1, 2, 4... s, at most a minute),
+        then it is tried again, or dead-lettered once out of attempts.
+
+        Args:
+            reason: what the dead letter says if this was the last attempt.
+            kind: the error as the metrics count it (see ``_metrics.error_kind``).
+        """
+        self.finish(held, self.now())
+        self.counters.failed += 1
+        self.w.tally.error(kind, took)
+        self.frontier.back_off(held.host, self.now() + retry_wait(held.entry.attempts, None))
+        return Outcome.retry(held, reason)
 
     def check_limits(self) -> None:
         """Stop this worker (not the crawl) once a --max-* limit is reached."""
@@ -825,17 +924,17 @@ class _Session:
     def still_may_send(self, held: Held) -> bool:
         """Check again just before a request leaves: the task may have waited (a pause,
         a slow Redis) since the dispatcher allowed it. Otherwise the entry waits again."""
-        if self.may_send(held):
-            return True
-        self.put_back(held)
-        return False
+        return self.may_send(held)
 
-    def put_back(self, held: Held) -> None:
-        """``held`` was not fetched after all: it waits for its host's next turn."""
+    def put_back(self, held: Held) -> Outcome | None:
+        """``held`` was not fetched after all: it waits for its host's next turn, or goes
+        to the host's new owner if this worker has handed the host over meanwhile."""
         host = self.frontier.hosts.get(held.host)
-        if host is not None:
-            self.frontier.done(held.host, host.last_end)
-            self.frontier.add(held, epoch=host.since)
+        self.finish(held, host.last_end if host is not None else self.now())
+        if host is None or host.revoked:
+            return Outcome.forward(held, held.entry.encode())
+        self.frontier.add(held, epoch=host.since)
+        return None
 
     async def send(self, held: Held, request: Request) -> Response:
         """Fetch ``request`` on ``held``'s behalf, asking :meth:`may_send` once more as
@@ -854,20 +953,22 @@ class _Session:
             robots = self.robots.get(held.host)
             if robots is None:
                 if not self.still_may_send(held):
-                    return None
+                    return self.put_back(held)
                 try:
                     await self.fetch_robots(held)
                 except NotSent:
-                    self.put_back(held)
-                    return None
-                self.frontier.done(held.host, self.now())
+                    return self.put_back(held)
+                self.finish(held, self.now())
                 # The robots.txt request used this slot: the page waits its turn again.
-                self.frontier.add(held, epoch=host.since)
-                return None
+                return self.put_back(held)
             if not robots.allowed(held.entry.url):
-                self.frontier.done(held.host, host.last_start)
+                self.finish(held, host.last_start)
                 self.counters.robots_denied += 1
                 return Outcome.done(held, [], [])
+        if self.host_is_full(held.host):
+            self.finish(held, host.last_start)
+            self.counters.host_capped += 1
+            return Outcome.done(held, [], [])
         request = Request(
             held.entry.url,
             priority=held.entry.priority,
@@ -877,39 +978,46 @@ class _Session:
             depth=held.entry.depth,
         )
         if not self.still_may_send(held):
-            return None
+            return self.put_back(held)
+        if self.s.max_pages_per_host is not None:
+            self.taken[held.host] = self.taken.get(held.host, 0) + 1
         sent = self.now()
         try:
             response = await self.send(held, request)
         except NotSent:
-            self.put_back(held)
-            return None
+            return self.put_back(held)
         except Exception as exc:  # a user's fetcher may raise anything: a failed page
             if not isinstance(exc, FetchError):
                 log.exception("fetcher failed on %s", held.entry.url)
-            self.frontier.done(held.host, self.now())
-            self.counters.failed += 1
-            self.w.tally.error(
-                str(exc) if isinstance(exc, FetchError) else "fetcher", self.now() - sent
-            )
-            # A failing host is given time: 1, 2, 4... seconds, at most a minute.
-            self.frontier.back_off(held.host, self.now() + min(60.0, 2.0**held.entry.attempts))
-            return Outcome.retry(held, str(exc))
-        self.frontier.done(held.host, self.now())
+            kind = str(exc) if isinstance(exc, FetchError) else "fetcher"
+            if isinstance(exc, Refused):  # a rule said no: trying again cannot help
+                self.finish(held, self.now())
+                self.counters.failed += 1
+                self.w.tally.error(kind, self.now() - sent)
+                return Outcome.dead(held, str(exc))
+            error = str(exc) or type(exc).__name__
+            return self.failed(held, error, kind=kind, took=self.now() - sent)
+        self.finish(held, self.now())
         self.counters.fetched += 1
         self.w.tally.response(response.status, len(response.body), self.now() - sent)
         try:
             return await self.w.handler.handle(self, held, response)
         except Exception as exc:  # a parse callback's bug fails its page, not the worker
             log.exception("parsing %s failed", held.entry.url)
-            self.w.tally.error("parse")
-            return Outcome.retry(held, f"{type(exc).__name__}: {exc}")
+            return self.failed(held, f"{type(exc).__name__}: {exc}", kind="parse")
+
+    def host_is_full(self, name: str) -> bool:
+        """Whether a host has had its --max-pages-per-host page requests."""
+        cap = self.s.max_pages_per_host
+        return cap is not None and self.taken.get(name, 0) >= cap
 
     async def fetch_robots(self, held: Held) -> None:
         """Fetch and keep a host's robots.txt; a server error backs the host off instead.
 
         Google's rule: a 5xx or 429 means "assume everything is disallowed for now", so
         the host's pages wait and robots.txt is asked for again after the backoff.
+        Nothing a robots.txt or its server does raises out of here: a fetcher's or a
+        decoder's failure counts as an unreachable robots.txt.
 
         Raises:
             NotSent: this worker may no longer fetch the host; nothing was asked.
@@ -917,17 +1025,22 @@ class _Session:
         url = robots_url(held.entry.url)
         try:
             response = await self.send(held, Request(url))
-        except FetchError:
+        except NotSent:
+            raise
+        except Exception as exc:
+            if not isinstance(exc, FetchError):
+                log.exception("fetching %s failed", url)
             self.robots[held.host] = Robots.allow_all()  # unreachable robots.txt: Scrapy's rule
             return
         if response.status == 429 or response.status >= 500:
             wait = parse_retry_after(response.headers.get("retry-after"), time.time())
             self.frontier.back_off(held.host, self.now() + (wait if wait is not None else 60.0))
             return
-        robots = robots_for_status(response.status, response.text, self.s.user_agent)
+        robots = robots_for_status(response.status, _robots_text(response), self.s.user_agent)
         self.robots[held.host] = robots
-        if robots.crawl_delay:
-            self.frontier.hosts[held.host].crawl_delay = min(robots.crawl_delay, self.s.lease / 2)
+        host = self.frontier.hosts.get(held.host)  # gone if handed over meanwhile
+        if robots.crawl_delay and host is not None:
+            host.crawl_delay = min(robots.crawl_delay, self.s.lease / 2)
 
     # -- committing --------------------------------------------------------------------
 
@@ -979,7 +1092,9 @@ class _Session:
                 del self.outcomes[: len(outcomes)]
                 for name in batch.unpace[::2]:
                     self.pace_read.pop(name, None)
-                self.uncommitted -= sum(o.kind in ("done", "retry") for o in outcomes)
+                slots = [o for o in outcomes if id(o) in self.slotted]
+                self.uncommitted -= len(slots)
+                self.slotted.difference_update(id(o) for o in slots)
                 self.poke()
                 self.written.difference_update(id(o) for o in outcomes)
                 self.remember(outcomes)
@@ -1038,7 +1153,15 @@ class _Session:
             await self.apply(self.latest)
 
     async def apply(self, ring: Ring) -> None:
-        """Adopt a new epoch: stop the hosts it takes away, then hand them over."""
+        """Adopt a new epoch: stop the hosts it takes away, then hand them over.
+
+        A request still out to a host given away gets a short wait, then the handoff
+        goes ahead without it: the request is cancelled at the latest --grace seconds
+        from now, and the host's pace record says it was busy until then, so its new
+        owner waits for that before its own first request. The entry stays this
+        worker's until the request ends, then is committed as usual (or, cancelled,
+        forwarded to the new owner). So no slow server holds up the fleet's epoch.
+        """
         if self.id not in ring:
             raise Fenced(f"worker {self.id} is no longer a member at epoch {ring.epoch}")
         skipped = ring.epoch != self.ring.epoch + 1
@@ -1056,10 +1179,14 @@ class _Session:
         for name in lost:
             self.frontier.revoke(name)
         self.ring = ring
-        while any(self.frontier.hosts[name].in_flight for name in lost):
-            await self.changed.wait()
+        with trio.move_on_after(min(HANDOFF_WAIT, self.s.grace)):
+            while any(self.frontier.hosts[name].in_flight for name in lost):
+                await self.changed.wait()
+        self.cut_short(lost, self.now() + self.s.grace)
+        lost_counts = [h for h in self.taken if ring.owner_of(h) != self.id]
         batch = Batch(worker=self.id, epoch=ring.epoch, src=self.stream, applied=ring.epoch)
-        batch.pace = [x for pair in self.pace_records(lost).items() for x in pair]
+        records = self.pace_records([*lost, *(h for h in lost_counts if h not in lost)])
+        batch.pace = [x for pair in records.items() for x in pair]
         for name in lost:
             for held in self.frontier.hosts[name].queue:
                 h = held[2]
@@ -1078,11 +1205,23 @@ class _Session:
             self.frontier.drop(name)
             self.robots.pop(name, None)
             self.sitemapped.discard(name)
+        for name in lost_counts:
+            self.taken.pop(name, None)
         await self.find_parked()
         self.applied = ring.epoch
         self.pace_hosts(())
         log.info("%s applied epoch %d: handed over %d hosts", self.id, ring.epoch, len(lost))
         self.poke()
+
+    def cut_short(self, names: list[str], deadline: float) -> None:
+        """Have requests still out to ``names`` cancelled by ``deadline``, and their
+        hosts' pacing say they were busy until then (see :meth:`apply`)."""
+        busy = set(names)
+        for name, scope in self.fetching.values():
+            if name in busy:
+                scope.deadline = min(scope.deadline, deadline)
+                host = self.frontier.hosts[name]
+                host.last_end = max(host.last_end, deadline)
 
     async def drain_loop(self) -> None:
         while True:

@@ -82,7 +82,7 @@ class Answer:
     @property
     def final(self) -> bool:
         """A page fetched for good: not a failure, and not a "come back later"."""
-        return self.error is None and self.status not in (429, 503)
+        return self.error is None and not (self.status == 429 or 500 <= self.status <= 599)
 
 
 @attrs.frozen

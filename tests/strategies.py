@@ -121,3 +121,38 @@ _PASSWORD_TRAPS = st.sampled_from([*"#/?@:%&=+;[] é€\\'\"\n\t", "%41", "%zz",
 passwords = st.lists(
     st.one_of(_PASSWORD_TRAPS, st.characters(exclude_categories=("Cs",))), min_size=1, max_size=16
 ).map(lambda parts: "Zq" + "".join(parts))
+
+_HEADER_NAMES = st.sampled_from(
+    ["content-type", "location", "retry-after", "content-encoding", "x-anything"]
+)
+_HEADER_VALUES = st.one_of(
+    st.sampled_from(
+        [
+            "text/html",
+            "text/html; charset=bogus",
+            "text/html; charset=utf-16",
+            "text/plain; charset=zlib",
+            "application/xhtml+xml; charset=idna",
+            "/elsewhere",
+            "http://[::1/",
+            "//",
+            "-1",
+            "Wed, 21 Oct 2015 07:28:00 GMT",
+        ]
+    ),
+    st.text(st.characters(min_codepoint=32, max_codepoint=126), max_size=40),
+)
+_BODIES = st.one_of(
+    st.binary(max_size=300),
+    st.lists(
+        st.sampled_from([b"<a href='", b"'>", b"<base href=", b"<title>", b"\xff\xfe", b"x"]),
+        max_size=30,
+    ).map(b"".join),
+)
+
+#: What a server can hand a worker: any status, a few odd headers, any body.
+responses = st.tuples(
+    st.one_of(st.sampled_from([200, 301, 302, 404, 429, 500, 503]), st.integers(0, 999)),
+    st.dictionaries(_HEADER_NAMES, _HEADER_VALUES, max_size=4),
+    _BODIES,
+)

@@ -30,6 +30,8 @@ STATUS_KEYS = {
     "seen",
     "queued",
     "fetched",
+    "links_dropped",
+    "host_capped",
     "failed",
     "dead",
     "leases_reclaimed",
