@@ -1156,8 +1156,9 @@ class _Session:
         """Adopt a new epoch: stop the hosts it takes away, then hand them over.
 
         A request still out to a host given away gets a short wait, then the handoff
-        goes ahead without it: the request is cancelled at the latest --grace seconds
-        from now, and the host's pace record says it was busy until then, so its new
+        goes ahead without it: the request is cancelled at the latest --grace (or
+        --timeout, if sooner) seconds from now, and the host's pace record says it was
+        busy until then, so its new
         owner waits for that before its own first request. The entry stays this
         worker's until the request ends, then is committed as usual (or, cancelled,
         forwarded to the new owner). So no slow server holds up the fleet's epoch.
@@ -1182,7 +1183,9 @@ class _Session:
         with trio.move_on_after(min(HANDOFF_WAIT, self.s.grace)):
             while any(self.frontier.hosts[name].in_flight for name in lost):
                 await self.changed.wait()
-        self.cut_short(lost, self.now() + self.s.grace)
+        # A request outlives neither --grace nor its own --timeout: the sooner bounds how
+        # long the new owner must take the host for busy.
+        self.cut_short(lost, self.now() + min(self.s.grace, self.s.timeout))
         lost_counts = [h for h in self.taken if ring.owner_of(h) != self.id]
         batch = Batch(worker=self.id, epoch=ring.epoch, src=self.stream, applied=ring.epoch)
         records = self.pace_records([*lost, *(h for h in lost_counts if h not in lost)])

@@ -321,8 +321,14 @@ def test_submit_from_stdin_commits_a_batch_before_input_ends(
         with open(write, "wb") as pipe:
             pipe.write(b"".join(b"http://a.example/%d\n" % i for i in range(1000)))
             pipe.flush()
-            # Blocks until the first entry arrives: no sleeping, no polling.
-            assert client.xread({inbox: "0"}, count=1, block=20_000)
+            # Blocks until the batch's entries arrive (a batch may be committed in parts):
+            # no sleeping, no polling.
+            arrived, last = 0, "0"
+            while arrived < 1000:
+                got = client.xread({inbox: last}, count=1000, block=20_000)
+                assert got, f"only {arrived} entries arrived"
+                arrived += len(got[0][1])
+                last = got[0][1][-1][0]
             assert client.xlen(inbox) == 1000
             pipe.write(b"http://a.example/last\n")
         out, _ = process.communicate(timeout=COMMAND_TIMEOUT)
@@ -842,6 +848,9 @@ def test_second_ctrl_c_exits_1_at_once_and_the_next_run_resumes_without_a_lease(
     site = generate_site(pages=4, hosts=2, seed=8, port=0)
     state = tmp_path / "state"
     flags = ["--lease", "600", "--grace", "300", "--delay", "0.05", "--idle", "0.5", "--span-hosts"]
+    # A host handed over while its request is out is busy for the new owner until that
+    # request's --timeout at most: keep it short, so the re-run fits COMMAND_TIMEOUT.
+    flags += ["--timeout", "8"]
     # Each answer takes 2 s, so the second Ctrl-C finds the workers still in their grace.
     with SiteServer(site, latency=2.0) as server:
         process = _start_crawl(server.site, state, *flags)
