@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import json
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
 from typing import TYPE_CHECKING, Any
 
 import attrs
@@ -12,6 +12,8 @@ import httpx
 from ._exceptions import ConfigError
 
 if TYPE_CHECKING:
+    from parsel import Selector, SelectorList
+
     from ._html import Page
 
 
@@ -59,6 +61,7 @@ class Response:
     request: Request
     max_links: int | None = attrs.field(default=None, kw_only=True)
     _parsed: list[Page | None] = attrs.field(factory=list, init=False, eq=False, repr=False)
+    _cache: dict[str, Any] = attrs.field(factory=dict, init=False, eq=False, repr=False)
 
     @property
     def text(self) -> str:
@@ -95,6 +98,101 @@ class Response:
         page = self._page()
         return page.title if page is not None else None
 
+    @property
+    def selector(self) -> Selector:
+        """A parsel ``Selector`` over the body, as Scrapy's ``response.selector``.
+
+        An HTML page's selector wraps the tree already parsed for :meth:`links` and
+        :meth:`title` (parsed once, on first use); any other body is parsed as its
+        Content-Type says (XML for an XML type, else HTML). A page that never asks for
+        a selector pays nothing for it.
+        """
+        if "selector" not in self._cache:
+            from parsel import Selector
+
+            page = self._page()
+            if page is not None and page.root is not None:
+                selector = Selector(root=page.root, type="html", base_url=self.url)
+            else:
+                media = (self.headers.get("content-type") or "").partition(";")[0].strip()
+                kind = "xml" if media.lower().endswith(("/xml", "+xml")) else "html"
+                selector = Selector(text=self.text or "<html/>", type=kind, base_url=self.url)
+            self._cache["selector"] = selector
+        return self._cache["selector"]  # type: ignore[no-any-return]
+
+    def css(self, query: str) -> SelectorList[Selector]:
+        """``response.css("h1::text").get()``: parsel's CSS selection, as in Scrapy."""
+        return self.selector.css(query)
+
+    def xpath(self, query: str, **namespaces_and_variables: Any) -> SelectorList[Selector]:
+        """``response.xpath("//h1/text()").get()``: parsel's XPath selection, as in Scrapy."""
+        return self.selector.xpath(query, **namespaces_and_variables)
+
+    def json(self) -> Any:
+        """The body decoded as JSON, as Scrapy's ``response.json()`` (parsed once).
+
+        Raises:
+            ValueError: the body is not JSON.
+        """
+        if "json" not in self._cache:
+            self._cache["json"] = json.loads(self.text)
+        return self._cache["json"]
+
+    def urljoin(self, href: str) -> str | None:
+        """``href`` resolved the way the crawler resolves a page's links: against the
+        page's ``<base href>`` if it has one, fragment dropped, escaped to be sent;
+        None for nothing crawlable (see ``_links.request_url``)."""
+        from ._links import request_url
+
+        page = self._page()
+        base = page.base if page is not None and page.base else self.url
+        return request_url(base, href)
+
+    def follow(self, href: str | Selector, **request: Any) -> Request:
+        """A :class:`Request` for a link of this page, as Scrapy's ``response.follow``.
+
+        ``href`` is a URL (relative or not) or a selector of an ``<a>``/``<link>``
+        element or of an attribute; ``request`` holds the Request's other arguments
+        (``callback=``, ``meta=``, ``method=``...).
+
+        Raises:
+            ValueError: the link leads nowhere crawlable (mailto:, javascript:, empty).
+        """
+        written = _href(href)
+        url = self.urljoin(written)
+        if url is None:
+            raise ValueError(f"response.follow: nothing to crawl at {written!r:.200}")
+        return Request(url, **request)
+
+    def follow_all(
+        self,
+        urls: Iterable[str | Selector] | None = None,
+        *,
+        css: str | None = None,
+        xpath: str | None = None,
+        **request: Any,
+    ) -> list[Request]:
+        """Requests for many links, as Scrapy's ``response.follow_all``: of ``urls``, or
+        of the elements ``css`` or ``xpath`` select (``<a>`` and ``<link>`` give their
+        href). Links that lead nowhere crawlable are left out.
+        """
+        if sum(x is not None for x in (urls, css, xpath)) != 1:
+            raise ValueError("response.follow_all takes exactly one of urls, css and xpath")
+        found: Iterable[str | Selector]
+        if css is not None:
+            found = self.css(css)
+        elif xpath is not None:
+            found = self.xpath(xpath)
+        else:
+            assert urls is not None
+            found = urls
+        requests = []
+        for href in found:
+            url = self.urljoin(_href(href))
+            if url is not None:
+                requests.append(Request(url, **request))
+        return requests
+
     def _page(self) -> Page | None:
         # Parsed once however many of links() and title() are asked for.
         if not self._parsed:
@@ -107,6 +205,19 @@ class Response:
                 page = parse_html(self.body, self.url, encoding=charset, max_links=cap)
             self._parsed.append(page)
         return self._parsed[0]
+
+
+def _href(href: str | Selector) -> str:
+    """What a link (a URL, or a selector of an element or of an attribute) points to."""
+    if isinstance(href, str):
+        return href
+    root = href.root
+    if isinstance(root, str):
+        return root
+    tag = getattr(root, "tag", None)
+    if tag not in ("a", "link", "area"):
+        raise ValueError(f"only <a>, <area> and <link> elements can be followed, got <{tag}>")
+    return str(root.get("href") or "")
 
 
 def _charset(content_type: str | None) -> str | None:
