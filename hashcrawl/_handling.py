@@ -12,7 +12,8 @@ import datetime
 import inspect
 import json
 import logging
-from collections.abc import AsyncGenerator, Callable, Iterable
+import time
+from collections.abc import AsyncGenerator, Callable, Iterable, Iterator
 from typing import TYPE_CHECKING, Any
 
 import attrs
@@ -37,6 +38,7 @@ if TYPE_CHECKING:
 Parse = Callable[[Response], Any]
 MAX_REDIRECTS = 5  # hops in one chain, as RFC 9309 asks of robots.txt and browsers allow
 RETRY_AFTER_CAP = 600.0  # a server's Retry-After is honoured up to ten minutes
+LOOP_HOLD_WARNING = 1.0  # seconds a callback may hold the event loop before it is reported
 
 
 def is_overloaded(status: int) -> bool:
@@ -164,10 +166,15 @@ class Handler:
     """
 
     def __init__(
-        self, parse: Parse | None = None, *, callbacks: Callable[[str], Parse] | None = None
+        self,
+        parse: Parse | None = None,
+        *,
+        callbacks: Callable[[str], Parse] | None = None,
+        blocking: bool = False,
     ):
         self.parse = parse
         self.callbacks = callbacks
+        self.blocking = blocking  # run synchronous callbacks in a thread
 
     async def handle(self, session: _Session, held: Held, response: Response) -> Outcome:
         """The outcome of a response: retried if the server is overloaded, dead-lettered
@@ -192,7 +199,13 @@ class Handler:
         items: list[Any] = []
         follows = []
         try:
-            await self._produce(held, capped, session, items, follows)
+            limit = session.s.parse_timeout
+            try:
+                with trio.fail_after(limit):
+                    await self._produce(held, capped, session, items, follows)
+            except trio.TooSlowError:
+                error = f"the parse callback ran past --parse-timeout ({limit:g} s)"
+                raise ParseTimeout(error) from None
         except Exception as exc:  # a callback's bug fails its page, not the worker
             log.exception("parsing %s failed", held.entry.url)
             error = f"{type(exc).__name__}: {exc}"
@@ -235,7 +248,8 @@ class Handler:
             follows += [Entry(url=u, depth=held.entry.depth + 1) for u in links]
             return
         most = session.s.max_links
-        async with contextlib.aclosing(_each(parse(response))) as produced:
+        steps = _Steps(parse, response, self.blocking)
+        async with contextlib.aclosing(steps.each()) as produced:
             async for thing in produced:
                 if isinstance(thing, Request | str) and len(follows) >= most:
                     session.counters.links_dropped += 1  # past --max-links: not even read
@@ -247,6 +261,13 @@ class Handler:
                         follows.append(follow)
                 elif thing is not None:
                     items.append(as_dict(thing))
+        if steps.held_loop > LOOP_HOLD_WARNING:
+            log.warning(
+                "the parse callback held the event loop %.1f s on %s: set blocking = True "
+                "on the spider to run it in a thread",
+                steps.held_loop,
+                held.entry.url,
+            )
 
     def accepts(self, entry: Entry) -> bool:
         """Whether an entry's callback (if any) names a method this handler may call."""
@@ -349,6 +370,53 @@ def page_item(held: Held, response: Response, worker: str) -> dict[str, Any]:
     }
 
 
+class ParseTimeout(Exception):
+    """A parse callback ran past ``--parse-timeout`` and was cancelled."""
+
+
+_DONE = object()
+
+
+class _Steps:
+    """A callback's run, one produced thing at a time, its synchronous steps timed.
+
+    A blocking spider's synchronous steps (the call, each ``next``) run in a thread,
+    abandoned if ``--parse-timeout`` cancels them; otherwise they run on the event loop
+    and ``held_loop`` adds up how long they held it.
+    """
+
+    def __init__(self, parse: Parse, response: Response, blocking: bool) -> None:
+        self.parse = parse
+        self.response = response
+        self.blocking = blocking
+        self.held_loop = 0.0
+
+    async def step(self, call: Callable[..., Any], *args: Any) -> Any:
+        if self.blocking:
+            return await trio.to_thread.run_sync(call, *args, abandon_on_cancel=True)
+        start = time.monotonic()
+        try:
+            return call(*args)
+        finally:
+            self.held_loop += time.monotonic() - start
+
+    async def each(self) -> AsyncGenerator[Any, None]:
+        produced = await self.step(self.parse, self.response)
+        if isinstance(produced, Iterator) and not isinstance(produced, str):
+            try:
+                while (thing := await self.step(next, produced, _DONE)) is not _DONE:
+                    yield thing
+            finally:
+                close = getattr(produced, "close", None)
+                if close is not None:
+                    with contextlib.suppress(ValueError):  # still running in an abandoned thread
+                        close()
+            return
+        async with contextlib.aclosing(_each(produced)) as things:
+            async for thing in things:
+                yield thing
+
+
 async def _each(produced: Any) -> AsyncGenerator[Any, None]:
     """What a callback produced, one thing at a time, so an exception keeps what came before."""
     if inspect.isawaitable(produced):
@@ -390,6 +458,4 @@ def _unread_links(response: Response) -> int:
 
 
 def _unix_now() -> float:
-    import time
-
     return time.time()

@@ -184,6 +184,13 @@ class Settings:
         4, "tries before a page is dead-lettered", check=_positive, parse=_whole, metavar="N"
     )
     timeout: float = _setting(30.0, "seconds for one fetch", check=_positive, metavar="S")
+    parse_timeout: float = _setting(
+        60.0,
+        "seconds a parse callback may run on one page before it is cancelled and the "
+        "page fails (retried, then dead-lettered)",
+        check=_positive,
+        metavar="S",
+    )
     max_bytes: int = _setting(
         10 * 1024 * 1024,
         "largest body the default fetcher reads, in bytes",

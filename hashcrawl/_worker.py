@@ -183,7 +183,11 @@ class Worker:
         if parse is not None and self.spider is not None:
             raise ConfigError("give a Worker either parse or spider, not both")
         if self.spider is not None:
-            self.handler = Handler(self.spider.parse, callbacks=self.spider._callback)
+            self.handler = Handler(
+                self.spider.parse,
+                callbacks=self.spider._callback,
+                blocking=bool(self.spider.blocking),
+            )
         else:
             self.handler = Handler(parse)
         self.sink = sink if sink is not None else sink_for("-", fsync=self.settings.fsync)
