@@ -19,7 +19,7 @@ from typing import TYPE_CHECKING, Any
 import attrs
 import trio
 
-from ._entry import Entry
+from ._entry import MAX_ENTRY_BYTES, Entry
 from ._exceptions import ConfigError
 from ._faults import FAULTS
 from ._frontier import Held
@@ -29,7 +29,7 @@ from ._robots import parse_retry_after
 from ._sinks import as_dict
 from ._sitemaps import sitemap_entries
 from ._store import Batch, dead_key
-from ._urls import fingerprint, host_key
+from ._urls import canonicalize, fingerprint, host_key
 
 if TYPE_CHECKING:
     from ._ring import Ring
@@ -148,7 +148,7 @@ class Outcome:
             return []
         if entry.dont_filter:
             return [session.target_of(ring, host_key(entry.canonical)), entry.encode()]
-        h1, h2 = fingerprint(entry.canonical)
+        h1, h2 = fingerprint(entry.key)
         skip_filter = "skip_seen_filter" in FAULTS  # a deliberate bug to catch: duplicates
         if skip_filter or not session.is_cached((h1, h2)):
             target = session.target_of(ring, host_key(entry.canonical))
@@ -184,8 +184,9 @@ class Handler:
             session.frontier.back_off(held.host, session.now() + wait)
             return Outcome.retry(held, f"HTTP {response.status}")
         redirect = self._redirect(held, response)
-        if redirect and held.entry.hops >= MAX_REDIRECTS:
-            reason = f"more than {MAX_REDIRECTS} redirects (next: {redirect[0].url})"
+        most = MAX_REDIRECTS if held.entry.max_redirects is None else held.entry.max_redirects
+        if redirect and held.entry.hops >= most:
+            reason = f"more than {most} redirects (next: {redirect[0].url})"
             return Outcome.dead(held, reason)
         if held.entry.sitemap:  # hashcrawl's own request: no item, no parse callback
             # Up to 50,000 URLs to read and escape: a thread's work, not the event loop's.
@@ -292,7 +293,11 @@ class Handler:
     @staticmethod
     def _redirect(held: Held, response: Response) -> list[Entry]:
         """A redirect's target, one hop and one level deeper; it never inherits
-        ``dont_filter``, so a loop of redirects ends at the seen filter."""
+        ``dont_filter``, so a loop of redirects ends at the seen filter.
+
+        As browsers do, a 301, 302 or 303 turns a request other than GET or HEAD into a
+        GET without a body (307 and 308 keep both), and a request's headers do not
+        follow it to another host."""
         location = response.headers.get("location")
         if not (300 <= response.status < 400 and location):
             return []
@@ -300,6 +305,14 @@ class Handler:
         if target is None:
             return []
         entry = held.entry
+        method, body, headers = entry.method, entry.body, entry.headers
+        if response.status in (301, 302, 303) and method not in ("GET", "HEAD"):
+            method, body = "GET", b""
+            headers = tuple(h for h in headers if h[0].lower() != "content-type")
+        try:
+            same_host = host_key(canonicalize(target)) == held.host
+        except ValueError:
+            same_host = False
         return [
             attrs.evolve(
                 entry,
@@ -309,6 +322,9 @@ class Handler:
                 dont_filter=False,
                 depth=entry.depth + 1,
                 hops=entry.hops + 1,
+                method=method,
+                body=body,
+                headers=headers if same_host else (),
             )
         ]
 
@@ -345,7 +361,7 @@ def dead_letter(entry: Entry, error: str) -> list[str]:
         "entry": entry.encode(),
         "at": int(_unix_now()),  # so status can show the most recent
     }
-    return [dead_key(entry.canonical), json.dumps(record, ensure_ascii=False)]
+    return [dead_key(entry.key), json.dumps(record, ensure_ascii=False)]
 
 
 def park_score(held: Held) -> float:
@@ -441,14 +457,27 @@ def _as_entry(thing: Request | str, response: Response, depth: int) -> Entry | N
     url = request_url(response.url, request.url)
     if url is None:
         return None
-    return Entry(
+    entry = Entry(
         url=url,
         depth=depth,
         priority=request.priority,
         meta=request.meta,
         callback=request.callback,
         dont_filter=request.dont_filter,
+        method=request.method,
+        headers=request.headers,
+        body=request.body,
+        timeout=request.timeout,
+        max_redirects=request.max_redirects,
     )
+    if request.body or request.headers:  # a plain GET's entry is as small as its URL
+        size = len(entry.encode().encode("utf-8"))
+        if size > MAX_ENTRY_BYTES:
+            raise ConfigError(
+                f"Request {request.method} {url:.100} would be a {size}-byte queue entry, "
+                f"over the {MAX_ENTRY_BYTES} an entry holds: send a smaller body"
+            )
+    return entry
 
 
 def _unread_links(response: Response) -> int:

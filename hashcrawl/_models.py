@@ -9,6 +9,7 @@ from typing import TYPE_CHECKING, Any
 import attrs
 import httpx
 
+from ._entry import HEADER_VALUE, MAX_ENTRY_BYTES, MAX_HEADERS, MAX_REDIRECTS, MAX_TIMEOUT, TOKEN
 from ._exceptions import ConfigError
 
 if TYPE_CHECKING:
@@ -24,19 +25,80 @@ def _json_meta(_: object, attribute: attrs.Attribute[Any], value: Any) -> None:
         raise ConfigError(f"Request.meta must be JSON-serialisable, got {value!r:.80}") from None
 
 
+Headers = tuple[tuple[str, str], ...]
+
+
+def _headers(value: Mapping[str, str] | Iterable[tuple[str, str]] | None) -> Headers:
+    """Headers as (name, value) pairs, each checked: they travel in a queue entry."""
+    pairs = list(value.items() if isinstance(value, Mapping) else value or ())
+    if len(pairs) > MAX_HEADERS:
+        raise ConfigError(f"Request.headers: {len(pairs)} headers, over {MAX_HEADERS}")
+    checked = []
+    for pair in pairs:
+        name, text = pair
+        if not (isinstance(name, str) and TOKEN.fullmatch(name)):
+            raise ConfigError(f"Request.headers: {name!r:.80} is not a header name")
+        if not (isinstance(text, str) and HEADER_VALUE.fullmatch(text)):
+            raise ConfigError(
+                f"Request.headers: the value of {name} is not one line of text up to 8 KiB"
+            )
+        checked.append((name, text))
+    return tuple(checked)
+
+
+def _body(value: bytes | str | None) -> bytes:
+    body = value.encode("utf-8") if isinstance(value, str) else bytes(value or b"")
+    if len(body) > MAX_ENTRY_BYTES:
+        raise ConfigError(
+            f"Request.body is {len(body)} bytes; a request travels in a queue entry of at "
+            f"most {MAX_ENTRY_BYTES} bytes"
+        )
+    return body
+
+
+def _method(_: object, attribute: attrs.Attribute[Any], value: str) -> None:
+    if not (isinstance(value, str) and TOKEN.fullmatch(value) and value.isupper()):
+        raise ConfigError(f"Request.method must be an upper-case HTTP method, got {value!r:.40}")
+
+
+def _timeout(_: object, attribute: attrs.Attribute[Any], value: float | None) -> None:
+    if value is not None and not 0 < value <= MAX_TIMEOUT:
+        raise ConfigError(f"Request.timeout must be in (0, {MAX_TIMEOUT:g}] seconds, got {value}")
+
+
+def _redirects(_: object, attribute: attrs.Attribute[Any], value: int | None) -> None:
+    if value is not None and not (type(value) is int and 0 <= value <= MAX_REDIRECTS):
+        raise ConfigError(f"Request.max_redirects must be in [0, {MAX_REDIRECTS}], got {value!r}")
+
+
 @attrs.frozen
 class Request:
-    """A URL to fetch, with what travels with it through Redis.
+    """A request to make, with what travels with it through Redis.
+
+    Everything here is written to the crawl's queue in Redis, headers and body
+    included, where anyone who can read that Redis can read it: give credentials with
+    the ``headers`` setting (``--header``), which never leaves the worker.
 
     Args:
         url: an absolute http(s) URL (or any URL a custom fetcher understands).
+        method: the HTTP method, upper case.
+        headers: headers to send (a mapping or (name, value) pairs).
+        body: the body to send (text is sent as UTF-8); a few KiB at most, since an
+            entry holds at most 64 KiB.
+        timeout: seconds for this request's fetch (default: the ``timeout`` setting).
+        max_redirects: redirects followed from this request (default 5, at most 20).
         priority: higher is fetched first among a host's waiting requests.
         meta: JSON-serialisable data handed to the callback with the response.
         callback: the name of the spider method that parses the response.
-        dont_filter: enqueue even if the URL was seen before.
+        dont_filter: enqueue even if the request was seen before.
     """
 
     url: str
+    method: str = attrs.field(default="GET", kw_only=True, validator=_method)
+    headers: Headers = attrs.field(default=(), kw_only=True, converter=_headers)
+    body: bytes = attrs.field(default=b"", kw_only=True, converter=_body)
+    timeout: float | None = attrs.field(default=None, kw_only=True, validator=_timeout)
+    max_redirects: int | None = attrs.field(default=None, kw_only=True, validator=_redirects)
     priority: int = attrs.field(default=0, kw_only=True)
     meta: Any = attrs.field(default=None, kw_only=True, validator=_json_meta)
     callback: str | None = attrs.field(default=None, kw_only=True)

@@ -49,7 +49,7 @@ from ._ring import Ring
 from ._robots import Robots, parse_retry_after, robots_for_status, robots_url
 from ._scope import Scope
 from ._scope import members as scope_members
-from ._settings import Settings
+from ._settings import Settings, header_pairs
 from ._sinks import Sink, sink_for
 from ._sitemaps import first_sitemaps
 from ._spider import Spider
@@ -225,6 +225,7 @@ class Worker:
             max_bytes=self.settings.max_bytes,
             max_connections=self.settings.concurrency,
             max_per_host=self.settings.per_host,
+            headers=header_pairs(self.settings.headers),
         )
         try:
             if self.spider is not None and self.spider.start_urls:
@@ -980,6 +981,11 @@ class _Session:
             callback=held.entry.callback,
             dont_filter=held.entry.dont_filter,
             depth=held.entry.depth,
+            method=held.entry.method,
+            headers=held.entry.headers,
+            body=held.entry.body,
+            timeout=held.entry.timeout,
+            max_redirects=held.entry.max_redirects,
         )
         if not self.still_may_send(held):
             return self.put_back(held)
@@ -1144,7 +1150,7 @@ class _Session:
         for o in outcomes:
             for entry in o.follows:
                 if not entry.dont_filter and self.in_scope(entry):
-                    self.seen_cache[fingerprint(entry.canonical)] = None
+                    self.seen_cache[fingerprint(entry.key)] = None
         while len(self.seen_cache) > SEEN_CACHE:
             del self.seen_cache[next(iter(self.seen_cache))]
 
