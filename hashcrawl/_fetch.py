@@ -9,6 +9,7 @@ from __future__ import annotations
 import contextlib
 import contextvars
 import functools
+import http.cookiejar
 import logging
 import socket
 import ssl
@@ -132,8 +133,12 @@ class HttpxFetcher:
         every = httpx.Headers({"User-Agent": user_agent})
         for name, value in headers:
             every[name] = value
+        # Cookies are the worker's, kept per host by its owner (see _cookies): this
+        # client's own jar, one for every host, accepts none.
+        refusing = http.cookiejar.CookieJar(http.cookiejar.DefaultCookiePolicy(allowed_domains=[]))
         self._client = httpx.AsyncClient(
             headers=every,
+            cookies=refusing,
             timeout=httpx.Timeout(timeout),
             follow_redirects=False,
             limits=limits,

@@ -266,6 +266,14 @@ class Settings:
     obey_robots: bool = _setting(
         True, "do not fetch or obey robots.txt", parse=None, name="--ignore-robots", negate=True
     )
+    cookies: bool = _setting(
+        True,
+        "keep no cookies: by default each host's cookies are kept by its owner and "
+        "handed over with the host",
+        parse=None,
+        name="--no-cookies",
+        negate=True,
+    )
     fsync: bool = _setting(
         True,
         "do not fsync the output before acknowledging pages: faster, but a power loss "
