@@ -32,8 +32,9 @@ MAX_TIMEOUT = 3600.0  # the longest per-request timeout ("t"), in seconds
 MAX_HEADERS = 64  # headers one entry may carry ("H")
 #: An HTTP method or header name: an RFC 9110 token.
 TOKEN = re.compile(r"[!#$%&'*+\-.^_`|~0-9A-Za-z]{1,64}", re.ASCII)
-#: A header value: visible characters, spaces and tabs; no CR, LF or NUL to split a request.
-HEADER_VALUE = re.compile(r"[\t\x20-\x7e\x80-\U0010ffff]{0,8192}")
+#: A header value: visible ASCII, spaces and tabs; no CR, LF or NUL to split a request.
+HEADER_VALUE = re.compile(r"[\t\x20-\x7e]{0,8192}", re.ASCII)
+_FULL_KEYS = frozenset("MHBYtr")  # the keys of a full request's fields
 
 
 class BadEntry(HashcrawlError, ValueError):
@@ -176,6 +177,8 @@ class Entry:
 def _full_request(doc: dict[str, Any], data: bytes | str | None) -> dict[str, Any]:
     """The method, headers, body, timeout and redirect limit of an entry, each checked."""
     full: dict[str, Any] = {}
+    if _FULL_KEYS.isdisjoint(doc):  # a plain GET: nothing to check
+        return full
     method = doc.get("M", "GET")
     if not (isinstance(method, str) and TOKEN.fullmatch(method) and method.isupper()):
         raise BadEntry(f"entry method is not an upper-case HTTP token: {_clip(data)}")

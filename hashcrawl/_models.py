@@ -40,7 +40,7 @@ def _headers(value: Mapping[str, str] | Iterable[tuple[str, str]] | None) -> Hea
             raise ConfigError(f"Request.headers: {name!r:.80} is not a header name")
         if not (isinstance(text, str) and HEADER_VALUE.fullmatch(text)):
             raise ConfigError(
-                f"Request.headers: the value of {name} is not one line of text up to 8 KiB"
+                f"Request.headers: the value of {name} is not one line of ASCII text up to 8 KiB"
             )
         checked.append((name, text))
     return tuple(checked)

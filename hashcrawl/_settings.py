@@ -55,7 +55,7 @@ def _header_line(text: str) -> str:
         raise argparse.ArgumentTypeError("expected 'Name: value', with a header name before ':'")
     if not HEADER_VALUE.fullmatch(value.strip()):
         raise argparse.ArgumentTypeError(
-            f"the value of header {name.strip()} is not one line of text up to 8 KiB"
+            f"the value of header {name.strip()} is not one line of ASCII text up to 8 KiB"
         )
     return f"{name.strip()}: {value.strip()}"
 

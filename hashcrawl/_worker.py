@@ -1029,9 +1029,10 @@ class _Session:
         self.finish(held, self.now())
         self.counters.fetched += 1
         self.w.tally.response(response.status, len(response.body), self.now() - sent)
-        if self.s.cookies and self.latest.owner_of(held.host) == self.id:
+        if self.s.cookies and "set-cookie" in response.headers:
             set_cookies = httpx.Headers(response.headers).get_list("set-cookie")
-            self.jars.take(held.host, request.method, response.url, set_cookies)
+            if self.latest.owner_of(held.host) == self.id:  # not once handed over
+                self.jars.take(held.host, request.method, response.url, set_cookies)
         try:
             return await self.w.handler.handle(self, held, response)
         except Exception as exc:  # a parse callback's bug fails its page, not the worker

@@ -170,8 +170,26 @@ def test_a_body_too_large_for_an_entry_is_refused_with_a_clear_error() -> None:
 
 def test_a_request_with_a_header_that_could_split_the_request_is_refused() -> None:
     """A CR/LF in a header value is refused before it can travel."""
-    with pytest.raises(ConfigError, match="not one line of text"):
+    with pytest.raises(ConfigError, match="not one line of ASCII text"):
         hashcrawl.Request("http://a.example/", headers={"X-A": "1\r\nX-B: 2"})
+
+
+def test_header_settings_reach_a_crawls_children_through_the_environment_only(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """to_flags leaves --header out (argv shows in ps); $HASHCRAWL_HEADERS brings it back."""
+    import argparse
+    import json
+
+    from hashcrawl._settings import HEADERS_ENV_VAR, add_flags
+
+    settings = hashcrawl.Settings.of({"headers": {"Authorization": "Bearer sekrit"}, "delay": 2})
+    assert "sekrit" not in " ".join(settings.to_flags())
+    parser = argparse.ArgumentParser()
+    add_flags(parser)
+    monkeypatch.setenv(HEADERS_ENV_VAR, json.dumps(list(settings.headers)))
+    child = hashcrawl.Settings.from_flags(parser.parse_args(settings.to_flags()))
+    assert child == settings
 
 
 def test_a_bad_header_setting_is_a_one_line_error_without_its_value() -> None:
