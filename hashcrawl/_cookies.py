@@ -66,7 +66,7 @@ class Jars:
                 200, headers=[("set-cookie", c) for c in set_cookies], request=request
             )
             jar.extract_cookies(response)
-        except (httpx.InvalidURL, ValueError):
+        except Exception:  # a server's header is hostile input: it never ends a worker
             return
         self._fit(jar)
         if not list(jar.jar):

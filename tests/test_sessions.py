@@ -9,6 +9,8 @@ from typing import Any
 
 import pytest
 import trio
+from hypothesis import given
+from hypothesis import strategies as st
 
 import hashcrawl
 from hashcrawl._cookies import MAX_JAR_BYTES, Jars
@@ -151,3 +153,20 @@ def test_a_malformed_cookie_record_gives_no_cookies(record: str) -> None:
     jars = Jars()
     jars.adopt("h", record)
     assert "h" not in jars
+
+
+@given(st.lists(st.text(max_size=300), max_size=5))
+def test_no_set_cookie_headers_make_a_jar_raise_or_outgrow_its_bound(lines: list[str]) -> None:
+    """Whatever a server's Set-Cookie headers hold, they are taken or ignored, within 4 KiB."""
+    jars = Jars()
+    jars.take("h", "GET", "http://h.example/a/b", lines)
+    assert len(jars.record("h").encode()) <= MAX_JAR_BYTES
+    jars.header("h", "GET", "http://h.example/a/b")
+
+
+@given(st.text(max_size=500))
+def test_no_cookie_record_makes_adopting_it_raise(record: str) -> None:
+    """Any text as a pace record's cookie part gives cookies or none, never an exception."""
+    jars = Jars()
+    jars.adopt("h", record)
+    jars.header("h", "GET", "http://h.example/")
