@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import inspect
 import json
 from collections.abc import Iterable, Mapping
 from typing import TYPE_CHECKING, Any
@@ -56,6 +57,16 @@ def _body(value: bytes | str | None) -> bytes:
     return body
 
 
+def _callback_name(value: Any) -> str | None:
+    """A callback's name: given as a name, or as the spider's bound method (Scrapy's
+    ``callback=self.parse_item``), since only a name can travel through Redis."""
+    if value is None or isinstance(value, str):
+        return value
+    if inspect.ismethod(value):
+        return value.__name__
+    raise ConfigError(f"Request.callback must be a spider method or its name, got {value!r:.80}")
+
+
 def _method(_: object, attribute: attrs.Attribute[Any], value: str) -> None:
     if not (isinstance(value, str) and TOKEN.fullmatch(value) and value.isupper()):
         raise ConfigError(f"Request.method must be an upper-case HTTP method, got {value!r:.40}")
@@ -89,7 +100,7 @@ class Request:
         max_redirects: redirects followed from this request (default 5, at most 20).
         priority: higher is fetched first among a host's waiting requests.
         meta: JSON-serialisable data handed to the callback with the response.
-        callback: the name of the spider method that parses the response.
+        callback: the spider method that parses the response, or its name.
         dont_filter: enqueue even if the request was seen before.
     """
 
@@ -101,7 +112,7 @@ class Request:
     max_redirects: int | None = attrs.field(default=None, kw_only=True, validator=_redirects)
     priority: int = attrs.field(default=0, kw_only=True)
     meta: Any = attrs.field(default=None, kw_only=True, validator=_json_meta)
-    callback: str | None = attrs.field(default=None, kw_only=True)
+    callback: str | None = attrs.field(default=None, kw_only=True, converter=_callback_name)
     dont_filter: bool = attrs.field(default=False, kw_only=True)
     depth: int = attrs.field(default=0, kw_only=True)
 

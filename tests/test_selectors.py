@@ -10,6 +10,7 @@ import pytest
 import trio
 
 import hashcrawl
+from hashcrawl._exceptions import ConfigError
 from hashcrawl._server import RedisServer
 from tests.fleet import crawl_site, fast_settings, host, href, make_site, page, request_counts
 from tests.testsite import Resource
@@ -111,9 +112,19 @@ def test_follow_all_takes_exactly_one_source() -> None:
         response(PAGE).follow_all(["/x"], css="a")
 
 
+def test_a_callback_given_as_a_bound_method_travels_as_its_name() -> None:
+    """callback=self.parse_item, as Scrapy users write it, names the method; a plain
+    function cannot be named and is refused."""
+    assert hashcrawl.Request("http://a.example/", callback=Shop().parse_item).callback == (
+        "parse_item"
+    )
+    with pytest.raises(ConfigError, match="spider method or its name"):
+        hashcrawl.Request("http://a.example/", callback=len)
+
+
 class Shop(hashcrawl.Spider):
     def parse(self, response: hashcrawl.Response) -> Iterator[Any]:
-        yield from response.follow_all(css="ul a", callback="parse_item")
+        yield from response.follow_all(css="ul a", callback=self.parse_item)
 
     def parse_item(self, response: hashcrawl.Response) -> Iterator[Any]:
         yield {"url": response.url, "h1": response.css("title::text").get()}
