@@ -65,7 +65,7 @@ async def handoff_crawl(redis_url: str, directory: Path, **changes: Any) -> tupl
     """A logged-in crawl of the form site; a second worker joins after a few member pages
     and takes the site's host."""
     crew = Crew(redis_url, new_crawl_name(), directory)
-    settings = fast_settings(spider=Member, delay=0.1, **changes)
+    settings = fast_settings(spider=Member, delay=0.2, **changes)  # 6 s of member pages
     with FormSite(pages=PAGES) as site:
         host = site.root.split("/")[2]
         with trio.fail_after(DEADLINE):
