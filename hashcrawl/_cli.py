@@ -527,7 +527,7 @@ def _crawl_on(redis_url: str, args: argparse.Namespace, urls: list[str]) -> int:
         children = Children(
             [command + child_metrics_flags(args.metrics_port, i) for i in range(args.workers)],
             # The URL goes through the environment: argv is visible to every user in ps.
-            env={**os.environ, REDIS_ENV_VAR: redis_url},
+            env={**os.environ, REDIS_ENV_VAR: redis_url, **_headers_env(settings)},
         )
         with shown(args, redis_url):
             codes = children.run()
@@ -548,6 +548,15 @@ def _state_dir(args: argparse.Namespace) -> Path:
             f"--state-dir cannot be used: {exc.strerror or exc}: {str(state)!r}"
         ) from None
     return state
+
+
+def _headers_env(settings: Settings) -> dict[str, str]:
+    """The ``--header`` lines for the children, in the environment: argv shows in ps."""
+    import json
+
+    from ._settings import HEADERS_ENV_VAR
+
+    return {HEADERS_ENV_VAR: json.dumps(list(settings.headers))} if settings.headers else {}
 
 
 def _child_command(args: argparse.Namespace) -> list[str]:

@@ -2,7 +2,10 @@
 
 from __future__ import annotations
 
+import base64
+import hashlib
 import json
+import re
 from typing import Any
 
 import attrs
@@ -24,6 +27,14 @@ RANGES = {
     "x": (0, 1_000),  # sitemap index depth
     "h": (0, 1_000),  # redirects that led here (more than 5 are never followed)
 }
+MAX_REDIRECTS = 20  # the most a request may ask to follow ("r")
+MAX_TIMEOUT = 3600.0  # the longest per-request timeout ("t"), in seconds
+MAX_HEADERS = 64  # headers one entry may carry ("H")
+#: An HTTP method or header name: an RFC 9110 token.
+TOKEN = re.compile(r"[!#$%&'*+\-.^_`|~0-9A-Za-z]{1,64}", re.ASCII)
+#: A header value: visible ASCII, spaces and tabs; no CR, LF or NUL to split a request.
+HEADER_VALUE = re.compile(r"[\t\x20-\x7e]{0,8192}", re.ASCII)
+_FULL_KEYS = frozenset("MHBYtr")  # the keys of a full request's fields
 
 
 class BadEntry(HashcrawlError, ValueError):
@@ -41,6 +52,10 @@ class Entry:
     ``suspect`` marks an entry that a worker died holding: its owner records it as in
     flight before fetching it, so a page that kills workers is counted and parked dead.
     ``hops`` counts the redirects that led to this URL, so a chain can be cut off.
+
+    ``method``, ``headers``, ``body``, ``timeout`` and ``max_redirects`` are a full
+    request's; each is written only when it is not the default, so a plain GET's entry
+    is what it was before they existed (keys M, H, B or Y, t, r).
     """
 
     url: str
@@ -53,6 +68,21 @@ class Entry:
     suspect: bool = False
     sitemap: int = 0
     hops: int = 0
+    method: str = "GET"
+    headers: tuple[tuple[str, str], ...] = ()
+    body: bytes = b""
+    timeout: float | None = None
+    max_redirects: int | None = None
+
+    @property
+    def key(self) -> str:
+        """What dedupe and dead letters know the request by: the canonical URL of a GET
+        without a body (as before full requests existed), else the method, the canonical
+        URL and a digest of the body, as Scrapy's fingerprint covers them."""
+        if self.method == "GET" and not self.body:
+            return self.canonical
+        digest = hashlib.blake2b(self.body, digest_size=16).hexdigest()
+        return f"{self.method} {self.canonical} {digest}"
 
     @property
     def canonical(self) -> str:
@@ -76,9 +106,18 @@ class Entry:
             ("s", int(self.suspect), 0),
             ("x", self.sitemap, 0),
             ("h", self.hops, 0),
+            ("M", self.method, "GET"),
+            ("H", [list(pair) for pair in self.headers], []),
+            ("t", self.timeout, None),
+            ("r", self.max_redirects, None),
         ):
             if value != default:
                 doc[key] = value
+        if self.body:
+            try:
+                doc["B"] = self.body.decode("utf-8")  # a form or JSON body, as it is
+            except UnicodeDecodeError:
+                doc["Y"] = base64.b64encode(self.body).decode("ascii")
         return json.dumps(doc, separators=(",", ":"), ensure_ascii=False)
 
     @classmethod
@@ -119,6 +158,7 @@ class Entry:
             raise BadEntry(f"entry flag is not 0 or 1: {_clip(data)}")
         if _depth(doc.get("m")) > MAX_META_DEPTH:
             raise BadEntry(f"entry meta nests deeper than {MAX_META_DEPTH}: {_clip(data)}")
+        full = _full_request(doc, data)
         return cls(
             url=doc["u"],
             depth=numbers["d"],
@@ -130,7 +170,58 @@ class Entry:
             suspect=bool(flags[1]),
             sitemap=numbers["x"],
             hops=numbers["h"],
+            **full,
         )
+
+
+def _full_request(doc: dict[str, Any], data: bytes | str | None) -> dict[str, Any]:
+    """The method, headers, body, timeout and redirect limit of an entry, each checked."""
+    full: dict[str, Any] = {}
+    if _FULL_KEYS.isdisjoint(doc):  # a plain GET: nothing to check
+        return full
+    method = doc.get("M", "GET")
+    if not (isinstance(method, str) and TOKEN.fullmatch(method) and method.isupper()):
+        raise BadEntry(f"entry method is not an upper-case HTTP token: {_clip(data)}")
+    full["method"] = method
+    headers = doc.get("H", [])
+    if not (
+        isinstance(headers, list)
+        and len(headers) <= MAX_HEADERS
+        and all(_is_header(pair) for pair in headers)
+    ):
+        raise BadEntry(f"entry headers are not [name, value] pairs of HTTP text: {_clip(data)}")
+    full["headers"] = tuple((name, value) for name, value in headers)
+    text, packed = doc.get("B"), doc.get("Y")
+    if text is not None and packed is not None:
+        raise BadEntry(f"entry has two bodies: {_clip(data)}")
+    if text is not None:
+        if not isinstance(text, str):
+            raise BadEntry(f"entry body is not text: {_clip(data)}")
+        full["body"] = text.encode("utf-8", "surrogatepass")
+    if packed is not None:
+        try:
+            full["body"] = base64.b64decode(packed, validate=True)
+        except (TypeError, ValueError):
+            raise BadEntry(f"entry body is not base64: {_clip(data)}") from None
+    timeout = doc.get("t")
+    if timeout is not None and not (type(timeout) in (int, float) and 0 < timeout <= MAX_TIMEOUT):
+        raise BadEntry(f"entry timeout is not a number in (0, {MAX_TIMEOUT:g}]: {_clip(data)}")
+    full["timeout"] = None if timeout is None else float(timeout)
+    redirects = doc.get("r")
+    if redirects is not None and not (type(redirects) is int and 0 <= redirects <= MAX_REDIRECTS):
+        raise BadEntry(f"entry redirect limit is not in [0, {MAX_REDIRECTS}]: {_clip(data)}")
+    full["max_redirects"] = redirects
+    return full
+
+
+def _is_header(pair: Any) -> bool:
+    return (
+        isinstance(pair, list)
+        and len(pair) == 2
+        and all(isinstance(part, str) for part in pair)
+        and TOKEN.fullmatch(pair[0]) is not None
+        and HEADER_VALUE.fullmatch(pair[1]) is not None
+    )
 
 
 def _document(data: bytes | str | None) -> Any:

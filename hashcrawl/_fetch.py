@@ -9,6 +9,7 @@ from __future__ import annotations
 import contextlib
 import contextvars
 import functools
+import http.cookiejar
 import logging
 import socket
 import ssl
@@ -106,6 +107,10 @@ class HttpxFetcher:
     Each origin gets its own small connection pool (:class:`OriginPools`), unless a
     ``transport`` is given or the environment names a proxy (``HTTP_PROXY`` and the
     like), which httpx's own transport honours.
+
+    A request's method, headers, body and timeout are sent as it gives them; ``headers``
+    here go with every request (a request's own header of the same name wins), and
+    never travel through Redis: the place for credentials.
     """
 
     def __init__(
@@ -117,6 +122,7 @@ class HttpxFetcher:
         max_connections: int = 64,
         max_per_host: int = 4,
         transport: httpx.AsyncBaseTransport | None = None,
+        headers: Iterable[tuple[str, str]] = (),
     ) -> None:
         self.max_bytes = max_bytes
         if transport is None and not _environment_proxies():
@@ -124,8 +130,15 @@ class HttpxFetcher:
         limits = httpx.Limits(
             max_connections=max_connections, max_keepalive_connections=max_connections
         )
+        every = httpx.Headers({"User-Agent": user_agent})
+        for name, value in headers:
+            every[name] = value
+        # Cookies are the worker's, kept per host by its owner (see _cookies): this
+        # client's own jar, one for every host, accepts none.
+        refusing = http.cookiejar.CookieJar(http.cookiejar.DefaultCookiePolicy(allowed_domains=[]))
         self._client = httpx.AsyncClient(
-            headers={"User-Agent": user_agent},
+            headers=every,
+            cookies=refusing,
             timeout=httpx.Timeout(timeout),
             follow_redirects=False,
             limits=limits,
@@ -134,7 +147,14 @@ class HttpxFetcher:
 
     async def fetch(self, request: Request) -> Response:
         try:
-            async with self._client.stream("GET", request.url) as answer:
+            timeout = httpx.USE_CLIENT_DEFAULT if request.timeout is None else request.timeout
+            async with self._client.stream(
+                request.method,
+                request.url,
+                headers=list(request.headers) or None,
+                content=request.body or None,
+                timeout=timeout,
+            ) as answer:
                 body = await self._read(answer)
         except httpx.HTTPError as exc:
             raise FetchError(fetch_failure(exc)[:300]) from None

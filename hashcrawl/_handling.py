@@ -12,13 +12,14 @@ import datetime
 import inspect
 import json
 import logging
-from collections.abc import AsyncGenerator, Callable, Iterable
+import time
+from collections.abc import AsyncGenerator, Callable, Iterable, Iterator
 from typing import TYPE_CHECKING, Any
 
 import attrs
 import trio
 
-from ._entry import Entry
+from ._entry import MAX_ENTRY_BYTES, Entry
 from ._exceptions import ConfigError
 from ._faults import FAULTS
 from ._frontier import Held
@@ -28,7 +29,7 @@ from ._robots import parse_retry_after
 from ._sinks import as_dict
 from ._sitemaps import sitemap_entries
 from ._store import Batch, dead_key
-from ._urls import fingerprint, host_key
+from ._urls import canonicalize, fingerprint, host_key
 
 if TYPE_CHECKING:
     from ._ring import Ring
@@ -37,6 +38,7 @@ if TYPE_CHECKING:
 Parse = Callable[[Response], Any]
 MAX_REDIRECTS = 5  # hops in one chain, as RFC 9309 asks of robots.txt and browsers allow
 RETRY_AFTER_CAP = 600.0  # a server's Retry-After is honoured up to ten minutes
+LOOP_HOLD_WARNING = 1.0  # seconds a callback may hold the event loop before it is reported
 
 
 def is_overloaded(status: int) -> bool:
@@ -146,7 +148,7 @@ class Outcome:
             return []
         if entry.dont_filter:
             return [session.target_of(ring, host_key(entry.canonical)), entry.encode()]
-        h1, h2 = fingerprint(entry.canonical)
+        h1, h2 = fingerprint(entry.key)
         skip_filter = "skip_seen_filter" in FAULTS  # a deliberate bug to catch: duplicates
         if skip_filter or not session.is_cached((h1, h2)):
             target = session.target_of(ring, host_key(entry.canonical))
@@ -164,10 +166,15 @@ class Handler:
     """
 
     def __init__(
-        self, parse: Parse | None = None, *, callbacks: Callable[[str], Parse] | None = None
+        self,
+        parse: Parse | None = None,
+        *,
+        callbacks: Callable[[str], Parse] | None = None,
+        blocking: bool = False,
     ):
         self.parse = parse
         self.callbacks = callbacks
+        self.blocking = blocking  # run synchronous callbacks in a thread
 
     async def handle(self, session: _Session, held: Held, response: Response) -> Outcome:
         """The outcome of a response: retried if the server is overloaded, dead-lettered
@@ -177,8 +184,9 @@ class Handler:
             session.frontier.back_off(held.host, session.now() + wait)
             return Outcome.retry(held, f"HTTP {response.status}")
         redirect = self._redirect(held, response)
-        if redirect and held.entry.hops >= MAX_REDIRECTS:
-            reason = f"more than {MAX_REDIRECTS} redirects (next: {redirect[0].url})"
+        most = MAX_REDIRECTS if held.entry.max_redirects is None else held.entry.max_redirects
+        if redirect and held.entry.hops >= most:
+            reason = f"more than {most} redirects (next: {redirect[0].url})"
             return Outcome.dead(held, reason)
         if held.entry.sitemap:  # hashcrawl's own request: no item, no parse callback
             # Up to 50,000 URLs to read and escape: a thread's work, not the event loop's.
@@ -192,7 +200,13 @@ class Handler:
         items: list[Any] = []
         follows = []
         try:
-            await self._produce(held, capped, session, items, follows)
+            limit = session.s.parse_timeout
+            try:
+                with trio.fail_after(limit):
+                    await self._produce(held, capped, session, items, follows)
+            except trio.TooSlowError:
+                error = f"the parse callback ran past --parse-timeout ({limit:g} s)"
+                raise ParseTimeout(error) from None
         except Exception as exc:  # a callback's bug fails its page, not the worker
             log.exception("parsing %s failed", held.entry.url)
             error = f"{type(exc).__name__}: {exc}"
@@ -235,7 +249,8 @@ class Handler:
             follows += [Entry(url=u, depth=held.entry.depth + 1) for u in links]
             return
         most = session.s.max_links
-        async with contextlib.aclosing(_each(parse(response))) as produced:
+        steps = _Steps(parse, response, self.blocking)
+        async with contextlib.aclosing(steps.each()) as produced:
             async for thing in produced:
                 if isinstance(thing, Request | str) and len(follows) >= most:
                     session.counters.links_dropped += 1  # past --max-links: not even read
@@ -247,6 +262,13 @@ class Handler:
                         follows.append(follow)
                 elif thing is not None:
                     items.append(as_dict(thing))
+        if steps.held_loop > LOOP_HOLD_WARNING:
+            log.warning(
+                "the parse callback held the event loop %.1f s on %s: set blocking = True "
+                "on the spider to run it in a thread",
+                steps.held_loop,
+                held.entry.url,
+            )
 
     def accepts(self, entry: Entry) -> bool:
         """Whether an entry's callback (if any) names a method this handler may call."""
@@ -271,7 +293,11 @@ class Handler:
     @staticmethod
     def _redirect(held: Held, response: Response) -> list[Entry]:
         """A redirect's target, one hop and one level deeper; it never inherits
-        ``dont_filter``, so a loop of redirects ends at the seen filter."""
+        ``dont_filter``, so a loop of redirects ends at the seen filter.
+
+        As browsers do, a 301, 302 or 303 turns a request other than GET or HEAD into a
+        GET without a body (307 and 308 keep both), and a request's headers do not
+        follow it to another host."""
         location = response.headers.get("location")
         if not (300 <= response.status < 400 and location):
             return []
@@ -279,6 +305,14 @@ class Handler:
         if target is None:
             return []
         entry = held.entry
+        method, body, headers = entry.method, entry.body, entry.headers
+        if response.status in (301, 302, 303) and method not in ("GET", "HEAD"):
+            method, body = "GET", b""
+            headers = tuple(h for h in headers if h[0].lower() != "content-type")
+        try:
+            same_host = host_key(canonicalize(target)) == held.host
+        except ValueError:
+            same_host = False
         return [
             attrs.evolve(
                 entry,
@@ -288,6 +322,9 @@ class Handler:
                 dont_filter=False,
                 depth=entry.depth + 1,
                 hops=entry.hops + 1,
+                method=method,
+                body=body,
+                headers=headers if same_host else (),
             )
         ]
 
@@ -324,7 +361,7 @@ def dead_letter(entry: Entry, error: str) -> list[str]:
         "entry": entry.encode(),
         "at": int(_unix_now()),  # so status can show the most recent
     }
-    return [dead_key(entry.canonical), json.dumps(record, ensure_ascii=False)]
+    return [dead_key(entry.key), json.dumps(record, ensure_ascii=False)]
 
 
 def park_score(held: Held) -> float:
@@ -347,6 +384,53 @@ def page_item(held: Held, response: Response, worker: str) -> dict[str, Any]:
         "fetched_at": datetime.datetime.now(datetime.UTC).isoformat(timespec="milliseconds"),
         "worker": worker,
     }
+
+
+class ParseTimeout(Exception):
+    """A parse callback ran past ``--parse-timeout`` and was cancelled."""
+
+
+_DONE = object()
+
+
+class _Steps:
+    """A callback's run, one produced thing at a time, its synchronous steps timed.
+
+    A blocking spider's synchronous steps (the call, each ``next``) run in a thread,
+    abandoned if ``--parse-timeout`` cancels them; otherwise they run on the event loop
+    and ``held_loop`` adds up how long they held it.
+    """
+
+    def __init__(self, parse: Parse, response: Response, blocking: bool) -> None:
+        self.parse = parse
+        self.response = response
+        self.blocking = blocking
+        self.held_loop = 0.0
+
+    async def step(self, call: Callable[..., Any], *args: Any) -> Any:
+        if self.blocking:
+            return await trio.to_thread.run_sync(call, *args, abandon_on_cancel=True)
+        start = time.monotonic()
+        try:
+            return call(*args)
+        finally:
+            self.held_loop += time.monotonic() - start
+
+    async def each(self) -> AsyncGenerator[Any, None]:
+        produced = await self.step(self.parse, self.response)
+        if isinstance(produced, Iterator) and not isinstance(produced, str):
+            try:
+                while (thing := await self.step(next, produced, _DONE)) is not _DONE:
+                    yield thing
+            finally:
+                close = getattr(produced, "close", None)
+                if close is not None:
+                    with contextlib.suppress(ValueError):  # still running in an abandoned thread
+                        close()
+            return
+        async with contextlib.aclosing(_each(produced)) as things:
+            async for thing in things:
+                yield thing
 
 
 async def _each(produced: Any) -> AsyncGenerator[Any, None]:
@@ -373,14 +457,27 @@ def _as_entry(thing: Request | str, response: Response, depth: int) -> Entry | N
     url = request_url(response.url, request.url)
     if url is None:
         return None
-    return Entry(
+    entry = Entry(
         url=url,
         depth=depth,
         priority=request.priority,
         meta=request.meta,
         callback=request.callback,
         dont_filter=request.dont_filter,
+        method=request.method,
+        headers=request.headers,
+        body=request.body,
+        timeout=request.timeout,
+        max_redirects=request.max_redirects,
     )
+    if request.body or request.headers:  # a plain GET's entry is as small as its URL
+        size = len(entry.encode().encode("utf-8"))
+        if size > MAX_ENTRY_BYTES:
+            raise ConfigError(
+                f"Request {request.method} {url:.100} would be a {size}-byte queue entry, "
+                f"over the {MAX_ENTRY_BYTES} an entry holds: send a smaller body"
+            )
+    return entry
 
 
 def _unread_links(response: Response) -> int:
@@ -390,6 +487,4 @@ def _unread_links(response: Response) -> int:
 
 
 def _unix_now() -> float:
-    import time
-
     return time.time()

@@ -28,12 +28,16 @@ class Page:
     page's ``<link rel="canonical">`` (None if absent).
 
     ``dropped`` counts the link elements left unread once ``max_links`` were kept.
+    ``root`` is the parsed document (None if the body did not parse) and ``base`` the
+    URL its links resolve against, so that selectors and ``follow`` reuse this parse.
     """
 
     title: str | None
     links: tuple[str, ...]
     canonical: str | None = None
     dropped: int = 0
+    root: lxml.html.HtmlElement | None = attrs.field(default=None, eq=False, repr=False)
+    base: str | None = attrs.field(default=None, eq=False, repr=False)
 
 
 def parse_html(
@@ -62,7 +66,7 @@ def parse_html(
     targets = link_targets(root)
     links = _unique((u for t in targets if (u := request_url(base, t)) is not None), max_links)
     dropped = sum(1 for _ in targets)  # counted as written, not resolved: cheap
-    return Page(_title(root), links, canonical_link(root, base), dropped)
+    return Page(_title(root), links, canonical_link(root, base), dropped, root, base)
 
 
 def is_html(content_type: str | None) -> bool:

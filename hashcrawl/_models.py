@@ -2,16 +2,20 @@
 
 from __future__ import annotations
 
+import inspect
 import json
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
 from typing import TYPE_CHECKING, Any
 
 import attrs
 import httpx
 
+from ._entry import HEADER_VALUE, MAX_ENTRY_BYTES, MAX_HEADERS, MAX_REDIRECTS, MAX_TIMEOUT, TOKEN
 from ._exceptions import ConfigError
 
 if TYPE_CHECKING:
+    from parsel import Selector, SelectorList
+
     from ._html import Page
 
 
@@ -22,22 +26,93 @@ def _json_meta(_: object, attribute: attrs.Attribute[Any], value: Any) -> None:
         raise ConfigError(f"Request.meta must be JSON-serialisable, got {value!r:.80}") from None
 
 
+Headers = tuple[tuple[str, str], ...]
+
+
+def _headers(value: Mapping[str, str] | Iterable[tuple[str, str]] | None) -> Headers:
+    """Headers as (name, value) pairs, each checked: they travel in a queue entry."""
+    pairs = list(value.items() if isinstance(value, Mapping) else value or ())
+    if len(pairs) > MAX_HEADERS:
+        raise ConfigError(f"Request.headers: {len(pairs)} headers, over {MAX_HEADERS}")
+    checked = []
+    for pair in pairs:
+        name, text = pair
+        if not (isinstance(name, str) and TOKEN.fullmatch(name)):
+            raise ConfigError(f"Request.headers: {name!r:.80} is not a header name")
+        if not (isinstance(text, str) and HEADER_VALUE.fullmatch(text)):
+            raise ConfigError(
+                f"Request.headers: the value of {name} is not one line of ASCII text up to 8 KiB"
+            )
+        checked.append((name, text))
+    return tuple(checked)
+
+
+def _body(value: bytes | str | None) -> bytes:
+    body = value.encode("utf-8") if isinstance(value, str) else bytes(value or b"")
+    if len(body) > MAX_ENTRY_BYTES:
+        raise ConfigError(
+            f"Request.body is {len(body)} bytes; a request travels in a queue entry of at "
+            f"most {MAX_ENTRY_BYTES} bytes"
+        )
+    return body
+
+
+def _callback_name(value: Any) -> str | None:
+    """A callback's name: given as a name, or as the spider's bound method (Scrapy's
+    ``callback=self.parse_item``), since only a name can travel through Redis."""
+    if value is None or isinstance(value, str):
+        return value
+    if inspect.ismethod(value):
+        return value.__name__
+    raise ConfigError(f"Request.callback must be a spider method or its name, got {value!r:.80}")
+
+
+def _method(_: object, attribute: attrs.Attribute[Any], value: str) -> None:
+    if not (isinstance(value, str) and TOKEN.fullmatch(value) and value.isupper()):
+        raise ConfigError(f"Request.method must be an upper-case HTTP method, got {value!r:.40}")
+
+
+def _timeout(_: object, attribute: attrs.Attribute[Any], value: float | None) -> None:
+    if value is not None and not 0 < value <= MAX_TIMEOUT:
+        raise ConfigError(f"Request.timeout must be in (0, {MAX_TIMEOUT:g}] seconds, got {value}")
+
+
+def _redirects(_: object, attribute: attrs.Attribute[Any], value: int | None) -> None:
+    if value is not None and not (type(value) is int and 0 <= value <= MAX_REDIRECTS):
+        raise ConfigError(f"Request.max_redirects must be in [0, {MAX_REDIRECTS}], got {value!r}")
+
+
 @attrs.frozen
 class Request:
-    """A URL to fetch, with what travels with it through Redis.
+    """A request to make, with what travels with it through Redis.
+
+    Everything here is written to the crawl's queue in Redis, headers and body
+    included, where anyone who can read that Redis can read it: give credentials with
+    the ``headers`` setting (``--header``), which never leaves the worker.
 
     Args:
         url: an absolute http(s) URL (or any URL a custom fetcher understands).
+        method: the HTTP method, upper case.
+        headers: headers to send (a mapping or (name, value) pairs).
+        body: the body to send (text is sent as UTF-8); a few KiB at most, since an
+            entry holds at most 64 KiB.
+        timeout: seconds for this request's fetch (default: the ``timeout`` setting).
+        max_redirects: redirects followed from this request (default 5, at most 20).
         priority: higher is fetched first among a host's waiting requests.
         meta: JSON-serialisable data handed to the callback with the response.
-        callback: the name of the spider method that parses the response.
-        dont_filter: enqueue even if the URL was seen before.
+        callback: the spider method that parses the response, or its name.
+        dont_filter: enqueue even if the request was seen before.
     """
 
     url: str
+    method: str = attrs.field(default="GET", kw_only=True, validator=_method)
+    headers: Headers = attrs.field(default=(), kw_only=True, converter=_headers)
+    body: bytes = attrs.field(default=b"", kw_only=True, converter=_body)
+    timeout: float | None = attrs.field(default=None, kw_only=True, validator=_timeout)
+    max_redirects: int | None = attrs.field(default=None, kw_only=True, validator=_redirects)
     priority: int = attrs.field(default=0, kw_only=True)
     meta: Any = attrs.field(default=None, kw_only=True, validator=_json_meta)
-    callback: str | None = attrs.field(default=None, kw_only=True)
+    callback: str | None = attrs.field(default=None, kw_only=True, converter=_callback_name)
     dont_filter: bool = attrs.field(default=False, kw_only=True)
     depth: int = attrs.field(default=0, kw_only=True)
 
@@ -59,6 +134,7 @@ class Response:
     request: Request
     max_links: int | None = attrs.field(default=None, kw_only=True)
     _parsed: list[Page | None] = attrs.field(factory=list, init=False, eq=False, repr=False)
+    _cache: dict[str, Any] = attrs.field(factory=dict, init=False, eq=False, repr=False)
 
     @property
     def text(self) -> str:
@@ -95,6 +171,101 @@ class Response:
         page = self._page()
         return page.title if page is not None else None
 
+    @property
+    def selector(self) -> Selector:
+        """A parsel ``Selector`` over the body, as Scrapy's ``response.selector``.
+
+        An HTML page's selector wraps the tree already parsed for :meth:`links` and
+        :meth:`title` (parsed once, on first use); any other body is parsed as its
+        Content-Type says (XML for an XML type, else HTML). A page that never asks for
+        a selector pays nothing for it.
+        """
+        if "selector" not in self._cache:
+            from parsel import Selector
+
+            page = self._page()
+            if page is not None and page.root is not None:
+                selector = Selector(root=page.root, type="html", base_url=self.url)
+            else:
+                media = (self.headers.get("content-type") or "").partition(";")[0].strip()
+                kind = "xml" if media.lower().endswith(("/xml", "+xml")) else "html"
+                selector = Selector(text=self.text or "<html/>", type=kind, base_url=self.url)
+            self._cache["selector"] = selector
+        return self._cache["selector"]  # type: ignore[no-any-return]
+
+    def css(self, query: str) -> SelectorList[Selector]:
+        """``response.css("h1::text").get()``: parsel's CSS selection, as in Scrapy."""
+        return self.selector.css(query)
+
+    def xpath(self, query: str, **namespaces_and_variables: Any) -> SelectorList[Selector]:
+        """``response.xpath("//h1/text()").get()``: parsel's XPath selection, as in Scrapy."""
+        return self.selector.xpath(query, **namespaces_and_variables)
+
+    def json(self) -> Any:
+        """The body decoded as JSON, as Scrapy's ``response.json()`` (parsed once).
+
+        Raises:
+            ValueError: the body is not JSON.
+        """
+        if "json" not in self._cache:
+            self._cache["json"] = json.loads(self.text)
+        return self._cache["json"]
+
+    def urljoin(self, href: str) -> str | None:
+        """``href`` resolved the way the crawler resolves a page's links: against the
+        page's ``<base href>`` if it has one, fragment dropped, escaped to be sent;
+        None for nothing crawlable (see ``_links.request_url``)."""
+        from ._links import request_url
+
+        page = self._page()
+        base = page.base if page is not None and page.base else self.url
+        return request_url(base, href)
+
+    def follow(self, href: str | Selector, **request: Any) -> Request:
+        """A :class:`Request` for a link of this page, as Scrapy's ``response.follow``.
+
+        ``href`` is a URL (relative or not) or a selector of an ``<a>``/``<link>``
+        element or of an attribute; ``request`` holds the Request's other arguments
+        (``callback=``, ``meta=``, ``method=``...).
+
+        Raises:
+            ValueError: the link leads nowhere crawlable (mailto:, javascript:, empty).
+        """
+        written = _href(href)
+        url = self.urljoin(written)
+        if url is None:
+            raise ValueError(f"response.follow: nothing to crawl at {written!r:.200}")
+        return Request(url, **request)
+
+    def follow_all(
+        self,
+        urls: Iterable[str | Selector] | None = None,
+        *,
+        css: str | None = None,
+        xpath: str | None = None,
+        **request: Any,
+    ) -> list[Request]:
+        """Requests for many links, as Scrapy's ``response.follow_all``: of ``urls``, or
+        of the elements ``css`` or ``xpath`` select (``<a>`` and ``<link>`` give their
+        href). Links that lead nowhere crawlable are left out.
+        """
+        if sum(x is not None for x in (urls, css, xpath)) != 1:
+            raise ValueError("response.follow_all takes exactly one of urls, css and xpath")
+        found: Iterable[str | Selector]
+        if css is not None:
+            found = self.css(css)
+        elif xpath is not None:
+            found = self.xpath(xpath)
+        else:
+            assert urls is not None
+            found = urls
+        requests = []
+        for href in found:
+            url = self.urljoin(_href(href))
+            if url is not None:
+                requests.append(Request(url, **request))
+        return requests
+
     def _page(self) -> Page | None:
         # Parsed once however many of links() and title() are asked for.
         if not self._parsed:
@@ -107,6 +278,19 @@ class Response:
                 page = parse_html(self.body, self.url, encoding=charset, max_links=cap)
             self._parsed.append(page)
         return self._parsed[0]
+
+
+def _href(href: str | Selector) -> str:
+    """What a link (a URL, or a selector of an element or of an attribute) points to."""
+    if isinstance(href, str):
+        return href
+    root = href.root
+    if isinstance(root, str):
+        return root
+    tag = getattr(root, "tag", None)
+    if tag not in ("a", "link", "area"):
+        raise ValueError(f"only <a>, <area> and <link> elements can be followed, got <{tag}>")
+    return str(root.get("href") or "")
 
 
 def _charset(content_type: str | None) -> str | None:

@@ -115,7 +115,7 @@ def _submit_entries(store: Store, entries: list[Entry]) -> int:
         for entry in entries:
             owner = ring.owner_of(host_key(entry.canonical))
             target = store.stream_of(owner) if owner else store.inbox
-            h1, h2 = fingerprint(entry.canonical)
+            h1, h2 = fingerprint(entry.key)
             batch.add.append([target, entry.encode(), h1, h2, 0 if entry.dont_filter else 1])
         result = store.commit(batch)
         if result.status == "ok":

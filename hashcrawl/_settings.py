@@ -42,6 +42,44 @@ def _text(text: str) -> str:
     return text
 
 
+#: Where ``crawl`` hands its children the ``headers`` setting, out of sight of ``ps``.
+HEADERS_ENV_VAR = "HASHCRAWL_HEADERS"
+
+
+def _header_line(text: str) -> str:
+    """A ``Name: value`` header line, checked (the value is never repeated: a credential)."""
+    from ._entry import HEADER_VALUE, TOKEN
+
+    name, colon, value = text.partition(":")
+    if not colon or not TOKEN.fullmatch(name.strip()):
+        raise argparse.ArgumentTypeError("expected 'Name: value', with a header name before ':'")
+    if not HEADER_VALUE.fullmatch(value.strip()):
+        raise argparse.ArgumentTypeError(
+            f"the value of header {name.strip()} is not one line of ASCII text up to 8 KiB"
+        )
+    return f"{name.strip()}: {value.strip()}"
+
+
+def _header_lines(value: Any) -> tuple[str, ...]:
+    """``headers=`` as header lines: from a mapping, (name, value) pairs or lines."""
+    from collections.abc import Mapping
+
+    items = value.items() if isinstance(value, Mapping) else value
+    lines = []
+    for item in items:
+        text = item if isinstance(item, str) else f"{item[0]}: {item[1]}"
+        try:
+            lines.append(_header_line(text))
+        except argparse.ArgumentTypeError as exc:
+            raise ConfigError(f"--header: {exc}") from None
+    return tuple(lines)
+
+
+def header_pairs(lines: tuple[str, ...]) -> tuple[tuple[str, str], ...]:
+    """Header lines as (name, value) pairs."""
+    return tuple((name, value.strip()) for name, _, value in (x.partition(":") for x in lines))
+
+
 def _or_none(parse: Callable[[str], Any]) -> Callable[[str], Any]:
     """Also accepts 'none', for a setting whose default is no limit."""
 
@@ -62,6 +100,7 @@ class Flag:
         name: the flag when it is not ``--`` and the field's name with dashes.
         negate: a switch that sets the field False (``--ignore-robots``).
         repeat: a flag given once per value of a tuple field.
+        secret: never written on a child's command line (see :meth:`Settings.to_flags`).
     """
 
     help: str
@@ -70,6 +109,7 @@ class Flag:
     name: str | None = None
     negate: bool = False
     repeat: bool = False
+    secret: bool = False
 
 
 def flag_name(field: attrs.Attribute[Any]) -> str:
@@ -180,10 +220,34 @@ class Settings:
         parse=_or_none(_whole),
         metavar="N",
     )
+    headers: tuple[str, ...] = attrs.field(
+        default=(),
+        converter=_header_lines,
+        repr=False,  # credentials: never in a repr, a log or a child's command line
+        metadata={
+            "flag": Flag(
+                help="send this header with every request, 'Name: value' (repeatable); "
+                "unlike a Request's headers it never goes to Redis: the place for "
+                f"credentials (${HEADERS_ENV_VAR}, a JSON list of lines, keeps them out of ps)",
+                parse=_header_line,
+                name="--header",
+                repeat=True,
+                metavar="'NAME: VALUE'",
+                secret=True,
+            )
+        },
+    )
     max_attempts: int = _setting(
         4, "tries before a page is dead-lettered", check=_positive, parse=_whole, metavar="N"
     )
     timeout: float = _setting(30.0, "seconds for one fetch", check=_positive, metavar="S")
+    parse_timeout: float = _setting(
+        60.0,
+        "seconds a parse callback may run on one page before it is cancelled and the "
+        "page fails (retried, then dead-lettered)",
+        check=_positive,
+        metavar="S",
+    )
     max_bytes: int = _setting(
         10 * 1024 * 1024,
         "largest body the default fetcher reads, in bytes",
@@ -201,6 +265,14 @@ class Settings:
     )
     obey_robots: bool = _setting(
         True, "do not fetch or obey robots.txt", parse=None, name="--ignore-robots", negate=True
+    )
+    cookies: bool = _setting(
+        True,
+        "keep no cookies: by default each host's cookies are kept by its owner and "
+        "handed over with the host",
+        parse=None,
+        name="--no-cookies",
+        negate=True,
     )
     fsync: bool = _setting(
         True,
@@ -296,13 +368,14 @@ class Settings:
 
     @classmethod
     def from_flags(cls, args: argparse.Namespace) -> Settings:
-        """The settings that :func:`add_flags`' flags gave."""
+        """The settings that :func:`add_flags`' flags gave (and ``$HASHCRAWL_HEADERS``)."""
         given = {}
         for field in attrs.fields(cls):
             value = getattr(args, field.name)
             if field.metadata["flag"].repeat:
                 value = tuple(value or ())
             given[field.name] = value
+        given["headers"] = (*_headers_from_environment(), *given["headers"])
         return cls(**given)
 
     def to_flags(self) -> list[str]:
@@ -314,6 +387,8 @@ class Settings:
                 continue
             flag: Flag = field.metadata["flag"]
             name = flag_name(field)
+            if flag.secret:
+                continue  # handed over through the environment (HEADERS_ENV_VAR)
             if flag.parse is None:
                 flags.append(name)
             elif flag.repeat:
@@ -337,6 +412,22 @@ class Settings:
     def answer_timeout(self) -> float:
         """Longest wait for any one answer from Redis, reconnecting included."""
         return self.lease / 3
+
+
+def _headers_from_environment() -> list[str]:
+    import json
+    import os
+
+    text = os.environ.get(HEADERS_ENV_VAR)
+    if not text:
+        return []
+    try:
+        lines = json.loads(text)
+    except ValueError:
+        lines = None
+    if not (isinstance(lines, list) and all(isinstance(x, str) for x in lines)):
+        raise ConfigError(f"${HEADERS_ENV_VAR} must be a JSON list of 'Name: value' lines")
+    return lines
 
 
 SCOPE = ("allow_domains", "span_hosts")  # the settings ``submit`` takes too

@@ -21,9 +21,16 @@ class Spider:
     name another method of the subclass with ``Request(url, callback="parse_item")``.
     Only methods the subclass defines itself can be named: an entry in Redis can never
     call a dunder or one of hashcrawl's own methods.
+
+    ``blocking = True`` says the spider's callbacks block (a synchronous database call,
+    heavy computation): each is then run in a thread (``trio.to_thread``) so the worker
+    keeps fetching, heartbeating and honouring ``--parse-timeout`` meanwhile. Leave it
+    False for callbacks that only read the response: a thread per page costs more than
+    such a callback.
     """
 
     start_urls: ClassVar[Sequence[str]] = ()
+    blocking: ClassVar[bool] = False
 
     def parse(self, response: Response) -> Any:
         """Default: one item per page, and follow every link."""

@@ -25,8 +25,10 @@ from collections.abc import AsyncIterator, Callable, Iterable, Iterator
 from typing import Any, TypeVar
 
 import attrs
+import httpx
 import trio
 
+from ._cookies import Jars
 from ._entry import BadEntry, Entry
 from ._exceptions import (
     ConfigError,
@@ -49,7 +51,7 @@ from ._ring import Ring
 from ._robots import Robots, parse_retry_after, robots_for_status, robots_url
 from ._scope import Scope
 from ._scope import members as scope_members
-from ._settings import Settings
+from ._settings import Settings, header_pairs
 from ._sinks import Sink, sink_for
 from ._sitemaps import first_sitemaps
 from ._spider import Spider
@@ -183,7 +185,11 @@ class Worker:
         if parse is not None and self.spider is not None:
             raise ConfigError("give a Worker either parse or spider, not both")
         if self.spider is not None:
-            self.handler = Handler(self.spider.parse, callbacks=self.spider._callback)
+            self.handler = Handler(
+                self.spider.parse,
+                callbacks=self.spider._callback,
+                blocking=bool(self.spider.blocking),
+            )
         else:
             self.handler = Handler(parse)
         self.sink = sink if sink is not None else sink_for("-", fsync=self.settings.fsync)
@@ -221,6 +227,7 @@ class Worker:
             max_bytes=self.settings.max_bytes,
             max_connections=self.settings.concurrency,
             max_per_host=self.settings.per_host,
+            headers=header_pairs(self.settings.headers),
         )
         try:
             if self.spider is not None and self.spider.start_urls:
@@ -328,6 +335,7 @@ class _Session:
         self.parked: set[str] = set()
         self.unpaced: set[str] = set()  # hosts whose pace record is not to be read yet
         self.pace_read: dict[str, str] = {}  # pace records read: the next commit deletes them
+        self.jars = Jars()  # the cookies of the hosts this worker owns
         self.last_read = "0"  # the newest entry id this reader has taken in
         self.unsure = False  # a read failed: Redis may have delivered what never came
         self.suspects: set[str] = set()
@@ -567,7 +575,8 @@ class _Session:
         try:
             with trio.fail_after(self.s.lease):
                 await self.flush_now()
-                pace = self.pace_records(list({**self.frontier.hosts, **self.taken}))
+                hosts = {**self.frontier.hosts, **self.taken, **dict.fromkeys(self.jars.hosts())}
+                pace = self.pace_records(list(hosts))
                 await self.persist(self.store.leave, self.id, pace)
                 await self.drain(self.stream)
         except trio.TooSlowError:
@@ -737,9 +746,13 @@ class _Session:
         self.poke()
 
     def apply_pace(self, host: Host, record: str) -> None:
-        """Adopt a previous owner's record: ``last_ms,backoff_ms,crawl_delay[,taken]``."""
+        """Adopt a previous owner's record: ``last_ms,backoff_ms,crawl_delay[,taken]``,
+        then ``;`` and the host's cookies if it has any (see ``_cookies``)."""
+        pace, _, cookies = record.partition(";")
+        if cookies and self.s.cookies:
+            self.jars.adopt(host.name, cookies)
         try:
-            last_ms, backoff_ms, crawl_delay, *more = (float(x) for x in record.split(","))
+            last_ms, backoff_ms, crawl_delay, *more = (float(x) for x in pace.split(","))
             taken = int(more[0]) if more else 0
         except (ValueError, OverflowError):
             return
@@ -759,9 +772,12 @@ class _Session:
         for name in names:
             taken = self.taken.get(name, 0)
             host = self.frontier.hosts.get(name)
+            cookies = self.jars.record(name)
+            if cookies:  # the session goes with the host (at most MAX_JAR_BYTES)
+                records[name] = ";" + cookies
             if host is None:  # forgotten while idle: only its page count is left
-                if taken:
-                    records[name] = f"0,0,0,{taken}"
+                if taken or cookies:
+                    records[name] = f"0,0,0,{taken}" + records.get(name, "")
                 continue
             gap = max(self.s.delay, host.crawl_delay)
             if max(host.last_end + gap, host.backoff_until) > now or taken:
@@ -770,9 +786,13 @@ class _Session:
                 late = self.rtt / 2
                 last = self.server_ms(host.last_end + late) if host.last_end > 0 else 0
                 backoff = self.server_ms(host.backoff_until + late) if host.backoff_until > 0 else 0
-                records[name] = f"{last},{backoff},{host.crawl_delay}" + (
-                    f",{taken}" if taken else ""
+                records[name] = (
+                    f"{last},{backoff},{host.crawl_delay}"
+                    + (f",{taken}" if taken else "")
+                    + records.get(name, "")
                 )
+            elif cookies:
+                records[name] = f"0,0,{host.crawl_delay}" + records[name]
         return records
 
     # -- dispatching -------------------------------------------------------------------
@@ -969,6 +989,10 @@ class _Session:
             self.finish(held, host.last_start)
             self.counters.host_capped += 1
             return Outcome.done(held, [], [])
+        headers = held.entry.headers
+        if self.s.cookies and not any(name.lower() == "cookie" for name, _ in headers):
+            cookie = self.jars.header(held.host, held.entry.method, held.entry.url)
+            headers = (*headers, ("Cookie", cookie)) if cookie else headers
         request = Request(
             held.entry.url,
             priority=held.entry.priority,
@@ -976,6 +1000,11 @@ class _Session:
             callback=held.entry.callback,
             dont_filter=held.entry.dont_filter,
             depth=held.entry.depth,
+            method=held.entry.method,
+            headers=headers,
+            body=held.entry.body,
+            timeout=held.entry.timeout,
+            max_redirects=held.entry.max_redirects,
         )
         if not self.still_may_send(held):
             return self.put_back(held)
@@ -1000,6 +1029,10 @@ class _Session:
         self.finish(held, self.now())
         self.counters.fetched += 1
         self.w.tally.response(response.status, len(response.body), self.now() - sent)
+        if self.s.cookies and "set-cookie" in response.headers:
+            set_cookies = httpx.Headers(response.headers).get_list("set-cookie")
+            if self.latest.owner_of(held.host) == self.id:  # not once handed over
+                self.jars.take(held.host, request.method, response.url, set_cookies)
         try:
             return await self.w.handler.handle(self, held, response)
         except Exception as exc:  # a parse callback's bug fails its page, not the worker
@@ -1140,7 +1173,7 @@ class _Session:
         for o in outcomes:
             for entry in o.follows:
                 if not entry.dont_filter and self.in_scope(entry):
-                    self.seen_cache[fingerprint(entry.canonical)] = None
+                    self.seen_cache[fingerprint(entry.key)] = None
         while len(self.seen_cache) > SEEN_CACHE:
             del self.seen_cache[next(iter(self.seen_cache))]
 
@@ -1187,8 +1220,10 @@ class _Session:
         # long the new owner must take the host for busy.
         self.cut_short(lost, self.now() + min(self.s.grace, self.s.timeout))
         lost_counts = [h for h in self.taken if ring.owner_of(h) != self.id]
+        lost_counts += [h for h in self.jars.hosts() if ring.owner_of(h) != self.id]
         batch = Batch(worker=self.id, epoch=ring.epoch, src=self.stream, applied=ring.epoch)
-        records = self.pace_records([*lost, *(h for h in lost_counts if h not in lost)])
+        others = dict.fromkeys(h for h in lost_counts if h not in lost)
+        records = self.pace_records([*lost, *others])
         batch.pace = [x for pair in records.items() for x in pair]
         for name in lost:
             for held in self.frontier.hosts[name].queue:
@@ -1210,6 +1245,7 @@ class _Session:
             self.sitemapped.discard(name)
         for name in lost_counts:
             self.taken.pop(name, None)
+            self.jars.pop(name)  # written into its pace record above
         await self.find_parked()
         self.applied = ring.epoch
         self.pace_hosts(())

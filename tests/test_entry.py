@@ -32,6 +32,39 @@ def test_an_entry_survives_encoding():
     assert Entry.decode(entry.encode()) == entry
 
 
+def test_a_full_request_survives_encoding():
+    """Method, headers, a text or binary body, timeout and redirect limit come back."""
+    for body in (b"q=blue+widget&page=2", b"\xff\x00binary"):
+        entry = Entry(
+            url="http://a.example/search",
+            method="POST",
+            headers=(("Content-Type", "application/x-www-form-urlencoded"), ("X-A", "b")),
+            body=body,
+            timeout=2.5,
+            max_redirects=0,
+        )
+        assert Entry.decode(entry.encode()) == entry
+
+
+def test_a_form_body_travels_as_text_and_a_binary_one_as_base64():
+    """A UTF-8 body is stored as it is (compact); other bytes in base64."""
+    text = Entry(url="http://a.example/", method="POST", body=b"q=1").encode()
+    assert text == '{"u":"http://a.example/","M":"POST","B":"q=1"}'
+    assert Entry(url="http://a.example/", body=b"\xff").encode().endswith('"Y":"/w=="}')
+
+
+def test_a_plain_get_is_known_by_its_canonical_url_and_a_post_by_its_body_too():
+    """GET without body keeps the old fingerprint key; method and body change it."""
+    get = Entry(url="http://a.example/s?b=2&a=1")
+    assert get.key == get.canonical == "http://a.example/s?a=1&b=2"
+    posts = {Entry(url=get.url, method="POST", body=b).key for b in (b"", b"q=1", b"q=2")}
+    assert len(posts) == 3 and get.key not in posts
+    assert (
+        Entry(url=get.url, method="POST", body=b"q=1").key
+        == Entry(url="http://a.example/s?a=1&b=2", method="POST", body=b"q=1").key
+    )
+
+
 def test_default_fields_are_left_out_of_the_encoding():
     """A plain entry is just its URL, so a stream entry stays small."""
     assert Entry(url="http://a.example/").encode() == '{"u":"http://a.example/"}'
@@ -44,7 +77,14 @@ def test_no_text_makes_decode_raise_anything_but_bad_entry(text):
         Entry.decode(text)
 
 
-@given(st.dictionaries(st.sampled_from(["u", "d", "p", "a", "m", "c", "f", "s", "x"]), json_values))
+@given(
+    st.dictionaries(
+        st.sampled_from(
+            ["u", "d", "p", "a", "m", "c", "f", "s", "x", "M", "H", "B", "Y", "t", "r"]
+        ),
+        json_values,
+    )
+)
 def test_no_json_object_makes_decode_raise_anything_but_bad_entry(doc):
     """JSON objects with any mix of known keys and values decode or raise BadEntry."""
     try:
@@ -88,6 +128,23 @@ def test_json_nested_5000_deep_is_a_bad_entry():
         b'{"u":"http://a.example/","m":Infinity}',
         b'{"u":"http://a.example/","f":2}',
         b'{"u":"http://a.example/","c":7}',
+        b'{"u":"http://a.example/","M":"post"}',
+        b'{"u":"http://a.example/","M":"PO ST"}',
+        b'{"u":"http://a.example/","M":7}',
+        b'{"u":"http://a.example/","H":[["X-A","1\\r\\nX-B: 2"]]}',
+        b'{"u":"http://a.example/","H":[["Bad Name","v"]]}',
+        b'{"u":"http://a.example/","H":[["X-A"]]}',
+        b'{"u":"http://a.example/","H":{"X-A":"1"}}',
+        b'{"u":"http://a.example/","H":[' + b",".join([b'["X","1"]'] * 65) + b"]}",
+        b'{"u":"http://a.example/","B":"a","Y":"YQ=="}',
+        b'{"u":"http://a.example/","B":7}',
+        b'{"u":"http://a.example/","Y":"not base64!"}',
+        b'{"u":"http://a.example/","B":"\\ud800"}',
+        b'{"u":"http://a.example/","t":0}',
+        b'{"u":"http://a.example/","t":3601}',
+        b'{"u":"http://a.example/","t":true}',
+        b'{"u":"http://a.example/","r":21}',
+        b'{"u":"http://a.example/","r":1.0}',
         b'{"u":"http://a.example/\xff"}',
         b'{"u":"\\ud800"}',
         b'{"u":""}',

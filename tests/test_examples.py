@@ -99,6 +99,34 @@ def test_spider_callbacks_pass_meta_from_category_to_product(
     ]
 
 
+def test_login_search_api_logs_in_searches_and_reads_the_api(
+    tmp_path: Path, redis_url: str, crawl_name: str
+) -> None:
+    """Against the form site: one login POST, two search POSTs sent with its cookie, one
+    JSON API call with its Accept header, and the items that css() and json() found."""
+    from tests.formsite import FormSite
+
+    with FormSite() as site:
+        lines = run_example("login_search_api.py", tmp_path, site.root, redis_url, crawl_name)
+        seen = site.seen()
+    assert [ast.literal_eval(line) for line in lines] == [
+        {"from": "api", "name": "Blue widget"},
+        {"from": "api", "name": "Red widget"},
+        {"from": "page", "name": "Blue widget", "price": 12.5},
+        {"from": "page", "name": "Green gadget", "price": 30.0},
+        {"from": "page", "name": "Red widget", "price": 9.99},
+    ]
+    posts = sorted((s.path, s.body, s.status) for s in seen if s.method == "POST")
+    assert posts == [
+        ("/login", b"user=ann&password=hunter2", 200),
+        ("/search", b"q=gadget", 200),
+        ("/search", b"q=widget", 200),
+    ]
+    assert all("session=" in s.cookie for s in seen if s.path == "/search")
+    api = [(s.headers.get("accept"), s.status) for s in seen if s.path.startswith("/api/")]
+    assert api == [("application/json", 200)]
+
+
 def test_sqlite_sink_keeps_one_row_per_url_when_a_page_is_delivered_twice(
     tmp_path: Path, redis_url: str, crawl_name: str
 ) -> None:
