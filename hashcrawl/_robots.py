@@ -164,17 +164,24 @@ class RobotsFetch:
         self.hops = 0
 
     def answered(
-        self, status: int, headers: Mapping[str, str], body: bytes, now: float
+        self,
+        status: int,
+        headers: Mapping[str, str],
+        body: bytes,
+        now: float,
+        *,
+        truncated: bool = False,
     ) -> str | Robots | Unreachable:
         """The next URL, the rules, or Unreachable, from one response.
 
         Args:
             now: UNIX time, against which a Retry-After date is measured.
+            truncated: ``body`` is only the start of the file (the fetcher's cap).
         """
         if 300 <= status < 400:
             return self._redirect(headers.get("location"))
         if 200 <= status < 300:
-            text = decode_body(body[:MAX_ROBOTS_BYTES], headers.get("content-type"))
+            text = decode_body(_whole_lines(body, truncated), headers.get("content-type"))
             return Robots.parse(text, self.user_agent)
         if 400 <= status < 500 and status != 429:
             return Robots.allow_all()
@@ -192,6 +199,14 @@ class RobotsFetch:
         self.hops += 1
         self.url = target
         return target
+
+
+def _whole_lines(body: bytes, truncated: bool) -> bytes:
+    """The first ``MAX_ROBOTS_BYTES`` of a robots.txt, without a line cut short: the
+    cut "Disallow: /" of "Disallow: /x" would disallow everything."""
+    if len(body) > MAX_ROBOTS_BYTES:
+        body, truncated = body[:MAX_ROBOTS_BYTES], True
+    return body[: body.rfind(b"\n") + 1] if truncated else body
 
 
 def parse_retry_after(value: str | None, now: float) -> float | None:

@@ -15,6 +15,7 @@ One nursery owns every task of a worker session:
 from __future__ import annotations
 
 import contextlib
+import functools
 import logging
 import math
 import os
@@ -1022,11 +1023,14 @@ class _Session:
         fetch = RobotsFetch(held.entry.url, self.s.user_agent)
         got: str | Robots | Unreachable = fetch.url
         while isinstance(got, str):
+            if fetch.hops:  # a redirect: its target waits the delay, as any request would
+                await trio.sleep(self.s.delay)
             try:
                 response = await self.send(held, Request(got))
                 # Parsing 500 KiB of rules takes a good part of a second: not on the loop.
+                answered = functools.partial(fetch.answered, truncated=response.truncated)
                 got = await trio.to_thread.run_sync(
-                    fetch.answered, response.status, response.headers, response.body, time.time()
+                    answered, response.status, response.headers, response.body, time.time()
                 )
             except NotSent:
                 raise

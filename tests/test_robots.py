@@ -326,6 +326,18 @@ def test_only_the_first_500_kib_of_a_robots_txt_is_parsed() -> None:
     assert rules.allowed("http://a.test/late")
 
 
+@pytest.mark.parametrize("truncated", [False, True])
+def test_a_line_cut_at_the_limit_is_dropped_not_read_short(truncated: bool) -> None:
+    """ "Disallow: /x" cut to "Disallow: /" at 500 KiB (or at the fetcher's cap) must not
+    disallow everything: the cut line is left out."""
+    head = b"User-agent: *\n"
+    body = head + b"#" * (MAX_ROBOTS_BYTES - len(head) - 12) + b"\nDisallow: /x\n"
+    cut = body[:MAX_ROBOTS_BYTES] if truncated else body
+    rules = fetch().answered(200, {}, cut, NOW, truncated=truncated)
+    assert isinstance(rules, Robots)
+    assert rules.allowed("http://a.test/")
+
+
 @pytest.mark.parametrize("charset", ["bogus", "zlib", "idna", "base64"])
 def test_a_bogus_charset_on_robots_txt_is_decoded_as_utf8(charset: str) -> None:
     """A charset that names no text encoding never raises: the body is read as UTF-8."""
