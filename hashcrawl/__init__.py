@@ -22,6 +22,7 @@ _HOMES = {
     "HashcrawlError": "_exceptions",
     "InvalidURL": "_exceptions",
     "QueueError": "_exceptions",
+    "Refused": "_exceptions",
     "StateLost": "_exceptions",
     "Fetcher": "_fetch",
     "HttpxFetcher": "_fetch",
@@ -46,6 +47,7 @@ if TYPE_CHECKING:
         HashcrawlError,
         InvalidURL,
         QueueError,
+        Refused,
         StateLost,
     )
     from ._fetch import Fetcher, HttpxFetcher
@@ -82,6 +84,7 @@ __all__ = [
     "JsonLinesSink",
     "Queue",
     "QueueError",
+    "Refused",
     "Request",
     "Response",
     "Settings",

@@ -23,6 +23,7 @@ from typing import Any, NoReturn
 import attrs
 import trio
 
+from ._addresses import AddressPolicy, url_refusal
 from ._exceptions import ConfigError, HashcrawlError
 from ._local import (
     Children,
@@ -35,7 +36,7 @@ from ._local import (
 from ._queue import Queue
 from ._redisurl import ENV_VAR as REDIS_ENV_VAR
 from ._redisurl import RedisURL, check_crawl_name, masked
-from ._settings import SCOPE, Settings, add_flags
+from ._settings import ADDRESSES, SCOPE, Settings, add_flags
 from ._sinks import sink_for
 from ._spider import load_spider
 from ._statedir import add_state_dir, opened_queue, redis_of
@@ -144,7 +145,7 @@ def build_parser() -> _Parser:
         "(default: %(default)s)",
     )
     submit.add_argument("--dont-filter", action="store_true", help="submit even URLs seen before")
-    add_flags(submit, only=SCOPE)
+    add_flags(submit, only=SCOPE + ADDRESSES)
     submit.add_argument(
         "urls", nargs="+", metavar="URL", help="http(s) URLs, or '-' to read them from stdin"
     )
@@ -362,20 +363,36 @@ async def _stop_on_signals(
             worker.stop()
 
 
+def _policy(args: argparse.Namespace) -> AddressPolicy:
+    return AddressPolicy.of(args.allow_nets or (), args.allow_private)
+
+
+def _check_start_urls(urls: list[str], policy: AddressPolicy) -> None:
+    """Refuse bad URLs, and those the workers would refuse to connect to.
+
+    Raises:
+        ConfigError: the first such URL, with the rule it breaks.
+    """
+    from ._urls import canonicalize
+
+    for url in urls:
+        refusal = url_refusal(canonicalize(url), policy)
+        if refusal is not None:
+            raise ConfigError(refusal)
+
+
 def cmd_submit(args: argparse.Namespace) -> int:
+    policy = _policy(args)
     with Queue(redis_of(args), args.crawl) as queue:
         if args.urls == ["-"]:
-            bad = _BadLines()
+            bad = _BadLines(policy)
             added = queue.submit(bad.filter(sys.stdin), **_submit_options(args))
             print(
                 f"submitted {plural(added, 'new URL')}"
                 + (f"; {plural(bad.count, 'bad line')} skipped" if bad.count else "")
             )
             return USAGE if bad.count else 0
-        from ._urls import canonicalize
-
-        for url in args.urls:
-            canonicalize(url)  # every URL is checked before any goes in
+        _check_start_urls(args.urls, policy)  # every URL is checked before any goes in
         added = queue.submit(args.urls, **_submit_options(args))
         print(f"submitted {plural(added, 'new URL')}")
     return 0
@@ -391,10 +408,16 @@ def _submit_options(args: argparse.Namespace) -> dict[str, Any]:
 
 
 class _BadLines:
-    """Skips lines that are not crawlable URLs, reporting each on standard error."""
+    """Skips lines that are not crawlable URLs, reporting each on standard error.
 
-    def __init__(self) -> None:
+    Of hosts, only IP literals are checked against the address policy: looking up
+    every name of a long list would take longer than submitting it. Workers check
+    every address they connect to anyway.
+    """
+
+    def __init__(self, policy: AddressPolicy) -> None:
         self.count = 0
+        self.policy = policy
 
     def filter(self, lines: Iterator[str]) -> Iterator[str]:
         from ._urls import canonicalize
@@ -404,7 +427,9 @@ class _BadLines:
             if not url:
                 continue
             try:
-                canonicalize(url)
+                refusal = url_refusal(canonicalize(url), self.policy, look_up=False)
+                if refusal is not None:
+                    raise ConfigError(refusal)
             except ConfigError as exc:
                 self.count += 1
                 print(f"hashcrawl: line {number}: {exc}", file=sys.stderr)
@@ -492,16 +517,14 @@ def cmd_retry_dead(args: argparse.Namespace) -> int:
 
 def cmd_crawl(args: argparse.Namespace) -> int:
     from ._server import RedisServer
-    from ._urls import canonicalize
 
     check_crawl_name(args.crawl)
-    settings_from(args)  # check the flags before starting anything
+    settings = settings_from(args)  # check the flags before starting anything
     spider = _spider_of(args)
     urls = list(args.urls) or list(getattr(spider, "start_urls", None) or ())
     if not urls:
         raise ConfigError("crawl needs a start URL (or a --spider with start_urls)")
-    for url in urls:
-        canonicalize(url)
+    _check_start_urls(urls, AddressPolicy.of(settings.allow_nets, settings.allow_private))
     _checked_output(args.output)
     state = _state_dir(args)
     with RedisServer(directory=state, unix_socket=True, appendonly=True) as server:

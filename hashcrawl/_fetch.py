@@ -2,6 +2,12 @@
 
 A fetcher only fetches. Pacing, robots.txt, retries, leases and routing are the
 worker's, and apply to any fetcher alike.
+
+The default fetcher bounds what one response can cost: ``timeout`` is a deadline for
+the whole exchange (a server dripping a byte a second cannot stretch it), the body is
+decoded under ``max_body`` as it is read (so a gzip bomb inflates no further than the
+cap), and every connection goes only to an address its :class:`AddressPolicy` allows,
+checked on the address actually connected to.
 """
 
 from __future__ import annotations
@@ -10,10 +16,12 @@ import contextlib
 import contextvars
 import functools
 import http.cookiejar
+import io
 import logging
 import socket
 import ssl
 import urllib.request
+import zlib
 from collections import OrderedDict
 from collections.abc import AsyncIterator, Callable, Iterable, Iterator
 from typing import Any, Protocol, runtime_checkable
@@ -23,11 +31,16 @@ import httpcore
 import httpx
 import trio
 
-from ._exceptions import FetchError
+from ._addresses import AddressPolicy, literal_address
+from ._exceptions import FetchError, Refused
 from ._models import Request, Response
 from ._version import DEFAULT_USER_AGENT
 
 log = logging.getLogger("hashcrawl")
+#: The content codings the default fetcher decodes under its body cap, and so asks for.
+ACCEPT_ENCODING = "gzip, deflate"
+_GZIP_OR_ZLIB = 32 + zlib.MAX_WBITS  # zlib detects which header the stream has
+_PIECE = 256 * 1024  # most bytes inflated at once
 
 _may_send: contextvars.ContextVar[Callable[[], bool] | None] = contextvars.ContextVar(
     "hashcrawl_may_send", default=None
@@ -99,18 +112,27 @@ def _causes(exc: BaseException) -> Iterator[BaseException]:
 
 
 class HttpxFetcher:
-    """The default fetcher: httpx under trio, no automatic redirects, a body size cap.
+    """The default fetcher: httpx under trio, no automatic redirects, bounded responses.
 
     Redirects come back as 3xx responses: the worker routes their target to its host's
     owner like any other link, so each host's politeness stays with its owner.
 
-    Each origin gets its own small connection pool (:class:`OriginPools`), unless a
+    Each origin gets its own small connection pool (:class:`OriginPools`), whose
+    connections go only to addresses ``allow_nets``/``allow_private`` allow, unless a
     ``transport`` is given or the environment names a proxy (``HTTP_PROXY`` and the
-    like), which httpx's own transport honours.
+    like), which httpx's own transport honours; then no address is checked.
 
     A request's method, headers, body and timeout are sent as it gives them; ``headers``
     here go with every request (a request's own header of the same name wins), and
     never travel through Redis: the place for credentials.
+
+    Args:
+        timeout: seconds for the whole exchange, connecting and the body included (a
+            request's own ``timeout`` replaces it).
+        max_body: the most body bytes kept, counted after decoding; the rest is not
+            read, and the response says ``truncated``.
+        allow_nets: networks (CIDR) that may be reached besides public addresses.
+        allow_private: reach any address, loopback and private networks included.
     """
 
     def __init__(
@@ -118,19 +140,24 @@ class HttpxFetcher:
         *,
         user_agent: str = DEFAULT_USER_AGENT,
         timeout: float = 30.0,
-        max_bytes: int = 10 * 1024 * 1024,
+        max_body: int = 10 * 1024 * 1024,
         max_connections: int = 64,
         max_per_host: int = 4,
+        allow_nets: Iterable[str] = (),
+        allow_private: bool = False,
         transport: httpx.AsyncBaseTransport | None = None,
         headers: Iterable[tuple[str, str]] = (),
     ) -> None:
-        self.max_bytes = max_bytes
+        self.max_body, self.timeout = max_body, timeout
+        policy = AddressPolicy.of(allow_nets, allow_private)
         if transport is None and not _environment_proxies():
-            transport = OriginPools.of(max_connections=max_connections, max_per_host=max_per_host)
+            transport = OriginPools.of(
+                max_connections=max_connections, max_per_host=max_per_host, policy=policy
+            )
         limits = httpx.Limits(
             max_connections=max_connections, max_keepalive_connections=max_connections
         )
-        every = httpx.Headers({"User-Agent": user_agent})
+        every = httpx.Headers({"User-Agent": user_agent, "Accept-Encoding": ACCEPT_ENCODING})
         for name, value in headers:
             every[name] = value
         # Cookies are the worker's, kept per host by its owner (see _cookies): this
@@ -147,15 +174,18 @@ class HttpxFetcher:
 
     async def fetch(self, request: Request) -> Response:
         try:
-            timeout = httpx.USE_CLIENT_DEFAULT if request.timeout is None else request.timeout
-            async with self._client.stream(
-                request.method,
-                request.url,
-                headers=list(request.headers) or None,
-                content=request.body or None,
-                timeout=timeout,
-            ) as answer:
-                body = await self._read(answer)
+            deadline = self.timeout if request.timeout is None else request.timeout
+            with trio.fail_after(deadline):
+                async with self._client.stream(
+                    request.method,
+                    request.url,
+                    headers=list(request.headers) or None,
+                    content=request.body or None,
+                    timeout=deadline,
+                ) as answer:
+                    body, truncated = await self._read(answer)
+        except trio.TooSlowError:
+            raise FetchError(f"no whole answer within the timeout ({deadline:g} s)") from None
         except httpx.HTTPError as exc:
             raise FetchError(fetch_failure(exc)[:300]) from None
         return Response(
@@ -164,20 +194,83 @@ class HttpxFetcher:
             headers=answer.headers,
             body=body,
             request=request,
+            truncated=truncated,
         )
 
-    async def _read(self, answer: httpx.Response) -> bytes:
-        chunks, size = [], 0
-        async for chunk in answer.aiter_bytes():
-            size += len(chunk)
-            if size > self.max_bytes:
-                raise FetchError(f"body larger than {self.max_bytes} bytes")
-            chunks.append(chunk)
-        return b"".join(chunks)
+    async def _read(self, answer: httpx.Response) -> tuple[bytes, bool]:
+        """The body, decoded, cut at ``max_body``; and whether it was cut."""
+        if answer.is_stream_consumed:  # a given transport's response, in memory already
+            return answer.content[: self.max_body], len(answer.content) > self.max_body
+        decode = _decoder(answer.headers.get_list("content-encoding", split_commas=True))
+        # BytesIO hands its buffer over at getvalue() where bytearray would be copied:
+        # a body at the cap costs its size once, not twice.
+        body, truncated = io.BytesIO(), False
+        try:
+            async for raw in answer.aiter_raw():
+                for piece in () if truncated else decode(raw):
+                    room = self.max_body - body.tell()
+                    if len(piece) > room:
+                        body.write(piece[:room])
+                        truncated = True
+                        # Closing reads no more; iterating on then ends httpx's
+                        # generators (a ReadError, or the end): none is left unfinished.
+                        await answer.aclose()
+                        break
+                    body.write(piece)
+        except httpx.HTTPError:
+            if not truncated:
+                raise
+        return body.getvalue(), truncated
 
     async def aclose(self) -> None:
         """Close the client, and with it every pool it opened."""
         await self._client.aclose()
+
+
+def _decoder(codings: list[str]) -> Callable[[bytes], Iterable[bytes]]:
+    """A function from raw bytes to decoded pieces, each of at most ``_PIECE`` bytes
+    (or a raw chunk, at most httpcore's 64 KiB read, when there is no coding).
+
+    Raises:
+        Refused: more than one coding ("gzip, gzip"), or one not asked for.
+    """
+    names = [c.strip().lower() for c in codings if c.strip().lower() not in ("", "identity")]
+    if not names:
+        return lambda raw: (raw,)
+    if len(names) > 1:
+        raise Refused(f"Content-Encoding {', '.join(names)!r}: stacked encodings are refused")
+    if names[0] not in ("gzip", "x-gzip", "deflate"):
+        raise Refused(f"Content-Encoding {names[0]!r} was not asked for ({ACCEPT_ENCODING})")
+    return _Inflater(raw_fallback=names[0] == "deflate").pieces
+
+
+class _Inflater:
+    """Inflates a gzip or zlib stream (or raw deflate, which some servers send as
+    "deflate") a bounded piece at a time: input not yet inflated waits in zlib's
+    ``unconsumed_tail``, and is never inflated once the body is cut.
+    """
+
+    def __init__(self, *, raw_fallback: bool) -> None:
+        self._zlib = zlib.decompressobj(_GZIP_OR_ZLIB)
+        self._raw_fallback, self._started = raw_fallback, False
+
+    def pieces(self, data: bytes) -> Iterator[bytes]:
+        while data:
+            piece = self._inflate(data)
+            data = self._zlib.unconsumed_tail
+            if piece:
+                yield piece
+
+    def _inflate(self, data: bytes) -> bytes:
+        try:
+            piece = self._zlib.decompress(data, _PIECE)
+        except zlib.error as exc:
+            if not self._raw_fallback or self._started:
+                raise FetchError(f"corrupt compressed body: {exc}") from None
+            self._zlib, self._raw_fallback = zlib.decompressobj(-zlib.MAX_WBITS), False
+            return self._inflate(data)
+        self._started = True
+        return piece
 
 
 class OriginPools(httpx.AsyncBaseTransport):
@@ -203,15 +296,21 @@ class OriginPools(httpx.AsyncBaseTransport):
         self._pools: OrderedDict[tuple[str, str, int | None], _Pool] = OrderedDict()
 
     @classmethod
-    def of(cls, *, max_connections: int, max_per_host: int) -> OriginPools:
-        """Pools of ``httpx.AsyncHTTPTransport``, each up to ``max_per_host`` connections."""
+    def of(
+        cls, *, max_connections: int, max_per_host: int, policy: AddressPolicy | None = None
+    ) -> OriginPools:
+        """Pools of ``httpx.AsyncHTTPTransport``, each up to ``max_per_host`` connections,
+        connecting only where ``policy`` allows (default: public addresses only)."""
         # One TLS context for all pools: building one loads the CA bundle, ~10 ms each.
         tls = httpx.create_ssl_context()
         limits = httpx.Limits(max_connections=max_per_host, max_keepalive_connections=max_per_host)
-        return cls(
-            lambda: _gated(httpx.AsyncHTTPTransport(verify=tls, limits=limits, trust_env=False)),
-            max_connections=max_connections,
-        )
+        policy = policy if policy is not None else AddressPolicy()
+
+        def make_pool() -> httpx.AsyncBaseTransport:
+            transport = httpx.AsyncHTTPTransport(verify=tls, limits=limits, trust_env=False)
+            return _gated(transport, policy)
+
+        return cls(make_pool, max_connections=max_connections)
 
     async def handle_async_request(self, request: httpx.Request) -> httpx.Response:
         await self._slots.acquire()
@@ -282,8 +381,9 @@ class _Released(httpx.AsyncByteStream):
                 self._slots.release()
 
 
-def _gated(transport: httpx.AsyncHTTPTransport) -> httpx.AsyncHTTPTransport:
-    """``transport``, its sockets checking :func:`sending_only_while` before each write.
+def _gated(transport: httpx.AsyncHTTPTransport, policy: AddressPolicy) -> httpx.AsyncHTTPTransport:
+    """``transport``, connecting only where ``policy`` allows, its sockets checking
+    :func:`sending_only_while` before each write.
 
     httpx (0.28) has no public way to choose its pool's network backend (encode/httpx
     PR 3749 would add one), so the pool's backend is wrapped where it stands.
@@ -292,23 +392,24 @@ def _gated(transport: httpx.AsyncHTTPTransport) -> httpx.AsyncHTTPTransport:
     pool = getattr(transport, "_pool", None)
     backend = getattr(pool, "_network_backend", None)
     if isinstance(backend, httpcore.AsyncNetworkBackend):
-        pool._network_backend = _GatedBackend(backend)  # type: ignore[union-attr]
+        pool._network_backend = _GatedBackend(backend, policy)  # type: ignore[union-attr]
     else:
-        _warn_ungated()
+        # Without the backend there is no check of addresses: refuse to run so.
+        raise RuntimeError("httpx changed: hashcrawl cannot check the addresses it connects to")
     return transport
 
 
-@functools.cache
-def _warn_ungated() -> None:
-    """Say once, not for every origin's pool, that the check as sent is missing."""
-    log.warning("httpx changed: requests are checked before they are made, not as sent")
-
-
 class _GatedBackend(httpcore.AsyncNetworkBackend):
-    """A network backend whose streams are :class:`_GatedStream` s."""
+    """A network backend that connects only to addresses its policy allows, and whose
+    streams are :class:`_GatedStream` s.
 
-    def __init__(self, backend: httpcore.AsyncNetworkBackend) -> None:
-        self._backend = backend
+    The host is resolved once, here, and the connection made to an address checked:
+    a name that resolves differently the second time (DNS rebinding) cannot slip
+    through. TLS's server name and the Host header come from the URL, not from here.
+    """
+
+    def __init__(self, backend: httpcore.AsyncNetworkBackend, policy: AddressPolicy) -> None:
+        self._backend, self._policy = backend, policy
 
     async def connect_tcp(
         self,
@@ -318,10 +419,21 @@ class _GatedBackend(httpcore.AsyncNetworkBackend):
         local_address: str | None = None,
         socket_options: Iterable[Any] | None = None,
     ) -> httpcore.AsyncNetworkStream:
-        stream = await self._backend.connect_tcp(
-            host, port, timeout=timeout, local_address=local_address, socket_options=socket_options
+        addresses = await _resolve(host, port)
+        allowed = [address for address in addresses if self._policy.allows(address)]
+        if not allowed:
+            raise Refused(self._policy.refusal(host, addresses))
+        connect = functools.partial(
+            self._backend.connect_tcp,
+            port=port,
+            timeout=timeout,
+            local_address=local_address,
+            socket_options=socket_options,
         )
-        return _GatedStream(stream)
+        for address in allowed[:-1]:  # the next address if one refuses, as browsers do
+            with contextlib.suppress(httpcore.ConnectError):
+                return _GatedStream(await connect(address))
+        return _GatedStream(await connect(allowed[-1]))
 
     async def connect_unix_socket(
         self, path: str, timeout: float | None = None, socket_options: Iterable[Any] | None = None
@@ -366,6 +478,25 @@ class _GatedStream(httpcore.AsyncNetworkStream):
 
     def get_extra_info(self, info: str) -> Any:
         return self._stream.get_extra_info(info)
+
+
+async def _resolve(host: str, port: int) -> list[str]:
+    """The addresses ``host`` resolves to, in the resolver's order.
+
+    Raises:
+        httpcore.ConnectError: it does not resolve (httpx makes it a ConnectError).
+    """
+    literal = literal_address(host)
+    if literal is not None:
+        return [literal]
+    try:
+        infos = await trio.socket.getaddrinfo(host, port, type=socket.SOCK_STREAM)
+    except (OSError, UnicodeError) as exc:
+        raise httpcore.ConnectError(f"cannot resolve {host!r}: {exc}") from None
+    addresses = list(dict.fromkeys(str(info[4][0]) for info in infos))
+    if not addresses:
+        raise httpcore.ConnectError(f"{host!r} resolves to no address")
+    return addresses
 
 
 def _environment_proxies() -> bool:

@@ -335,6 +335,8 @@ class Handler:
         # this worker owns the host and would refuse the entry anyway, after an XADD, a
         # read and an acknowledgement. Other hosts' rules are their owners' to apply.
         robots = session.robots.get(held.host) if s.obey_robots else None
+        if robots is not None and robots.heavy:
+            robots = None  # checking each link would stall the loop; the owner checks later
         full = session.host_is_full(held.host)
         kept = []
         for e in follows:

@@ -1,18 +1,26 @@
 """What a crawler needs from an HTML page: its title, the links to follow, its canonical URL.
 
 Parsing is lxml's HTML parser, which repairs broken markup the way libxml2 does rather
-than refusing it; decoding is w3lib's, which follows the browsers' order (byte-order
-mark, then the Content-Type charset, then ``<meta charset>``, then UTF-8).
+than refusing it; decoding follows the browsers' order (byte-order mark, then the
+Content-Type charset, then ``<meta charset>``, then UTF-8) with w3lib's pieces, and
+never raises: a charset that is unknown, or names no text encoding ("zlib", "idna"),
+is passed over for the next.
 """
 
 from __future__ import annotations
 
+import codecs
 from collections.abc import Iterator
 
 import attrs
 import lxml.html
 from lxml import etree
-from w3lib.encoding import html_to_unicode
+from w3lib.encoding import (
+    html_body_declared_encoding,
+    http_content_type_encoding,
+    read_bom,
+    to_unicode,
+)
 
 from hashcrawl._links import canonical_link, link_targets, request_url
 
@@ -20,6 +28,8 @@ _HTML_TYPES = frozenset({"text/html", "application/xhtml+xml"})
 # Text is re-encoded to UTF-8 before lxml sees it: lxml refuses str input that carries
 # an XML declaration, and this parser's declared encoding then overrides any in the page.
 _PARSER = lxml.html.HTMLParser(encoding="utf-8")
+# Text codecs that raise whatever the error handler, or can take quadratic time.
+_UNSAFE_CODECS = frozenset({"idna", "punycode", "undefined"})
 
 
 @attrs.frozen
@@ -41,7 +51,12 @@ class Page:
 
 
 def parse_html(
-    body: bytes, url: str, *, encoding: str | None = None, max_links: int | None = None
+    body: bytes,
+    url: str,
+    *,
+    encoding: str | None = None,
+    content_type: str | None = None,
+    max_links: int | None = None,
 ) -> Page:
     """Extract the title, the links (see ``_links``) and the canonical link of a page.
 
@@ -55,11 +70,14 @@ def parse_html(
         url: the URL the page was fetched from (after redirects).
         encoding: the charset from the Content-Type header, if any; it wins over a
             ``<meta charset>`` in the page, as in browsers.
+        content_type: the whole Content-Type header, instead of ``encoding``.
         max_links: keep at most this many links; the elements after them are only
             counted, not resolved, so a page of 100,000 links costs little more than
             its parse.
     """
-    root = _parse(body, encoding)
+    if encoding:
+        content_type = f"text/html; charset={encoding}"
+    root = _parse(body, content_type)
     if root is None:
         return Page(None, ())
     base = _base_url(root, url)
@@ -77,11 +95,36 @@ def is_html(content_type: str | None) -> bool:
     return media_type in _HTML_TYPES
 
 
-def _parse(body: bytes, encoding: str | None) -> lxml.html.HtmlElement | None:
-    header = f"text/html; charset={encoding}" if encoding else None
+def decode_body(body: bytes, content_type: str | None) -> str:
+    """Decode a body as browsers do; never raises (see the module's docstring)."""
+    bom_encoding, bom = read_bom(body)
+    if bom_encoding is not None and bom is not None:
+        return body[len(bom) :].decode(bom_encoding, errors="replace")
+    for encoding in (
+        http_content_type_encoding(content_type),
+        html_body_declared_encoding(body),  # looks at the first 4 KiB only
+    ):
+        text = _decoded(body, encoding)
+        if text is not None:
+            return text
+    return body.decode("utf-8", errors="replace")
+
+
+def _decoded(body: bytes, encoding: str | None) -> str | None:
+    if encoding is None:
+        return None
     try:
-        _, text = html_to_unicode(header, body)
-        return lxml.html.document_fromstring(text.encode("utf-8"), parser=_PARSER)
+        if codecs.lookup(encoding).name in _UNSAFE_CODECS:
+            return None
+        return to_unicode(body, encoding)
+    except (LookupError, ValueError, TypeError):  # UnicodeError is a ValueError
+        return None
+
+
+def _parse(body: bytes, content_type: str | None) -> lxml.html.HtmlElement | None:
+    text = decode_body(body, content_type)
+    try:
+        return lxml.html.document_fromstring(text.encode("utf-8", "replace"), parser=_PARSER)
     except (etree.LxmlError, ValueError):  # "Document is empty" is an LxmlError
         return None
 

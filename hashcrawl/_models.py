@@ -117,6 +117,11 @@ class Request:
     depth: int = attrs.field(default=0, kw_only=True)
 
 
+def _response_headers(given: Mapping[str, str]) -> httpx.Headers:
+    # UTF-8, not httpx's ASCII, for str values: a user's fetcher may pass any text.
+    return given if isinstance(given, httpx.Headers) else httpx.Headers(given, encoding="utf-8")
+
+
 @attrs.frozen
 class Response:
     """What a fetcher got for a request: status, headers and body.
@@ -125,22 +130,27 @@ class Response:
 
     ``url`` is where the body came from (after any redirect the fetcher followed itself).
     ``max_links`` caps what :meth:`links` returns (the worker sets its ``--max-links``).
+    ``truncated`` says the body is only the first part of what the server had: the
+    default fetcher keeps at most ``max_body`` bytes (after decoding) and reads no more.
     """
 
     url: str
     status: int
-    headers: Mapping[str, str] = attrs.field(converter=httpx.Headers)
+    headers: Mapping[str, str] = attrs.field(converter=_response_headers)
     body: bytes
     request: Request
     max_links: int | None = attrs.field(default=None, kw_only=True)
+    truncated: bool = attrs.field(default=False, kw_only=True)
     _parsed: list[Page | None] = attrs.field(factory=list, init=False, eq=False, repr=False)
     _cache: dict[str, Any] = attrs.field(factory=dict, init=False, eq=False, repr=False)
 
     @property
     def text(self) -> str:
-        """The body decoded with the charset the headers declare (UTF-8 otherwise)."""
-        charset = _charset(self.headers.get("content-type"))
-        return self.body.decode(charset or "utf-8", errors="replace")
+        """The body as text: by its byte-order mark, else the Content-Type charset, else
+        a ``<meta charset>``, else UTF-8; undecodable bytes become U+FFFD. Never raises."""
+        from ._html import decode_body
+
+        return decode_body(self.body, self.headers.get("content-type"))
 
     @property
     def is_html(self) -> bool:
@@ -271,11 +281,11 @@ class Response:
         if not self._parsed:
             from ._html import parse_html
 
-            charset = _charset(self.headers.get("content-type"))
+            content_type = self.headers.get("content-type")
             page = None
             if self.is_html:
                 cap = self.max_links
-                page = parse_html(self.body, self.url, encoding=charset, max_links=cap)
+                page = parse_html(self.body, self.url, content_type=content_type, max_links=cap)
             self._parsed.append(page)
         return self._parsed[0]
 
@@ -291,11 +301,3 @@ def _href(href: str | Selector) -> str:
     if tag not in ("a", "link", "area"):
         raise ValueError(f"only <a>, <area> and <link> elements can be followed, got <{tag}>")
     return str(root.get("href") or "")
-
-
-def _charset(content_type: str | None) -> str | None:
-    for part in (content_type or "").split(";")[1:]:
-        key, _, value = part.strip().partition("=")
-        if key.lower() == "charset" and value:
-            return value.strip('"').strip()
-    return None

@@ -1,21 +1,40 @@
-"""robots.txt rules and the server's own pacing hints (Crawl-delay, Retry-After).
+"""robots.txt rules, how they are fetched (RFC 9309), and the server's own pacing hints.
 
 Parsing is protego's (Scrapy's robots.txt parser), not ``urllib.robotparser``: protego
 follows Google's spec and RFC 9309, with ``*`` and ``$`` wildcards, the longest match
 deciding between Allow and Disallow, one group per user agent, and Crawl-delay.
+
+Fetching is :class:`RobotsFetch`, a pure state machine the worker drives (RFC 9309):
+up to five redirects are followed, to any host; 2xx gives the rules in the first
+500 KiB of the body; 4xx means there are none (allow all); 5xx, 429, a network error
+or a timeout mean "unreachable": nothing may be fetched for now, and robots.txt is
+asked for again after a backoff. Rules are kept for 24 hours, then fetched again.
 """
 
 from __future__ import annotations
 
 import email.utils
+import math
 import re
+from collections.abc import Mapping
 from datetime import UTC
 
 import attrs
 from protego import Protego
 
 from hashcrawl._exceptions import ConfigError
-from hashcrawl._urls import host_key
+from hashcrawl._html import decode_body
+from hashcrawl._urls import host_key, join_url
+
+#: Most redirects followed to reach a robots.txt (RFC 9309 2.3.1.2: at least five).
+MAX_REDIRECTS = 5
+#: Bytes of a robots.txt parsed; the rest is ignored (RFC 9309 2.5: at least 500 KiB).
+MAX_ROBOTS_BYTES = 500 * 1024
+#: Seconds rules are kept before robots.txt is fetched again (RFC 9309 2.4).
+RULES_TTL = 24 * 3600.0
+# Rules from more text than this can take milliseconds per URL to check (protego walks
+# them in Python): the worker checks them in a thread, off its event loop.
+_HEAVY_TEXT = 32 * 1024
 
 _DENY_ALL = "User-agent: *\nDisallow: /\n"
 _MAX_RETRY_AFTER = 86400.0
@@ -35,6 +54,8 @@ class Robots:
     agent: str
     # Protego values neither compare nor hash; ``text`` stands in for them.
     _parser: Protego = attrs.field(eq=False, repr=False)
+    #: When to fetch robots.txt again (the caller's clock); never by default.
+    until: float = attrs.field(default=math.inf, eq=False, kw_only=True)
 
     @classmethod
     def parse(cls, text: str, user_agent: str) -> Robots:
@@ -54,6 +75,19 @@ class Robots:
     def deny_all(cls) -> Robots:
         """Rules that allow nothing: robots.txt could not be read (5xx)."""
         return cls.parse(_DENY_ALL, "*")
+
+    def kept_until(self, until: float) -> Robots:
+        """The same rules, to be fetched again at ``until``."""
+        return attrs.evolve(self, until=until)
+
+    @property
+    def heavy(self) -> bool:
+        """Whether checking a URL may take long enough to be done off the event loop."""
+        return len(self.text) > _HEAVY_TEXT
+
+    def expired(self, now: float) -> bool:
+        """Whether robots.txt is due to be fetched again."""
+        return now >= self.until
 
     def allowed(self, url: str) -> bool:
         """Return True if the rules let our agent fetch ``url``."""
@@ -86,13 +120,93 @@ def robots_for_status(status: int, text: str, user_agent: str) -> Robots:
     As in Google's spec: 2xx parses the body; 429 and 5xx mean the server is in trouble,
     so nothing may be fetched until robots.txt is read again; any other 3xx or 4xx
     (redirects not followed to the end, 404, 403) means there are no rules. A status
-    outside 100-599 is treated like a server error.
+    outside 100-599 is treated like a server error. (:class:`RobotsFetch` is what the
+    worker uses; this is the same rule for one response, text already decoded.)
     """
     if 200 <= status < 300:
         return Robots.parse(text, user_agent)
     if 300 <= status < 500 and status != 429:
         return Robots.allow_all()
     return Robots.deny_all()
+
+
+@attrs.frozen
+class Unreachable:
+    """robots.txt could not be read: fetch nothing from the host until it is asked again.
+
+    Args:
+        reason: what went wrong, for the page's error and the dead letters.
+        retry_after: seconds the server asked to wait (Retry-After), if it did.
+    """
+
+    reason: str
+    retry_after: float | None = None
+
+    def wait(self, attempts: int) -> float:
+        """Seconds until robots.txt is asked for again: the server's Retry-After, else
+        the backoff of a failed page (1, 2, 4... seconds for its attempts, at most 60)."""
+        if self.retry_after is not None:
+            return self.retry_after
+        return min(60.0, 2.0 ** min(attempts, 6))
+
+
+class RobotsFetch:
+    """Fetching one host's robots.txt, one request at a time (the caller makes them).
+
+    ``url`` is the URL to fetch next. Give each response to :meth:`answered`, or each
+    failure to :meth:`failed`; each returns the next URL to fetch (a redirect), the
+    rules, or :class:`Unreachable`. Never raises, whatever the server sent.
+    """
+
+    def __init__(self, page_url: str, user_agent: str) -> None:
+        self.url = robots_url(page_url)
+        self.user_agent = user_agent
+        self.hops = 0
+
+    def answered(
+        self,
+        status: int,
+        headers: Mapping[str, str],
+        body: bytes,
+        now: float,
+        *,
+        truncated: bool = False,
+    ) -> str | Robots | Unreachable:
+        """The next URL, the rules, or Unreachable, from one response.
+
+        Args:
+            now: UNIX time, against which a Retry-After date is measured.
+            truncated: ``body`` is only the start of the file (the fetcher's cap).
+        """
+        if 300 <= status < 400:
+            return self._redirect(headers.get("location"))
+        if 200 <= status < 300:
+            text = decode_body(_whole_lines(body, truncated), headers.get("content-type"))
+            return Robots.parse(text, self.user_agent)
+        if 400 <= status < 500 and status != 429:
+            return Robots.allow_all()
+        wait = parse_retry_after(headers.get("retry-after"), now)
+        return Unreachable(f"robots.txt unreachable: HTTP {status} from {self.url}", wait)
+
+    def failed(self, error: str) -> Unreachable:
+        """Unreachable, from a network error or a timeout."""
+        return Unreachable(f"robots.txt unreachable: {error}"[:300])
+
+    def _redirect(self, location: str | None) -> str | Robots:
+        target = join_url(self.url, location) if location else None
+        if target is None or self.hops >= MAX_REDIRECTS:
+            return Robots.allow_all()  # no file at the end of it: "unavailable" (4xx)
+        self.hops += 1
+        self.url = target
+        return target
+
+
+def _whole_lines(body: bytes, truncated: bool) -> bytes:
+    """The first ``MAX_ROBOTS_BYTES`` of a robots.txt, without a line cut short: the
+    cut "Disallow: /" of "Disallow: /x" would disallow everything."""
+    if len(body) > MAX_ROBOTS_BYTES:
+        body, truncated = body[:MAX_ROBOTS_BYTES], True
+    return body[: body.rfind(b"\n") + 1] if truncated else body
 
 
 def parse_retry_after(value: str | None, now: float) -> float | None:

@@ -15,6 +15,7 @@ from typing import Any
 
 import attrs
 
+from ._addresses import parse_net
 from ._exceptions import ConfigError
 from ._version import DEFAULT_USER_AGENT
 
@@ -125,6 +126,11 @@ def _positive(_: object, field: attrs.Attribute[Any], value: float | None) -> No
 def _not_negative(_: object, field: attrs.Attribute[Any], value: float | None) -> None:
     if value is not None and value < 0:
         raise ConfigError(f"{flag_name(field)} must be 0 or more, got {value}")
+
+
+def _networks(_: object, field: attrs.Attribute[Any], value: tuple[str, ...]) -> None:
+    for net in value:
+        parse_net(net)
 
 
 def _port(_: object, field: attrs.Attribute[Any], value: int | None) -> None:
@@ -240,7 +246,12 @@ class Settings:
     max_attempts: int = _setting(
         4, "tries before a page is dead-lettered", check=_positive, parse=_whole, metavar="N"
     )
-    timeout: float = _setting(30.0, "seconds for one fetch", check=_positive, metavar="S")
+    timeout: float = _setting(
+        30.0,
+        "seconds for one whole fetch, connecting and the body included",
+        check=_positive,
+        metavar="S",
+    )
     parse_timeout: float = _setting(
         60.0,
         "seconds a parse callback may run on one page before it is cancelled and the "
@@ -248,13 +259,28 @@ class Settings:
         check=_positive,
         metavar="S",
     )
-    max_bytes: int = _setting(
+    max_body: int = _setting(
         10 * 1024 * 1024,
-        "largest body the default fetcher reads, in bytes",
+        "most bytes of a body the default fetcher keeps, counted after decoding; "
+        "the rest is not read",
         check=_positive,
         parse=_whole,
-        name="--max-body",
         metavar="BYTES",
+    )
+    allow_nets: tuple[str, ...] = _setting(
+        (),
+        "also fetch from this non-public network, e.g. 10.0.0.0/8 or 127.0.0.2 (repeatable)",
+        check=_networks,
+        converter=tuple,
+        parse=_text,
+        name="--allow-net",
+        repeat=True,
+        metavar="CIDR",
+    )
+    allow_private: bool = _setting(
+        False,
+        "fetch from any address: loopback, private and link-local included",
+        parse=None,
     )
     max_buffer: int = _setting(
         50_000,
@@ -431,6 +457,7 @@ def _headers_from_environment() -> list[str]:
 
 
 SCOPE = ("allow_domains", "span_hosts")  # the settings ``submit`` takes too
+ADDRESSES = ("allow_nets", "allow_private")  # and these, to check start URLs
 
 
 def add_flags(parser: argparse.ArgumentParser, only: tuple[str, ...] | None = None) -> None:

@@ -11,6 +11,7 @@ import functools
 import hashlib
 import ipaddress
 import re
+import socket
 from urllib.parse import SplitResult, urljoin, urlsplit, urlunsplit
 
 from w3lib.url import canonicalize_url
@@ -23,6 +24,11 @@ _HOST_NAME = re.compile(r"[a-z0-9_-]{1,63}(?:\.[a-z0-9_-]{1,63})*", re.ASCII)
 # The userinfo of an authority, so that no message repeats a password.
 _USERINFO = re.compile(r"(//).*@", re.DOTALL)  # greedy: to the last "@", whatever precedes it
 _SHOWN_CHARS = 200
+#: The longest URL accepted, before and after canonicalization (Apache's request line
+#: limit is 8190 bytes; browsers and CDNs refuse longer ones too).
+MAX_URL_LENGTH = 8192
+# An IPv4 literal as the C resolver reads it: 1-4 parts, each decimal, octal or hex.
+_NUMERIC_HOST = re.compile(r"(?:0x[0-9a-f]*|[0-9]+)(?:\.(?:0x[0-9a-f]*|[0-9]+)){0,3}", re.ASCII)
 
 
 @functools.lru_cache(maxsize=65536)
@@ -31,11 +37,16 @@ def canonicalize(url: str) -> str:
 
     On top of w3lib's ``canonicalize_url`` (sorted query, normalized percent-escapes,
     dot segments resolved, IDNA host, no fragment), the default port is dropped, a
-    trailing dot on the host is dropped, and an empty path becomes "/".
+    trailing dot on the host is dropped, an empty path becomes "/", and an IPv4 address
+    written in decimal, hex, octal or short form ("2130706433", "0x7f.1", "127.1") is
+    written as four decimals ("127.0.0.1"), so that each host has one name.
 
     Raises:
-        InvalidURL: not http(s), no host, a bad host or port, or userinfo in the URL.
+        InvalidURL: not http(s), no host, a bad host or port, userinfo in the URL, or
+            longer than ``MAX_URL_LENGTH`` characters.
     """
+    if len(url) > MAX_URL_LENGTH:
+        raise _too_long(url)
     try:
         canonical = canonicalize_url(url)
     except ValueError as error:  # UnicodeError (bad IDNA) is a ValueError too
@@ -47,7 +58,10 @@ def canonicalize(url: str) -> str:
         # Credentials would travel through the shared queue and into logs.
         raise _invalid("URL carries credentials (user:password@)", url)
     authority = _authority(url, parts)
-    return urlunsplit((parts.scheme, authority, parts.path or "/", parts.query, ""))
+    canonical = urlunsplit((parts.scheme, authority, parts.path or "/", parts.query, ""))
+    if len(canonical) > MAX_URL_LENGTH:  # percent-escapes can triple a URL's length
+        raise _too_long(canonical)
+    return canonical
 
 
 def host_key(canonical_url: str) -> str:
@@ -128,7 +142,17 @@ def _host(url: str, hostname: str | None) -> str:
     name = hostname.lower().removesuffix(".")
     if not _HOST_NAME.fullmatch(name):
         raise _invalid("invalid host", url)
+    if _NUMERIC_HOST.fullmatch(name):
+        return _ipv4(name)
     return name
+
+
+def _ipv4(name: str) -> str:
+    """Return an IPv4 literal in dotted decimal, or ``name`` if it is not one."""
+    try:
+        return socket.inet_ntoa(socket.inet_aton(name))
+    except OSError:  # "1.2.3.4.5", "08": not an address, so a name to look up
+        return name
 
 
 def _ipv6(url: str, hostname: str) -> str:
@@ -176,6 +200,10 @@ def _is_ip(name: str) -> bool:
     except ValueError:
         return False
     return True
+
+
+def _too_long(url: str) -> InvalidURL:
+    return InvalidURL(f"URL longer than {MAX_URL_LENGTH} characters ({len(url)}): {_shown(url)}")
 
 
 def _invalid(rule: str, url: str, detail: str = "") -> InvalidURL:

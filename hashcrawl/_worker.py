@@ -15,6 +15,7 @@ One nursery owns every task of a worker session:
 from __future__ import annotations
 
 import contextlib
+import functools
 import logging
 import math
 import os
@@ -48,7 +49,7 @@ from ._models import Request, Response
 from ._queue import submit_urls
 from ._redisurl import RedisURL, check_crawl_name
 from ._ring import Ring
-from ._robots import Robots, parse_retry_after, robots_for_status, robots_url
+from ._robots import RULES_TTL, Robots, RobotsFetch, Unreachable
 from ._scope import Scope
 from ._scope import members as scope_members
 from ._settings import Settings, header_pairs
@@ -108,14 +109,6 @@ def _resident_mib() -> float:
         import resource
 
         return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
-
-
-def _robots_text(response: Response) -> str:
-    """A robots.txt body as text, whatever charset its server claims."""
-    try:
-        return response.text
-    except (LookupError, ValueError):  # an unknown or broken charset: RFC 9309 says UTF-8
-        return response.body.decode("utf-8", errors="replace")
 
 
 def new_worker_id() -> str:
@@ -224,10 +217,12 @@ class Worker:
         fetcher = self._fetcher or HttpxFetcher(
             user_agent=self.settings.user_agent,
             timeout=self.settings.timeout,
-            max_bytes=self.settings.max_bytes,
+            max_body=self.settings.max_body,
             max_connections=self.settings.concurrency,
             max_per_host=self.settings.per_host,
             headers=header_pairs(self.settings.headers),
+            allow_nets=self.settings.allow_nets,
+            allow_private=self.settings.allow_private,
         )
         try:
             if self.spider is not None and self.spider.start_urls:
@@ -320,6 +315,7 @@ class _Session:
         # Requests under way: entry id -> (host, the scope a handoff may cancel them by).
         self.fetching: dict[str, tuple[str, trio.CancelScope]] = {}
         self.taken: dict[str, int] = {}  # host -> page requests (with --max-pages-per-host)
+        self.robots_limiter = trio.CapacityLimiter(2)  # threads checking heavy robots.txt
         self.outcomes: list[Outcome] = []
         self.in_flight = 0
         self.seen_cache: dict[tuple[int, int], None] = {}
@@ -971,17 +967,19 @@ class _Session:
         host = self.frontier.hosts[held.host]
         if self.s.obey_robots and held.entry.url.startswith(("http://", "https://")):
             robots = self.robots.get(held.host)
-            if robots is None:
+            if robots is None or robots.expired(self.now()):
                 if not self.still_may_send(held):
                     return self.put_back(held)
                 try:
-                    await self.fetch_robots(held)
+                    unreachable = await self.fetch_robots(held)
                 except NotSent:
                     return self.put_back(held)
+                if unreachable is not None:  # nothing may be fetched yet: try again later
+                    return self.failed(held, unreachable, kind="robots_unreachable")
                 self.finish(held, self.now())
                 # The robots.txt request used this slot: the page waits its turn again.
                 return self.put_back(held)
-            if not robots.allowed(held.entry.url):
+            if not await self.robots_allow(robots, held.entry.url):
                 self.finish(held, host.last_start)
                 self.counters.robots_denied += 1
                 return Outcome.done(held, [], [])
@@ -1044,36 +1042,56 @@ class _Session:
         cap = self.s.max_pages_per_host
         return cap is not None and self.taken.get(name, 0) >= cap
 
-    async def fetch_robots(self, held: Held) -> None:
-        """Fetch and keep a host's robots.txt; a server error backs the host off instead.
+    async def fetch_robots(self, held: Held) -> str | None:
+        """Fetch and keep a host's robots.txt, per RFC 9309 (see ``_robots``).
 
-        Google's rule: a 5xx or 429 means "assume everything is disallowed for now", so
-        the host's pages wait and robots.txt is asked for again after the backoff.
-        Nothing a robots.txt or its server does raises out of here: a fetcher's or a
-        decoder's failure counts as an unreachable robots.txt.
+        Returns None once rules are kept, or why robots.txt is unreachable: then the
+        host is backed off, and its pages wait (or keep the rules they had, if any).
+        Nothing a robots.txt or its server does raises out of here: a fetcher's
+        failure counts as an unreachable robots.txt.
 
         Raises:
             NotSent: this worker may no longer fetch the host; nothing was asked.
         """
-        url = robots_url(held.entry.url)
-        try:
-            response = await self.send(held, Request(url))
-        except NotSent:
-            raise
-        except Exception as exc:
-            if not isinstance(exc, FetchError):
-                log.exception("fetching %s failed", url)
-            self.robots[held.host] = Robots.allow_all()  # unreachable robots.txt: Scrapy's rule
-            return
-        if response.status == 429 or response.status >= 500:
-            wait = parse_retry_after(response.headers.get("retry-after"), time.time())
-            self.frontier.back_off(held.host, self.now() + (wait if wait is not None else 60.0))
-            return
-        robots = robots_for_status(response.status, _robots_text(response), self.s.user_agent)
-        self.robots[held.host] = robots
+        fetch = RobotsFetch(held.entry.url, self.s.user_agent)
+        got: str | Robots | Unreachable = fetch.url
+        while isinstance(got, str):
+            if fetch.hops:  # a redirect: its target waits the delay, as any request would
+                await trio.sleep(self.s.delay)
+            try:
+                response = await self.send(held, Request(got))
+                # Parsing 500 KiB of rules takes a good part of a second: not on the loop.
+                answered = functools.partial(fetch.answered, truncated=response.truncated)
+                got = await trio.to_thread.run_sync(
+                    answered, response.status, response.headers, response.body, time.time()
+                )
+            except NotSent:
+                raise
+            except Refused:  # a hop to an address not allowed: no file there
+                got = Robots.allow_all()
+            except Exception as exc:  # a user's fetcher may raise anything: unreachable
+                if not isinstance(exc, FetchError):
+                    log.exception("fetcher failed on %s", got)
+                got = fetch.failed(f"{type(exc).__name__}: {exc}")
+        stale = self.robots.get(held.host)
+        if isinstance(got, Unreachable):
+            wait = got.wait(held.entry.attempts)
+            self.frontier.back_off(held.host, self.now() + wait)
+            if stale is None:
+                return got.reason
+            got = stale  # RFC 9309 2.4: a cached copy may serve while unreachable
+            self.robots[held.host] = got.kept_until(self.now() + wait)
+            return None
+        self.robots[held.host] = got.kept_until(self.now() + RULES_TTL)
         host = self.frontier.hosts.get(held.host)  # gone if handed over meanwhile
-        if robots.crawl_delay and host is not None:
-            host.crawl_delay = min(robots.crawl_delay, self.s.lease / 2)
+        if got.crawl_delay and host is not None:
+            host.crawl_delay = min(got.crawl_delay, self.s.lease / 2)
+        return None
+
+    async def robots_allow(self, robots: Robots, url: str) -> bool:
+        if not robots.heavy:
+            return robots.allowed(url)
+        return await trio.to_thread.run_sync(robots.allowed, url, limiter=self.robots_limiter)
 
     # -- committing --------------------------------------------------------------------
 

@@ -25,7 +25,7 @@ from typing import Any
 
 import attrs
 import redis as redis_py
-from bench_site import StaticServer, read_log
+from bench_site import StaticServer, allow_flags, read_log
 
 from hashcrawl import Queue
 from hashcrawl._server import RedisServer
@@ -220,7 +220,7 @@ def _join_command(url: str, output: Path, extra: Sequence[str]) -> list[str]:
     return [
         sys.executable, "-m", "hashcrawl", "join", "--redis", url, "--crawl", CRAWL,
         "-o", str(output), "--delay", "0", "--per-host", "1", "--concurrency", "64",
-        "--idle", "2", "--lease", "30", "--span-hosts", *extra,
+        "--idle", "2", "--lease", "30", "--span-hosts", *allow_flags(), *extra,
     ]  # fmt: skip
 
 

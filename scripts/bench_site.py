@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import ipaddress
 import os
 import random
 import shutil
@@ -41,6 +42,13 @@ def hosts_for(count: int) -> list[str]:
     if not 1 <= count <= 250:
         raise ValueError(f"hosts must be in 1..250, got {count}")
     return [f"127.0.0.{n}" for n in range(2, 2 + count)]
+
+
+def allow_flags() -> list[str]:
+    """``--allow-net`` flags for every address ``hosts_for`` can give, and no other."""
+    first, last = ipaddress.IPv4Address("127.0.0.2"), ipaddress.IPv4Address("127.0.0.251")
+    nets = ipaddress.summarize_address_range(first, last)
+    return [flag for net in nets for flag in ("--allow-net", str(net))]
 
 
 def free_port() -> int:

@@ -16,7 +16,8 @@ busy      503 with Retry-After: 1 to the first request, then 200
 moved     301 to another page of the site
 ========  ====================================================================
 
-A host's robots.txt is absent (404), sets a Crawl-delay, or cannot be fetched.
+A host's robots.txt is absent (404), sets a Crawl-delay, or cannot be fetched (then
+none of its pages may be fetched, and they end in the dead letters: RFC 9309).
 
 A :class:`SimFetcher` is one worker's fetcher. A request reaches the server when
 ``fetch`` is called: it is logged then, with the moment the server is done with it.

@@ -375,5 +375,7 @@ class World:
         return max(self.settings["delay"], crawl_delay)
 
     def failed(self, url: str) -> bool:
-        """Whether the web ever failed a request for ``url`` (so it may end dead)."""
-        return any(f.url == url and not f.final for f in self.fetches)
+        """Whether the web ever failed a request for ``url``, or for its host's robots.txt
+        (unreachable, it lets no page through: RFC 9309), so that it may end dead."""
+        robots = "/".join(url.split("/")[:3]) + "/robots.txt"
+        return any(f.url in (url, robots) and not f.final for f in self.fetches)

@@ -41,7 +41,7 @@ from tests.practice import (
     _Workers,
     practice_failures,
 )
-from tests.testsite import Request, Site, SiteServer, Verdict, generate_site, judge
+from tests.testsite import SITE_FLAGS, Request, Site, SiteServer, Verdict, generate_site, judge
 
 FIRST = 2  # workers at the start
 JOINERS = 3  # workers added at JOIN_AT
@@ -136,7 +136,7 @@ def run_churn(
     ):
         expected = len(server.site.expected())
         progress(f"site: {expected} expected URLs on {hosts} hosts at {server.site.root}")
-        flags = ["--delay", str(delay), "--lease", str(lease), "--idle", str(idle)]
+        flags = ["--delay", str(delay), "--lease", str(lease), "--idle", str(idle), *SITE_FLAGS]
         flags.append("--span-hosts")  # the site's hosts are linked from the first one's root
         flags += ["--grace", str(grace), "--concurrency", str(concurrency)]
         pool = _Workers(redis.url, workdir, flags + (["-v"] if verbose else []), progress)
@@ -221,7 +221,7 @@ def run_lost_state(
         SiteServer(site, latency=latency) as server,
         RedisServer(directory=workdir / "redis", appendonly=True) as server_redis,
     ):
-        flags = ["--delay", str(delay), "--lease", str(lease), "--idle", "none"]
+        flags = ["--delay", str(delay), "--lease", str(lease), "--idle", "none", *SITE_FLAGS]
         flags.append("--span-hosts")  # the site's hosts are linked from the first one's root
         pool = _Workers(server_redis.url, workdir, flags, progress)
         deadline = time.monotonic() + timeout

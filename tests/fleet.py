@@ -26,7 +26,16 @@ import trio
 from hashcrawl._queue import Queue
 from hashcrawl._sinks import JsonLinesSink
 from hashcrawl._worker import Worker
-from tests.testsite import PORT_TOKEN, ROBOTS_PATH, Request, Resource, Site, SiteServer
+from tests.testsite import (
+    PORT_TOKEN,
+    ROBOTS_PATH,
+    SITE_FLAGS,
+    SITE_NETS,
+    Request,
+    Resource,
+    Site,
+    SiteServer,
+)
 
 REPO = Path(__file__).resolve().parent.parent
 DEADLINE = 60.0  # seconds any one wait may take before the test fails
@@ -48,7 +57,15 @@ def new_crawl_name() -> str:
 def fast_settings(**changes: Any) -> dict[str, Any]:
     """Worker settings that keep a crawl of a small loopback site to a few seconds."""
     # Test sites link their hosts from the first one's root: the crawl spans hosts.
-    return {"delay": 0.02, "lease": 2.0, "idle": 0.5, "grace": 2.0, "span_hosts": True, **changes}
+    return {
+        "delay": 0.02,
+        "lease": 2.0,
+        "idle": 0.5,
+        "grace": 2.0,
+        "span_hosts": True,
+        "allow_nets": SITE_NETS,
+        **changes,
+    }
 
 
 # --- small sites built by hand ---------------------------------------------------------------
@@ -442,8 +459,9 @@ class Processes:
 
 def flags(*, delay: float, lease: float, idle: float | str, **more: object) -> list[str]:
     """Command-line flags: --delay, --lease, --idle, --span-hosts (test sites span hosts),
-    then --name value for each of `more`."""
+    the test sites' --allow-net, then --name value for each of `more`."""
     out = ["--delay", str(delay), "--lease", str(lease), "--idle", str(idle), "--span-hosts"]
+    out += SITE_FLAGS
     for name, value in more.items():
         out += [f"--{name.replace('_', '-')}", str(value)]
     return out

@@ -18,7 +18,7 @@ from pathlib import Path
 import attrs
 
 from hashcrawl._server import RedisServer
-from tests.testsite import SiteServer, Verdict, generate_site, judge
+from tests.testsite import SITE_FLAGS, SiteServer, Verdict, generate_site, judge
 
 REPO = Path(__file__).resolve().parent.parent
 CRAWL = "practice"
@@ -75,7 +75,7 @@ def run_practice(
     ):
         expected = len(server.site.expected())
         progress(f"site: {expected} expected URLs on {hosts} hosts at {server.site.root}")
-        flags = ["--delay", str(delay), "--lease", str(lease), "--idle", str(idle)]
+        flags = ["--delay", str(delay), "--lease", str(lease), "--idle", str(idle), *SITE_FLAGS]
         flags.append("--span-hosts")  # the site's hosts are linked from the first one's root
         flags += ["-v"] if verbose else []
         pool = _Workers(redis.url, workdir, flags, progress)
@@ -185,7 +185,7 @@ class _Workers:
         self.progress(f"started {label} (pid {self.processes[label].pid})")
 
     def submit(self, url: str) -> None:
-        command = ["submit", "--redis", self.redis_url, "--crawl", CRAWL, url]
+        command = ["submit", "--redis", self.redis_url, "--crawl", CRAWL, *SITE_FLAGS, url]
         result = _run(command)
         if result.returncode != 0:
             raise RuntimeError(f"hashcrawl submit exited {result.returncode}: {result.stdout!r}")

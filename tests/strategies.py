@@ -156,3 +156,63 @@ responses = st.tuples(
     st.dictionaries(_HEADER_NAMES, _HEADER_VALUES, max_size=4),
     _BODIES,
 )
+
+# What the network hands a worker: headers and bodies, hostile or broken.
+
+_CHARSETS = st.one_of(
+    st.sampled_from(
+        [
+            "utf-8",
+            "bogus",
+            "zlib",
+            "idna",
+            "utf-16",
+            "punycode",
+            "unicode_escape",
+            "base64",
+            "x-user-defined",
+            "",
+            '"',
+            "utf-7",
+            "rot13",
+            "undefined",
+            "latin-1",
+            "cp1252",
+        ]
+    ),
+    st.text(max_size=12),
+)
+
+#: Content-Type values: real media types with odd charsets, or any text.
+content_types = st.one_of(
+    st.builds(
+        "{}; charset={}".format,
+        st.sampled_from(["text/html", "text/plain", "application/xhtml+xml", "TEXT/HTML"]),
+        _CHARSETS,
+    ),
+    st.text(max_size=40),
+)
+
+#: Response headers a server may send (lower-case names, as a Mapping is read).
+header_maps = st.fixed_dictionaries(
+    {},
+    optional={
+        "content-type": content_types,
+        "retry-after": st.one_of(st.text(max_size=30), st.integers().map(str)),
+        "location": hrefs,
+        "content-encoding": st.sampled_from(["gzip", "gzip, gzip", "br", "identity", ""]),
+    },
+)
+
+_ROBOTS_LINES = st.sampled_from(
+    ["User-agent: *", "User-agent: hashcrawl", "Disallow: /", "Disallow:", "Allow: /a*",
+     "Disallow: /*.php$", "Disallow: /*a*a*a*a*b", "Crawl-delay: 5", "Crawl-delay: -1",
+     "Crawl-delay: nan", "Crawl-delay: 1e999", "Sitemap: x", "Request-rate: 1/0",
+     "Visit-time: 2500-0100", "\ufeffUser-agent: *", "# comment", "Disallow: /%zz%"]
+)  # fmt: skip
+
+#: robots.txt bodies: directives, odd values and random bytes, in any order.
+robots_bodies = st.lists(
+    _ROBOTS_LINES.map(str.encode) | st.binary(max_size=20) | st.text(max_size=20).map(str.encode),
+    max_size=15,
+).map(b"\n".join)

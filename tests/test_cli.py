@@ -32,7 +32,7 @@ from hashcrawl._cli import build_parser
 from hashcrawl._redisurl import RedisURL
 from hashcrawl._server import RedisServer
 from hashcrawl._store import Store
-from tests.testsite import Resource, Site, SiteServer, generate_site, judge
+from tests.testsite import SITE_FLAGS, Resource, Site, SiteServer, generate_site, judge
 
 SECRET = "pw-secret"
 TEXT_STATUS_KEYS = ("waiting", "held", "workers", "seen", "fetched", "failed", "ended")
@@ -415,10 +415,10 @@ def _read_until(stream: Any, text: str, *, timeout: float) -> str:
 def test_status_shows_a_joined_worker_and_what_it_fetched(redis_url: str, crawl_name: str) -> None:
     """A running worker is a member (id, hosts, fetched); after it stops, totals remain."""
     site = generate_site(pages=6, hosts=2, seed=5, port=0)
-    args = [sys.executable, "-m", "hashcrawl", "join", *at(redis_url, crawl_name)]
+    args = [sys.executable, "-m", "hashcrawl", "join", *at(redis_url, crawl_name), *SITE_FLAGS]
     args += ["--delay", "0", "--idle", "none", "--lease", "10", "-v", "--span-hosts"]
     with SiteServer(site) as server:
-        assert_ok(hashcrawl("submit", *at(redis_url, crawl_name), server.site.root))
+        assert_ok(hashcrawl("submit", *at(redis_url, crawl_name), *SITE_FLAGS, server.site.root))
         with subprocess.Popen(args, stderr=subprocess.PIPE) as worker:
             try:
                 joined = _read_until(worker.stderr, "joined crawl", timeout=30)
@@ -453,11 +453,11 @@ def test_status_counts_entries_parked_by_a_stopped_worker_as_waiting(
     as nearly (or entirely: ``ended``) finished and clears it.
     """
     site = generate_site(pages=60, hosts=1, seed=5, port=0)
-    args = [sys.executable, "-m", "hashcrawl", "join", *at(redis_url, crawl_name)]
+    args = [sys.executable, "-m", "hashcrawl", "join", *at(redis_url, crawl_name), *SITE_FLAGS]
     args += ["--delay", "0.01", "--idle", "none", "--max-buffer", "5", "--grace", "1"]
     args.append("--span-hosts")  # the site links its hosts from the first one
     with SiteServer(site) as server:
-        assert_ok(hashcrawl("submit", *at(redis_url, crawl_name), server.site.root))
+        assert_ok(hashcrawl("submit", *at(redis_url, crawl_name), *SITE_FLAGS, server.site.root))
         with subprocess.Popen(args, stderr=subprocess.DEVNULL) as worker:
             try:
                 assert server.wait_for_requests(12, timeout=30)
@@ -537,16 +537,8 @@ def _page_requests(server: SiteServer, start: int = 0) -> list[str]:
 
 
 def _crawl(site: Site, output: Path, state: Path, *, workers: int = 2, idle: float = 1) -> Result:
-    flags = [
-        "--workers",
-        str(workers),
-        "--delay",
-        "0.02",
-        "--idle",
-        str(idle),
-        "-q",
-        "--span-hosts",
-    ]
+    flags = ["--workers", str(workers), "--delay", "0.02", "--idle", str(idle), "-q"]
+    flags += ["--span-hosts", *SITE_FLAGS]
     return hashcrawl("crawl", site.root, "-o", str(output), *flags, "--state-dir", str(state))
 
 
@@ -631,7 +623,8 @@ def _unwritable_output(where: Where) -> Result:
 
 def _start_url_refused(where: Where) -> Result:
     url = f"http://127.0.0.1:{where.dead_port}/"
-    flags = ["--idle", "0.5", "--max-attempts", "1", "--workers", "1", "-q"]
+    flags = ["--idle", "0.5", "--max-attempts", "1", "--workers", "1", "-q", "--allow-net"]
+    flags.append("127.0.0.1")  # refused by nothing listening, not by the address rule
     return hashcrawl("crawl", *flags, "--state-dir", str(where.tmp / "state"), url)
 
 
@@ -702,6 +695,7 @@ def _robots_closed_site() -> Site:
 
 def _quick_crawl(state: Path, *urls: str, extra: Iterable[str] = ()) -> Result:
     flags = ["--idle", "0.5", "--max-attempts", "2", "--workers", "1", "--timeout", "5", "-q"]
+    flags += [*SITE_FLAGS, "--allow-net", "127.0.0.1"]  # the test sites, and a dead port
     return hashcrawl("crawl", *flags, *extra, "--state-dir", str(state), *urls)
 
 
@@ -812,7 +806,7 @@ def test_crawl_runs_a_spider_and_takes_its_start_urls(tmp_path: Path) -> None:
 def _start_crawl(site: Site, state: Path, *flags: str) -> subprocess.Popen[bytes]:
     """A crawl in its own process group, as a shell runs a job; stderr is piped."""
     args = [sys.executable, "-m", "hashcrawl", "crawl", site.root, "--state-dir", str(state)]
-    args += ["-o", str(state.parent / "items.jsonl"), "-q", *flags]
+    args += ["-o", str(state.parent / "items.jsonl"), "-q", *SITE_FLAGS, *flags]
     return subprocess.Popen(
         args, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, start_new_session=True
     )
@@ -864,7 +858,9 @@ def test_second_ctrl_c_exits_1_at_once_and_the_next_run_resumes_without_a_lease(
         assert rest.decode().splitlines() == [
             "hashcrawl: stopped at once; run the same command again to go on where it stopped"
         ]
-        again = hashcrawl("crawl", server.site.root, "--state-dir", str(state), "-q", *flags)
+        again = hashcrawl(
+            "crawl", server.site.root, "--state-dir", str(state), "-q", *SITE_FLAGS, *flags
+        )
         assert_ok(again)
         verdict = judge(server.site, server.requests(), [], delay=0.05)
     assert verdict.missing == ()
@@ -915,6 +911,7 @@ def test_ctrl_c_while_a_crawl_starts_prints_no_traceback(
     state = tmp_path / "s"
     args = [sys.executable, "-m", "hashcrawl", "crawl", url, "--state-dir", str(state)]
     args += ["--idle", "0.5", "--max-attempts", "1", "--workers", "2", "-q"]
+    args += ["--allow-net", "127.0.0.1"]  # nothing listens there: the crawl must start
     with subprocess.Popen(
         args, stdout=subprocess.PIPE, stderr=subprocess.PIPE, start_new_session=True
     ) as process:
@@ -1127,11 +1124,11 @@ def test_join_says_stopping_once_and_a_second_ctrl_c_exits_1_at_once(
 ) -> None:
     """join: the first SIGINT prints one line and stops gently; a second exits 1 at once."""
     site = generate_site(pages=10, hosts=1, seed=9, port=0)
-    args = [sys.executable, "-m", "hashcrawl", "join", *at(redis_url, crawl_name)]
+    args = [sys.executable, "-m", "hashcrawl", "join", *at(redis_url, crawl_name), *SITE_FLAGS]
     args += ["--delay", "0.05", "--idle", "none", "--grace", "300", "-o", os.devnull]
     # Each answer takes 3 s, so the second SIGINT finds the worker still in its grace.
     with SiteServer(site, latency=3.0) as server:
-        assert_ok(hashcrawl("submit", *at(redis_url, crawl_name), server.site.root))
+        assert_ok(hashcrawl("submit", *at(redis_url, crawl_name), *SITE_FLAGS, server.site.root))
         with subprocess.Popen(args, stderr=subprocess.PIPE) as worker:
             assert server.wait_for_requests(2, timeout=30)
             worker.send_signal(signal.SIGINT)
@@ -1153,3 +1150,66 @@ def test_unknown_crawl_line_names_only_crawls_that_could_exist(redis_server: Red
         client.set("unrelated", 1)
     line = assert_one_line_error(hashcrawl("status", *at(redis_server.url, "bokos")), 2)
     assert line.endswith("crawls there: books")
+
+
+# -- private addresses ------------------------------------------------------------------------
+
+PRIVATE_START_URLS = [
+    "http://169.254.169.254/latest/meta-data/",
+    "http://2130706433/",
+    "http://0x7f.1/",
+    "http://10.0.0.1/",
+    "http://[::1]/",
+    "http://localhost/",
+]
+
+
+@pytest.mark.parametrize("url", PRIVATE_START_URLS)
+def test_submit_refuses_a_private_start_url_without_an_allow(
+    url: str, redis_url: str, crawl_name: str
+) -> None:
+    """A start URL at a non-public address (by any spelling or name) exits 2, adds nothing."""
+    line = assert_one_line_error(hashcrawl("submit", *at(redis_url, crawl_name), url), 2)
+    assert "is not a public address" in line
+    assert "--allow-net" in line
+    with redis.Redis.from_url(redis_url) as client:
+        assert crawl_keys(client, crawl_name) == set()
+
+
+def test_submit_takes_a_private_start_url_its_allow_covers(redis_url: str, crawl_name: str) -> None:
+    """--allow-net with the address's network, or --allow-private, lets it in."""
+    assert_ok(
+        hashcrawl(
+            "submit", *at(redis_url, crawl_name), "--allow-net", "10.0.0.0/8", "http://10.1.2.3/"
+        )
+    )
+    assert_ok(
+        hashcrawl("submit", *at(redis_url, crawl_name), "--allow-private", "http://2130706433/")
+    )
+    assert status(redis_url, crawl_name)["seen"] == 2
+
+
+def test_submit_from_stdin_skips_private_address_literals(redis_url: str, crawl_name: str) -> None:
+    """Piped URLs at private IP literals are bad lines, named with their numbers."""
+    lines = ["http://a.example/1", "http://0x7f.1/", "http://169.254.169.254/"]
+    result = hashcrawl("submit", *at(redis_url, crawl_name), "-", stdin="\n".join(lines))
+    assert result.code == 2
+    assert [e.split(":")[1] for e in result.err.splitlines()] == [" line 2", " line 3"]
+    assert status(redis_url, crawl_name)["seen"] == 1
+
+
+@pytest.mark.parametrize("url", PRIVATE_START_URLS[:3])
+def test_crawl_refuses_a_private_start_url_without_an_allow(url: str, tmp_path: Path) -> None:
+    """``hashcrawl crawl`` says so in one line and exits 2 before starting anything."""
+    result = hashcrawl("crawl", "--state-dir", str(tmp_path / "state"), url)
+    assert "is not a public address" in assert_one_line_error(result, 2)
+    assert not (tmp_path / "state").exists()
+
+
+def test_a_bad_allow_net_is_a_flag_error(tmp_path: Path) -> None:
+    """--allow-net that is not a network exits 2 naming the flag and the value."""
+    result = hashcrawl(
+        "crawl", "--state-dir", str(tmp_path), "--allow-net", "10.0.0.5/8", "http://a.example/"
+    )
+    line = assert_one_line_error(result, 2)
+    assert "--allow-net" in line and "10.0.0.5/8" in line

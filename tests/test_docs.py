@@ -48,11 +48,10 @@ PYTHON_PREAMBLE = {"docs/api.md": "import hashcrawl\n\n"}
 TIMEOUT = 120  # seconds for one page's whole session
 FLEET_PASSWORD = "PASSWORD"  # the docs' fleet Redis has this password; so has the test's
 
-# Once workers refuse private addresses by default (the branch hostile-fetch), the
-# loopback site must be opened: set these to "--allow-net 127.0.0.0/8 " and
-# ", allow_nets=['127.0.0.0/8']". The substitutions below put them where they go.
-LOOPBACK_FLAGS = ""
-LOOPBACK_KWARGS = ""
+# Workers refuse private addresses by default, so the loopback site (one host, see
+# bookshop()) is opened, and only it. The substitutions below put these where they go.
+LOOPBACK_FLAGS = f"--allow-net {host(0)} "
+LOOPBACK_KWARGS = f", allow_nets=['{host(0)}']"
 
 SHELL = "sh"
 PYTHON = "python"

@@ -3,15 +3,33 @@
 from __future__ import annotations
 
 import contextlib
-from collections.abc import AsyncIterator
+import gzip
+import json
+import zlib
+from collections.abc import AsyncIterator, Callable, Iterable
+from pathlib import Path
+from typing import Any
 
 import httpx
+import pytest
 import trio
 import trio.testing
 
-from hashcrawl import FetchError, HttpxFetcher, Request
+from hashcrawl import FetchError, HttpxFetcher, Queue, Request, Response
+from hashcrawl._exceptions import Refused
 from hashcrawl._fetch import NotSent, OriginPools, sending_only_while
-from tests.fleet import host, make_site, page
+from tests.fleet import (
+    Crew,
+    crawl_in_process,
+    fast_settings,
+    host,
+    href,
+    make_site,
+    new_crawl_name,
+    page,
+    redirect,
+)
+from tests.rawserver import RawServer, bomb, response
 from tests.testsite import SiteServer
 
 
@@ -129,7 +147,7 @@ async def test_a_given_transport_serves_every_request():
 
 async def test_an_unreachable_origin_raises_fetch_error_and_frees_its_slot():
     """A connection refused is a FetchError, and the slot it held can be used again."""
-    fetcher = HttpxFetcher(max_connections=1, timeout=5)
+    fetcher = HttpxFetcher(max_connections=1, timeout=5, allow_nets=["127.0.0.1"])
     for _ in range(2):
         try:
             await fetcher.fetch(Request("http://127.0.0.1:1/"))
@@ -170,7 +188,7 @@ async def fetch_if(fetcher: HttpxFetcher, url: str, allowed: bool) -> int | None
 async def test_a_request_its_check_refuses_never_reaches_the_server():
     """Refused on a new connection or on a kept-alive one, nothing is sent; the pool recovers."""
     with SiteServer(make_site({(host(0), "/"): page("root")})) as server:
-        fetcher = HttpxFetcher()
+        fetcher = HttpxFetcher(allow_nets=[host(0)])
         url = server.site.root
         statuses = [await fetch_if(fetcher, url, allowed) for allowed in (False, True, False, True)]
         await fetcher.aclose()
@@ -187,7 +205,7 @@ async def test_a_request_is_checked_as_it_is_written_not_when_it_is_made():
     """
     site = make_site({(host(0), "/"): page("a"), (host(1), "/"): page("b")})
     with SiteServer(site, latency=0.3) as server:
-        fetcher = HttpxFetcher(max_connections=1)
+        fetcher = HttpxFetcher(max_connections=1, allow_nets=[host(0), host(1)])
         first, second = (f"http://{h}:{server.site.port}/" for h in (host(0), host(1)))
         allowed = True
         got: dict[str, int | None] = {}
@@ -217,3 +235,167 @@ def test_the_default_pools_check_every_connection_they_open():
     pools = OriginPools.of(max_connections=2, max_per_host=1)
     transport = pools._make_pool()
     assert type(transport._pool._network_backend).__name__ == "_GatedBackend"  # type: ignore[attr-defined]
+
+
+# bounded cost per response
+
+
+async def fetch_from(answer: Callable[[str], Iterable[bytes | float]], **options: Any) -> Response:
+    """Fetch "/" from a RawServer on 127.0.0.2 giving ``answer``, with a fetcher allowed there."""
+    with RawServer(answer) as server:
+        fetcher = HttpxFetcher(allow_nets=[server.host], **options)
+        try:
+            return await fetcher.fetch(Request(server.url()))
+        finally:
+            await fetcher.aclose()
+
+
+def drip(path: str) -> list[bytes | float]:
+    """Headers at once, then a 100-byte body a byte every 0.1 s: each read is quick."""
+    head = b"HTTP/1.1 200 OK\r\nContent-Length: 100\r\nContent-Type: text/html\r\n\r\n"
+    return [head, *[part for _ in range(100) for part in (0.1, b"x")]]
+
+
+async def test_the_timeout_is_a_deadline_for_the_whole_exchange_body_included():
+    """A server that drips its body, each byte well inside the timeout, fails at the timeout.
+
+    httpx's own timeouts are per read, so without the deadline this fetch would succeed.
+    """
+    with pytest.raises(FetchError, match=r"no whole answer within the timeout \(1 s\)"):
+        await fetch_from(drip, timeout=1.0)
+
+
+async def test_a_gzip_bomb_is_inflated_only_up_to_max_body():
+    """A tiny gzip body that inflates to 64 MiB gives max_body bytes, marked truncated."""
+    body = bomb(64 * 2**20)
+    answer = response(200, body, Content_Encoding="gzip", Content_Type="text/html")
+    got = await fetch_from(lambda path: answer, max_body=100_000)
+    assert len(body) < 100_000
+    assert (len(got.body), got.truncated, set(got.body)) == (100_000, True, {0})
+
+
+async def test_a_body_within_max_body_is_whole_and_not_truncated():
+    """gzip and deflate (zlib or raw) bodies are decoded; the response is not truncated."""
+    text = b"<title>hello</title>" * 100
+    raw_deflate = zlib.compressobj(wbits=-15)
+    for coding, data in [
+        ("gzip", gzip.compress(text)),
+        ("deflate", zlib.compress(text)),
+        ("deflate", raw_deflate.compress(text) + raw_deflate.flush()),
+        ("identity", text),
+    ]:
+        answer = response(200, data, Content_Encoding=coding, Content_Type="text/html")
+        got = await fetch_from(lambda path, answer=answer: answer, max_body=len(text))
+        assert (got.body, got.truncated, got.title()) == (text, False, "hello")
+
+
+async def test_a_plain_body_over_max_body_is_cut_there():
+    """Without compression too, what is past max_body is not kept."""
+    answer = response(200, b"x" * 300_000)
+    got = await fetch_from(lambda path: answer, max_body=1000)
+    assert (len(got.body), got.truncated) == (1000, True)
+
+
+@pytest.mark.parametrize("coding", ["gzip, gzip", "gzip,deflate", "br", "zstd", "compress"])
+async def test_stacked_or_unasked_encodings_are_refused(coding: str):
+    """A body in two codings, or in one not asked for, is Refused, not decoded."""
+    answer = response(200, bomb(10_000, layers=2), Content_Encoding=coding)
+    with pytest.raises(Refused, match="Content-Encoding"):
+        await fetch_from(lambda path: answer)
+
+
+async def test_only_the_encodings_decoded_under_the_cap_are_asked_for():
+    """The request's Accept-Encoding names gzip and deflate, nothing else."""
+    seen: list[str] = []
+
+    def answer(request: httpx.Request) -> httpx.Response:
+        seen.append(request.headers["accept-encoding"])
+        return httpx.Response(200)
+
+    fetcher = HttpxFetcher(transport=httpx.MockTransport(answer))
+    await fetcher.fetch(Request("http://a.test/"))
+    await fetcher.aclose()
+    assert seen == ["gzip, deflate"]
+
+
+# private addresses
+
+
+async def test_a_private_address_is_refused_before_anything_is_sent():
+    """Without an allow, a loopback server gets no request at all, and the error says why."""
+    with RawServer(lambda path: response(200, b"secret")) as server:
+        fetcher = HttpxFetcher()
+        with pytest.raises(Refused, match=r"127\.0\.0\.2 is not a public address.*--allow-net"):
+            await fetcher.fetch(Request(server.url()))
+        await fetcher.aclose()
+    assert server.paths == []
+
+
+async def test_an_allowed_network_is_reached_and_its_neighbours_are_not():
+    """Allowing 127.0.0.2 reaches it; 127.0.5.7, also loopback, is refused unreached."""
+    with (
+        RawServer(lambda path: response(200, b"ok")) as allowed,
+        RawServer(lambda path: response(200, b"internal"), host="127.0.5.7") as internal,
+    ):
+        fetcher = HttpxFetcher(allow_nets=["127.0.0.2/32"])
+        assert (await fetcher.fetch(Request(allowed.url()))).body == b"ok"
+        with pytest.raises(Refused):
+            await fetcher.fetch(Request(f"http://127.0.5.7:{internal.port}/admin"))
+        await fetcher.aclose()
+    assert (allowed.paths, internal.paths) == (["/"], [])
+
+
+@pytest.mark.parametrize(
+    "url",
+    [
+        "http://169.254.169.254/latest/meta-data/",
+        "http://10.1.2.3/",
+        "http://100.100.100.200/",
+        "http://[::1]:9/",
+        "http://[::ffff:127.0.0.1]:9/",
+        "http://[fd00:ec2::254]/",
+        "http://0.0.0.0:9/",
+        "http://224.0.0.1/",
+        "http://localhost:9/",
+    ],
+)
+async def test_every_kind_of_non_public_address_is_refused(url: str):
+    """Metadata, private, CGNAT, loopback (v4, v6, mapped, by name), ULA, unspecified and
+    multicast addresses are all refused before a connection is tried."""
+    fetcher = HttpxFetcher(timeout=5)
+    with pytest.raises(Refused, match="not a public address"):
+        await fetcher.fetch(Request(url))
+    await fetcher.aclose()
+
+
+async def test_allow_private_reaches_any_address():
+    """allow_private opens every network."""
+    with RawServer(lambda path: response(200, b"ok"), host="127.0.5.7") as server:
+        fetcher = HttpxFetcher(allow_private=True)
+        assert (await fetcher.fetch(Request(server.url()))).body == b"ok"
+        await fetcher.aclose()
+
+
+async def test_a_crawl_never_reaches_a_private_address_it_was_not_allowed(
+    redis_url: str, tmp_path: Path
+) -> None:
+    """A test site's link to 127.0.5.7 (loopback, not among the allowed addresses) and a
+    redirect to it are refused before connecting: that server logs nothing, the pages
+    are dead-lettered with the reason, and nothing from it reaches the output."""
+    with RawServer(lambda path: response(200, b"<title>internal</title>"), "127.0.5.7") as inner:
+        internal = inner.url("/admin")
+        site = make_site(
+            {
+                (host(0), "/"): page("root", internal, href(host(0), "/moved")),
+                (host(0), "/moved"): redirect(302, inner.url("/latest/meta-data/")),
+            }
+        )
+        crew = Crew(redis_url, new_crawl_name(), tmp_path)
+        with SiteServer(site) as server:
+            await crawl_in_process(crew, [fast_settings(max_attempts=1)], [server.site.root])
+        with Queue(redis_url, crew.crawl) as queue:
+            dead = queue.dead()
+    assert inner.paths == []
+    assert set(dead) == {internal, inner.url("/latest/meta-data/")}
+    assert all("127.0.5.7 is not a public address" in why for why in dead.values())
+    assert "internal" not in json.dumps(crew.items())

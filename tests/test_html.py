@@ -6,10 +6,11 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from hashcrawl._html import Page, is_html, parse_html
+from hashcrawl import Request, Response
+from hashcrawl._html import Page, decode_body, is_html, parse_html
 from hashcrawl._links import sendable
 from hashcrawl._urls import canonicalize
-from tests.strategies import html_like_bodies, http_urls
+from tests.strategies import content_types, header_maps, html_like_bodies, http_urls
 
 URL = "http://example.com/dir/page.html"
 
@@ -262,3 +263,61 @@ def test_html_content_types_are_html(content_type: str) -> None:
 def test_other_content_types_are_not_html(content_type: str | None) -> None:
     """Missing and non-HTML content types are not HTML."""
     assert not is_html(content_type)
+
+
+# decoding never raises
+
+
+@pytest.mark.parametrize(
+    "charset", ["bogus", "zlib", "base64", "idna", "punycode", "rot13", "undefined", "uu"]
+)
+def test_a_charset_that_names_no_text_encoding_falls_back_to_utf8(charset: str) -> None:
+    """Unknown names and codecs that are not text encodings are passed over, not raised."""
+    body = "<title>café</title>".encode()
+    assert decode_body(body, f"text/html; charset={charset}") == "<title>café</title>"
+    assert parse_html(body, URL, content_type=f"text/html; charset={charset}").title == "café"
+
+
+def test_a_bogus_header_charset_gives_way_to_meta_charset() -> None:
+    """Header charset, then <meta charset>, then UTF-8: a bad first choice is skipped."""
+    body = "<meta charset='iso-8859-1'><title>café</title>".encode("latin-1")
+    assert "café" in decode_body(body, "text/html; charset=bogus")
+
+
+def test_a_byte_order_mark_wins_over_any_charset() -> None:
+    """A BOM says what the body is, whatever the header claims."""
+    body = "\ufeff<title>ü</title>".encode("utf-16-le")
+    assert decode_body(body, "text/html; charset=zlib") == "<title>ü</title>"
+
+
+def test_response_text_of_a_bogus_charset_is_the_body_as_utf8() -> None:
+    """Response.text with charset=bogus decodes as UTF-8, replacing what is not."""
+    response = Response(
+        url=URL,
+        status=200,
+        headers={"content-type": "text/plain; charset=bogus"},
+        body=b"ok \xff",
+        request=Request(URL),
+    )
+    assert response.text == "ok \ufffd"
+
+
+@given(st.binary(max_size=300) | html_like_bodies, content_types | st.none())
+def test_decoding_any_body_under_any_content_type_never_raises(
+    body: bytes, content_type: str | None
+) -> None:
+    """decode_body and parse_html give text and a Page for any bytes and any header."""
+    assert isinstance(decode_body(body, content_type), str)
+    assert isinstance(parse_html(body, URL, content_type=content_type), Page)
+
+
+@given(st.integers(100, 599), header_maps, st.binary(max_size=300) | html_like_bodies)
+def test_a_response_of_any_headers_and_body_never_raises(
+    status: int, headers: dict[str, str], body: bytes
+) -> None:
+    """Whatever a server sends, a Response's text, title, links and is_html answer."""
+    response = Response(url=URL, status=status, headers=headers, body=body, request=Request(URL))
+    assert isinstance(response.text, str)
+    assert isinstance(response.links(), list)
+    response.title()
+    assert response.is_html in (True, False)

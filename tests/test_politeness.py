@@ -34,7 +34,7 @@ from tests.fleet import (
     submit,
     times_by_host,
 )
-from tests.testsite import ROBOTS_PATH, Site, SiteServer, generate_site, judge
+from tests.testsite import ROBOTS_PATH, SITE_NETS, Site, SiteServer, generate_site, judge
 
 DELAY = 0.05
 LATENCY = 0.1  # how long the slow server holds each response
@@ -303,7 +303,7 @@ async def test_a_request_held_up_until_its_worker_went_stale_is_not_sent(
     and may no longer fetch (the hosts' next owner could be fetching them already).
     """
     site = make_site({(host(0), "/"): page("a"), (host(1), "/"): page("b")})
-    fetcher = Counted(HttpxFetcher(max_connections=1))
+    fetcher = Counted(HttpxFetcher(max_connections=1, allow_nets=SITE_NETS))
     worker = Worker(
         redis_server.url,
         "held",

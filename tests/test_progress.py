@@ -16,7 +16,7 @@ from prometheus_client.parser import text_string_to_metric_families
 from hashcrawl._progress import Progress
 from tests.fleet import DEADLINE, page_requests, wait_until
 from tests.test_cli import assert_ok, assert_one_line_error, hashcrawl
-from tests.testsite import Site, SiteServer, generate_site
+from tests.testsite import SITE_FLAGS, Site, SiteServer, generate_site
 from tests.watching import by_class, settled_crawl
 
 
@@ -28,6 +28,7 @@ def crawl(site: Site, tmp_path: Path, *more: str) -> tuple[int, str]:
         "--idle",
         "1",
         "--span-hosts",
+        *SITE_FLAGS,
         "--state-dir",
         str(tmp_path / "state"),
     ]
@@ -127,6 +128,7 @@ def test_crawl_gives_each_worker_its_own_metrics_port(tmp_path: Path) -> None:
     site = generate_site(pages=60, hosts=4, seed=6, port=0)
     with SiteServer(site) as server:
         flags = ["--workers", "2", "--metrics-port", str(port), "--idle", "5", "-q", "--span-hosts"]
+        flags += SITE_FLAGS
         args = ["crawl", server.site.root, "--delay", "0.02", "--state-dir", str(tmp_path / "s")]
         with subprocess.Popen([sys.executable, "-m", "hashcrawl", *args, *flags]) as crawl:
             wait_until(lambda: counted_everything(server, port), what="both ports to count it all")

@@ -24,5 +24,6 @@ def test_errors_form_one_tree():
     assert issubclass(hashcrawl.ConfigError, ValueError)
     assert issubclass(hashcrawl.InvalidURL, hashcrawl.ConfigError)
     assert issubclass(hashcrawl.QueueError, ConnectionError)
-    for name in ("ConfigError", "InvalidURL", "QueueError", "Fenced", "FetchError"):
+    assert issubclass(hashcrawl.Refused, hashcrawl.FetchError)
+    for name in ("ConfigError", "InvalidURL", "QueueError", "Fenced", "FetchError", "Refused"):
         assert issubclass(getattr(hashcrawl, name), hashcrawl.HashcrawlError)

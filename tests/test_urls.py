@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import hashlib
+import re
 
 import pytest
 from hypothesis import assume, given
@@ -239,6 +240,7 @@ def test_host_key_is_lowercase_host_and_non_default_port(
     """The host key is the lowercased host, plus ":port" only when not the default."""
     authority = host if port is None else f"{host}:{port}"
     expected = host.lower().removesuffix(".")
+    assume(not re.fullmatch(r"[0-9a-fx.]+", expected))  # maybe an IPv4 literal: see below
     if port is not None and port != {"http": 80, "https": 443}[scheme]:
         expected += f":{port}"
     assert host_key(canonicalize(f"{scheme}://{authority}{path}")) == expected
@@ -381,3 +383,43 @@ def test_an_ip_address_allows_only_itself() -> None:
     """An address has no subdomains: --allow-domain 0.0.2 must not admit 127.0.0.2."""
     assert domain_allowed("127.0.0.2:8080", ("127.0.0.2",))
     assert not domain_allowed("127.0.0.2:8080", ("0.0.2",))
+
+
+# IPv4 spellings and length
+
+
+@pytest.mark.parametrize(
+    "spelling",
+    ["127.0.0.1", "2130706433", "0x7f.1", "0177.0.0.1", "127.1", "0x7F.0.0.1", "127.0.0.1."],
+)
+def test_every_spelling_of_an_ipv4_address_is_one_host(spelling: str) -> None:
+    """Decimal, hex, octal and short forms the C resolver accepts name the same host."""
+    url = canonicalize(f"http://{spelling}:8080/a")
+    assert url == "http://127.0.0.1:8080/a"
+    assert host_key(url) == "127.0.0.1:8080"
+
+
+@pytest.mark.parametrize("name", ["1.2.3.4.5", "08.0.0.1", "example.123", "0xdead.com"])
+def test_a_numeric_looking_name_that_is_no_address_stays_a_name(name: str) -> None:
+    """Only what inet_aton reads as an address is rewritten; the rest is looked up."""
+    assert host_key(canonicalize(f"http://{name}/")) == name
+
+
+def test_a_url_longer_than_the_cap_is_refused_with_its_length() -> None:
+    """A URL over MAX_URL_LENGTH characters is an InvalidURL naming the limit."""
+    from hashcrawl._urls import MAX_URL_LENGTH
+
+    assert canonicalize("http://a.test/" + "x" * (MAX_URL_LENGTH - 14))
+    with pytest.raises(InvalidURL, match=f"longer than {MAX_URL_LENGTH} characters"):
+        canonicalize("http://a.test/" + "x" * MAX_URL_LENGTH)
+
+
+def test_a_url_that_escapes_past_the_cap_is_refused() -> None:
+    """Percent-escaping can grow a URL past the cap; the canonical length counts too."""
+    with pytest.raises(InvalidURL, match="longer than"):
+        canonicalize("http://a.test/" + "é" * 3000)
+
+
+def test_a_link_longer_than_the_cap_is_not_followed() -> None:
+    """join_url drops a link whose URL is too long, as it drops any invalid one."""
+    assert join_url("http://a.test/", "/" + "x" * 9000) is None

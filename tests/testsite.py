@@ -56,6 +56,18 @@ _SO_TIMESTAMPNS = 35 if sys.platform == "linux" else None
 
 Key = tuple[str, str]  # (host, path)
 
+#: The addresses test sites are served on, 127.0.0.2 to 127.0.0.255, as networks: what a
+#: crawl of one is allowed to reach (hashcrawl refuses private addresses by default).
+#: 127.0.0.1, where Redis and other local services listen, is left out.
+SITE_NETS = tuple(
+    str(net)
+    for net in ipaddress.summarize_address_range(
+        ipaddress.IPv4Address("127.0.0.2"), ipaddress.IPv4Address("127.0.0.255")
+    )
+)
+#: SITE_NETS as `hashcrawl join`/`crawl` flags.
+SITE_FLAGS = tuple(flag for net in SITE_NETS for flag in ("--allow-net", net))
+
 
 @attrs.frozen
 class Resource:

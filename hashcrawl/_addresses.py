@@ -1,0 +1,124 @@
+"""Which network addresses a worker may connect to: public ones, and those allowed.
+
+By default only addresses that ``ipaddress`` calls global are reachable: loopback,
+RFC 1918 private, link-local (169.254.0.0/16, the cloud metadata service), CGNAT
+(100.64.0.0/10), unique-local IPv6, multicast, reserved and unspecified addresses are
+refused, and an IPv4-mapped IPv6 address (``::ffff:10.0.0.1``) is judged as the IPv4
+address it carries. ``allow_nets`` opens given networks; ``allow_private`` opens all.
+
+The decision is pure; :mod:`hashcrawl._fetch` applies it to the address each connection
+actually goes to, after resolving, so that DNS and redirects cannot get round it.
+"""
+
+from __future__ import annotations
+
+import ipaddress
+import socket
+from collections.abc import Iterable
+from urllib.parse import urlsplit
+
+import attrs
+
+from ._exceptions import ConfigError
+
+Address = ipaddress.IPv4Address | ipaddress.IPv6Address
+Network = ipaddress.IPv4Network | ipaddress.IPv6Network
+ALLOW_HINT = "allow it with --allow-net CIDR or --allow-private"
+
+
+def parse_net(text: str) -> Network:
+    """Return the network ``text`` names ("10.0.0.0/8", "127.0.0.2", "fd00::/8").
+
+    Raises:
+        ConfigError: not a network, or one with host bits set ("10.0.0.5/8").
+    """
+    try:
+        return ipaddress.ip_network(text.strip())
+    except ValueError as exc:
+        raise ConfigError(
+            f"--allow-net must be an address or a network like 10.0.0.0/8, got {text!r} ({exc})"
+        ) from None
+
+
+@attrs.frozen
+class AddressPolicy:
+    """The addresses one worker may connect to.
+
+    Args:
+        nets: networks allowed beyond the public internet.
+        private: allow every address.
+    """
+
+    nets: tuple[Network, ...] = ()
+    private: bool = False
+    _seen: dict[str, bool] = attrs.field(factory=dict, eq=False, repr=False)
+
+    @classmethod
+    def of(cls, allow_nets: Iterable[str] = (), allow_private: bool = False) -> AddressPolicy:
+        """The policy for the ``allow_nets`` and ``allow_private`` settings.
+
+        Raises:
+            ConfigError: an entry of ``allow_nets`` is not a network.
+        """
+        return cls(tuple(parse_net(net) for net in allow_nets), allow_private)
+
+    def allows(self, address: str) -> bool:
+        """Whether a connection to ``address`` (a literal IP, no brackets) may be made."""
+        known = self._seen.get(address)
+        if known is None:
+            known = self._seen[address] = self._allows(ipaddress.ip_address(address))
+            if len(self._seen) > 4096:  # a crawl of many hosts: keep the cache small
+                self._seen.clear()
+        return known
+
+    def _allows(self, ip: Address) -> bool:
+        if self.private:
+            return True
+        if any(ip in net for net in self.nets):
+            return True
+        if isinstance(ip, ipaddress.IPv6Address) and ip.ipv4_mapped is not None:
+            return self._allows(ip.ipv4_mapped)
+        return ip.is_global and not ip.is_multicast
+
+    def refusal(self, host: str, addresses: list[str]) -> str:
+        """The reason given when none of ``host``'s addresses may be reached."""
+        shown = host if addresses == [host] else f"{host} ({', '.join(addresses[:3])})"
+        return f"{shown} is not a public address; {ALLOW_HINT}"
+
+
+def literal_address(host: str) -> str | None:
+    """Return ``host`` as an IP address if it is one ("[::1]" gives "::1"), else None."""
+    try:
+        return str(ipaddress.ip_address(host.strip("[]")))
+    except ValueError:
+        return None
+
+
+def resolve(host: str) -> list[str]:
+    """The addresses ``host`` resolves to, blocking (for the CLI); [] if it does not."""
+    literal = literal_address(host)
+    if literal is not None:
+        return [literal]
+    try:
+        infos = socket.getaddrinfo(host, None, type=socket.SOCK_STREAM)
+    except (OSError, UnicodeError):
+        return []
+    return list(dict.fromkeys(str(info[4][0]) for info in infos))
+
+
+def url_refusal(canonical_url: str, policy: AddressPolicy, *, look_up: bool = True) -> str | None:
+    """Why a worker under ``policy`` would refuse ``canonical_url``, or None.
+
+    The CLI asks before it submits, so that a private start URL is an error at once
+    rather than a dead letter later. A name that does not resolve is not refused here:
+    the fetch will fail and say so.
+
+    Args:
+        look_up: resolve host names too (blocking); else judge IP literals only.
+    """
+    host = urlsplit(canonical_url).hostname or ""
+    literal = literal_address(host)
+    addresses = [literal] if literal is not None else resolve(host) if look_up else []
+    if addresses and not any(policy.allows(address) for address in addresses):
+        return policy.refusal(host, addresses)
+    return None
