@@ -19,7 +19,7 @@ import pytest
 from hashcrawl._server import RedisServer
 from tests.test_cli import COMMAND_TIMEOUT, Result, _read_until, assert_ok
 from tests.test_cli import assert_one_line_error as one_line_error
-from tests.testsite import SiteServer, generate_site
+from tests.testsite import SITE_FLAGS, SiteServer, generate_site
 
 #: A password as users pick them: every character that breaks a naive URL parser.
 SECRET = "s3cr#t/p?w@x:y é"
@@ -174,7 +174,7 @@ def test_crawl_hands_its_workers_the_redis_url_through_the_environment(tmp_path:
     """``hashcrawl crawl``'s workers run with no Redis URL in argv: it is in their env."""
     site = generate_site(pages=3, hosts=1, seed=4, port=0)
     with SiteServer(site) as server:
-        args = [sys.executable, "-m", "hashcrawl", "crawl", server.site.root, "-v"]
+        args = [sys.executable, "-m", "hashcrawl", "crawl", server.site.root, "-v", *SITE_FLAGS]
         args += ["--workers", "2", "--idle", "none", "--delay", "0", "-o", os.devnull]
         args += ["--state-dir", str(tmp_path / "state")]
         with subprocess.Popen(args, stderr=subprocess.PIPE) as crawl:

@@ -17,6 +17,7 @@ import pytest
 import hashcrawl
 from hashcrawl._cli import build_parser
 from hashcrawl._server import RedisServer
+from tests.testsite import SITE_NETS
 
 EXAMPLES = Path(__file__).resolve().parent.parent / "docs" / "examples"
 TIMEOUT = 60
@@ -107,7 +108,9 @@ def test_login_search_api_logs_in_searches_and_reads_the_api(
     from tests.formsite import FormSite
 
     with FormSite() as site:
-        lines = run_example("login_search_api.py", tmp_path, site.root, redis_url, crawl_name)
+        lines = run_example(
+            "login_search_api.py", tmp_path, site.root, redis_url, crawl_name, *SITE_NETS
+        )
         seen = site.seen()
     assert [ast.literal_eval(line) for line in lines] == [
         {"from": "api", "name": "Blue widget"},

@@ -125,7 +125,8 @@ def scraped_pages(port: int) -> tuple[float, float] | None:
 def test_crawl_gives_each_worker_its_own_metrics_port(tmp_path: Path) -> None:
     """crawl --workers 2 --metrics-port P serves P and P+1; together they count every page."""
     port = free_port_pair()
-    site = generate_site(pages=60, hosts=4, seed=6, port=0)
+    # Twelve hosts: the chance that the ring gives one worker none is 1 in 2,048.
+    site = generate_site(pages=60, hosts=12, seed=6, port=0)
     with SiteServer(site) as server:
         flags = ["--workers", "2", "--metrics-port", str(port), "--idle", "5", "-q", "--span-hosts"]
         flags += SITE_FLAGS

@@ -63,14 +63,17 @@ class Catalogue(hashcrawl.Spider):
         }
 
 
-def main(site: str, redis: str = REDIS, crawl: str = "login-search-api") -> None:
+def main(site: str, redis: str = REDIS, crawl: str = "login-search-api", *nets: str) -> None:
+    """Crawl ``site``; ``nets`` are non-public networks it may reach (a test site's)."""
     with hashcrawl.Queue(redis, crawl) as queue:
         queue.clear()  # start afresh on every run
         queue.submit([site])
     output = Path("login_search_api.jsonl")
     output.unlink(missing_ok=True)
     sink = hashcrawl.JsonLinesSink(output)
-    hashcrawl.Worker(redis, crawl, spider=Catalogue, sink=sink, delay=0.05, idle=1).run_sync()
+    hashcrawl.Worker(
+        redis, crawl, spider=Catalogue, sink=sink, delay=0.05, idle=1, allow_nets=nets
+    ).run_sync()
     sink.close()
     items = [json.loads(line) for line in output.read_text().splitlines()]
     for item in sorted(items, key=lambda i: (i["from"], i["name"])):
