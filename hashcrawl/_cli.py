@@ -36,7 +36,7 @@ from ._local import (
 from ._queue import Queue
 from ._redisurl import ENV_VAR as REDIS_ENV_VAR
 from ._redisurl import RedisURL, check_crawl_name, masked
-from ._settings import ADDRESSES, SCOPE, Settings, add_flags
+from ._settings import ADDRESSES, SCOPE, Settings, _number, add_flags
 from ._sinks import sink_for
 from ._spider import load_spider
 from ._statedir import add_state_dir, opened_queue, redis_of
@@ -264,7 +264,7 @@ def settings_from(args: argparse.Namespace) -> Settings:
 
 
 def _seconds(text: str) -> float:
-    value = float(text) if text.replace(".", "", 1).isdigit() else 0.0
+    value = _number(text)
     if value <= 0:
         raise argparse.ArgumentTypeError(f"expected seconds above 0, got {text!r}")
     return value

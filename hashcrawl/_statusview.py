@@ -21,6 +21,7 @@ from rich.text import Text
 
 from ._metrics import parse_top
 from ._queue import Queue
+from ._store import _whole
 
 DEAD_SHOWN = 5
 DEAD_SCANNED = 200
@@ -72,8 +73,7 @@ def build_view(
 
 
 def _int(record: Mapping[str, str], field: str) -> int:
-    value = record.get(field, "0")
-    return int(value) if value.lstrip("-").isdigit() else 0
+    return _whole(record.get(field))
 
 
 def _member(member: dict[str, Any], record: Mapping[str, str], now_ms: int) -> dict[str, Any]:

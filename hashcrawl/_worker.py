@@ -136,8 +136,6 @@ class Counters:
     failed: int = 0
     items: int = 0
     robots_denied: int = 0
-    retried: int = 0
-    dead: int = 0
     fenced: int = 0
     links_dropped: int = 0
     host_capped: int = 0
