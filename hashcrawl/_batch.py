@@ -16,8 +16,8 @@ from the source stream. Each part is checked for membership and epoch on its own
 from __future__ import annotations
 
 import json
-from collections.abc import Sequence
-from typing import Any
+from collections.abc import Iterable, Iterator, Sequence
+from typing import Any, TypeVar
 
 import attrs
 
@@ -28,6 +28,7 @@ import attrs
 #: An ordinary commit (tens of pages) stays far below it, and goes as one call.
 SPLIT_AT = 500
 CHEAP_PER_UNIT = 10  # acknowledgements, or entries added past the seen filter
+T = TypeVar("T")
 
 
 @attrs.frozen(kw_only=True)
@@ -111,10 +112,6 @@ class Batch:
             doc["i"] = self.instance
         return json.dumps(doc, separators=(",", ":"), ensure_ascii=False)
 
-    def __len__(self) -> int:
-        parts = (self.ack, self.mv, self.once, self.add, self.park, self.dead)
-        return sum(len(part) for part in parts)
-
     def weight(self) -> int:
         """The work this batch asks of one script call, in entries and records."""
         filtered = sum(1 for rec in self.add if rec[4])
@@ -166,3 +163,16 @@ def _acks_split(last: Batch, limit: int) -> list[Batch]:
     done = len(parts) * limit
     parts.append(attrs.evolve(last, ack=acks[done:]))
     return parts
+
+
+def chunks(items: Iterable[T], size: int) -> Iterator[list[T]]:
+    """``items`` in lists of ``size`` (the last may be shorter), so each Redis call
+    carries a bounded load."""
+    chunk: list[T] = []
+    for item in items:
+        chunk.append(item)
+        if len(chunk) == size:
+            yield chunk
+            chunk = []
+    if chunk:
+        yield chunk

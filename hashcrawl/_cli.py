@@ -350,7 +350,7 @@ async def _stop_on_signals(
         if early:
             worker.stop()
         async for _ in signals:
-            if worker._stop_requested:
+            if worker.stop_requested:
                 # A second signal: go now; the lease brings back whatever was held.
                 if not child:
                     print("hashcrawl: stopped at once", file=sys.stderr, flush=True)

@@ -46,6 +46,15 @@ class Host:
     paced: bool = False
     revoked: bool = False
 
+    def first(self) -> Held | None:
+        """The entry this host's next request is for, if any is queued."""
+        return self.queue[0][2] if self.queue else None
+
+    def queued(self) -> Iterator[Held]:
+        """The entries queued for this host, in no particular order."""
+        for _, _, held in self.queue:
+            yield held
+
     def next_start(self, delay: float, per_host: int) -> float:
         """The earliest moment the next request to this host may start."""
         gap = max(delay, self.crawl_delay)
@@ -133,12 +142,6 @@ class Frontier:
         host.last_end = max(host.last_end, now)
         self._schedule(host)
 
-    def note_request(self, name: str, start: float, end: float) -> None:
-        """Count an extra request (robots.txt) in the host's pacing."""
-        host = self.hosts[name]
-        host.last_start = max(host.last_start, start)
-        host.last_end = max(host.last_end, end)
-
     def back_off(self, name: str, until: float) -> None:
         host = self.hosts.get(name)
         if host is None:  # handed over meanwhile: its pace record went with it
@@ -162,7 +165,7 @@ class Frontier:
         """Forget a host (after its handoff); returns the entries it still had queued."""
         host = self.hosts.pop(name)
         self.size -= len(host.queue)
-        return [held for _, _, held in host.queue]
+        return list(host.queued())
 
     def evict_idle(self, now: float, *, idle_for: float, keep: int) -> list[str]:
         """Forget hosts with nothing to do whose pacing has run out; return their names.
@@ -192,8 +195,3 @@ class Frontier:
             and not host.revoked
             and host.next_start(self.delay, self.per_host) <= now
         )
-
-    def queued(self) -> Iterator[Held]:
-        for host in self.hosts.values():
-            for _, _, held in host.queue:
-                yield held

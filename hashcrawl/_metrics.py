@@ -236,7 +236,7 @@ class WorkerCollector:
             yield HistogramMetricFamily("hashcrawl_" + name, doc, h.cumulative(), h.total)
 
     def _gauges(self) -> list[tuple[str, str, float]]:
-        session = self.worker._session
+        session = self.worker.session
         if session is None:
             return []
         return [

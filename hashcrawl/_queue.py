@@ -3,11 +3,12 @@
 from __future__ import annotations
 
 import json
-from collections.abc import Iterable, Iterator
+from collections.abc import Iterable
 from typing import Any
 
 import attrs
 
+from ._batch import chunks
 from ._entry import Entry
 from ._links import sendable
 from ._redisurl import RedisURL, check_crawl_name
@@ -76,7 +77,7 @@ class Queue:
         """Put every dead-lettered page back in the crawl with fresh attempts."""
         dead = self._store.dead()
         retried = 0
-        for chunk in _chunks(iter(dead), BATCH):
+        for chunk in chunks(iter(dead), BATCH):
             entries = [_dead_record(dead[key], key)[0] for key in chunk]
             _submit_entries(self._store, entries)
             self._store.forget_dead(chunk)
@@ -98,7 +99,7 @@ def submit_urls(
 ) -> int:
     """Route URLs to their host owners' streams (or the inbox), a thousand per commit."""
     added = 0
-    for chunk in _chunks(urls, BATCH):
+    for chunk in chunks(urls, BATCH):
         entries = [
             Entry(url=_to_request(u), priority=priority, dont_filter=dont_filter) for u in chunk
         ]
@@ -142,14 +143,3 @@ def _dead_record(text: str, url: str = "") -> tuple[Entry, str]:
     except (ValueError, KeyError, TypeError):
         return Entry(url=url, dont_filter=True), text
     return attrs.evolve(entry, attempts=0, suspect=False, dont_filter=True), error
-
-
-def _chunks(items: Iterable[str], size: int) -> Iterator[list[str]]:
-    chunk: list[str] = []
-    for item in items:
-        chunk.append(item)
-        if len(chunk) >= size:
-            yield chunk
-            chunk = []
-    if chunk:
-        yield chunk

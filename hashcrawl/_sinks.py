@@ -130,19 +130,6 @@ class CsvSink:
         os.close(self._fd)
 
 
-class NullSink:
-    """Discards items: for crawls whose parse callback stores its own results."""
-
-    def write(self, items: Sequence[Mapping[str, Any]]) -> None:
-        pass
-
-    def flush(self) -> None:
-        pass
-
-    def close(self) -> None:
-        pass
-
-
 def sink_for(path: str | None, *, fsync: bool = True) -> Sink:
     """The built-in sink for an output path: CSV for ``.csv``, JSON Lines otherwise.
 

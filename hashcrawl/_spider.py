@@ -37,15 +37,16 @@ class Spider:
         yield {"url": response.request.url, "status": response.status, "title": response.title()}
         yield from response.links()
 
-    def _callback(self, name: str) -> Callable[[Response], Any]:
-        """The method an entry names, if it may be named.
 
-        Raises:
-            ConfigError: the name is not a callback of this spider.
-        """
-        if name == "parse" or name in _own_methods(type(self)):
-            return getattr(self, name)  # type: ignore[no-any-return]
-        raise ConfigError(f"callback {name!r} is not a method of {type(self).__name__}")
+def callback_of(spider: Spider, name: str) -> Callable[[Response], Any]:
+    """The method of ``spider`` an entry names, if it may be named.
+
+    Raises:
+        ConfigError: the name is not a callback of this spider.
+    """
+    if name == "parse" or name in _own_methods(type(spider)):
+        return getattr(spider, name)  # type: ignore[no-any-return]
+    raise ConfigError(f"callback {name!r} is not a method of {type(spider).__name__}")
 
 
 def _own_methods(cls: type) -> set[str]:

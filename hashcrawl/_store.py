@@ -56,7 +56,7 @@ import contextlib
 import functools
 import json
 import secrets
-from collections.abc import Callable, Iterator, Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from importlib import resources
 from typing import Any, ParamSpec, TypeVar
 
@@ -67,6 +67,7 @@ from redis.retry import Retry
 
 from ._batch import Batch as Batch
 from ._batch import Committed as Committed
+from ._batch import chunks
 from ._exceptions import ConfigError, Fenced, InvalidURL, QueueError, StateLost
 from ._redisurl import RedisURL, check_crawl_name
 from ._urls import fingerprint
@@ -503,7 +504,7 @@ class Store:
     def clear(self) -> int:
         """Delete every key of the crawl; returns how many."""
         deleted = 0
-        for chunk in _chunks(self._redis.scan_iter(match=self._pattern(), count=1000), 500):
+        for chunk in chunks(self._redis.scan_iter(match=self._pattern(), count=1000), 500):
             deleted += self._redis.unlink(*chunk)
         return deleted
 
@@ -614,14 +615,3 @@ def _pending(r: Any, stream: str) -> int:
 
 def _flat(mapping: Mapping[str, Any]) -> list[Any]:
     return [item for pair in mapping.items() for item in pair]
-
-
-def _chunks(items: Iterator[Any], size: int) -> Iterator[list[Any]]:
-    chunk: list[Any] = []
-    for item in items:
-        chunk.append(item)
-        if len(chunk) == size:
-            yield chunk
-            chunk = []
-    if chunk:
-        yield chunk

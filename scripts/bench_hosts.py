@@ -28,12 +28,12 @@ import trio.testing
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from hashcrawl import _worker
+from hashcrawl import _core
 from hashcrawl._entry import Entry
 from hashcrawl._frontier import Held
 from hashcrawl._robots import Robots
 from hashcrawl._store import Store
-from hashcrawl._worker import Worker, _Session
+from hashcrawl._worker import Driver, Worker
 
 ROBOTS = (
     "User-agent: *\n"
@@ -52,21 +52,21 @@ def rss_mib() -> float:
 async def drive(hosts: int, step: float) -> float:
     worker = Worker("redis://127.0.0.1:1/0", "bench", delay=1.0)
     store = Store(worker.url, "bench")  # never asked anything: no connection is made
-    session = _Session(worker, store, fetcher=None)  # type: ignore[arg-type]
-    next_forget = trio.current_time() + _worker.FORGET_EVERY
+    session = Driver(worker, store, fetcher=None).session  # type: ignore[arg-type]
+    next_forget = trio.current_time() + _core.FORGET_EVERY
     for i in range(hosts):
         name = f"h{i}.example.com"
         held = Held(f"{i}-0", Entry(url=f"http://{name}/"), name)
         session.frontier.add(held, epoch=0).paced = True  # as load_pace leaves it
         taken = session.frontier.take(trio.current_time())
         assert isinstance(taken, Held)
-        session.fetching[held.eid] = (name, trio.CancelScope())
+        session.fetching[held.eid] = name
         session.robots[name] = Robots.parse(ROBOTS, worker.settings.user_agent)
         session.finish(held, trio.current_time())
         await trio.sleep(step)
         if trio.current_time() >= next_forget:
-            session.forget_idle()
-            next_forget = trio.current_time() + _worker.FORGET_EVERY
+            session.forget_idle(trio.current_time())
+            next_forget = trio.current_time() + _core.FORGET_EVERY
         if (i + 1) % 10_000 == 0:
             print(f"{i + 1:7} hosts: {len(session.frontier.hosts):6} kept, {rss_mib():6.1f} MiB")
     gc.collect()
@@ -80,8 +80,8 @@ def main() -> int:
     parser.add_argument("--keep-all", action="store_true", help="never forget a host")
     options = parser.parse_args()
     if options.keep_all:
-        _worker.IDLE_HOSTS_KEPT = 10**9
-        _worker.IDLE_HOST_SECONDS = float("inf")
+        _core.IDLE_HOSTS_KEPT = 10**9
+        _core.IDLE_HOST_SECONDS = float("inf")
     print(f"start: {rss_mib():.1f} MiB")
     clock = trio.testing.MockClock(autojump_threshold=0)
     final = trio.run(drive, options.hosts, 0.01, clock=clock)

@@ -1,20 +1,17 @@
-"""Real worker sessions, stepped one action at a time, with faults between them and Redis.
+"""Real worker sessions, stepped one turn at a time, with faults between them and Redis.
 
-A :class:`SimWorker` wraps one ``hashcrawl._worker._Session``: the class every worker
-runs, with its Store (the real scripts, on a real server) and a fake fetcher. Each
-*step* is one turn of one of the session's loops (heartbeat, reader, dispatcher,
-committer, applier, drainer, unparker), calling the session's own methods. Only the
-loop scaffolding is re-stated here, because the real loops sleep and block; every
-decision (what to fetch, whether the worker is fresh, how a commit is built, what a
-handoff moves) is the session's.
+A :class:`SimWorker` runs one ``hashcrawl._worker.Driver``: the driver every worker
+runs, around the same ``hashcrawl._core.Session``, with its Store (the real scripts, on
+a real server) and a fake fetcher. Each *step* is one turn of one of the driver's loops
+(``beat_once``, ``read_once``, ``dispatch_one``, ``commit_turn``, ``apply_turn``,
+``drain_turn``, ``pace_turn``, ``unpark_turn``): the loops themselves only repeat those
+turns and wait, so the simulation runs every decision and no copy of one.
 
-Two pieces of plumbing differ from a live worker, and say so where they are set:
+The driver is built with two seams, as its constructor offers them:
 
-- store calls run inline in the trio thread instead of a worker thread (``_inline``),
-  so that a step is deterministic;
-- ``take_in`` starts ``load_pace`` through ``session.nursery.start_soon``; here that
-  call is kept (``_Deferred``) and run as a step of its own, so the model also decides
-  when the pace record is read.
+- ``call``: store calls run inline in the trio thread instead of a worker thread, so
+  that a step is deterministic;
+- ``spawn``: a fetch starts as a task of this simulated worker, which a crash cancels.
 
 A step that cannot finish at once (a commit retrying after Redis failed, a handoff
 waiting for fetches in flight) stays *pending* as a task and goes on when time moves or
@@ -33,7 +30,7 @@ from hashcrawl._exceptions import QueueError
 from hashcrawl._frontier import Held
 from hashcrawl._redisurl import RedisURL
 from hashcrawl._store import Store
-from hashcrawl._worker import Worker, _Session
+from hashcrawl._worker import Driver, Worker
 from simulations.web import SimFetcher
 
 REDIS_METHODS = frozenset(
@@ -118,19 +115,9 @@ def _acknowledges(name: str, args: tuple[Any, ...]) -> bool:
     return name == "commit" and bool(getattr(batch, "ack", None) or getattr(batch, "once", None))
 
 
-async def _inline(fn: Callable[..., Any], *args: Any, **kwargs: Any) -> Any:
-    """``_Session.call`` without the thread: the simulation wants each step deterministic."""
+async def inline(fn: Callable[..., Any], *args: Any, **kwargs: Any) -> Any:
+    """A driver's ``call`` without the thread: the simulations want each step deterministic."""
     return fn(*args, **kwargs)
-
-
-class _Deferred:
-    """Stands in for the session's nursery: keeps ``start_soon`` calls for the model."""
-
-    def __init__(self) -> None:
-        self.calls: list[tuple[Callable[..., Awaitable[None]], tuple[Any, ...]]] = []
-
-    def start_soon(self, fn: Callable[..., Awaitable[None]], *args: Any) -> None:
-        self.calls.append((fn, args))
 
 
 @attrs.define(eq=False)
@@ -176,10 +163,8 @@ class SimWorker:
         )
         worker.id = name
         store = FaultyStore(self.store, self.link)
-        self.session = _Session(worker, store, self.fetcher)  # type: ignore[arg-type]
-        self.session.call = _inline  # type: ignore[method-assign]
-        self.deferred = _Deferred()
-        self.session.nursery = self.deferred  # type: ignore[assignment]
+        self.driver = Driver(worker, store, self.fetcher, call=inline, spawn=self._start_fetch)  # type: ignore[arg-type]
+        self.session = self.driver.session
         self.tasks: dict[str, Task] = {}
         self.state = "joining"
         self.paused = False
@@ -227,125 +212,106 @@ class SimWorker:
     def busy_with(self, kind: str) -> bool:
         return kind in self.tasks
 
+    def _start_fetch(self, fetch: Callable[..., Awaitable[None]], *args: Any) -> None:
+        self.flight_count += 1
+        self.start(f"fetch{self.flight_count}", lambda: fetch(*args))
+
     # -- the loops, one turn each ------------------------------------------------------------
 
     async def join(self) -> str:
-        s = self.session
-        await s.begin()
-        await s.find_parked()  # what unpark_loop does first
+        driver, session = self.driver, self.session
+        await driver.begin()
         self.state = "member"
-        self.last_beat = s.now()
-        self.confirmed = s.joined_ms / 1000
-        return f"joined at epoch {s.ring.epoch} with {len(s.ring.members)} members"
+        self.last_beat = driver.now()
+        self.confirmed = session.joined_ms / 1000
+        return f"joined at epoch {session.ring.epoch} with {len(session.ring.members)} members"
 
     async def beat(self) -> str:
-        """A turn of heartbeat_loop: beat; end the session when the crawl is finished."""
-        s = self.session
-        self.last_beat = s.now()
-        beat = await s.beat_once()
+        """A turn of heartbeat_loop: beat; end the membership when the driver would."""
+        driver = self.driver
+        self.last_beat = driver.now()
+        beat = await driver.beat_once()
         if beat is None:
             return "heartbeat failed"
         self.confirmed = beat.now_ms / 1000
-        s.check_limits()
-        if s.finished(beat):
+        if driver.ends_with(beat):
+            stopped = self.session.stopping
             self.stop_tasks(but="beat")  # the heartbeat cancels the session's nursery
             self.state = "leaving"
-            await s.leave()
-            self.state = "finished"
+            await driver.leave()
+            self.state = "left" if stopped else "finished"
             self.ended_at = len(self.env.trace)
-            return "saw the crawl finished, and left"
+            return "stopped, and left" if stopped else "saw the crawl finished, and left"
         return f"epoch {beat.epoch}, settled {beat.settled}, orphans {beat.orphans}"
 
     async def read(self) -> str:
         """A turn of reader_loop, without blocking when nothing is there to read."""
-        s = self.session
-        if s.stopping:
+        session = self.session
+        if session.stopping:
             return "stopping: reads no more"
-        if not s.unsure and not self.env.observer.undelivered(s.stream):
+        if not session.unsure and not self.env.observer.undelivered(session.stream):
             return "nothing new in its stream"
         try:
-            got = await s.read_once(block_ms=1)
+            got = await self.driver.read_once(block_ms=1)
         except QueueError as exc:
             return f"read failed: {exc}"
         return f"read {got} entries"
 
     def dispatch(self) -> Held | None:
-        """One pass of dispatch's inner loop: take an entry and start its fetch."""
-        s = self.session
-        if s.stopping or s.in_flight >= s.s.concurrency or not s.fresh():
-            return None
-        got = s.frontier.take(s.now(), s.may_fetch)
-        if not isinstance(got, Held):
-            return None
-        s.in_flight += 1
-        self.flight_count += 1
-        self.start(f"fetch{self.flight_count}", lambda: s.fetch_one(got))
-        return got
+        """One pass of dispatch_loop's turn: take an entry and start its fetch."""
+        got = self.driver.dispatch_one()
+        return got if isinstance(got, Held) else None
 
     async def commit(self) -> str:
-        s = self.session
-        if not s.outcomes:
-            return "nothing to commit"
-        count = min(len(s.outcomes), 200)
-        await s.commit_now()
-        return f"committed {count} outcomes"
+        count = await self.driver.commit_turn()
+        return f"committed {count} outcomes" if count else "nothing to commit"
 
     async def apply(self) -> str:
         """A turn of apply_loop."""
-        s = self.session
-        if not s.epoch_changed.is_set():
+        target = self.session.latest.epoch
+        ring = await self.driver.apply_turn()
+        if ring is None:
             return "no new epoch"
-        s.epoch_changed = trio.Event()
-        target = s.latest.epoch
-        await s.apply(s.latest)
-        if s.applied < target:
+        if self.session.applied < target:
             return f"handoff to epoch {target} refused as stale"
-        return f"applied epoch {s.applied}"
+        return f"applied epoch {self.session.applied}"
 
     async def drain(self) -> str:
         """A turn of drain_loop."""
-        s = self.session
-        if not s.orphans_waiting.is_set():
+        if not self.session.orphans_waiting:
             return "no orphans heard of"
-        s.orphans_waiting = trio.Event()
-        drained = []
-        while (stream := await s.persist(s.store.orphan)) is not None:
-            await s.drain(stream)
-            drained.append(stream.rsplit(":", 1)[-1])
+        drained = [stream.rsplit(":", 1)[-1] for stream in await self.driver.drain_turn()]
         return f"drained {', '.join(drained) or 'nothing'}"
 
     async def load_pace(self) -> str:
-        """One ``load_pace`` call that ``take_in`` started."""
-        if not self.deferred.calls:
-            return "no pace to load"
-        fn, args = self.deferred.calls.pop(0)
-        await fn(*args)
-        return f"loaded pace of {', '.join(args[0])}"
+        """A turn of pace_loop."""
+        hosts = await self.driver.pace_turn()
+        return f"loaded pace of {', '.join(hosts)}" if hosts else "no pace to load"
 
     async def unpark(self) -> str:
         """A turn of unpark_loop."""
-        took = await self.session.unpark_once()
+        took = await self.driver.unpark_turn()
         return f"unparked {', '.join(took) or 'nothing'}"
 
     async def leave(self) -> str:
         """What run() does once a stopping worker's fetches are over: leave."""
-        await self.session.leave()
+        await self.driver.leave()
         self.state = "left"
         return "left the crawl"
 
     def may_leave(self) -> bool:
-        s = self.session
-        return self.state == "stopping" and s.in_flight == 0 and not self.tasks
+        session = self.session
+        return self.state == "stopping" and session.in_flight == 0 and not self.tasks
 
     def wants(self, kind: str) -> bool:
         """Whether a turn of ``kind`` has anything to do (so a driver can skip idle ones)."""
-        s = self.session
+        session = self.session
         if self.busy_with(kind):
             return False
         return {
-            "commit": bool(s.outcomes),
-            "apply": s.epoch_changed.is_set(),
-            "drain": s.orphans_waiting.is_set(),
-            "load_pace": bool(self.deferred.calls),
-            "unpark": bool(s.parked),
+            "commit": bool(session.outcomes),
+            "apply": session.epoch_waiting,
+            "drain": session.orphans_waiting,
+            "load_pace": bool(session.due_pace),
+            "unpark": bool(session.parked),
         }.get(kind, True)

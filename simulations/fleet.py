@@ -3,10 +3,10 @@
     python -m simulations.fleet                          200 workers, 10,000 hosts, 1M URLs
     python -m simulations.fleet --workers 50 --hosts 1000 --pages 50   a smaller one
 
-Every worker is a real ``_Session`` on the real Store and scripts, against a Redis server
-of its own; the web answers at once from a generated URL space (each host a tree of
+Every worker is a real ``Driver`` and ``Session`` on the real Store and scripts, against a
+Redis server of its own; the web answers at once from a generated URL space (each host a tree of
 pages, with links across hosts that the seen filter must catch). Simulated time moves in
-ticks; at each tick every worker takes one turn of each of its loops. Churn comes at a
+ticks; at each tick every worker takes one turn of each of its driver's loops. Churn comes at a
 steady pace: a worker joins, one is killed (its Redis state stays), one leaves.
 
 It reports what the issue asks of a fleet: the share of hosts that move when a worker
@@ -17,7 +17,6 @@ commands per page and Redis memory per URL.
 from __future__ import annotations
 
 import argparse
-import contextlib
 import functools
 import random
 import shutil
@@ -27,7 +26,7 @@ import tempfile
 import time
 import uuid
 from collections import Counter
-from collections.abc import Iterator
+from collections.abc import Awaitable, Callable
 from pathlib import Path
 from typing import Any
 
@@ -39,8 +38,7 @@ from hashcrawl._redisurl import RedisURL
 from hashcrawl._ring import Ring
 from hashcrawl._server import RedisServer
 from hashcrawl._store import Store
-from hashcrawl._worker import Worker, _Session
-from simulations.crew import _Deferred
+from hashcrawl._worker import Driver, Worker
 from simulations.figures import Figures
 from simulations.observe import Observer
 from simulations.web import DoneSink, FleetWeb, SimFetcher, Tally
@@ -70,25 +68,6 @@ def _moved(before: Ring, after: Ring, keys: list[str]) -> float:
     return sum(before.owner_of(k) != after.owner_of(k) for k in keys) / len(keys)
 
 
-@contextlib.contextmanager
-def _rings_shared() -> Iterator[None]:
-    """Build each ring once for the whole process instead of once per worker.
-
-    ``Ring.of`` is a pure function of the epoch and members. In a real fleet every
-    worker builds the new ring in its own process (about 50 ms for 200 members); here
-    200 sessions share one process, and would spend most of the run rebuilding it.
-    """
-    original = Ring.__dict__["of"]
-    build = functools.lru_cache(maxsize=64)(
-        lambda epoch, members: original.__func__(Ring, epoch, members)
-    )
-    Ring.of = classmethod(lambda cls, epoch, members: build(epoch, tuple(sorted(members))))  # type: ignore[method-assign,assignment]
-    try:
-        yield
-    finally:
-        Ring.of = original  # type: ignore[method-assign]
-
-
 class FleetWorker:
     """One worker session, driven a turn at a time (create inside the trio run)."""
 
@@ -101,59 +80,48 @@ class FleetWorker:
             fleet.url_text, fleet.crawl, fetcher=fetcher, sink=fleet.sink, **fleet.settings
         )
         worker.id = name
-        self.session = _Session(worker, self.store, fetcher)
-        self.session.call = fleet.call  # type: ignore[method-assign]
-        self.deferred = _Deferred()
-        self.session.nursery = self.deferred  # type: ignore[assignment]
+        self.pending: list[Callable[[], Awaitable[None]]] = []  # fetches started, run inline
+        self.driver = Driver(worker, self.store, fetcher, call=fleet.call, spawn=self._start)
         self.last_beat = float("-inf")
         self.done = False
 
+    def _start(self, fetch: Callable[..., Awaitable[None]], *args: Any) -> None:
+        self.pending.append(functools.partial(fetch, *args))
+
     async def join(self) -> None:
-        await self.session.begin()
-        self.last_beat = self.session.now()
+        await self.driver.begin()
+        self.last_beat = self.driver.now()
 
     async def turn(self) -> None:
-        s = self.session
-        if s.now() - self.last_beat >= s.s.beat_interval - 1e-9:
-            self.last_beat = s.now()
-            beat = await s.beat_once()
-            if beat is not None and s.finished(beat):
-                await s.leave()
+        """A turn of each of the driver's loops; the web answers every fetch at once."""
+        driver = self.driver
+        if driver.now() - self.last_beat >= driver.settings.beat_interval - 1e-9:
+            self.last_beat = driver.now()
+            beat = await driver.beat_once()
+            if beat is not None and driver.ends_with(beat):
+                await driver.leave()
                 self.done = True
                 return
-        if s.orphans_waiting.is_set():
-            s.orphans_waiting = trio.Event()
-            while (stream := await s.persist(s.store.orphan)) is not None:
-                await s.drain(stream)
-        if s.epoch_changed.is_set():
-            s.epoch_changed = trio.Event()
-            await s.apply(s.latest)
-        while self.deferred.calls:
-            fn, args = self.deferred.calls.pop(0)
-            await fn(*args)
+        await driver.drain_turn()
+        await driver.apply_turn()
+        await driver.pace_turn()
         await self.read()
-        await self.dispatch()
-        while s.outcomes:
-            await s.commit_now()
+        driver.dispatch_turn()
+        while self.pending:
+            await self.pending.pop(0)()
+        await driver.flush_now()
 
     async def read(self) -> None:
-        s = self.session
-        while s.frontier.size < s.s.max_buffer and self.fleet.observer.undelivered(s.stream):
-            if not await s.read_once(block_ms=1):
+        driver, session = self.driver, self.driver.session
+        while (
+            session.frontier.size < driver.settings.max_buffer
+            and self.fleet.observer.undelivered(session.stream)
+        ):
+            if not await driver.read_once(block_ms=1):
                 return
-
-    async def dispatch(self) -> None:
-        s = self.session
-        while s.fresh():
-            held = s.frontier.take(s.now(), s.may_fetch)
-            if not hasattr(held, "entry"):
-                return
-            s.in_flight += 1
-            await s.fetch_one(held)  # type: ignore[arg-type]
 
     async def leave(self) -> None:
-        await self.session.flush_now()
-        await self.session.leave()
+        await self.driver.leave()
         self.done = True
 
 
@@ -192,7 +160,7 @@ class Fleet:
         )
 
     async def call(self, fn: Any, *args: Any, **kwargs: Any) -> Any:
-        """``_Session.call`` inline, counted: one Store call is one or two round trips."""
+        """A driver's ``call``, inline and counted: one Store call is one or two round trips."""
         self.figures.store_calls += 1
         return fn(*args, **kwargs)
 
@@ -209,8 +177,7 @@ class Fleet:
                 self.observer = Observer(server.url, self.crawl)
                 try:
                     self.clock = trio.testing.MockClock()
-                    with _rings_shared():
-                        trio.run(self._crawl, churn, clock=self.clock)
+                    trio.run(self._crawl, churn, clock=self.clock)
                 finally:
                     for w in self.workers:
                         w.store.close()

@@ -38,7 +38,7 @@ FIXED: dict[str, Bug] = {
         fixed=(
             "After a failed read the reader reads its own pending entries past the newest "
             "id it took in (XREADGROUP with that id), until none is left "
-            "(_Session.read_once)."
+            "(Driver.read_once)."
         ),
         replay="""\
 state = CrawlModel()
@@ -88,7 +88,7 @@ state.teardown()
         ),
         fixed=(
             "A gained host's pace record is read only once every member has applied the "
-            "epoch it came with (_Session.pace_hosts, on a heartbeat's 'settled')."
+            "epoch it came with (Session.pace_hosts, on a heartbeat's 'settled')."
         ),
         replay="""\
 state = CrawlModel()

@@ -180,7 +180,7 @@ class World:
         return self.say(w.name, f"got {flight.fetch.url}: {status}")
 
     async def stop(self, w: SimWorker) -> str:
-        w.session.request_stop()
+        w.driver.request_stop()
         w.state = "stopping"
         return self.say(w.name, "asked to stop")
 

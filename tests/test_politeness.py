@@ -9,6 +9,7 @@ import pytest
 import trio
 
 from hashcrawl import HttpxFetcher, JsonLinesSink, QueueError, Request, Response
+from hashcrawl._faults import FAULTS
 from hashcrawl._server import RedisServer
 from hashcrawl._urls import host_key
 from hashcrawl._worker import Worker
@@ -302,13 +303,35 @@ async def test_a_request_held_up_until_its_worker_went_stale_is_not_sent(
     the connection is free, the worker has gone a quarter lease without a heartbeat,
     and may no longer fetch (the hosts' next owner could be fetching them already).
     """
+    logged = await requests_sent_by_a_worker_gone_stale(redis_server, tmp_path, "held")
+    assert len(logged) == 1, logged
+
+
+async def test_the_stale_request_test_catches_a_driver_that_sends_unchecked(
+    redis_server: RedisServer, tmp_path: Path
+) -> None:
+    """With the deliberate bug ``send_unchecked`` on (the trio driver no longer asks the
+    session right before a request leaves), the test above sees both requests sent."""
+    FAULTS.add("send_unchecked")
+    try:
+        logged = await requests_sent_by_a_worker_gone_stale(redis_server, tmp_path, "unchecked")
+    finally:
+        FAULTS.discard("send_unchecked")
+    assert len(logged) == 2, logged
+
+
+async def requests_sent_by_a_worker_gone_stale(
+    redis_server: RedisServer, tmp_path: Path, crawl: str
+) -> list[tuple[str, str]]:
+    """Two pages, one connection, a slow server, then Redis paused: the requests the
+    site received, as (host, path)."""
     site = make_site({(host(0), "/"): page("a"), (host(1), "/"): page("b")})
     fetcher = Counted(HttpxFetcher(max_connections=1, allow_nets=SITE_NETS))
     worker = Worker(
         redis_server.url,
-        "held",
+        crawl,
         fetcher=fetcher,
-        sink=JsonLinesSink(tmp_path / "items.jsonl"),
+        sink=JsonLinesSink(tmp_path / f"{crawl}.jsonl"),
         concurrency=2,
         obey_robots=False,
         delay=0,
@@ -326,9 +349,9 @@ async def test_a_request_held_up_until_its_worker_went_stale_is_not_sent(
             async with trio.open_nursery() as nursery:
                 nursery.start_soon(run_until_it_gives_up)
                 await await_until(
-                    lambda: status_of(redis_server.url, "held")["workers"] == 1, what="the worker"
+                    lambda: status_of(redis_server.url, crawl)["workers"] == 1, what="the worker"
                 )
-                await trio.to_thread.run_sync(submit, redis_server.url, "held", roots)
+                await trio.to_thread.run_sync(submit, redis_server.url, crawl, roots)
                 await await_until(
                     lambda: fetcher.begun == 2 and len(server.requests()) == 1,
                     what="both fetches begun, one of them sent",
@@ -336,5 +359,5 @@ async def test_a_request_held_up_until_its_worker_went_stale_is_not_sent(
                 redis_server.pause()
         finally:
             redis_server.resume()
-        logged = server.requests()
-    assert len(logged) == 1, [(r.host, r.path) for r in logged]
+            await fetcher.inner.aclose()
+        return [(r.host, r.path) for r in server.requests()]

@@ -12,7 +12,7 @@ from hashcrawl import Queue
 from hashcrawl._batch import SPLIT_AT
 from hashcrawl._entry import Entry
 from hashcrawl._exceptions import StateLost
-from hashcrawl._handling import dead_letter
+from hashcrawl._outcome import dead_letter
 from hashcrawl._redisurl import RedisURL
 from hashcrawl._server import RedisServer
 from hashcrawl._store import Batch, Store

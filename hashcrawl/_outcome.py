@@ -1,0 +1,264 @@
+"""What a held entry came to, and how outcomes become one commit. Pure: no IO.
+
+An :class:`Outcome` is everything one held entry leads to: items to write, entries to
+follow, or where the entry itself goes (retried, dead-lettered, forwarded, parked). A
+:class:`Router` knows where each host's entries go (the ring and the stream names), the
+crawl's scope and the seen cache, and puts outcomes into a commit
+:class:`~hashcrawl._store.Batch`; it also routes a departed worker's entries.
+"""
+
+from __future__ import annotations
+
+import enum
+import json
+import time
+from collections.abc import Callable, Iterable
+from typing import Any
+
+import attrs
+
+from ._entry import BadEntry, Entry
+from ._exceptions import InvalidURL
+from ._faults import FAULTS
+from ._frontier import Held
+from ._ring import Ring
+from ._scope import Scope
+from ._store import Batch, dead_key
+from ._urls import fingerprint, host_key
+
+SEEN_CACHE = 200_000  # fingerprints of follows a worker remembers having queued
+
+
+class Kind(enum.Enum):
+    """What becomes of the held entry an outcome is about."""
+
+    DONE = "done"  # fetched (or skipped for good): acknowledged with its follows
+    RETRY = "retry"  # failed: queued again, or dead-lettered once out of attempts
+    BAD = "bad"  # unreadable: acknowledged and counted
+    DEAD = "dead"  # this owner cannot handle it: dead-lettered at once
+    FORWARD = "forward"  # another worker owns its host: moved to that worker's stream
+    PARK = "park"  # its host has enough queued: moved to the host's overflow set
+
+
+@attrs.frozen(kw_only=True)
+class Outcome:
+    """What one held entry came to.
+
+    ``backoff`` is how long (seconds) the entry's host should wait before its next
+    request; ``found`` and ``dropped`` count the page's links, for the metrics.
+    """
+
+    kind: Kind
+    eid: str
+    held: Held | None = None
+    items: list[Any] = attrs.Factory(list)
+    follows: list[Entry] = attrs.Factory(list)
+    widen: list[str] = attrs.Factory(list)  # hosts to add to the crawl's scope
+    error: str = ""
+    payload: str = ""
+    backoff: float | None = None
+    found: int = 0
+    dropped: int = 0
+
+    @classmethod
+    def done(
+        cls,
+        held: Held,
+        items: list[Any],
+        follows: list[Entry],
+        widen: list[str] | None = None,
+        *,
+        found: int = 0,
+        dropped: int = 0,
+    ) -> Outcome:
+        return cls(
+            kind=Kind.DONE,
+            eid=held.eid,
+            held=held,
+            items=items,
+            follows=follows,
+            widen=widen or [],
+            found=found,
+            dropped=dropped,
+        )
+
+    @classmethod
+    def retry(
+        cls,
+        held: Held,
+        error: str,
+        items: Iterable[Any] = (),
+        follows: Iterable[Entry] = (),
+        *,
+        backoff: float | None = None,
+    ) -> Outcome:
+        """A failed try; ``items`` and ``follows`` are what it produced that is kept."""
+        return cls(
+            kind=Kind.RETRY,
+            eid=held.eid,
+            held=held,
+            error=error,
+            items=[*items],
+            follows=[*follows],
+            backoff=backoff,
+        )
+
+    @classmethod
+    def bad(cls, eid: str, error: str = "") -> Outcome:
+        """An entry nobody can read: acknowledged, counted, ``error`` kept as a sample."""
+        return cls(kind=Kind.BAD, eid=eid, error=error)
+
+    @classmethod
+    def dead(cls, held: Held, error: str) -> Outcome:
+        """An entry this owner cannot handle at all: dead-lettered at once with why."""
+        return cls(kind=Kind.DEAD, eid=held.eid, held=held, error=error)
+
+    @classmethod
+    def forward(cls, held: Held) -> Outcome:
+        """An entry of a host another worker owns now: it goes to that worker's stream."""
+        return cls(kind=Kind.FORWARD, eid=held.eid, held=held, payload=held.entry.encode())
+
+    @classmethod
+    def park(cls, held: Held) -> Outcome:
+        return cls(kind=Kind.PARK, eid=held.eid, held=held, payload=held.entry.encode())
+
+
+class SeenCache:
+    """Fingerprints of follows this worker queued: a follow seen here skips the filter.
+
+    The commit script's seen filter would stop them anyway; the cache saves sending
+    them. The oldest are forgotten beyond ``size``.
+    """
+
+    def __init__(self, size: int = SEEN_CACHE) -> None:
+        self.size = size
+        self._seen: dict[tuple[int, int], None] = {}
+
+    def __contains__(self, fp: object) -> bool:
+        return fp in self._seen
+
+    def __len__(self) -> int:
+        return len(self._seen)
+
+    def remember(self, outcomes: Iterable[Outcome], scope: Scope) -> None:
+        """Note the follows of committed ``outcomes`` that went through the filter."""
+        for outcome in outcomes:
+            for entry in outcome.follows:
+                if not entry.dont_filter and scope.allows(host_key(entry.canonical)):
+                    self._seen[fingerprint(entry.key)] = None
+        while len(self._seen) > self.size:
+            del self._seen[next(iter(self._seen))]
+
+
+@attrs.frozen
+class Router:
+    """Where entries go at one epoch: each host's owner's stream (or the inbox)."""
+
+    ring: Ring
+    stream_of: Callable[[str], str]
+    inbox: str
+    scope: Scope = attrs.Factory(Scope)
+    seen: SeenCache = attrs.Factory(SeenCache)
+    max_attempts: int = 3
+
+    def target_of(self, host: str) -> str:
+        """The stream of ``host``'s owner, or the inbox while nobody is alive."""
+        owner = self.ring.owner_of(host)
+        return self.stream_of(owner) if owner else self.inbox
+
+    def add(self, batch: Batch, outcome: Outcome) -> None:
+        """Put ``outcome`` into ``batch``: its entry's fate, and its follows."""
+        kind, eid, held = outcome.kind, outcome.eid, outcome.held
+        if kind is Kind.BAD:
+            batch.bad.append([eid, f"{eid}: {outcome.error}"[:300]])
+            return
+        assert held is not None
+        if kind is Kind.FORWARD:
+            batch.mv.append([eid, self.target_of(held.host), outcome.payload])
+            return
+        if kind is Kind.PARK:
+            batch.park.append([eid, held.host, park_score(held), outcome.payload])
+            return
+        # What the seen filter would not stop twice goes with the acknowledgement, once.
+        once: list[str] = []
+        if kind is Kind.DEAD:
+            batch.dead += dead_letter(held.entry, outcome.error)
+        elif kind is Kind.RETRY:
+            once += self._retry(batch, held, outcome.error)
+        for entry in outcome.follows:
+            once += self._follow(batch, entry)
+        if once:
+            batch.once.append([eid, *once])
+        else:
+            batch.ack.append(eid)
+
+    def _retry(self, batch: Batch, held: Held, error: str) -> list[str]:
+        entry = attrs.evolve(held.entry, attempts=held.entry.attempts + 1)
+        if is_last_attempt(held.entry, self.max_attempts):
+            batch.dead += dead_letter(entry, error)
+            return []
+        return [self.target_of(held.host), entry.encode()]
+
+    def _follow(self, batch: Batch, entry: Entry) -> list[str]:
+        """Add a follow that passes the scope and the seen filter; return one that skips
+        the filter. The scope is applied here, as the batch is made, because the commit
+        checks that it is still the fleet's (see ``_scope``)."""
+        host = host_key(entry.canonical)
+        if not self.scope.allows(host):
+            return []
+        if entry.dont_filter:
+            return [self.target_of(host), entry.encode()]
+        h1, h2 = fingerprint(entry.key)
+        skip_filter = "skip_seen_filter" in FAULTS  # a deliberate bug to catch: duplicates
+        if skip_filter or (h1, h2) not in self.seen:
+            batch.add.append(
+                [self.target_of(host), entry.encode(), h1, h2, 0 if skip_filter else 1]
+            )
+        return []
+
+    def add_orphans(
+        self, batch: Batch, got: list[tuple[str, bytes | None]], dying: set[str] | None
+    ) -> None:
+        """Move a departed worker's entries to their hosts' owners.
+
+        With ``dying`` (the entries the departed worker said it was fetching when it
+        died), each entry becomes a suspect, and those it was fetching use up an attempt.
+        """
+        for eid, payload in got:
+            try:
+                entry = Entry.decode(payload)
+                host = host_key(entry.canonical)
+            except (BadEntry, InvalidURL) as exc:
+                batch.bad.append([eid, f"{eid}: {exc}"[:300]])
+                continue
+            if dying is not None:
+                attempts = entry.attempts + (eid in dying)
+                entry = attrs.evolve(entry, suspect=True, attempts=attempts)
+                if attempts >= self.max_attempts:
+                    batch.ack.append(eid)
+                    batch.dead += dead_letter(entry, "its worker died while fetching it")
+                    continue
+            batch.mv.append([eid, self.target_of(host), entry.encode()])
+
+
+def is_last_attempt(entry: Entry, max_attempts: int) -> bool:
+    """Whether a failure of this try sends the entry to the dead letters."""
+    return entry.attempts + 1 >= max_attempts
+
+
+def dead_letter(entry: Entry, error: str) -> list[str]:
+    """The dead-letter record of an entry out of attempts: its key (the fingerprint of
+    its URL), last error and entry (with the URL)."""
+    record = {
+        "error": error[:500],
+        "attempts": entry.attempts,
+        "entry": entry.encode(),
+        "at": int(time.time()),  # so status can show the most recent
+    }
+    return [dead_key(entry.key), json.dumps(record, ensure_ascii=False)]
+
+
+def park_score(held: Held) -> float:
+    """Order in a host's overflow set: higher priority first, then oldest first."""
+    ms = int(held.eid.split("-", 1)[0]) if held.eid[:1].isdigit() else 0
+    return -max(-500, min(500, held.entry.priority)) * 1e13 + ms

@@ -1,0 +1,303 @@
+"""Tests for hashcrawl._core: a worker's decisions, driven by hand. No Redis, no network."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+
+from hashcrawl._core import COMMIT_MAX, Counters, Session
+from hashcrawl._entry import Entry
+from hashcrawl._exceptions import Fenced, QueueError
+from hashcrawl._frontier import Held
+from hashcrawl._metrics import Tally
+from hashcrawl._outcome import Kind, Outcome
+from hashcrawl._ring import Ring
+from hashcrawl._settings import Settings
+from hashcrawl._store import Beat, Committed
+
+LEASE = 8.0
+
+
+def session_of(
+    worker: str = "w1", members: tuple[str, ...] = ("w1",), epoch: int = 1, **settings: Any
+) -> Session:
+    """A session that has joined at ``epoch`` with ``members``, at time 0."""
+    given = {"delay": 1.0, "lease": LEASE, "obey_robots": False, "idle": 2.0, **settings}
+    session = Session(
+        worker=worker,
+        settings=Settings.of(given),
+        stream_of=lambda w: f"q:{w}",
+        inbox="inbox",
+        accepts=lambda entry: True,
+        spider_name="-",
+        counters=Counters(),
+        tally=Tally(),
+        now=0.0,
+    )
+    session.joined(0.0, 0.0, now_ms=0)
+    session.scope_read(session.own_scope())  # as if Redis stored it and gave it back
+    session.members_read(epoch, members, first=True)
+    return session
+
+
+def beat(epoch: int = 1, settled: int = 1, **fields: Any) -> Beat:
+    return Beat(alive=True, now_ms=fields.pop("now_ms", 0), epoch=epoch, settled=settled, **fields)
+
+
+def ready(session: Session, *urls: str, at: float = 0.0) -> None:
+    """Read ``urls`` into ``session`` and let it fetch their hosts (settled, paced)."""
+    session.take_in([(f"{n}-0", Entry(url=u).encode().encode()) for n, u in enumerate(urls, 1)])
+    session.beat_answered(beat(epoch=session.latest.epoch), sent=at, received=at)
+    session.pace_loaded(session.take_due_pace(), {}, session.settled)
+
+
+def host_owned_by(ring: Ring, worker: str) -> str:
+    return next(h for h in (f"h{i}.test" for i in range(1000)) if ring.owner_of(h) == worker)
+
+
+def test_a_joined_worker_fetches_only_once_the_fleet_settles_and_pace_is_read() -> None:
+    """Before every member has applied the join's epoch, a gained host waits."""
+    session = session_of()
+    session.take_in([("1-0", Entry(url="http://a.test/").encode().encode())])
+    assert not isinstance(session.next_fetch(0.0), Held)
+    session.beat_answered(beat(settled=1), sent=0.0, received=0.0)
+    assert session.take_due_pace() == ["a.test"]
+    assert not isinstance(session.next_fetch(0.0), Held)  # its pace record is not read yet
+    session.pace_loaded(["a.test"], {}, 1)
+    got = session.next_fetch(0.0)
+    assert isinstance(got, Held) and got.host == "a.test"
+    assert session.in_flight == 1
+
+
+def test_a_stale_worker_starts_nothing_and_looks_again_within_a_beat() -> None:
+    """A quarter lease after its last answered heartbeat, nothing is dispatched."""
+    session = session_of()
+    ready(session, "http://a.test/")
+    stale = LEASE / 4 + 0.1
+    wake = session.next_fetch(stale)
+    assert wake == stale + session.settings.beat_interval
+
+
+def test_may_send_says_no_once_the_worker_is_stale_or_the_host_moved() -> None:
+    """The check right before a request leaves looks at freshness and ownership now."""
+    session = session_of()
+    ready(session, "http://a.test/")
+    held = session.next_fetch(0.0)
+    assert isinstance(held, Held)
+    assert session.may_send(held, LEASE / 4 - 0.1)
+    assert not session.may_send(held, LEASE / 4 + 0.1)
+    session.members_read(2, ("w2",))
+    assert not session.may_send(held, 0.0)
+
+
+def test_requests_to_one_host_are_the_delay_apart() -> None:
+    """The second page of a host is not dispatched before --delay after the first ends."""
+    session = session_of(delay=1.0)
+    ready(session, "http://a.test/1", "http://a.test/2")
+    first = session.next_fetch(0.0)
+    assert isinstance(first, Held)
+    assert session.fetch_ended(first, Outcome.done(first, [], []), 0.5) is False
+    assert session.next_fetch(0.6) == 1.5
+    assert isinstance(session.next_fetch(1.5), Held)
+
+
+def test_uncommitted_pages_count_against_concurrency() -> None:
+    """A page fetched but not committed holds its slot: a killed worker refetches few."""
+    session = session_of(concurrency=1, delay=0.0)
+    ready(session, "http://a.test/", "http://b.test/")
+    held = session.next_fetch(0.0)
+    assert isinstance(held, Held)
+    assert session.fetch_ended(held, Outcome.done(held, [{"x": 1}], []), 0.1) is True
+    assert session.next_fetch(0.1) == float("inf")
+    commit = session.next_commit()
+    batch = session.commit_batch(commit)
+    assert session.committed(commit, batch, Committed(status="ok"), 0.01) == "ok"
+    assert isinstance(session.next_fetch(0.1), Held)
+
+
+def test_an_entry_of_a_host_another_member_owns_is_forwarded_to_it() -> None:
+    """What the reader takes for a host it does not own goes to the owner's stream."""
+    session = session_of(members=("w1", "w2"))
+    other = host_owned_by(session.latest, "w2")
+    session.take_in([("1-0", Entry(url=f"http://{other}/").encode().encode())])
+    assert [o.kind for o in session.outcomes] == [Kind.FORWARD]
+    batch = session.commit_batch(session.next_commit())
+    assert batch.mv == [["1-0", "q:w2", Entry(url=f"http://{other}/").encode()]]
+
+
+def test_an_unreadable_entry_is_acknowledged_as_bad() -> None:
+    """A payload that is no entry becomes a bad outcome, nothing else."""
+    session = session_of()
+    session.take_in([("1-0", b"not json")])
+    batch = session.commit_batch(session.next_commit())
+    assert batch.bad and batch.bad[0][0] == "1-0" and not batch.ack
+
+
+def test_committed_follows_skip_the_seen_filter_next_time() -> None:
+    """A follow this worker committed once is not sent to the filter again."""
+    session = session_of(span_hosts=True)
+    ready(session, "http://a.test/1", "http://a.test/2")
+    follow = Entry(url="http://b.test/x")
+    for at in (0.0, 1.5):
+        held = session.next_fetch(at)
+        assert isinstance(held, Held)
+        session.fetch_ended(held, Outcome.done(held, [], [follow]), at)
+        commit = session.next_commit()
+        batch = session.commit_batch(commit)
+        assert session.committed(commit, batch, Committed(status="ok"), 0.0) == "ok"
+        assert len(batch.add) == (1 if at == 0.0 else 0)
+
+
+def test_a_commit_takes_at_most_commit_max_outcomes() -> None:
+    """The oldest COMMIT_MAX outcomes go first; the rest wait for the next commit."""
+    session = session_of()
+    session.take_in([(f"{n}-0", b"bad") for n in range(COMMIT_MAX + 5)])
+    commit = session.next_commit()
+    assert len(commit.outcomes) == COMMIT_MAX
+    session.committed(commit, session.commit_batch(commit), Committed(status="ok"), 0.0)
+    assert len(session.outcomes) == 5
+
+
+def test_a_refused_commit_keeps_its_outcomes() -> None:
+    """A stale or rescoped commit leaves every outcome in place; a fenced one raises."""
+    session = session_of()
+    session.take_in([("1-0", b"bad")])
+    commit = session.next_commit()
+    batch = session.commit_batch(commit)
+    assert session.committed(commit, batch, Committed(status="stale", epoch=2), 0.0) == "stale"
+    assert session.outcomes == commit.outcomes
+    with pytest.raises(Fenced):
+        session.committed(commit, batch, Committed(status="fenced"), 0.0)
+
+
+def test_a_retry_backs_its_host_off() -> None:
+    """A failed page's outcome holds its host back by the retry wait."""
+    session = session_of(delay=0.0)
+    ready(session, "http://a.test/1", "http://a.test/2")
+    held = session.next_fetch(0.0)
+    assert isinstance(held, Held)
+    outcome = session.failed(held, "reset", kind="reset", now=0.0)
+    session.fetch_ended(held, outcome, 0.0)
+    assert session.next_fetch(0.0) == 1.0  # 2 ** 0 seconds
+    assert session.counters.failed == 1
+
+
+def test_a_new_epoch_hands_the_lost_hosts_entries_and_pacing_over() -> None:
+    """Applying an epoch that gives a host away moves its queue and writes its pace record."""
+    session = session_of(members=("w1",))
+    grown = Ring.of(2, ("w1", "w2"))
+    lost = host_owned_by(grown, "w2")
+    ready(session, f"http://{lost}/1", f"http://{lost}/2")
+    held = session.next_fetch(0.0)
+    assert isinstance(held, Held)
+    session.fetch_ended(held, None, 0.5)
+    session.members_read(2, ("w1", "w2"))
+    ring = session.take_epoch()
+    assert ring is not None and session.take_epoch() is None
+    handoff = session.handoff_begin(ring)
+    assert handoff.lost == [lost] and not session.handoff_busy(handoff)
+    assert not isinstance(session.next_fetch(0.5), Held)  # revoked: nothing starts
+    batch = session.handoff_batch(handoff, 0.6)
+    assert batch.mv == [["2-0", "q:w2", Entry(url=f"http://{lost}/2").encode()]]
+    assert batch.pace[0] == lost and batch.pace[1].startswith("500,")
+    assert session.handoff_committed(handoff, Committed(status="ok"))
+    session.handoff_done(handoff)
+    assert session.applied == 2 and lost not in session.frontier.hosts
+
+
+def test_a_stale_handoff_waits_for_the_newer_epoch() -> None:
+    """A handoff overtaken by another epoch is not applied; the newer one waits instead."""
+    session = session_of(members=("w1",))
+    session.members_read(2, ("w1", "w2"))
+    handoff = session.handoff_begin(session.take_epoch())  # type: ignore[arg-type]
+    assert not session.handoff_committed(handoff, Committed(status="stale", epoch=3))
+    assert session.epoch_waiting and session.applied == 1
+
+
+def test_an_epoch_without_this_worker_fences_it() -> None:
+    """A ring this worker is not in means it lost its membership."""
+    session = session_of()
+    with pytest.raises(Fenced):
+        session.handoff_begin(Ring.of(2, ("w2",)))
+
+
+def test_a_pace_record_carries_the_last_request_to_the_next_owner() -> None:
+    """The new owner waits the delay after the old owner's last request, across clocks."""
+    old = session_of(members=("w1", "w2"), delay=1.0)
+    name = host_owned_by(old.latest, "w1")
+    ready(old, f"http://{name}/")
+    held = old.next_fetch(0.0)
+    assert isinstance(held, Held)
+    old.fetch_ended(held, None, 10.0)
+    record = old.pace_records([name], now=10.0)[name]
+    new = session_of(worker="w2", members=("w1", "w2"), delay=1.0)
+    new.members_read(3, ("w2",))
+    new.handoff_begin(new.take_epoch())  # type: ignore[arg-type]
+    new.take_in([("2-0", Entry(url=f"http://{name}/2").encode().encode())])
+    new.beat_answered(beat(epoch=3, settled=3, now_ms=10_000), sent=15.0, received=15.0)
+    # Its clock runs 5 s ahead of the server's (the heartbeat sent at 15 s came back at 10 s).
+    new.pace_loaded(new.take_due_pace(), {name: record}, 3)
+    assert new.next_fetch(15.0) == pytest.approx(16.005, abs=0.01)
+
+
+def test_heartbeat_failures_give_up_after_a_lease() -> None:
+    """A failed heartbeat is tolerated until a lease has passed since the last answered."""
+    session = session_of()
+    session.beat_failed(LEASE - 0.1, QueueError("down"))
+    with pytest.raises(QueueError, match="without a heartbeat"):
+        session.beat_failed(LEASE + 0.1, QueueError("down"))
+
+
+def test_a_heartbeat_saying_not_alive_fences_the_worker() -> None:
+    """Expired by the fleet: the membership is over."""
+    session = session_of()
+    with pytest.raises(Fenced):
+        session.beat_answered(Beat(alive=False, now_ms=0), sent=0.0, received=0.0)
+
+
+def test_the_crawl_is_finished_only_when_idle_long_enough_and_nothing_is_held() -> None:
+    """--idle seconds of a quiet fleet end the crawl, unless this worker still holds pages."""
+    session = session_of(idle=2.0)
+    assert not session.finished(beat(idle_since=0, now_ms=1999))
+    assert session.finished(beat(idle_since=0, now_ms=2000))
+    session.take_in([("1-0", Entry(url="http://a.test/").encode().encode())])
+    assert not session.finished(beat(idle_since=0, now_ms=5000))
+
+
+def test_max_pages_stops_this_worker_once() -> None:
+    """Reaching --max-pages asks the worker to stop, and says so once."""
+    session = session_of(max_pages=1)
+    assert not session.check_limits(0.0, 0.0)
+    session.counters.fetched = 1
+    assert session.check_limits(0.0, 0.0) and session.stopping
+    assert not session.check_limits(0.0, 0.0)
+
+
+def test_heartbeat_reports_this_memberships_counts_only() -> None:
+    """Counts from an earlier membership of the same worker are not reported again."""
+    counters = Counters(fetched=7)
+    session = Session(
+        worker="w1",
+        settings=Settings(),
+        stream_of=lambda w: f"q:{w}",
+        inbox="inbox",
+        accepts=lambda entry: True,
+        spider_name="-",
+        counters=counters,
+        tally=Tally(),
+        now=0.0,
+    )
+    counters.fetched += 2
+    assert session.beat_request(0.0, resident_kib=0)["stats"]["fetched"] == 2
+
+
+def test_a_read_that_failed_is_followed_by_rereading_pending_entries() -> None:
+    """After a failed read, the next one asks for this reader's pending entries."""
+    session = session_of()
+    session.read_answered(session.read_request(), [("5-0", b"bad")])
+    session.read_failed()
+    read = session.read_request()
+    assert read.after == "5-0"
+    session.read_answered(read, [])
+    assert session.read_request().after is None

@@ -1,0 +1,84 @@
+"""Tests for hashcrawl._frontier: per-host queues and pacing, with time passed in."""
+
+from __future__ import annotations
+
+from hashcrawl._entry import Entry
+from hashcrawl._frontier import Frontier, Held
+
+
+def held(n: int, host: str = "a.test", priority: int = 0) -> Held:
+    return Held(f"{n}-0", Entry(url=f"http://{host}/{n}", priority=priority), host)
+
+
+def frontier_with(*entries: Held, delay: float = 1.0, per_host: int = 1) -> Frontier:
+    frontier = Frontier(delay=delay, per_host=per_host)
+    for entry in entries:
+        frontier.add(entry, epoch=0)
+    return frontier
+
+
+def test_a_host_is_not_taken_again_before_the_delay_after_its_last_request_ended() -> None:
+    """With per_host 1, the next request waits for the last one's end plus the delay."""
+    frontier = frontier_with(held(1), held(2), delay=1.0)
+    assert frontier.take(0.0) == held(1)
+    assert frontier.take(0.0) is None  # in flight: nothing else of the host may start
+    frontier.done("a.test", 0.5)
+    assert frontier.take(1.0) == 1.5
+    assert frontier.take(1.5) == held(2)
+
+
+def test_per_host_two_allows_two_requests_at_once_still_the_delay_apart() -> None:
+    """With per_host 2, starts are spaced by the delay, not by the ends."""
+    frontier = frontier_with(held(1), held(2), held(3), delay=0.5, per_host=2)
+    assert frontier.take(0.0) == held(1)
+    assert frontier.take(0.1) == 0.5
+    assert frontier.take(0.5) == held(2)
+    assert frontier.take(1.0) is None  # two in flight
+
+
+def test_a_higher_priority_entry_of_a_host_goes_first() -> None:
+    """Within a host, priority orders the queue; equal priorities keep arrival order."""
+    frontier = frontier_with(held(1), held(2, priority=5), held(3), delay=0.0)
+    taken = []
+    for _ in range(3):
+        got = frontier.take(0.0)
+        assert isinstance(got, Held)
+        taken.append(got.eid)
+        frontier.done("a.test", 0.0)
+    assert taken == ["2-0", "1-0", "3-0"]
+
+
+def test_a_backed_off_host_waits_while_others_go() -> None:
+    """Backoff holds one host back; another host is not held up by it."""
+    frontier = frontier_with(held(1), held(2, host="b.test"), delay=0.0)
+    frontier.back_off("a.test", 10.0)
+    got = frontier.take(0.0)
+    assert isinstance(got, Held) and got.host == "b.test"
+    assert frontier.take(0.0) == 10.0
+
+
+def test_a_host_not_allowed_yet_is_skipped_not_lost() -> None:
+    """A host may_fetch refuses stays queued and is taken once allowed."""
+    frontier = frontier_with(held(1), delay=0.0)
+    assert frontier.take(0.0, lambda host: False) is None
+    assert frontier.take(0.0) == held(1)
+
+
+def test_a_revoked_host_is_never_taken_and_drop_returns_its_queue() -> None:
+    """After revoke nothing of the host starts; drop hands its queued entries back."""
+    frontier = frontier_with(held(1), held(2), delay=0.0)
+    frontier.revoke("a.test")
+    assert frontier.take(0.0) is None
+    assert sorted(h.eid for h in frontier.drop("a.test")) == ["1-0", "2-0"]
+    assert frontier.size == 0
+
+
+def test_idle_hosts_are_forgotten_only_once_their_pacing_has_run_out() -> None:
+    """A host with nothing to do goes after idle_for, and not while its delay still runs."""
+    frontier = frontier_with(held(1), delay=1.0)
+    assert frontier.take(0.0) == held(1)
+    frontier.done("a.test", 0.0)
+    frontier.hosts["a.test"].paced = True
+    assert frontier.evict_idle(0.5, idle_for=0.0, keep=0) == []  # its delay runs until 1.0
+    assert frontier.evict_idle(5.0, idle_for=10.0, keep=10) == []
+    assert frontier.evict_idle(10.0, idle_for=10.0, keep=10) == ["a.test"]

@@ -1,0 +1,91 @@
+"""Tests for hashcrawl._outcome: where outcomes put their entries in a commit batch."""
+
+from __future__ import annotations
+
+import json
+
+from hashcrawl._entry import Entry
+from hashcrawl._frontier import Held
+from hashcrawl._outcome import Outcome, Router, SeenCache
+from hashcrawl._ring import Ring
+from hashcrawl._scope import Scope
+from hashcrawl._store import Batch
+from hashcrawl._urls import fingerprint
+
+RING = Ring.of(4, ("w1", "w2"))
+
+
+def router(**given: object) -> Router:
+    return Router(RING, lambda w: f"q:{w}", "inbox", **given)  # type: ignore[arg-type]
+
+
+def held(attempts: int = 0) -> Held:
+    return Held("7-0", Entry(url="http://a.test/", attempts=attempts), "a.test")
+
+
+def batch() -> Batch:
+    return Batch(worker="w1", epoch=4, src="q:w1")
+
+
+def test_a_forwarded_entry_moves_to_its_hosts_owner() -> None:
+    """A forward moves the entry to the owner's stream, as read."""
+    into = batch()
+    router().add(into, Outcome.forward(held()))
+    assert into.mv == [["7-0", f"q:{RING.owner_of('a.test')}", held().entry.encode()]]
+
+
+def test_nobody_alive_routes_to_the_inbox() -> None:
+    """With an empty ring, entries wait in the inbox."""
+    assert Router(Ring.of(5, ()), lambda w: f"q:{w}", "inbox").target_of("a.test") == "inbox"
+
+
+def test_a_retry_goes_back_with_one_more_attempt_and_is_acknowledged_once() -> None:
+    """A retry is acknowledged together with its next try (added past the filter)."""
+    into = batch()
+    router(max_attempts=3).add(into, Outcome.retry(held(attempts=0), "reset"))
+    (row,) = into.once
+    assert row[0] == "7-0" and Entry.decode(row[2]).attempts == 1
+    assert not into.ack and not into.dead
+
+
+def test_the_last_failed_attempt_is_dead_lettered_with_its_error() -> None:
+    """Out of attempts, the entry goes to the dead letters and is acknowledged."""
+    into = batch()
+    router(max_attempts=3).add(into, Outcome.retry(held(attempts=2), "HTTP 503"))
+    assert into.ack == ["7-0"]
+    assert json.loads(into.dead[1])["error"] == "HTTP 503"
+
+
+def test_follows_outside_the_scope_are_dropped_and_seen_ones_skipped() -> None:
+    """Only in-scope follows not in the seen cache go to the seen filter."""
+    seen = SeenCache()
+    known = Entry(url="http://a.test/known")
+    seen.remember([Outcome.done(held(), [], [known])], Scope(hosts=frozenset({"a.test"})))
+    assert fingerprint(known.key) in seen
+    new, away = Entry(url="http://a.test/new"), Entry(url="http://b.test/")
+    into = batch()
+    scope = Scope(hosts=frozenset({"a.test"}))
+    router(scope=scope, seen=seen).add(into, Outcome.done(held(), [], [known, new, away]))
+    assert [row[1] for row in into.add] == [new.encode()]
+    assert into.ack == ["7-0"]
+
+
+def test_a_follow_that_skips_the_filter_goes_with_the_acknowledgement() -> None:
+    """dont_filter follows are added once, atomically with the page's acknowledgement."""
+    follow = Entry(url="http://a.test/again", dont_filter=True)
+    into = batch()
+    router(scope=Scope(span=True)).add(into, Outcome.done(held(), [], [follow]))
+    assert into.once[0][0] == "7-0" and into.once[0][2] == follow.encode()
+
+
+def test_a_dead_workers_entries_become_suspects_and_its_last_fetch_uses_an_attempt() -> None:
+    """Orphans move to their owners as suspects; one that was in flight pays an attempt."""
+    payloads = [("1-0", Entry(url="http://a.test/1").encode().encode())]
+    payloads += [("2-0", Entry(url="http://a.test/2", attempts=2).encode().encode())]
+    payloads += [("3-0", b"{")]
+    into = batch()
+    router(max_attempts=3).add_orphans(into, payloads, dying={"2-0"})
+    (moved,) = into.mv
+    assert moved[0] == "1-0" and Entry.decode(moved[2]).suspect
+    assert into.ack == ["2-0"] and into.dead
+    assert into.bad[0][0] == "3-0"
