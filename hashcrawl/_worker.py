@@ -479,10 +479,12 @@ class Driver:
 
     def ends_with(self, beat: Beat) -> bool:
         """Whether the membership ends after ``beat``: the crawl is over, or this worker
-        was asked to stop and has committed everything."""
-        self.check_limits()
+        was asked to stop before this beat and has committed everything since. (A limit
+        this beat finds reached ends the membership at a later beat.)"""
         session = self.session
-        return session.finished(beat) or session.flushed()
+        flushed = session.flushed()
+        self.check_limits()
+        return session.finished(beat) or flushed
 
     async def beat_once(self) -> Beat | None:
         """One heartbeat: renew membership and learn the fleet's state; None on failure.

@@ -75,6 +75,7 @@ class FleetWorker:
         self.fleet = fleet
         self.name = name
         self.store = Store(fleet.url, fleet.crawl, timeout=30.0, clock=fleet.now_ms)
+        fleet.stores.append(self.store)
         fetcher = SimFetcher(fleet.web, name, fleet.tally, timeout=2.0, hold=False)
         worker = Worker(
             fleet.url_text, fleet.crawl, fetcher=fetcher, sink=fleet.sink, **fleet.settings
@@ -149,6 +150,7 @@ class Fleet:
         self.tally = Tally(self.settings["delay"])
         self.sink = DoneSink(self.web)
         self.workers: list[FleetWorker] = []
+        self.stores: list[Store] = []  # every worker's, those that left or died too
         self.expired: set[str] = set()
         self.churned = 0
         self.names = iter(f"f{i}" for i in range(1, 10**9))
@@ -179,8 +181,8 @@ class Fleet:
                     self.clock = trio.testing.MockClock()
                     trio.run(self._crawl, churn, clock=self.clock)
                 finally:
-                    for w in self.workers:
-                        w.store.close()
+                    for store in self.stores:
+                        store.close()
                     self.observer.close()
         finally:
             shutil.rmtree(directory, ignore_errors=True)
