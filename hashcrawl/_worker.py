@@ -29,7 +29,9 @@ import attrs
 import httpx
 import trio
 
+from . import _crawlconfig
 from ._cookies import Jars
+from ._crawlconfig import CrawlSettings
 from ._entry import BadEntry, Entry
 from ._exceptions import (
     ConfigError,
@@ -52,7 +54,7 @@ from ._ring import Ring
 from ._robots import RULES_TTL, Robots, RobotsFetch, Unreachable
 from ._scope import Scope
 from ._scope import members as scope_members
-from ._settings import Settings, header_pairs
+from ._settings import CRAWL, Settings, header_pairs
 from ._sinks import Sink, sink_for
 from ._sitemaps import first_sitemaps
 from ._spider import Spider
@@ -170,6 +172,12 @@ class Worker:
         self.url = redis if isinstance(redis, RedisURL) else RedisURL.parse(redis)
         self.crawl = check_crawl_name(crawl)
         self.settings = Settings.of(settings)
+        # Issue 12: the crawl settings given are checked against the crawl's at the start
+        # of run(), which then adopts the crawl's; a heartbeat may bring new ones.
+        self.given_crawl = {k: getattr(self.settings, k) for k in settings if k in CRAWL}
+        self.crawl_settings: CrawlSettings | None = None
+        self.settings_refused: ConfigError | None = None  # why the crawl's stopped it
+        self.following_settings = False
         self.id = new_worker_id()
         self._fetcher = fetcher
         self.spider = spider() if isinstance(spider, type) else spider
@@ -210,6 +218,10 @@ class Worker:
             QueueError: Redis could not be reached for a whole lease.
         """
         metrics = self._serve_metrics()  # first: a port in use is a bad flag, found at once
+        # Issue 12: take the crawl's settings (or record these), before they are used.
+        self.settings, self.crawl_settings = await trio.to_thread.run_sync(
+            _crawlconfig.adopt_at, self.url, self.crawl, self.settings, self.given_crawl
+        )
         store = self._store = Store(self.url, self.crawl, timeout=self.settings.answer_timeout)
         own_fetcher = self._fetcher is None
         fetcher = self._fetcher or HttpxFetcher(
@@ -232,6 +244,7 @@ class Worker:
                     return
                 try:
                     await self._session.run()
+                    _crawlconfig.refused(self)  # issue 12: stopped by the crawl's settings
                     return
                 except Fenced as exc:
                     known = self.instance  # none yet: fenced before its first join
@@ -533,6 +546,7 @@ class _Session:
             self.poke()
         if beat.orphans:
             self.orphans_waiting.set()
+        _crawlconfig.on_beat(self, beat)  # issue 12: apply the crawl's settings if changed
         self.last_beat = beat
         self.poke()
 
