@@ -486,7 +486,8 @@ def cmd_status(args: argparse.Namespace) -> int:
 
     with opened_queue(args) as queue:
         status = queue.status()
-        if not status["exists"]:
+        configured = status["settings"]["version"] is not None or "error" in status["settings"]
+        if not status["exists"] and not configured:
             raise ConfigError(_unknown_crawl(args, queue.other_crawls()))
         if args.watch is not None:
             return watch_status(queue, args.watch)

@@ -81,7 +81,7 @@ GROUP = "g"
 DEFAULT_LEASE_MS = 60_000  # for members that joined before they recorded their lease
 _NOT_COUNTERS = frozenset({"pid", "started", "lease_ms"})  # in w:ID, but not summed
 # Keys of which a crawl that ever took a URL or a worker has at least one.
-_ANY_CRAWL_HAS = ("instance", "epoch", "seenmeta", "workers", "stats", "inbox", "dead", "settings")
+_ANY_CRAWL_HAS = ("instance", "epoch", "seenmeta", "workers", "stats", "inbox", "dead")
 PACE_CHUNK = 1000  # hosts per HSET when a leaving worker writes its pace records
 FORGET_LEASES = 10  # a departed worker's keys are pruned this many leases after it left
 RETIRED = "(pruned workers)"  # worker_records' entry for the pruned workers' counters
