@@ -346,6 +346,8 @@ def _busy(crawl: str, texts: Mapping[str, str], members: int) -> str:
 def on_beat(session: Any, beat: Beat) -> None:
     """Have the crawl's settings read and applied if the heartbeat names a new version."""
     worker = session.w
+    if worker.crawl_settings is None:  # a session driven without Worker.run (simulations)
+        return
     if beat.settings == str(worker.crawl_settings.version) or worker.following_settings:
         return
     worker.following_settings = True

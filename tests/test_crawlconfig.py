@@ -59,6 +59,15 @@ def test_crawl_settings_are_the_fields_marked_in_the_declaration() -> None:
     assert set(RECORDED) == set(CRAWL) - {"allow_domains", "span_hosts"}
 
 
+def test_only_the_crawl_flags_given_count_as_given() -> None:
+    """A crawl flag left out is not given (the crawl's value is taken), one given is."""
+    from hashcrawl._settings import given_flags
+
+    args = build_parser().parse_args(["join", "--delay", "1.0", "--allow-domain", "A.test"])
+    assert given_flags(args) == {"delay": 1.0, "allow_domains": ("A.test",)}
+    assert given_flags(build_parser().parse_args(["join", "--concurrency", "2"])) == {}
+
+
 def test_crawls_children_carry_no_crawl_flag() -> None:
     """``crawl``'s workers take the crawl settings from Redis, not from their command line."""
     args = build_parser().parse_args(
