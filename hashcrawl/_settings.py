@@ -556,12 +556,15 @@ def add_flags(parser: argparse.ArgumentParser, only: tuple[str, ...] | None = No
 def given_flags(args: argparse.Namespace) -> dict[str, Any]:
     """The crawl settings the command line gave, by field name (checked and converted)."""
     given = {name: getattr(args, name) for name in CRAWL if hasattr(args, name)}
-    settings = Settings.of({**given, **_lease_for(given)})
+    settings = Settings.of({**given, **_partner(given)})
     return {name: getattr(settings, name) for name in given}
 
 
-def _lease_for(given: dict[str, Any]) -> dict[str, Any]:
-    """A lease that lets ``given``'s delay be checked alone (the crawl's lease may differ)."""
-    if "lease" in given or "delay" not in given or given["delay"] is None:
+def _partner(given: dict[str, Any]) -> dict[str, Any]:
+    """A lease or delay that lets one of them be checked alone: the crawl's other one
+    may differ from the default, and the two are checked together against it."""
+    if ("delay" in given) == ("lease" in given):
         return {}
-    return {"lease": max(Settings().lease, 2 * given["delay"])}
+    if "delay" in given:
+        return {"lease": max(Settings().lease, 2 * given["delay"])}
+    return {"delay": min(Settings().delay, given["lease"] / 2)}
