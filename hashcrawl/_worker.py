@@ -216,12 +216,14 @@ class Worker:
 
         Raises:
             QueueError: Redis could not be reached for a whole lease.
+            ConfigError: a crawl setting given differs from the crawl's, or the crawl's
+                stored settings are not usable (see ``_crawlconfig``).
         """
-        metrics = self._serve_metrics()  # first: a port in use is a bad flag, found at once
         # Issue 12: take the crawl's settings (or record these), before they are used.
         self.settings, self.crawl_settings = await trio.to_thread.run_sync(
             _crawlconfig.adopt_at, self.url, self.crawl, self.settings, self.given_crawl
         )
+        metrics = self._serve_metrics()  # a port in use is a bad flag, found at once
         store = self._store = Store(self.url, self.crawl, timeout=self.settings.answer_timeout)
         own_fetcher = self._fetcher is None
         fetcher = self._fetcher or HttpxFetcher(
