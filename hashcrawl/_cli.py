@@ -1,4 +1,4 @@
-"""The ``hashcrawl`` command: join, submit, status, clear, dead, retry-dead, crawl.
+"""The ``hashcrawl`` command: join, submit, status, configure, clear, dead, retry-dead, crawl.
 
 Exit status (the table is in docs/operations.md): 0 done; 1 Redis unreachable or lost,
 or stopped at once by a second Ctrl-C; 2 a bad URL, crawl name, flag or output file;
@@ -24,6 +24,7 @@ import attrs
 import trio
 
 from ._addresses import AddressPolicy, url_refusal
+from ._crawlconfig import view_lines
 from ._exceptions import ConfigError, HashcrawlError
 from ._local import (
     Children,
@@ -36,7 +37,7 @@ from ._local import (
 from ._queue import Queue
 from ._redisurl import ENV_VAR as REDIS_ENV_VAR
 from ._redisurl import RedisURL, check_crawl_name, masked
-from ._settings import ADDRESSES, SCOPE, Settings, _number, add_flags
+from ._settings import ADDRESSES, CRAWL, SCOPE, Settings, _number, add_flags, given_flags
 from ._sinks import sink_for
 from ._spider import load_spider
 from ._statedir import add_state_dir, opened_queue, redis_of
@@ -159,6 +160,22 @@ def build_parser() -> _Parser:
         type=_seconds,
         metavar="SECONDS",
         help="redraw a live view every SECONDS (default 2) until Ctrl-C",
+    )
+    configure = sub.add_parser(
+        "configure",
+        help="show or change the crawl's settings, for every worker",
+        description="Show the crawl's settings, or change them: every worker of the crawl "
+        "takes the change within a heartbeat. --allow-domain and --span-hosts widen the "
+        "scope (it never narrows). --per-host, --lease and --user-agent change only while "
+        "no worker is running.",
+    )
+    _common(configure, state_dir=True)
+    add_flags(configure, only=CRAWL)
+    configure.add_argument(
+        "--reset",
+        action="append",
+        metavar="FLAG",
+        help="put FLAG back to its default, e.g. --reset ignore-robots (repeatable)",
     )
     clear = sub.add_parser("clear", help="delete the crawl's keys")
     _common(clear, state_dir=True)
@@ -320,7 +337,7 @@ def cmd_join(args: argparse.Namespace) -> int:
         args.crawl,
         spider=spider,
         sink=sink_for(args.output, fsync=settings.fsync),
-        **attrs.asdict(settings, recurse=False),
+        **_worker_settings(args, settings),
     )
 
     async def main() -> None:
@@ -339,6 +356,13 @@ def cmd_join(args: argparse.Namespace) -> int:
         signal.signal(signal.SIGTERM, previous)
         worker.sink.close()
     return 0
+
+
+def _worker_settings(args: argparse.Namespace, settings: Settings) -> dict[str, Any]:
+    """A worker's own settings, and only those crawl settings its flags gave: it takes
+    the crawl's others (see ``_crawlconfig``)."""
+    own = {k: v for k, v in attrs.asdict(settings, recurse=False).items() if k not in CRAWL}
+    return {**own, **given_flags(args)}
 
 
 async def _stop_on_signals(
@@ -402,8 +426,8 @@ def _submit_options(args: argparse.Namespace) -> dict[str, Any]:
     return {
         "priority": args.priority,
         "dont_filter": args.dont_filter,
-        "allow_domains": tuple(args.allow_domains or ()),
-        "span_hosts": args.span_hosts,
+        "allow_domains": tuple(getattr(args, "allow_domains", ())),
+        "span_hosts": getattr(args, "span_hosts", False),
     }
 
 
@@ -462,7 +486,8 @@ def cmd_status(args: argparse.Namespace) -> int:
 
     with opened_queue(args) as queue:
         status = queue.status()
-        if not status["exists"]:
+        configured = status["settings"]["version"] is not None or "error" in status["settings"]
+        if not status["exists"] and not configured:
             raise ConfigError(_unknown_crawl(args, queue.other_crawls()))
         if args.watch is not None:
             return watch_status(queue, args.watch)
@@ -477,6 +502,8 @@ def cmd_status(args: argparse.Namespace) -> int:
         print(f"spiders: {', '.join(status['spiders'])} (the fleet mixes spiders)")
     for sample in status["bad_samples"][:3]:
         print(f"bad entry: {sample}")
+    for line in view_lines(status["settings"]):
+        print(line)
     for member in status["members"]:
         stale = " (stale: silent past its lease, not counted)" if member["stale"] else ""
         spider = f", spider {member['spider']}" if status["mixed_spiders"] else ""
@@ -494,6 +521,39 @@ def _unknown_crawl(args: argparse.Namespace, others: list[str]) -> str:
         return f"no crawl named {args.crawl!r} in Redis at {where}, nor any other crawl"
     shown = ", ".join(others[:10]) + (f" and {len(others) - 10} more" if len(others) > 10 else "")
     return f"no crawl named {args.crawl!r} in Redis at {where}; crawls there: {shown}"
+
+
+def cmd_configure(args: argparse.Namespace) -> int:
+    from ._crawlconfig import change
+
+    given, reset = given_flags(args), _reset_names(args.reset or ())
+    with opened_queue(args) as queue:
+        if given or reset:
+            _, changes = change(queue._store, given, reset=reset)
+            print("\n".join(changes) if changes else "no change: the crawl has these settings")
+        for line in view_lines(queue.settings()):
+            print(line)
+    return 0
+
+
+def _reset_names(flags: Sequence[str]) -> list[str]:
+    """The fields that ``--reset`` names by flag (``ignore-robots`` or ``--ignore-robots``).
+
+    Raises:
+        ConfigError: not a crawl setting, or one of the scope's (it only grows).
+    """
+    from ._settings import flag_name
+
+    by_flag = {flag_name(getattr(attrs.fields(Settings), n)): n for n in CRAWL}
+    names = []
+    for flag in flags:
+        name = by_flag.get("--" + flag.lstrip("-"))
+        if name is None:
+            raise ConfigError(f"--reset {flag}: not a crawl setting; they are {', '.join(by_flag)}")
+        if name in ("allow_domains", "span_hosts"):
+            raise ConfigError(f"--reset {flag}: the scope only grows")
+        names.append(name)
+    return names
 
 
 def cmd_clear(args: argparse.Namespace) -> int:
@@ -533,9 +593,9 @@ def cmd_crawl(args: argparse.Namespace) -> int:
 
 def _crawl_on(redis_url: str, args: argparse.Namespace, urls: list[str]) -> int:
     """Run the workers on the private server at ``redis_url``; judge the start URLs after."""
+    from ._crawlconfig import change
     from ._metrics import child_metrics_flags
     from ._progress import shown
-    from ._scope import members as scope_members
     from ._store import Store
 
     settings = settings_from(args)
@@ -543,7 +603,7 @@ def _crawl_on(redis_url: str, args: argparse.Namespace, urls: list[str]) -> int:
         if args.fresh:
             store.clear()
         expire_previous_members(store)
-        store.widen_scope(scope_members(domains=settings.allow_domains, span=settings.span_hosts))
+        change(store, given_flags(args))  # the crawl's settings: its workers take them
         added, before = submit_start_urls(store, urls)
         log.info("submitted %s; starting %d workers", plural(added, "new URL"), args.workers)
         command = _child_command(args)
@@ -584,7 +644,7 @@ def _headers_env(settings: Settings) -> dict[str, str]:
 
 def _child_command(args: argparse.Namespace) -> list[str]:
     command = [sys.executable, "-m", "hashcrawl", "join", "--child", "--crawl", args.crawl]
-    command += settings_from(args).to_flags()
+    command += settings_from(args).to_flags(worker_only=True)  # crawl settings: in Redis
     if args.output is not None:
         command += ["-o", args.output]
     if args.spider is not None:
@@ -598,6 +658,7 @@ _COMMANDS = {
     "join": cmd_join,
     "submit": cmd_submit,
     "status": cmd_status,
+    "configure": cmd_configure,
     "clear": cmd_clear,
     "dead": cmd_dead,
     "retry-dead": cmd_retry_dead,

@@ -250,6 +250,12 @@ class Session:
         if beat.orphans:
             self.orphans_waiting = True
 
+    def take_settings(self, settings: Settings) -> None:
+        """Decide by ``settings`` from now on (the crawl's changed); a host's next
+        request is paced by the new delay, from its last request's time."""
+        self.settings = settings
+        self.frontier.delay = settings.delay
+
     def finished(self, beat: Beat) -> bool:
         """Whether the crawl is over: the fleet idle ``--idle`` seconds, this worker too."""
         if self.settings.idle is None or beat.idle_since < 0 or self.busy():

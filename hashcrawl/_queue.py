@@ -61,8 +61,16 @@ class Queue:
         return self._store.other_crawls()
 
     def status(self) -> dict[str, Any]:
-        """Waiting, held, workers (with hosts owned and pages fetched), seen, fetched..."""
-        return self._store.status()
+        """Waiting, held, workers (with hosts owned and pages fetched), seen, fetched...,
+        and the crawl's ``settings`` (see :meth:`settings`)."""
+        return {**self._store.status(), "settings": self.settings()}
+
+    def settings(self) -> dict[str, Any]:
+        """The crawl's settings by field name, and their ``version`` (None if none are
+        recorded yet; then ``error`` says why if the record is unusable)."""
+        from ._crawlconfig import view
+
+        return view(self._store)
 
     def clear(self) -> int:
         """Delete every key of the crawl; returns how many were deleted."""

@@ -4,6 +4,10 @@ Each field of :class:`Settings` carries a :class:`Flag` in its metadata. From th
 declaration come the ``join`` and ``crawl`` flags (:func:`add_flags`), the settings a
 command line gives (:meth:`Settings.from_flags`), and the command line that gives a
 child worker the same settings (:meth:`Settings.to_flags`).
+
+A field whose flag says ``crawl`` is a crawl setting: the whole fleet must use one value
+of it, so it is stored with the crawl in Redis (``_crawlconfig``), not taken from each
+worker's command line. :data:`CRAWL` lists them, from the declaration.
 """
 
 from __future__ import annotations
@@ -102,6 +106,12 @@ class Flag:
         negate: a switch that sets the field False (``--ignore-robots``).
         repeat: a flag given once per value of a tuple field.
         secret: never written on a child's command line (see :meth:`Settings.to_flags`).
+        crawl: one value for the whole fleet, stored with the crawl (``_crawlconfig``):
+            politeness, scope, and limits whose outcome would otherwise depend on which
+            worker owns a host or fetched a page.
+        fixed: a crawl setting the running workers cannot take on (their connection
+            pools, robots.txt rules and leases are built on it): it changes only while
+            no worker is a member.
     """
 
     help: str
@@ -111,6 +121,8 @@ class Flag:
     negate: bool = False
     repeat: bool = False
     secret: bool = False
+    crawl: bool = False
+    fixed: bool = False
 
 
 def flag_name(field: attrs.Attribute[Any]) -> str:
@@ -133,6 +145,22 @@ def _networks(_: object, field: attrs.Attribute[Any], value: tuple[str, ...]) ->
         parse_net(net)
 
 
+def _user_agent(_: object, field: attrs.Attribute[Any], value: str) -> None:
+    """One line of ASCII text that starts with a product token (robots.txt matches it)."""
+    from ._entry import HEADER_VALUE
+    from ._robots import _product_token
+
+    if not HEADER_VALUE.fullmatch(value):
+        raise ConfigError(f"{flag_name(field)} must be one line of ASCII text up to 8 KiB")
+    try:
+        _product_token(value)
+    except ConfigError:
+        raise ConfigError(
+            f"{flag_name(field)} must start with a product token like 'hashcrawl/0.1', "
+            f"got {value[:100]!r}"
+        ) from None
+
+
 def _port(_: object, field: attrs.Attribute[Any], value: int | None) -> None:
     if value is not None and not 1 <= value <= 65535:
         raise ConfigError(f"{flag_name(field)} must be from 1 to 65535, got {value}")
@@ -151,10 +179,11 @@ def _setting(
 
 @attrs.frozen(kw_only=True)
 class Settings:
-    """How one worker crawls. Politeness settings should be the same on every worker.
+    """How one worker crawls.
 
     Every field is also a flag of ``hashcrawl join`` and ``hashcrawl crawl``; its help
-    text is the field's documentation (``hashcrawl join --help``).
+    text is the field's documentation (``hashcrawl join --help``). The crawl settings
+    (:data:`CRAWL`) are the crawl's, stored in Redis: a worker takes them from there.
     """
 
     delay: float = _setting(
@@ -162,9 +191,16 @@ class Settings:
         "least seconds between two requests to one host, fleet-wide",
         check=_not_negative,
         metavar="S",
+        crawl=True,
     )
     per_host: int = _setting(
-        1, "most requests in flight to one host", check=_positive, parse=_whole, metavar="N"
+        1,
+        "most requests in flight to one host",
+        check=_positive,
+        parse=_whole,
+        metavar="N",
+        crawl=True,
+        fixed=True,
     )
     concurrency: int = _setting(
         16,
@@ -185,6 +221,8 @@ class Settings:
         "seconds of silence after which a worker is taken for dead",
         check=_positive,
         metavar="S",
+        crawl=True,
+        fixed=True,
     )
     grace: float = _setting(
         30.0,
@@ -195,8 +233,11 @@ class Settings:
     user_agent: str = _setting(
         DEFAULT_USER_AGENT,
         "the User-Agent header, and the agent robots.txt is matched for",
+        check=_user_agent,
         parse=_text,
         metavar="UA",
+        crawl=True,
+        fixed=True,
     )
     allow_domains: tuple[str, ...] = _setting(
         (),
@@ -207,17 +248,20 @@ class Settings:
         name="--allow-domain",
         repeat=True,
         metavar="D",
+        crawl=True,
     )
     span_hosts: bool = _setting(
         False,
         "follow links to every host, not only the submitted URLs' hosts (fleet-wide)",
         parse=None,
+        crawl=True,
     )
     sitemaps: bool = _setting(
         False,
         "also crawl the URLs of each host's sitemaps (robots.txt Sitemap: lines and "
         "/sitemap.xml, indexes and gzip included)",
         parse=None,
+        crawl=True,
     )
     max_depth: int | None = _setting(
         None,
@@ -225,6 +269,7 @@ class Settings:
         check=_not_negative,
         parse=_or_none(_whole),
         metavar="N",
+        crawl=True,
     )
     headers: tuple[str, ...] = attrs.field(
         default=(),
@@ -244,7 +289,12 @@ class Settings:
         },
     )
     max_attempts: int = _setting(
-        4, "tries before a page is dead-lettered", check=_positive, parse=_whole, metavar="N"
+        4,
+        "tries before a page is dead-lettered",
+        check=_positive,
+        parse=_whole,
+        metavar="N",
+        crawl=True,
     )
     timeout: float = _setting(
         30.0,
@@ -290,7 +340,12 @@ class Settings:
         metavar="N",
     )
     obey_robots: bool = _setting(
-        True, "do not fetch or obey robots.txt", parse=None, name="--ignore-robots", negate=True
+        True,
+        "do not fetch or obey robots.txt",
+        parse=None,
+        name="--ignore-robots",
+        negate=True,
+        crawl=True,
     )
     cookies: bool = _setting(
         True,
@@ -299,6 +354,7 @@ class Settings:
         parse=None,
         name="--no-cookies",
         negate=True,
+        crawl=True,
     )
     fsync: bool = _setting(
         True,
@@ -321,6 +377,7 @@ class Settings:
         check=_positive,
         parse=_or_none(_whole),
         metavar="N",
+        crawl=True,
     )
     max_pages: int | None = _setting(
         None,
@@ -394,22 +451,24 @@ class Settings:
 
     @classmethod
     def from_flags(cls, args: argparse.Namespace) -> Settings:
-        """The settings that :func:`add_flags`' flags gave (and ``$HASHCRAWL_HEADERS``)."""
+        """The settings that :func:`add_flags`' flags gave (and ``$HASHCRAWL_HEADERS``);
+        a crawl setting not given has its default (see :func:`given_flags`)."""
         given = {}
         for field in attrs.fields(cls):
-            value = getattr(args, field.name)
+            value = getattr(args, field.name, field.default)
             if field.metadata["flag"].repeat:
                 value = tuple(value or ())
             given[field.name] = value
         given["headers"] = (*_headers_from_environment(), *given["headers"])
         return cls(**given)
 
-    def to_flags(self) -> list[str]:
-        """The command line that gives a child worker these settings."""
+    def to_flags(self, *, worker_only: bool = False) -> list[str]:
+        """The command line that gives a child worker these settings (with
+        ``worker_only``, only those that are not crawl settings: it takes the crawl's)."""
         flags: list[str] = []
         for field in attrs.fields(type(self)):
             value = getattr(self, field.name)
-            if value == field.default:
+            if value == field.default or (worker_only and field.name in CRAWL):
                 continue
             flag: Flag = field.metadata["flag"]
             name = flag_name(field)
@@ -460,16 +519,26 @@ SCOPE = ("allow_domains", "span_hosts")  # the settings ``submit`` takes too
 ADDRESSES = ("allow_nets", "allow_private")  # and these, to check start URLs
 
 
+#: The crawl settings: one value fleet-wide, stored with the crawl (see ``_crawlconfig``).
+CRAWL = tuple(f.name for f in attrs.fields(Settings) if f.metadata["flag"].crawl)
+
+
 def add_flags(parser: argparse.ArgumentParser, only: tuple[str, ...] | None = None) -> None:
-    """Give ``parser`` one flag per setting (or per one of ``only``), with its default."""
+    """Give ``parser`` one flag per setting (or per one of ``only``), with its default.
+
+    A crawl setting's flag leaves no attribute when it is not given (its default is
+    shown in the help), so that :func:`given_flags` can tell what the command line said.
+    """
     for field in attrs.fields(Settings):
         if only is not None and field.name not in only:
             continue
         flag: Flag = field.metadata["flag"]
         name = flag_name(field)
+        unset = argparse.SUPPRESS if flag.crawl else None
         if flag.parse is None:
             action = "store_false" if flag.negate else "store_true"
-            parser.add_argument(name, dest=field.name, action=action, help=flag.help)
+            switch = parser.add_argument(name, dest=field.name, action=action, help=flag.help)
+            switch.default = unset if flag.crawl else switch.default
             continue
         shown = field.default
         shown = NONE if shown in (None, ()) else shown
@@ -479,6 +548,23 @@ def add_flags(parser: argparse.ArgumentParser, only: tuple[str, ...] | None = No
             type=flag.parse,
             metavar=flag.metavar,
             action="append" if flag.repeat else "store",
-            default=None if flag.repeat else field.default,
+            default=unset if flag.repeat or flag.crawl else field.default,
             help=f"{flag.help} (default: {shown})",
         )
+
+
+def given_flags(args: argparse.Namespace) -> dict[str, Any]:
+    """The crawl settings the command line gave, by field name (checked and converted)."""
+    given = {name: getattr(args, name) for name in CRAWL if hasattr(args, name)}
+    settings = Settings.of({**given, **_partner(given)})
+    return {name: getattr(settings, name) for name in given}
+
+
+def _partner(given: dict[str, Any]) -> dict[str, Any]:
+    """A lease or delay that lets one of them be checked alone: the crawl's other one
+    may differ from the default, and the two are checked together against it."""
+    if ("delay" in given) == ("lease" in given):
+        return {}
+    if "delay" in given:
+        return {"lease": max(Settings().lease, 2 * given["delay"])}
+    return {"delay": min(Settings().delay, given["lease"] / 2)}

@@ -36,8 +36,12 @@ key                type    written by
                            error, attempts, entry (so its URL) and time, out of attempts
 ``bad``            LIST    commit: the newest samples of unreadable entries (bounded)
 ``stats``          HASH    commit, heartbeat: fleet counters
-``scope``          SET     submit, join, commit: the hosts links may lead to; only
-                           grows, so its size is its version, checked by commit
+``scope``          SET     submit, join, commit, configure: the hosts links may lead
+                           to (and ``domain:D``, ``span``); only grows, so its size is
+                           its version, checked by commit
+``settings``       HASH    join, crawl, configure (``_crawlconfig``): the crawl's
+                           settings but the scope's, one field each as its flag's text,
+                           and ``version`` (+1 on every change; the heartbeat returns it)
 =================  ======  =============================================================
 
 Time in every lease and liveness decision is the Redis server's (``TIME`` in scripts),
@@ -132,13 +136,14 @@ class Beat:
     settled: int = 0
     idle_since: int = -1
     orphans: int = 0
+    settings: str = ""  # the version of the crawl's settings (see _crawlconfig)
     members: tuple[str, ...] | None = None
 
     @classmethod
     def from_reply(cls, reply: Sequence[Any]) -> Beat:
         if reply[0] != "ok":
             return cls(alive=False, now_ms=int(reply[1]), lost=reply[0] == "lost")
-        members = tuple(sorted(reply[6:])) if len(reply) > 6 else None
+        members = tuple(sorted(reply[7:])) if len(reply) > 7 else None
         return cls(
             alive=True,
             now_ms=int(reply[1]),
@@ -146,6 +151,7 @@ class Beat:
             settled=int(reply[3]),
             idle_since=int(reply[4]),
             orphans=int(reply[5]),
+            settings=str(reply[6]),
             members=members,
         )
 
@@ -178,7 +184,10 @@ class Store:
         self.marker = secrets.token_hex(8)  # the instance marker if this store sets it
         self._scripts = {
             name: self._redis.register_script(_script(name))
-            for name in ("heartbeat", "join", "leave", "commit", "release", "unpark", "inflight")
+            for name in (
+                *("heartbeat", "join", "leave", "commit", "release", "unpark", "inflight"),
+                "settings",
+            )
         }
 
     def _client(self, timeout: float, *, decode: bool = True) -> Any:
@@ -405,6 +414,53 @@ class Store:
     def scope(self) -> set[str]:
         """The members of the crawl's scope (``_scope.Scope.from_members`` reads them)."""
         return set(self._redis.smembers(self.key("scope")))
+
+    # -- the crawl's settings (``_crawlconfig`` reads and checks them) -------------------
+
+    @_translated
+    def start_settings(
+        self, texts: Mapping[str, str], scope: Sequence[str], *, max_text: int
+    ) -> list[Any]:
+        """Record ``texts`` for each setting the crawl has none for; the scope members
+        too if this starts the crawl's settings. The reply of ``lua/settings.lua``."""
+        args = [self.prefix, "start", max_text, len(texts), *_flat(texts), *scope]
+        return list(self._scripts["settings"](args=args))
+
+    @_translated
+    def read_settings(self, fields: Sequence[str], *, max_text: int) -> list[Any]:
+        """The crawl's settings record as ``start_settings`` replies, writing nothing."""
+        args = [self.prefix, "read", max_text, len(fields), *_flat(dict.fromkeys(fields, ""))]
+        return list(self._scripts["settings"](args=args))
+
+    @_translated
+    def change_settings(
+        self,
+        texts: Mapping[str, str],
+        scope: Sequence[str],
+        *,
+        expected: str,
+        needs_empty: bool,
+    ) -> list[Any]:
+        """Change the settings to ``texts`` if still at version ``expected``, and widen
+        the scope. The reply of ``lua/settings.lua``."""
+        args = [self.prefix, "change", 0, len(texts), *_flat(texts), expected]
+        args += [int(needs_empty), *scope]
+        return list(self._scripts["settings"](args=args))
+
+    @_translated
+    def scope_domains(self, *, scan_at_most: int = 100_000) -> tuple[list[str], bool]:
+        """The domains and the span switch in the crawl's scope (a bounded SSCAN)."""
+        domains: set[str] = set()
+        cursor, scanned = 0, 0
+        while True:
+            cursor, found = self._redis.sscan(
+                self.key("scope"), cursor, match="domain:*", count=1000
+            )
+            domains.update(member.removeprefix("domain:") for member in found)
+            scanned += 1000
+            if cursor == 0 or scanned >= scan_at_most:
+                break
+        return sorted(domains), bool(self._redis.sismember(self.key("scope"), "span"))
 
     @_translated
     def parked_hosts(self) -> set[str]:

@@ -32,6 +32,7 @@ from typing import Any, TypeVar
 
 import trio
 
+from . import _crawlconfig
 from ._core import (
     COMMIT_EVERY,
     COMMIT_MAX,
@@ -44,6 +45,7 @@ from ._core import (
     Handoff,
     Session,
 )
+from ._crawlconfig import CrawlSettings
 from ._exceptions import ConfigError, Fenced, FetchError, QueueError, Refused, StateLost
 from ._faults import FAULTS
 from ._fetch import Fetcher, HttpxFetcher, NotSent, sending_only_while
@@ -56,7 +58,7 @@ from ._queue import submit_urls
 from ._redisurl import RedisURL, check_crawl_name
 from ._ring import Ring
 from ._robots import Robots, RobotsFetch, Unreachable
-from ._settings import Settings, header_pairs
+from ._settings import CRAWL, Settings, header_pairs
 from ._sinks import Sink, sink_for
 from ._spider import Spider, callback_of
 from ._store import LOST, Beat, Store
@@ -148,6 +150,12 @@ class Worker:
         self.url = redis if isinstance(redis, RedisURL) else RedisURL.parse(redis)
         self.crawl = check_crawl_name(crawl)
         self.settings = Settings.of(settings)
+        # Issue 12: the crawl settings given are checked against the crawl's at the start
+        # of run(), which then adopts the crawl's; a heartbeat may bring new ones.
+        self.given_crawl = {k: getattr(self.settings, k) for k in settings if k in CRAWL}
+        self.crawl_settings: CrawlSettings | None = None
+        self.settings_refused: ConfigError | None = None  # why the crawl's stopped it
+        self.following_settings = False
         self.id = new_worker_id()
         self._fetcher = fetcher
         self.spider = spider() if isinstance(spider, type) else spider
@@ -179,6 +187,18 @@ class Worker:
         if self._driver is not None:
             self._driver.request_stop()
 
+    def take_settings(self, settings: Settings) -> None:
+        """Use ``settings`` from now on: here, in the handler and in the membership."""
+        self.settings = settings
+        self.handler.settings = settings
+        if self._driver is not None:
+            self._driver.take_settings(settings)
+
+    def refuse(self, why: ConfigError) -> None:
+        """Stop, because the crawl's settings no longer fit; :meth:`run` raises ``why``."""
+        self.settings_refused = why
+        self.stop()
+
     @property
     def stop_requested(self) -> bool:
         """Whether a stop was asked for (by :meth:`stop`, or by a --max-* limit)."""
@@ -197,8 +217,15 @@ class Worker:
 
         Raises:
             QueueError: Redis could not be reached for a whole lease.
+            ConfigError: a crawl setting given differs from the crawl's, or the crawl's
+                stored settings are not usable (see ``_crawlconfig``).
         """
-        metrics = self._serve_metrics()  # first: a port in use is a bad flag, found at once
+        # Issue 12: take the crawl's settings (or record these), before they are used.
+        settings, self.crawl_settings = await trio.to_thread.run_sync(
+            _crawlconfig.adopt_at, self.url, self.crawl, self.settings, self.given_crawl
+        )
+        self.take_settings(settings)
+        metrics = self._serve_metrics()  # a port in use is a bad flag, found at once
         store = self._store = Store(self.url, self.crawl, timeout=self.settings.answer_timeout)
         own_fetcher = self._fetcher is None
         fetcher = self._fetcher or HttpxFetcher(
@@ -221,6 +248,7 @@ class Worker:
                     return
                 try:
                     await self._driver.run()
+                    _crawlconfig.refused(self)  # issue 12: stopped by the crawl's settings
                     return
                 except Fenced as exc:
                     known = self.instance  # none yet: fenced before its first join
@@ -374,6 +402,10 @@ class Driver:
             self.pace_due.set()
         self.changed.notify()
 
+    def take_settings(self, settings: Settings) -> None:
+        self.settings = settings
+        self.session.take_settings(settings)
+
     def request_stop(self) -> None:
         self.session.stopping = True
         self.wake()
@@ -505,6 +537,7 @@ class Driver:
             log.info("heartbeat failed: %s", exc)
             return None
         session.beat_answered(beat, sent, self.now())
+        _crawlconfig.on_beat(self, beat)  # issue 12: apply the crawl's settings if changed
         self.wake()
         return beat
 

@@ -19,7 +19,9 @@
 --   simulations drive time through it), expire_ms (members silent this long expire: the
 --   lease; 0 only for the simulations' deliberate bug reclaim_live), the worker's instance
 --   marker ('' to skip the check), forget_ms, then field/value pairs of stats
--- Returns {status, now_ms, epoch, settled_epoch, idle_since, orphans, members...}
+--   P..'settings'    HASH  read: its 'version', for workers to learn of a change
+-- Returns {status, now_ms, epoch, settled_epoch, idle_since, orphans, settings version
+--   ('' if none; '?' if it is longer than 20 characters), members...}
 --   status 'ok'; 'lost' when the crawl's marker is not the worker's (its state is gone:
 --   checked first); 'gone' when this worker is no longer (or no longer may be) a member.
 local P, worker = ARGV[1], ARGV[2]
@@ -116,7 +118,9 @@ if outstanding <= 0 and orphans == 0 and idle_since < 0 then
 elseif idle_since < 0 then
   redis.call('DEL', P .. 'idle_since')
 end
-local reply = {'ok', now, epoch, settled, idle_since, orphans}
+local version = redis.call('HGET', P .. 'settings', 'version') or ''
+if #version > 20 then version = '?' end  -- written by hand: no whole number is that long
+local reply = {'ok', now, epoch, settled, idle_since, orphans, version}
 if epoch ~= known then
   for _, m in ipairs(members) do reply[#reply + 1] = m end
 end
