@@ -29,6 +29,7 @@ import redis as redis_py
 from bench_crawl import CRAWL, _join_command
 
 from hashcrawl import Queue
+from hashcrawl._batch import chunks
 from hashcrawl._entry import Entry
 from hashcrawl._redisurl import RedisURL
 from hashcrawl._server import RedisServer
@@ -171,7 +172,7 @@ def queued_rss(
             watcher.sample()
             time.sleep(0.1)
         started = time.monotonic()
-        for chunk in _chunks(_site_urls(site_hosts, port, urls), 10_000):
+        for chunk in chunks(_site_urls(site_hosts, port, urls), 10_000):
             # dont_filter: these URLs are all new, and the seen filter is measured apart.
             queue.submit(chunk, dont_filter=True)
             watcher.sample()
@@ -204,17 +205,6 @@ def queued_rss(
 def _site_urls(hosts: list[str], port: int, count: int) -> Iterator[str]:
     for i in range(count):
         yield f"http://{hosts[i % len(hosts)]}:{port}/q/{i}.html"
-
-
-def _chunks(items: Iterator[str], size: int) -> Iterator[list[str]]:
-    chunk: list[str] = []
-    for item in items:
-        chunk.append(item)
-        if len(chunk) == size:
-            yield chunk
-            chunk = []
-    if chunk:
-        yield chunk
 
 
 class _Watcher:
