@@ -61,6 +61,7 @@ class Hit:
     user_agent: str
     time: float
     ended: float | None = None
+    worker: str = ""  #: its X-Worker header: tells a fleet's workers apart (one user agent)
 
     @property
     def is_robots(self) -> bool:
@@ -145,8 +146,8 @@ class HostileServer:
             head = _read_head(connection)
             if head is None:
                 return
-            path, agent = _request_line(head)
-            hit = Hit(host=host, path=path, user_agent=agent, time=time.time())
+            path, agent, worker = _request_line(head)
+            hit = Hit(host=host, path=path, user_agent=agent, time=time.time(), worker=worker)
             with self._lock:
                 self._hits.append(hit)
             if len(head) >= MAX_HEAD:
@@ -189,12 +190,13 @@ def _read_head(connection: socket.socket) -> bytes | None:
     return data[:MAX_HEAD]
 
 
-def _request_line(head: bytes) -> tuple[str, str]:
+def _request_line(head: bytes) -> tuple[str, str, str]:
     lines = head.decode("latin-1").split("\r\n")
     parts = lines[0].split(" ")
     path = parts[1] if len(parts) > 1 else ""
     agent = next((ln[11:].strip() for ln in lines if ln.lower().startswith("user-agent:")), "")
-    return path, agent
+    worker = next((ln[9:].strip() for ln in lines if ln.lower().startswith("x-worker:")), "")
+    return path, agent, worker
 
 
 # --- the cases -------------------------------------------------------------------------------

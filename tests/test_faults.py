@@ -310,12 +310,13 @@ def test_sigterm_during_a_redis_outage_still_exits(tmp_path):
 del Path
 
 
-async def _stopped_early(redis_url, crawl_name, tmp_path, **limit):
-    """Crawl a tree with one limited worker and one plain one; return the crew and counts."""
+async def _stopped_early(redis_url, crawl_name, tmp_path, delay=0.02, **limit):
+    """Crawl a tree with one limited worker and one plain one; return the crew and counts.
+    Both take the same ``delay``: a crawl's delay is one for the fleet."""
     site, _ = tree_site(hosts=4, fanout=4, levels=3)
     with SiteServer(site) as server:
         crew = Crew(redis_url, crawl_name, tmp_path)
-        settings = [fast_settings(idle=2, **limit), fast_settings(idle=2)]
+        settings = [fast_settings(idle=2, delay=delay, **limit), fast_settings(idle=2, delay=delay)]
         await crawl_in_process(crew, settings, [server.site.root])
         counts = request_counts(server.requests())
         expected = server.site.expected()

@@ -288,11 +288,12 @@ async def test_endless_drips_hold_up_neither_a_joiner_nor_their_hosts_handoff(
     hosts = {**dict.fromkeys(drips, drip), **dict.fromkeys(plain, next_page)}
     settings = fast_settings(delay=0.5, grace=1.0, concurrency=32, max_pages_per_host=20)
     sink = lambda n: JsonLinesSink(tmp_path / f"items-{n}.jsonl")  # noqa: E731
-    first = Worker(redis_url, crawl_name, user_agent="first/1", sink=sink(1), **settings)
-    joiner = Worker(redis_url, crawl_name, user_agent="joiner/1", sink=sink(2), **settings)
+    # The user agent is the crawl's; a header of each worker's own tells them apart.
+    first = Worker(redis_url, crawl_name, headers=["X-Worker: first"], sink=sink(1), **settings)
+    joiner = Worker(redis_url, crawl_name, headers=["X-Worker: joiner"], sink=sink(2), **settings)
 
     def by_joiner(hosts: list[str]) -> bool:
-        return any(h.user_agent[:6] == "joiner" and h.host in hosts for h in server.hits())
+        return any(h.worker == "joiner" and h.host in hosts for h in server.hits())
 
     with HostileServer(hosts) as server, trio.fail_after(DEADLINE):
         async with trio.open_nursery() as nursery:
