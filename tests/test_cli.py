@@ -32,7 +32,7 @@ from hashcrawl._cli import build_parser
 from hashcrawl._redisurl import RedisURL
 from hashcrawl._server import RedisServer
 from hashcrawl._store import Store
-from tests.testsite import SITE_FLAGS, Resource, Site, SiteServer, generate_site, judge
+from testing.testsite import SITE_FLAGS, Resource, Site, SiteServer, generate_site, judge
 
 SECRET = "pw-secret"
 TEXT_STATUS_KEYS = ("waiting", "held", "workers", "seen", "fetched", "failed", "ended")

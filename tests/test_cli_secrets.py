@@ -17,9 +17,9 @@ from pathlib import Path
 import pytest
 
 from hashcrawl._server import RedisServer
+from testing.testsite import SITE_FLAGS, SiteServer, generate_site
 from tests.test_cli import COMMAND_TIMEOUT, Result, _read_until, assert_ok
 from tests.test_cli import assert_one_line_error as one_line_error
-from tests.testsite import SITE_FLAGS, SiteServer, generate_site
 
 #: A password as users pick them: every character that breaks a naive URL parser.
 SECRET = "s3cr#t/p?w@x:y é"

@@ -11,7 +11,7 @@ import trio
 
 import hashcrawl
 from hashcrawl._server import RedisServer
-from tests.fleet import (
+from testing.fleet import (
     Crawled,
     crawl_site,
     fast_settings,
@@ -22,7 +22,7 @@ from tests.fleet import (
     request_counts,
     status_of,
 )
-from tests.testsite import Site
+from testing.testsite import Site
 
 ROOT_ERROR = "RuntimeError: a bug after the root's links"
 

@@ -18,10 +18,10 @@ from hashcrawl import Queue, Request, Response
 from hashcrawl._exceptions import Refused
 from hashcrawl._sinks import JsonLinesSink
 from hashcrawl._worker import Worker
-from tests.fleet import DEADLINE, await_until, read_items, status_of
-from tests.fleet import fast_settings as fleet_settings
-from tests.hostile import Hit, HostileServer, Reply, Route, html, redirect
-from tests.hostile_run import merged_work, run_hostile
+from testing.fleet import DEADLINE, await_until, read_items, status_of
+from testing.fleet import fast_settings as fleet_settings
+from testing.hostile import Hit, HostileServer, Reply, Route, html, redirect
+from testing.hostile_run import merged_work, run_hostile
 from tests.strategies import responses
 
 A, B, C = "127.0.1.2", "127.0.1.3", "127.0.1.4"

@@ -12,7 +12,7 @@ from hashcrawl import HttpxFetcher, JsonLinesSink, QueueError, Request, Response
 from hashcrawl._server import RedisServer
 from hashcrawl._urls import host_key
 from hashcrawl._worker import Worker
-from tests.fleet import (
+from testing.fleet import (
     DEADLINE,
     BusyOnce,
     Crawled,
@@ -34,7 +34,7 @@ from tests.fleet import (
     submit,
     times_by_host,
 )
-from tests.testsite import ROBOTS_PATH, SITE_NETS, Site, SiteServer, generate_site, judge
+from testing.testsite import ROBOTS_PATH, SITE_NETS, Site, SiteServer, generate_site, judge
 
 DELAY = 0.05
 LATENCY = 0.1  # how long the slow server holds each response
