@@ -628,13 +628,25 @@ def _start_url_refused(where: Where) -> Result:
     return hashcrawl("crawl", *flags, "--state-dir", str(where.tmp / "state"), url)
 
 
+def _ctrl_c_acts() -> None:
+    """In a child before it runs: Ctrl-C does what it does to a terminal's foreground job.
+
+    A suite started in the background (``cmd &`` in a script) inherits SIGINT ignored, and
+    so would each hashcrawl it starts: Python then installs no KeyboardInterrupt, and a
+    Ctrl-C test would see the child go on as if no Ctrl-C had come.
+    """
+    signal.signal(signal.SIGINT, signal.SIG_DFL)
+
+
 def _ctrl_c_while_starting(where: Where) -> Result:
     with socket.socket() as listener:
         listener.bind(("127.0.0.1", 0))
         listener.listen()
         url = f"redis://127.0.0.1:{listener.getsockname()[1]}/0"
         args = [sys.executable, "-m", "hashcrawl", "join", "--redis", url]
-        with subprocess.Popen(args, stdout=subprocess.PIPE, stderr=subprocess.PIPE) as process:
+        with subprocess.Popen(
+            args, stdout=subprocess.PIPE, stderr=subprocess.PIPE, preexec_fn=_ctrl_c_acts
+        ) as process:
             connection, _ = listener.accept()  # join is waiting for its first answer
             process.send_signal(signal.SIGINT)
             out, err = process.communicate(timeout=COMMAND_TIMEOUT)
@@ -808,7 +820,11 @@ def _start_crawl(site: Site, state: Path, *flags: str) -> subprocess.Popen[bytes
     args = [sys.executable, "-m", "hashcrawl", "crawl", site.root, "--state-dir", str(state)]
     args += ["-o", str(state.parent / "items.jsonl"), "-q", *SITE_FLAGS, *flags]
     return subprocess.Popen(
-        args, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, start_new_session=True
+        args,
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.PIPE,
+        start_new_session=True,
+        preexec_fn=_ctrl_c_acts,
     )
 
 
@@ -913,7 +929,11 @@ def test_ctrl_c_while_a_crawl_starts_prints_no_traceback(
     args += ["--idle", "0.5", "--max-attempts", "1", "--workers", "2", "-q"]
     args += ["--allow-net", "127.0.0.1"]  # nothing listens there: the crawl must start
     with subprocess.Popen(
-        args, stdout=subprocess.PIPE, stderr=subprocess.PIPE, start_new_session=True
+        args,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        start_new_session=True,
+        preexec_fn=_ctrl_c_acts,
     ) as process:
         _wait_for_path(state / "default", process)
         time.sleep(after)
@@ -1129,7 +1149,7 @@ def test_join_says_stopping_once_and_a_second_ctrl_c_exits_1_at_once(
     # Each answer takes 3 s, so the second SIGINT finds the worker still in its grace.
     with SiteServer(site, latency=3.0) as server:
         assert_ok(hashcrawl("submit", *at(redis_url, crawl_name), *SITE_FLAGS, server.site.root))
-        with subprocess.Popen(args, stderr=subprocess.PIPE) as worker:
+        with subprocess.Popen(args, stderr=subprocess.PIPE, preexec_fn=_ctrl_c_acts) as worker:
             assert server.wait_for_requests(2, timeout=30)
             worker.send_signal(signal.SIGINT)
             assert worker.stderr is not None
