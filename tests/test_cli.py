@@ -707,6 +707,7 @@ def _robots_closed_site() -> Site:
 
 def _quick_crawl(state: Path, *urls: str, extra: Iterable[str] = ()) -> Result:
     flags = ["--idle", "0.5", "--max-attempts", "2", "--workers", "1", "--timeout", "5", "-q"]
+    flags += ["--delay", "0.05"]  # the default second between requests, on loopback
     flags += [*SITE_FLAGS, "--allow-net", "127.0.0.1"]  # the test sites, and a dead port
     return hashcrawl("crawl", *flags, *extra, "--state-dir", str(state), *urls)
 
