@@ -860,8 +860,8 @@ def test_second_ctrl_c_exits_1_at_once_and_the_next_run_resumes_without_a_lease(
     state = tmp_path / "state"
     flags = ["--lease", "600", "--grace", "300", "--delay", "0.05", "--idle", "0.5", "--span-hosts"]
     # A host handed over while its request is out is busy for the new owner until that
-    # request's --timeout at most: keep it short, so the re-run fits COMMAND_TIMEOUT.
-    flags += ["--timeout", "8"]
+    # request's --timeout at most: keep it short (twice the latency), so the re-run is quick.
+    flags += ["--timeout", "4"]
     # Each answer takes 2 s, so the second Ctrl-C finds the workers still in their grace.
     with SiteServer(site, latency=2.0) as server:
         process = _start_crawl(server.site, state, *flags)
@@ -875,6 +875,7 @@ def test_second_ctrl_c_exits_1_at_once_and_the_next_run_resumes_without_a_lease(
         assert rest.decode().splitlines() == [
             "hashcrawl: stopped at once; run the same command again to go on where it stopped"
         ]
+        server.latency = 0.0  # the slow answers were for the Ctrl-Cs; the re-run needs none
         again = hashcrawl(
             "crawl", server.site.root, "--state-dir", str(state), "-q", *SITE_FLAGS, *flags
         )
