@@ -21,12 +21,9 @@ import argparse
 import gc
 import os
 import sys
-from pathlib import Path
 
 import trio
 import trio.testing
-
-sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from hashcrawl import _core
 from hashcrawl._entry import Entry

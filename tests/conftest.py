@@ -1,7 +1,16 @@
-"""Fixtures for the whole suite: real Redis-compatible servers that the tests start."""
+"""Fixtures for the whole suite: real Redis-compatible servers that the tests start.
+
+scripts/test runs the suite on pytest-xdist workers, a module to a worker
+(``--dist loadfile``), so a module-scoped fixture (often several crawls) runs once. The
+hooks below hand the longest modules out first, and run a test marked ``alone`` while
+no other test runs: one that bounds a duration cannot share two cores with three crawls.
+"""
 
 from __future__ import annotations
 
+import contextlib
+import fcntl
+import os
 import uuid
 from collections.abc import Iterator
 from pathlib import Path
@@ -9,6 +18,47 @@ from pathlib import Path
 import pytest
 
 from hashcrawl._server import RedisServer
+
+# The modules that take minutes each (the crash simulation is CPU-bound; test_cli starts
+# a process per test): handed out first, so that neither ends the run alone on one
+# worker while the others sit idle. scripts/test keeps this order (--no-loadscope-reorder).
+LONGEST_MODULES = ("test_simulation.py", "test_cli.py")
+
+
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    """The longest modules first; those with a test marked ``alone`` last (it then waits
+    for short tests only), that test last in its module."""
+    first = {name: rank for rank, name in enumerate(LONGEST_MODULES)}
+    last = {item.path for item in items if item.get_closest_marker("alone")}
+
+    def rank(item: pytest.Item) -> tuple[int, bool]:
+        module = first.get(item.path.name, len(first) + (item.path in last))
+        return module, item.get_closest_marker("alone") is not None
+
+    items.sort(key=rank)
+
+
+@pytest.hookimpl(wrapper=True)
+def pytest_runtest_protocol(item: pytest.Item) -> Iterator[None]:
+    """Under xdist, every test holds the run's lock shared, and an ``alone`` test holds it
+    alone, from its set-up (module fixtures included) to its teardown."""
+    if "PYTEST_XDIST_WORKER" not in os.environ:
+        return (yield)
+    shared = Path(item.config.getoption("basetemp")).parent  # each worker has a directory in it
+    with _run_lock(shared, alone=item.get_closest_marker("alone") is not None):
+        return (yield)
+
+
+@contextlib.contextmanager
+def _run_lock(directory: Path, *, alone: bool) -> Iterator[None]:
+    # The gate keeps new tests from starting while an alone test waits for the lock:
+    # without it, tests on the other workers could hold it shared back to back for ever.
+    with (directory / "gate.lock").open("a") as gate, (directory / "run.lock").open("a") as lock:
+        fcntl.flock(gate, fcntl.LOCK_EX)
+        fcntl.flock(lock, fcntl.LOCK_EX if alone else fcntl.LOCK_SH)
+        if not alone:
+            fcntl.flock(gate, fcntl.LOCK_UN)
+        yield
 
 
 @pytest.fixture

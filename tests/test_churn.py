@@ -6,7 +6,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.churn import (
+from testing.churn import (
     PAUSED,
     STOPPED,
     churn_failures,

@@ -32,7 +32,7 @@ from hashcrawl._cli import build_parser
 from hashcrawl._redisurl import RedisURL
 from hashcrawl._server import RedisServer
 from hashcrawl._store import Store
-from tests.testsite import SITE_FLAGS, Resource, Site, SiteServer, generate_site, judge
+from testing.testsite import SITE_FLAGS, Resource, Site, SiteServer, generate_site, judge
 
 SECRET = "pw-secret"
 TEXT_STATUS_KEYS = ("waiting", "held", "workers", "seen", "fetched", "failed", "ended")
@@ -628,13 +628,25 @@ def _start_url_refused(where: Where) -> Result:
     return hashcrawl("crawl", *flags, "--state-dir", str(where.tmp / "state"), url)
 
 
+def _ctrl_c_acts() -> None:
+    """In a child before it runs: Ctrl-C does what it does to a terminal's foreground job.
+
+    A suite started in the background (``cmd &`` in a script) inherits SIGINT ignored, and
+    so would each hashcrawl it starts: Python then installs no KeyboardInterrupt, and a
+    Ctrl-C test would see the child go on as if no Ctrl-C had come.
+    """
+    signal.signal(signal.SIGINT, signal.SIG_DFL)
+
+
 def _ctrl_c_while_starting(where: Where) -> Result:
     with socket.socket() as listener:
         listener.bind(("127.0.0.1", 0))
         listener.listen()
         url = f"redis://127.0.0.1:{listener.getsockname()[1]}/0"
         args = [sys.executable, "-m", "hashcrawl", "join", "--redis", url]
-        with subprocess.Popen(args, stdout=subprocess.PIPE, stderr=subprocess.PIPE) as process:
+        with subprocess.Popen(
+            args, stdout=subprocess.PIPE, stderr=subprocess.PIPE, preexec_fn=_ctrl_c_acts
+        ) as process:
             connection, _ = listener.accept()  # join is waiting for its first answer
             process.send_signal(signal.SIGINT)
             out, err = process.communicate(timeout=COMMAND_TIMEOUT)
@@ -695,6 +707,7 @@ def _robots_closed_site() -> Site:
 
 def _quick_crawl(state: Path, *urls: str, extra: Iterable[str] = ()) -> Result:
     flags = ["--idle", "0.5", "--max-attempts", "2", "--workers", "1", "--timeout", "5", "-q"]
+    flags += ["--delay", "0.05"]  # the default second between requests, on loopback
     flags += [*SITE_FLAGS, "--allow-net", "127.0.0.1"]  # the test sites, and a dead port
     return hashcrawl("crawl", *flags, *extra, "--state-dir", str(state), *urls)
 
@@ -808,7 +821,11 @@ def _start_crawl(site: Site, state: Path, *flags: str) -> subprocess.Popen[bytes
     args = [sys.executable, "-m", "hashcrawl", "crawl", site.root, "--state-dir", str(state)]
     args += ["-o", str(state.parent / "items.jsonl"), "-q", *SITE_FLAGS, *flags]
     return subprocess.Popen(
-        args, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, start_new_session=True
+        args,
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.PIPE,
+        start_new_session=True,
+        preexec_fn=_ctrl_c_acts,
     )
 
 
@@ -843,8 +860,8 @@ def test_second_ctrl_c_exits_1_at_once_and_the_next_run_resumes_without_a_lease(
     state = tmp_path / "state"
     flags = ["--lease", "600", "--grace", "300", "--delay", "0.05", "--idle", "0.5", "--span-hosts"]
     # A host handed over while its request is out is busy for the new owner until that
-    # request's --timeout at most: keep it short, so the re-run fits COMMAND_TIMEOUT.
-    flags += ["--timeout", "8"]
+    # request's --timeout at most: keep it short (twice the latency), so the re-run is quick.
+    flags += ["--timeout", "4"]
     # Each answer takes 2 s, so the second Ctrl-C finds the workers still in their grace.
     with SiteServer(site, latency=2.0) as server:
         process = _start_crawl(server.site, state, *flags)
@@ -858,6 +875,7 @@ def test_second_ctrl_c_exits_1_at_once_and_the_next_run_resumes_without_a_lease(
         assert rest.decode().splitlines() == [
             "hashcrawl: stopped at once; run the same command again to go on where it stopped"
         ]
+        server.latency = 0.0  # the slow answers were for the Ctrl-Cs; the re-run needs none
         again = hashcrawl(
             "crawl", server.site.root, "--state-dir", str(state), "-q", *SITE_FLAGS, *flags
         )
@@ -913,7 +931,11 @@ def test_ctrl_c_while_a_crawl_starts_prints_no_traceback(
     args += ["--idle", "0.5", "--max-attempts", "1", "--workers", "2", "-q"]
     args += ["--allow-net", "127.0.0.1"]  # nothing listens there: the crawl must start
     with subprocess.Popen(
-        args, stdout=subprocess.PIPE, stderr=subprocess.PIPE, start_new_session=True
+        args,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        start_new_session=True,
+        preexec_fn=_ctrl_c_acts,
     ) as process:
         _wait_for_path(state / "default", process)
         time.sleep(after)
@@ -1129,7 +1151,7 @@ def test_join_says_stopping_once_and_a_second_ctrl_c_exits_1_at_once(
     # Each answer takes 3 s, so the second SIGINT finds the worker still in its grace.
     with SiteServer(site, latency=3.0) as server:
         assert_ok(hashcrawl("submit", *at(redis_url, crawl_name), *SITE_FLAGS, server.site.root))
-        with subprocess.Popen(args, stderr=subprocess.PIPE) as worker:
+        with subprocess.Popen(args, stderr=subprocess.PIPE, preexec_fn=_ctrl_c_acts) as worker:
             assert server.wait_for_requests(2, timeout=30)
             worker.send_signal(signal.SIGINT)
             assert worker.stderr is not None

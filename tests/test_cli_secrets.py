@@ -17,9 +17,9 @@ from pathlib import Path
 import pytest
 
 from hashcrawl._server import RedisServer
+from testing.testsite import SITE_FLAGS, SiteServer, generate_site
 from tests.test_cli import COMMAND_TIMEOUT, Result, _read_until, assert_ok
 from tests.test_cli import assert_one_line_error as one_line_error
-from tests.testsite import SITE_FLAGS, SiteServer, generate_site
 
 #: A password as users pick them: every character that breaks a naive URL parser.
 SECRET = "s3cr#t/p?w@x:y é"
@@ -44,7 +44,8 @@ def args_for(command: str) -> list[str]:
     if command == "submit":
         return ["http://a.example/"]
     if command == "join":
-        return ["--idle", "0.2", "--delay", "0", "-o", os.devnull]
+        # One try at submit's unresolvable URL: its retries' backoff would add 7 s.
+        return ["--idle", "0.2", "--delay", "0", "--max-attempts", "1", "-o", os.devnull]
     return []
 
 

@@ -17,7 +17,7 @@ from hashcrawl._redisurl import RedisURL
 from hashcrawl._settings import CRAWL, Settings
 from hashcrawl._store import Store
 from hashcrawl._worker import Worker
-from tests.fleet import await_until
+from testing.fleet import await_until
 
 
 @contextlib.contextmanager
@@ -294,7 +294,8 @@ async def test_a_running_worker_applies_a_change_within_a_heartbeat(
             await trio.to_thread.run_sync(lambda: change(store, {"delay": 0.7}))
         await await_until(lambda: worker.settings.delay == 0.7, what="the change applied")
         session = worker.session
-        assert session is not None and session.frontier.delay == 0.7 and session.settings.delay == 0.7
+        assert session is not None
+        assert session.frontier.delay == 0.7 and session.settings.delay == 0.7
         assert worker.crawl_settings is not None and worker.crawl_settings.version == 2
         worker.stop()
 

@@ -10,7 +10,7 @@ import sys
 import time
 from pathlib import Path
 
-from tests.fleet import (
+from testing.fleet import (
     REPO,
     Processes,
     flags,
@@ -19,7 +19,7 @@ from tests.fleet import (
     times_by_host,
     wait_until,
 )
-from tests.testsite import SITE_FLAGS, SiteServer, generate_site, judge
+from testing.testsite import SITE_FLAGS, SiteServer, generate_site, judge
 
 SLOW, FAST = 0.3, 0.05
 

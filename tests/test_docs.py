@@ -36,8 +36,8 @@ import attrs
 import pytest
 
 from hashcrawl._server import RedisServer
-from tests.fleet import host, href, make_site, page, request_counts
-from tests.testsite import SiteServer
+from testing.fleet import host, href, make_site, page, request_counts
+from testing.testsite import SiteServer
 
 REPO = Path(__file__).resolve().parent.parent
 PAGES = ("README.md", "docs/tutorial.md", "docs/api.md")

@@ -17,7 +17,7 @@ import pytest
 import hashcrawl
 from hashcrawl._cli import build_parser
 from hashcrawl._server import RedisServer
-from tests.testsite import SITE_NETS
+from testing.testsite import SITE_NETS
 
 EXAMPLES = Path(__file__).resolve().parent.parent / "docs" / "examples"
 TIMEOUT = 60
@@ -105,7 +105,7 @@ def test_login_search_api_logs_in_searches_and_reads_the_api(
 ) -> None:
     """Against the form site: one login POST, two search POSTs sent with its cookie, one
     JSON API call with its Accept header, and the items that css() and json() found."""
-    from tests.formsite import FormSite
+    from testing.formsite import FormSite
 
     with FormSite() as site:
         lines = run_example(

@@ -13,7 +13,7 @@ import trio
 
 import hashcrawl
 from hashcrawl._server import RedisServer
-from tests.fleet import (
+from testing.fleet import (
     DEADLINE,
     Crew,
     Processes,
@@ -30,7 +30,7 @@ from tests.fleet import (
     tree_site,
     wait_until,
 )
-from tests.testsite import SiteServer
+from testing.testsite import SiteServer
 
 
 def one_line_about_redis(lines: list[str], password: str) -> bool:

@@ -18,7 +18,7 @@ import trio.testing
 from hashcrawl import FetchError, HttpxFetcher, Queue, Request, Response
 from hashcrawl._exceptions import Refused
 from hashcrawl._fetch import NotSent, OriginPools, sending_only_while
-from tests.fleet import (
+from testing.fleet import (
     Crew,
     crawl_in_process,
     fast_settings,
@@ -29,8 +29,8 @@ from tests.fleet import (
     page,
     redirect,
 )
-from tests.rawserver import RawServer, bomb, response
-from tests.testsite import SiteServer
+from testing.rawserver import RawServer, bomb, response
+from testing.testsite import SiteServer
 
 
 class Body(httpx.AsyncByteStream):

@@ -14,8 +14,8 @@ import hashcrawl
 from hashcrawl._entry import MAX_ENTRY_BYTES
 from hashcrawl._exceptions import ConfigError
 from hashcrawl._server import RedisServer
-from tests.fleet import Crew, crawl_in_process, fast_settings, new_crawl_name
-from tests.formsite import PASSWORD, TOKEN, USER, FormSite, Seen
+from testing.fleet import Crew, crawl_in_process, fast_settings, new_crawl_name
+from testing.formsite import PASSWORD, TOKEN, USER, FormSite, Seen
 
 FORM = {"Content-Type": "application/x-www-form-urlencoded"}
 REQUEST_TOKEN = "request-level-token"

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator, Callable, Iterator
+from collections.abc import AsyncIterator, Awaitable, Callable, Iterator
 from pathlib import Path
 from typing import Any
 
@@ -11,8 +11,9 @@ import trio
 
 import hashcrawl
 from hashcrawl._server import RedisServer
-from tests.fleet import (
+from testing.fleet import (
     Crawled,
+    Scenarios,
     crawl_site,
     fast_settings,
     host,
@@ -22,7 +23,7 @@ from tests.fleet import (
     request_counts,
     status_of,
 )
-from tests.testsite import Site
+from testing.testsite import Site
 
 ROOT_ERROR = "RuntimeError: a bug after the root's links"
 
@@ -83,18 +84,22 @@ ERRORS = {
 MAX_ATTEMPTS = 3
 
 
-@pytest.fixture(scope="module", params=sorted(CALLBACKS))
-def failed_root(
-    request: pytest.FixtureRequest,
-    shared_redis: RedisServer,
-    tmp_path_factory: pytest.TempPathFactory,
-) -> tuple[Crawled, str]:
+@pytest.fixture(scope="module")
+def failed_roots(shared_redis: RedisServer, tmp_path_factory: pytest.TempPathFactory) -> Scenarios:
+    """For each kind of failing callback, a crawl of its own, all run side by side."""
+    url, directory = shared_redis.url, tmp_path_factory.mktemp("failed-root")
+
+    def crawl(parse: Callable[[hashcrawl.Response], Any]) -> Callable[[], Awaitable[Crawled]]:
+        settings = fast_settings(parse=parse, max_attempts=MAX_ATTEMPTS)
+        return lambda: crawl_site(url, directory, root_and_two_pages(), [settings])
+
+    return Scenarios({kind: crawl(parse) for kind, parse in CALLBACKS.items()}).run()
+
+
+@pytest.fixture(params=sorted(CALLBACKS))
+def failed_root(request: pytest.FixtureRequest, failed_roots: Scenarios) -> tuple[Crawled, str]:
     """A crawl whose callback fails on the root after its item and links; with its kind."""
-    parse = CALLBACKS[request.param]
-    settings = fast_settings(parse=parse, max_attempts=MAX_ATTEMPTS)
-    directory = tmp_path_factory.mktemp("failed-root")
-    crawled = trio.run(crawl_site, shared_redis.url, directory, root_and_two_pages(), [settings])
-    return crawled, request.param
+    return failed_roots[request.param], request.param
 
 
 def test_a_failing_callback_retries_its_page_then_dead_letters_it(

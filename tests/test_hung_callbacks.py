@@ -16,8 +16,8 @@ import trio
 import hashcrawl
 from hashcrawl import _handling
 from hashcrawl._server import RedisServer
-from tests.fleet import crawl_site, fast_settings, host, href, make_site, page, request_counts
-from tests.testsite import Site
+from testing.fleet import crawl_site, fast_settings, host, href, make_site, page, request_counts
+from testing.testsite import Site
 
 MAX_ATTEMPTS = 2
 TIMEOUT_ERROR = "ParseTimeout: the parse callback ran past --parse-timeout (0.3 s)"

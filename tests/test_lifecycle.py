@@ -14,7 +14,7 @@ import attrs
 import pytest
 
 from hashcrawl._server import RedisServer
-from tests.fleet import (
+from testing.fleet import (
     Gated,
     Process,
     Processes,
@@ -26,7 +26,7 @@ from tests.fleet import (
     submit,
     wait_until,
 )
-from tests.testsite import Request, Site, SiteServer, generate_site
+from testing.testsite import Request, Site, SiteServer, generate_site
 
 PASSWORD = "s3cret"
 CONCURRENCY = 8

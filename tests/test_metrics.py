@@ -17,7 +17,7 @@ from hashcrawl._exceptions import ConfigError
 from hashcrawl._frontier import Frontier
 from hashcrawl._metrics import Tally, error_kind
 from hashcrawl._statusview import read_view, render_text
-from tests.fleet import page_requests
+from testing.fleet import page_requests
 from tests.watching import by_class, settled_crawl
 
 

@@ -13,7 +13,7 @@ from hashcrawl._faults import FAULTS
 from hashcrawl._server import RedisServer
 from hashcrawl._urls import host_key
 from hashcrawl._worker import Worker
-from tests.fleet import (
+from testing.fleet import (
     DEADLINE,
     BusyOnce,
     Crawled,
@@ -35,7 +35,7 @@ from tests.fleet import (
     submit,
     times_by_host,
 )
-from tests.testsite import ROBOTS_PATH, SITE_NETS, Site, SiteServer, generate_site, judge
+from testing.testsite import ROBOTS_PATH, SITE_NETS, Site, SiteServer, generate_site, judge
 
 DELAY = 0.05
 LATENCY = 0.1  # how long the slow server holds each response
@@ -97,7 +97,9 @@ async def crawl_with_handoff(redis_url: str, directory: Path, *, change: str) ->
     """
     crew = Crew(redis_url, new_crawl_name(), directory)
     first = 3 if change == "stop" else 1
-    settings = fast_settings(delay=HANDOFF_DELAY)
+    # A worker that joins an empty crawl ends after --idle: the submit below must come
+    # first. 0.5 s was once too short for it with the suite on three xdist workers.
+    settings = fast_settings(delay=HANDOFF_DELAY, idle=1.0)
     with SiteServer(spread_site(hosts=HANDOFF_HOSTS, pages=2)) as server, trio.fail_after(DEADLINE):
         async with trio.open_nursery() as nursery:
             for _ in range(first):

@@ -8,7 +8,7 @@ import pytest
 
 pytest.importorskip("hashcrawl._cli", reason="the hashcrawl command line is not written yet")
 
-from tests.practice import practice_failures, run_practice
+from testing.practice import practice_failures, run_practice
 
 
 @pytest.mark.slow

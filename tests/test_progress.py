@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import io
 import json
+import random
 import socket
 import subprocess
 import sys
@@ -14,9 +15,9 @@ import trio
 from prometheus_client.parser import text_string_to_metric_families
 
 from hashcrawl._progress import Progress
-from tests.fleet import DEADLINE, page_requests, wait_until
+from testing.fleet import DEADLINE, page_requests, wait_until
+from testing.testsite import SITE_FLAGS, Site, SiteServer, generate_site
 from tests.test_cli import assert_ok, assert_one_line_error, hashcrawl
-from tests.testsite import SITE_FLAGS, Site, SiteServer, generate_site
 from tests.watching import by_class, settled_crawl
 
 
@@ -147,11 +148,13 @@ def counted_everything(server: SiteServer, port: int) -> bool:
 
 
 def free_port_pair() -> int:
-    """A port P on 127.0.0.1 such that P and P+1 are both free now."""
+    """A port P on 127.0.0.1 such that P and P+1 are both free now, below the ephemeral
+    range: a port the kernel hands out (to any process's connection or bind to port 0)
+    could be taken again before the crawl's second worker binds it, as one was once
+    with the suite on three xdist workers."""
+    low = int(Path("/proc/sys/net/ipv4/ip_local_port_range").read_text().split()[0])
     for _ in range(50):
-        with socket.socket() as probe:
-            probe.bind(("127.0.0.1", 0))
-            port = int(probe.getsockname()[1])
+        port = random.randrange(low // 2, low - 1)
         with socket.socket() as second:
             try:
                 second.bind(("127.0.0.1", port + 1))

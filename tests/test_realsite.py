@@ -1,5 +1,5 @@
 """A small documentation-like site crawled by two workers, judged by the server's log against
-the pages an independent, wget-like reading of the served files reaches (tests/pagesets.py).
+the pages an independent, wget-like reading of the served files reaches (testing/pagesets.py).
 
 It has a frameset, an iframe, a meta refresh, <link rel=next/prev>, query strings without
 "=", names that must be escaped, and non-HTML files (one of which looks like HTML).
@@ -13,8 +13,8 @@ import pytest
 import trio
 
 from hashcrawl._server import RedisServer
-from tests.fleet import Crew, crawl_in_process, fast_settings, host, new_crawl_name, read_items
-from tests.pagesets import FileServer, Logged, compare, expected_pages, written_links
+from testing.fleet import Crew, crawl_in_process, fast_settings, host, new_crawl_name, read_items
+from testing.pagesets import FileServer, Logged, compare, expected_pages, written_links
 
 FILES = {
     "index.html": "<html><head><title>Docs</title></head><frameset cols='20%,80%'>"

@@ -26,7 +26,7 @@ from hashcrawl._robots import (
     robots_for_status,
     robots_url,
 )
-from tests.fleet import (
+from testing.fleet import (
     Crew,
     crawl_in_process,
     crawl_site,
@@ -39,9 +39,9 @@ from tests.fleet import (
     redirect,
     submit,
 )
-from tests.rawserver import RawServer
+from testing.rawserver import RawServer
+from testing.testsite import ROBOTS_PATH, Resource
 from tests.strategies import header_maps, robots_bodies
-from tests.testsite import ROBOTS_PATH, Resource
 
 UA = "hashcrawl/0.1.0 (+https://example.org/bot)"
 

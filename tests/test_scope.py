@@ -17,7 +17,7 @@ from hashcrawl._redisurl import RedisURL
 from hashcrawl._scope import Scope, members
 from hashcrawl._server import RedisServer
 from hashcrawl._store import Batch, Store
-from tests.fleet import (
+from testing.fleet import (
     DEADLINE,
     Crawled,
     Crew,
@@ -32,7 +32,7 @@ from tests.fleet import (
     page,
     redirect,
 )
-from tests.testsite import Site, SiteServer
+from testing.testsite import Site, SiteServer
 
 
 def test_scope_allows_its_hosts_its_domains_or_everything() -> None:

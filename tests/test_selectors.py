@@ -12,8 +12,8 @@ import trio
 import hashcrawl
 from hashcrawl._exceptions import ConfigError
 from hashcrawl._server import RedisServer
-from tests.fleet import crawl_site, fast_settings, host, href, make_site, page, request_counts
-from tests.testsite import Resource
+from testing.fleet import crawl_site, fast_settings, host, href, make_site, page, request_counts
+from testing.testsite import Resource
 
 URL = "http://example.com/dir/page.html"
 HTML = "text/html; charset=utf-8"

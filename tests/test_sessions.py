@@ -17,7 +17,7 @@ from hashcrawl._cookies import MAX_JAR_BYTES, Jars
 from hashcrawl._ring import Ring
 from hashcrawl._server import RedisServer
 from hashcrawl._worker import new_worker_id
-from tests.fleet import (
+from testing.fleet import (
     DEADLINE,
     Crew,
     await_until,
@@ -27,7 +27,7 @@ from tests.fleet import (
     read_items,
     submit,
 )
-from tests.formsite import PASSWORD, USER, FormSite, Seen
+from testing.formsite import PASSWORD, USER, FormSite, Seen
 
 FORM = {"Content-Type": "application/x-www-form-urlencoded"}
 PAGES = 30

@@ -20,8 +20,8 @@ from hashcrawl._sitemaps import (
     sitemap_entries,
     sitemap_urls,
 )
-from tests.fleet import Crew, crawl_in_process, fast_settings, host, new_crawl_name
-from tests.pagesets import FileServer, Logged
+from testing.fleet import Crew, crawl_in_process, fast_settings, host, new_crawl_name
+from testing.pagesets import FileServer, Logged
 
 NS = "http://www.sitemaps.org/schemas/sitemap/0.9"
 BASE = "http://example.com/maps/index.xml"

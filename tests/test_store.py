@@ -311,5 +311,8 @@ def test_durability_warning_names_a_redis_without_appendonly(redis_server):
         raw.config_set("maxmemory-policy", "noeviction")
         assert store.durability_warning() is None
     finally:
+        # Redis refuses to shut down while it writes the AOF that "appendonly yes" began
+        # ("Writing initial AOF, can't exit"): the fixture's stop would wait 10 s to kill it.
+        raw.config_set("appendonly", "no")
         raw.close()
         store.close()

@@ -13,7 +13,7 @@ from urllib.parse import urlsplit
 import httpx
 import pytest
 
-from tests.testsite import (
+from testing.testsite import (
     ROBOTS_PATH,
     Request,
     Site,

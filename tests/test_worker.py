@@ -13,7 +13,7 @@ import trio
 from hashcrawl._ring import Ring
 from hashcrawl._server import RedisServer
 from hashcrawl._urls import host_key
-from tests.fleet import (
+from testing.fleet import (
     DEADLINE,
     ITEM_FIELDS,
     Crawled,
@@ -33,7 +33,7 @@ from tests.fleet import (
     submit,
     tree_site,
 )
-from tests.testsite import Site, SiteServer, generate_site
+from testing.testsite import Site, SiteServer, generate_site
 
 ALLOWED = host(0)
 

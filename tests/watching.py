@@ -13,8 +13,8 @@ import trio
 from hashcrawl import Queue, Worker
 from hashcrawl._metrics import status_class
 from hashcrawl._sinks import JsonLinesSink
-from tests.fleet import DEADLINE, await_until, fast_settings, page_requests
-from tests.testsite import Request, SiteServer, generate_site
+from testing.fleet import DEADLINE, await_until, fast_settings, page_requests
+from testing.testsite import Request, SiteServer, generate_site
 
 
 def settled(redis_url: str, crawl: str, server: SiteServer) -> bool:

@@ -1,7 +1,7 @@
 """A spider as Scrapy users write one: it logs in with a POST, searches with a form,
 reads a JSON API and extracts fields with css().
 
-The site (``tests/formsite.py``, which ``python -m tests.formsite`` serves on loopback)
+The site (``testing/formsite.py``, which ``python -m testing.formsite`` serves on loopback)
 sets a session cookie on ``POST /login`` and requires it for ``/search``; its JSON API
 wants an ``Accept`` header. The login cookie is kept by the worker that owns the site's
 host, and handed over with the host if it moves to another worker.

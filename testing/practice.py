@@ -1,7 +1,7 @@
 """The practice run: workers crawl a generated site, one is killed mid-crawl and replaced.
 
 The run is judged from outside, by the test server's request log and the workers' output
-files (see `tests.testsite.judge`). `scripts/practice` is a command line over `run_practice`,
+files (see `testing.testsite.judge`). `scripts/practice` is a command line over `run_practice`,
 and `tests/test_practice.py` runs a small one.
 """
 
@@ -14,11 +14,12 @@ import sys
 import time
 from collections.abc import Callable, Sequence
 from pathlib import Path
+from typing import IO
 
 import attrs
 
 from hashcrawl._server import RedisServer
-from tests.testsite import SITE_FLAGS, SiteServer, Verdict, generate_site, judge
+from testing.testsite import SITE_FLAGS, SiteServer, Verdict, generate_site, judge
 
 REPO = Path(__file__).resolve().parent.parent
 CRAWL = "practice"
@@ -228,13 +229,13 @@ class _Workers:
         ]
 
 
-def _hashcrawl(arguments: list[str], *, stdout: object) -> subprocess.Popen[bytes]:
+def _hashcrawl(arguments: list[str], *, stdout: IO[bytes]) -> subprocess.Popen[bytes]:
     return subprocess.Popen(
         [sys.executable, "-m", "hashcrawl", *arguments],
         cwd=REPO,
         env=_environment(),
         stdin=subprocess.DEVNULL,
-        stdout=stdout,  # type: ignore[arg-type]
+        stdout=stdout,
         stderr=subprocess.STDOUT,
     )
 

@@ -26,7 +26,7 @@ import trio
 from hashcrawl._queue import Queue
 from hashcrawl._sinks import JsonLinesSink
 from hashcrawl._worker import Worker
-from tests.testsite import (
+from testing.testsite import (
     PORT_TOKEN,
     ROBOTS_PATH,
     SITE_FLAGS,

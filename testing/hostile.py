@@ -1,11 +1,11 @@
 """A hostile web on loopback: hosts that misbehave on purpose, the server's log, and a judge.
 
 Each case of issue 10 gets its own host in 127.0.1.0/24 (one port for all, like
-`tests.testsite`), serving raw bytes, so a case can drip, lie about its encoding, send
+`testing.testsite`), serving raw bytes, so a case can drip, lie about its encoding, send
 garbage or never answer. `HostileServer` logs every request as it arrives and when its
 answer ended; `judge_cases` reads that log, the crawl's dead letters and its output, and
 says for each case whether it ended as docs/operations.md ("Hostile web") says it must.
-`tests.hostile_run` crawls these hosts beside a normal generated site, for
+`testing.hostile_run` crawls these hosts beside a normal generated site, for
 `scripts/hostile` and `tests/test_hostile.py`.
 """
 
@@ -112,7 +112,7 @@ class HostileServer:
 
         class Handler(socketserver.BaseRequestHandler):
             def handle(self) -> None:
-                owner._serve(self.request, self.server.server_address[0])
+                owner._serve(self.request, self.request.getsockname()[0])
 
         for address in self.routes:
             server = socketserver.ThreadingTCPServer((address, self.port), Handler, False)
@@ -380,15 +380,19 @@ def make_cases(
         start="/a",
         dont_filter="yes",
     )
+
+    def retried_then_dead(status: int) -> Check:
+        return lambda e: (
+            _unless(len(e.pages) == attempts, f"{len(e.pages)} requests")
+            or e.dead_with("/", f"HTTP {status}")
+        )
+
     for status in (500, 502, 504, 429):
         add(
             f"http-{status}",
             _routes({"/": Reply(status=status, headers=(("Retry-After", "1"),), body=b"no")}),
             f"retried with backoff, dead-lettered after {attempts} attempts, never an item",
-            lambda e, s=status: (
-                _unless(len(e.pages) == attempts, f"{len(e.pages)} requests")
-                or e.dead_with("/", f"HTTP {s}")
-            ),
+            retried_then_dead(status),
         )
     add(
         "private-links",

@@ -2,7 +2,7 @@
 cookie), pages behind it, a search form (POST), a JSON API that wants an Accept header,
 and a page that wants a bearer token. Every request is logged as the server saw it.
 
-Run it by hand with ``python -m tests.formsite [HOST]``: it prints its root URL.
+Run it by hand with ``python -m testing.formsite [HOST]``: it prints its root URL.
 """
 
 from __future__ import annotations
@@ -58,7 +58,7 @@ class FormSite:
 
     @property
     def root(self) -> str:
-        host, port = self.server.server_address[:2]
+        host, port = self.server.socket.getsockname()[:2]
         return f"http://{host}:{port}/"
 
     def __enter__(self) -> FormSite:

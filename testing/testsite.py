@@ -29,12 +29,12 @@ import struct
 import sys
 import threading
 import time
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from contextlib import suppress
 from html.parser import HTMLParser
 from pathlib import Path
 from types import TracebackType
-from typing import Any, Self
+from typing import Any, Self, TypeVar
 from urllib.parse import urldefrag, urljoin, urlsplit
 from urllib.robotparser import RobotFileParser
 
@@ -55,6 +55,7 @@ _ROBOTS_TEXT = {
 _SO_TIMESTAMPNS = 35 if sys.platform == "linux" else None
 
 Key = tuple[str, str]  # (host, path)
+_T = TypeVar("_T")
 
 #: The addresses test sites are served on, 127.0.0.2 to 127.0.0.255, as networks: what a
 #: crawl of one is allowed to reach (hashcrawl refuses private addresses by default).
@@ -130,10 +131,11 @@ class Site:
     def _render(self, text: str) -> str:
         return text.replace(PORT_TOKEN, str(self.port))
 
-    def _cached(self, name: str, compute: Any) -> Any:
+    def _cached(self, name: str, compute: Callable[[], _T]) -> _T:
         if name not in self._cache:  # a race only computes the same value twice
             self._cache[name] = compute()
-        return self._cache[name]
+        value: _T = self._cache[name]  # stored under this name by this same call
+        return value
 
     def _parse_robots(self) -> dict[str, RobotFileParser]:
         parsers = {}

@@ -1,8 +1,8 @@
-"""The hostile run: worker processes crawl `tests.hostile`'s cases beside a normal site.
+"""The hostile run: worker processes crawl `testing.hostile`'s cases beside a normal site.
 
 `run_hostile` starts the servers, a Redis and the workers, follows the crawl until it
 ends (or every rule holds, or time is up), and judges it: each case from the hostile
-server's log, the normal site with `tests.testsite.judge`, and the workers' peak RSS,
+server's log, the normal site with `testing.testsite.judge`, and the workers' peak RSS,
 exit codes and Redis's SLOWLOG. `scripts/hostile` prints the verdict; the slow test in
 `tests/test_hostile.py` runs a small one.
 """
@@ -22,8 +22,8 @@ import redis as redis_py
 
 from hashcrawl._queue import Queue
 from hashcrawl._server import RedisServer
-from tests.fleet import Process, Processes, status_of, wait_until
-from tests.hostile import (
+from testing.fleet import Process, Processes, status_of, wait_until
+from testing.hostile import (
     Case,
     CaseResult,
     Hit,
@@ -32,7 +32,7 @@ from tests.hostile import (
     make_cases,
     routes_of,
 )
-from tests.testsite import SiteServer, Verdict, generate_site, judge
+from testing.testsite import SiteServer, Verdict, generate_site, judge
 
 CRAWL = "hostile"
 
@@ -62,7 +62,7 @@ class HostileRun:
 
     results: list[CaseResult]
     normal: Verdict
-    exits: list[int | None]
+    exits: list[int]
     peak_rss_mib: list[float]
     slowest: tuple[float, str]  # ms, and the command
     too_close: list[str]

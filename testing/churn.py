@@ -31,7 +31,7 @@ import attrs
 import redis as redis_py
 
 from hashcrawl._server import RedisServer
-from tests.practice import (
+from testing.practice import (
     CRAWL,
     Progress,
     WorkerExit,
@@ -41,7 +41,7 @@ from tests.practice import (
     _Workers,
     practice_failures,
 )
-from tests.testsite import SITE_FLAGS, Request, Site, SiteServer, Verdict, generate_site, judge
+from testing.testsite import SITE_FLAGS, Request, Site, SiteServer, Verdict, generate_site, judge
 
 FIRST = 2  # workers at the start
 JOINERS = 3  # workers added at JOIN_AT
