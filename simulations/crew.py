@@ -77,10 +77,11 @@ class FaultyStore:
         The real one picks with SRANDMEMBER, which Redis cannot be asked to repeat, and
         Hypothesis needs a replay to go the same way. Any order of drains must be right.
         """
-        chosen = self._through("orphan", self._store.orphan)
+        chosen: str | None = self._through("orphan", self._store.orphan)
         if chosen is None or chosen == self._store.inbox:
-            return chosen  # type: ignore[no-any-return]
-        return min(self._store._redis.smembers(self._store.key("orphans")) or {chosen})
+            return chosen
+        orphans: set[str] = self._store._redis.smembers(self._store.key("orphans"))
+        return min(orphans or {chosen})
 
     def __getattr__(self, name: str) -> Any:
         value = getattr(self._store, name)

@@ -9,6 +9,7 @@ and ``from simulations.web import Site`` (or save it and run ``python -m simulat
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import Any
 
 from hypothesis import note
@@ -63,7 +64,7 @@ def _note(text: str) -> None:
         print(text)
 
 
-def _wanting(kind: str) -> Any:
+def _wanting(kind: str) -> Callable[[Callable[..., None]], Callable[..., None]]:
     return precondition(lambda self: bool(self._eligible(kind)))
 
 

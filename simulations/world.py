@@ -287,7 +287,7 @@ class World:
                 if host.queue:
                     times.append(host.next_start(delay, per_host))
         soonest = min((t for t in times if t > now + 1e-9), default=now + BEAT)
-        return max(0.001, soonest - now)
+        return max(0.001, float(soonest - now))
 
     # -- plumbing ----------------------------------------------------------------------------
 
@@ -371,8 +371,8 @@ class World:
 
     def delay_of(self, host: str) -> float:
         """The least time between two requests to ``host``: --delay or its Crawl-delay."""
-        crawl_delay = min(self.web.crawl_delay(host), self.settings["lease"] / 2)
-        return max(self.settings["delay"], crawl_delay)
+        crawl_delay = min(self.web.crawl_delay(host), float(self.settings["lease"]) / 2)
+        return max(float(self.settings["delay"]), crawl_delay)
 
     def failed(self, url: str) -> bool:
         """Whether the web ever failed a request for ``url``, or for its host's robots.txt
