@@ -41,6 +41,7 @@ class Report:
     requests: int = 0
     pages: int = 0
     faults: collections.Counter[str] = attrs.Factory(collections.Counter)
+    aimed: collections.Counter[str] = attrs.Factory(collections.Counter)  # aimed joins
     simulated: float = 0.0
     seconds: float = 0.0
     progress: int = 0  # print a line every this many examples (0: never)
@@ -60,6 +61,7 @@ class Report:
             f"{self.seconds:.0f} s of real time",
             f"{self.requests} requests, {self.pages} pages written",
             f"faults injected: {faults}",
+            f"aimed joins: {sum(self.aimed.values())}",
         ]
 
 
