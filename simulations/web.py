@@ -232,6 +232,7 @@ class SimFetcher:
         self.web = web
         self.gap = gap or (lambda: 0.0)
         self.waiting: list[Departure] = []
+        self.cut_short: list[str] = []  # requests the server got, cancelled unanswered
         self.hold = hold
         self.worker = worker
         self.log = log
@@ -246,6 +247,9 @@ class SimFetcher:
             self.flights.append(flight)
             try:
                 await flight.released.wait()
+            except trio.Cancelled:
+                self.cut_short.append(request.url)
+                raise
             finally:
                 self.flights.remove(flight)
         answer = flight.answer

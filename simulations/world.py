@@ -435,6 +435,7 @@ class World:
             await settle()
             ended = False
             for w in list(self.workers.values()):
+                self._excuse_cut_short(w)
                 for kind, task in list(w.tasks.items()):
                     if task.done:
                         del w.tasks[kind]
@@ -487,6 +488,13 @@ class World:
             else:
                 self._excuse(w)
             self.say(w.name, f"was expired by the fleet after {silent:.3f} s of silence")
+
+    def _excuse_cut_short(self, w: SimWorker) -> None:
+        """A request cancelled after it reached the server (a handoff cut it short) goes
+        back to the stream and on to the host's new owner: it may be fetched again."""
+        if w.state != "crashed":  # a crash excused what it held already
+            self.excused.update(w.fetcher.cut_short)
+        w.fetcher.cut_short.clear()
 
     def _excuse(self, w: SimWorker) -> None:
         if not w.excused:
