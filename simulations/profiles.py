@@ -65,6 +65,9 @@ class Report:
         ]
 
 
+LAST = Report()  # the figures of the latest run, also when it raised
+
+
 def hypothesis_settings(profile: Profile, *, shrink: bool = True, **more: Any) -> settings:
     phases = list(Phase) if shrink else [Phase.explicit, Phase.reuse, Phase.generate]
     return settings(
@@ -93,7 +96,8 @@ def run(
 
     With ``progress``, a line is printed every that many examples.
     """
-    report = Report(progress=progress)
+    global LAST
+    report = LAST = Report(progress=progress)
     machine = type("CrawlModel", (CrawlModel,), {"report": report})
     if seed_value is not None:
         machine = seed(seed_value)(machine)

@@ -19,6 +19,14 @@ CAUGHT_AS = {
     "drop_pace": "less than its delay|fetched at once",
 }
 TEETH = profiles.Profile("teeth", examples=600, steps=50)
+# The timing bugs, each with a seed that catches it within that many examples (the
+# share of seeds that catch each in a whole quick run is measured by
+# ``python -m simulations.teeth`` and given in docs/simulation.md).
+TIMING = {
+    "newest_as_settled": ("two workers fetched at once|less than its delay", 1, 60),
+    "wide_fresh_window": ("fetched at once|less than its delay", 1, 60),
+    "send_stale": ("fetched at once|less than its delay", 1, 60),
+}
 
 
 @contextlib.contextmanager
@@ -45,6 +53,34 @@ def test_simulation_catches_deliberate_bug(fault: str) -> None:
     """With one deliberate bug switched on, the simulation finds a broken invariant."""
     with fault_on(fault), pytest.raises(AssertionError, match=CAUGHT_AS[fault]):
         profiles.run(TEETH, shrink=False, database=None, derandomize=True, print_blob=False)
+
+
+@pytest.mark.parametrize("fault", sorted(TIMING))
+def test_simulation_catches_deliberate_timing_bug(fault: str) -> None:
+    """A timing bug (an epoch, a lease window, a check before sending) breaks politeness."""
+    caught_as, seed, examples = TIMING[fault]
+    profile = profiles.Profile("timing", examples=examples, steps=profiles.QUICK.steps)
+    with fault_on(fault), pytest.raises(AssertionError, match=caught_as):
+        profiles.run(profile, seed_value=seed, shrink=False, database=None, print_blob=False)
+
+
+def test_cli_prints_every_script_when_hypothesis_finds_several(
+    monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """Two distinct failures print two replayable scripts and both errors, exit status 1."""
+    from simulations import __main__ as cli
+
+    def two_failures(*args: object, **kwargs: object) -> profiles.Report:
+        failures = [AssertionError("first broke"), AssertionError("second broke")]
+        for n, failure in enumerate(failures):
+            failure.add_note(f"state = CrawlModel()\nstate.step{n}()")
+        raise ExceptionGroup("Hypothesis found 2 distinct failures", failures)
+
+    monkeypatch.setattr(cli.profiles, "run", two_failures)
+    assert cli.main([]) == 1
+    out, err = capsys.readouterr()
+    assert "state.step0()" in out and "state.step1()" in out
+    assert "first broke" in err and "second broke" in err
 
 
 @pytest.mark.parametrize("name", sorted([*known.OPEN, *known.FIXED]))
