@@ -16,8 +16,9 @@ import time
 from simulations import profiles
 
 
-def catch(fault: str, seed: int, examples: int) -> tuple[bool, int, float]:
-    """One quick run with ``fault`` on: (caught, examples started, seconds)."""
+def catch(fault: str, seed: int, examples: int) -> tuple[str, int, float]:
+    """One quick run with ``fault`` on: (the violation, or "" if none; examples started;
+    seconds)."""
     from hashcrawl._faults import FAULTS
 
     profile = profiles.Profile("teeth", examples=examples, steps=profiles.QUICK.steps)
@@ -28,11 +29,11 @@ def catch(fault: str, seed: int, examples: int) -> tuple[bool, int, float]:
         report = profiles.run(
             profile, seed_value=seed, shrink=False, database=None, print_blob=False
         )
-    except AssertionError:
-        return True, profiles.LAST.examples, time.monotonic() - started
+    except AssertionError as exc:
+        return str(exc).splitlines()[0], profiles.LAST.examples, time.monotonic() - started
     finally:
         FAULTS.discard(fault)
-    return False, report.examples, time.monotonic() - started
+    return "", report.examples, time.monotonic() - started
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -45,8 +46,8 @@ def main(argv: list[str] | None = None) -> int:
         caught = 0
         for seed in range(1, args.seeds + 1):
             hit, examples, seconds = catch(fault, seed, args.examples)
-            caught += hit
-            verdict = "caught" if hit else "missed"
+            caught += bool(hit)
+            verdict = f"caught ({hit[:100]})" if hit else "missed"
             print(f"{fault} seed {seed}: {verdict} after {examples} examples, {seconds:.0f} s")
             sys.stdout.flush()
         print(f"{fault}: caught in {caught} of {args.seeds} seeds")
