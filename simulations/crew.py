@@ -175,7 +175,11 @@ class SimWorker:
         settings = env.settings
         self.store = Store(RedisURL.parse(env.url), env.crawl, timeout=10.0, clock=env.loop.now_ms)
         self.fetcher = SimFetcher(
-            env.web, name, env.fetches, timeout=settings["timeout"], gap=env.send_gap
+            env.web,
+            name,
+            env.fetches,
+            timeout=settings["timeout"],
+            gap=env.send_gap if env.gap else None,
         )
         worker = Worker(
             env.url, env.crawl, fetcher=self.fetcher, sink=SimSink(env.done, name), **settings
@@ -242,7 +246,8 @@ class SimWorker:
         try:
             beat = fn(*args, **kwargs)
         except LostReply:
-            await trio.sleep(self.env.answer_timeout)  # noticed only as a timeout
+            if self.env.latency:  # noticed only as a timeout (not in scripts from before)
+                await trio.sleep(self.env.answer_timeout)
             raise
         await trio.sleep(back)
         return beat

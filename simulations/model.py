@@ -90,7 +90,7 @@ class CrawlModel(RuleBasedStateMachine):
         faults=st.integers(0, 6),
         delay=st.sampled_from([1.0, 2.0, 3.0]),
         latency=st.sampled_from([0.0, 0.2, 0.6]),
-        gap=st.sampled_from([0.0, 0.2, 1.0]),
+        gap=st.sampled_from([0.0, 0.2, 1.0]),  # 0: every request leaves at once
     )
     def setup(
         self,

@@ -227,10 +227,11 @@ class SimFetcher:
         """Args:
         hold: keep each request until sent and each answer until its flight is
             released; without, send and answer at once.
-        gap: draws how long a request waits before it may leave (default: none).
+        gap: draws how long a request waits before it may leave; without, a request
+            leaves at once (as in the examples and scripts from before the gap).
         """
         self.web = web
-        self.gap = gap or (lambda: 0.0)
+        self.gap = gap
         self.waiting: list[Departure] = []
         self.cut_short: list[str] = []  # requests the server got, cancelled unanswered
         self.hold = hold
@@ -240,7 +241,7 @@ class SimFetcher:
         self.flights: list[Flight] = []
 
     async def fetch(self, request: Request) -> Response:
-        if self.hold:
+        if self.hold and self.gap is not None:
             await self._leave(request.url)
         flight = self._send(request.url)
         if self.hold:
@@ -266,6 +267,7 @@ class SimFetcher:
         Raises:
             NotSent: the check said no; nothing reached the server.
         """
+        assert self.gap is not None
         departure = Departure(url, trio.current_time() + self.gap())
         self.waiting.append(departure)
         try:
