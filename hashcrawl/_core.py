@@ -244,8 +244,10 @@ class Session:
         self.confirmed_at = sent
         if beat.members is not None:
             self.members_read(beat.epoch, beat.members)
-        if beat.settled != self.settled:
-            self.settled = beat.settled
+        # Taking the newest epoch for the settled one is a deliberate bug to catch.
+        settled = beat.epoch if "newest_as_settled" in FAULTS else beat.settled
+        if settled != self.settled:
+            self.settled = settled
             self.pace_hosts(())
         if beat.orphans:
             self.orphans_waiting = True
@@ -498,7 +500,9 @@ class Session:
 
     def fresh(self, now: float) -> bool:
         """Whether a heartbeat Redis answered was sent recently enough to fetch."""
-        return now - self.confirmed_at < self.settings.fresh_for
+        # A window of the whole lease is a deliberate bug to catch.
+        wide = "wide_fresh_window" in FAULTS
+        return now - self.confirmed_at < (self.settings.lease if wide else self.settings.fresh_for)
 
     def saturated(self) -> bool:
         """Every slot is taken by a request in flight or a page not yet committed.
@@ -551,7 +555,8 @@ class Session:
     def may_send(self, held: Held, now: float) -> bool:
         """Whether ``held``'s request may leave now: asked right before it does, since
         the request may have waited (a pause, a slow Redis) since it was dispatched."""
-        return self.fresh(now) and self.latest.owner_of(held.host) == self.id
+        fresh = "send_stale" in FAULTS or self.fresh(now)  # off: a deliberate bug to catch
+        return fresh and self.latest.owner_of(held.host) == self.id
 
     # -- one fetch, start to end --------------------------------------------------------------
 

@@ -41,17 +41,32 @@ def main(argv: list[str] | None = None) -> int:
         report = profiles.run(
             profile, seed_value=args.seed, shrink=not args.no_shrink, progress=args.progress
         )
-    except AssertionError as exc:
-        # Hypothesis hands the shrunk example over as the error's notes: print the script.
-        script = [n for n in getattr(exc, "__notes__", ()) if not n.startswith("Failing test")]
-        print("\n".join(script))
-        print(f"\nAN INVARIANT BROKE:\n{exc}", file=sys.stderr)
+    except (AssertionError, ExceptionGroup) as exc:
+        for failure in _failures(exc):
+            # Hypothesis hands each shrunk example over as its error's notes: the script.
+            notes = getattr(failure, "__notes__", ())
+            print("\n".join(n for n in notes if not n.startswith("Failing test")))
+            print(f"\nAN INVARIANT BROKE:\n{failure}\n", file=sys.stderr)
         return 1
     finally:
         faults.clear()
     print("\n".join(report.lines()))
     print("every invariant held")
     return 0
+
+
+def _failures(exc: BaseException) -> list[BaseException]:
+    """Each failure Hypothesis found: one, or several in an ExceptionGroup.
+
+    Raises:
+        BaseException: ``exc`` itself, if a failure in it is no broken invariant.
+    """
+    if not isinstance(exc, BaseExceptionGroup):
+        return [exc]
+    leaves = [leaf for group in exc.exceptions for leaf in _failures(group)]
+    if not all(isinstance(leaf, AssertionError) for leaf in leaves):
+        raise exc
+    return leaves
 
 
 def _parser() -> argparse.ArgumentParser:

@@ -10,7 +10,9 @@ turns and wait, so the simulation runs every decision and no copy of one.
 The driver is built with two seams, as its constructor offers them:
 
 - ``call``: store calls run inline in the trio thread instead of a worker thread, so
-  that a step is deterministic;
+  that a step is deterministic. A heartbeat takes simulated time: it reaches Redis
+  after a latency and its reply comes back after another (both drawn per call), and a
+  lost reply is noticed only once the answer timeout has passed;
 - ``spawn``: a fetch starts as a task of this simulated worker, which a crash cancels.
 
 A step that cannot finish at once (a commit retrying after Redis failed, a handoff
@@ -44,6 +46,10 @@ class SimulatedCrash(BaseException):
     """The worker's process died at this point (armed by the model at a Redis call)."""
 
 
+class LostReply(QueueError):
+    """Redis ran the call, but its reply never came back."""
+
+
 @attrs.define
 class Link:
     """What stands between one worker and Redis; the model flips these.
@@ -58,18 +64,26 @@ class Link:
     lose_reply: str | None = None
     crash_at: str | None = None
     crash_after: bool = False
+    slow_beat: float = 0.0  # the next heartbeat reaches Redis this late (0: as drawn)
 
     def disarm(self) -> None:
         self.cut = self.crash_after = False
         self.lose_reply = self.crash_at = None
+        self.slow_beat = 0.0
 
 
 class FaultyStore:
     """A Store seen through a :class:`Link`: cut off, losing replies, or dying mid-call."""
 
-    def __init__(self, store: Store, link: Link) -> None:
+    def __init__(
+        self, store: Store, link: Link, ran: Callable[[str, Any], None] | None = None
+    ) -> None:
+        """Args:
+        ran: told of each call Redis ran, with its result (even if the reply is lost).
+        """
         self._store = store
         self.link = link
+        self.ran = ran or (lambda name, result: None)
 
     def orphan(self) -> str | None:
         """``Store.orphan``, but the same orphan every time the example is replayed.
@@ -77,10 +91,11 @@ class FaultyStore:
         The real one picks with SRANDMEMBER, which Redis cannot be asked to repeat, and
         Hypothesis needs a replay to go the same way. Any order of drains must be right.
         """
-        chosen = self._through("orphan", self._store.orphan)
+        chosen: str | None = self._through("orphan", self._store.orphan)
         if chosen is None or chosen == self._store.inbox:
-            return chosen  # type: ignore[no-any-return]
-        return min(self._store._redis.smembers(self._store.key("orphans")) or {chosen})
+            return chosen
+        orphans: set[str] = self._store._redis.smembers(self._store.key("orphans"))
+        return min(orphans or {chosen})
 
     def __getattr__(self, name: str) -> Any:
         value = getattr(self._store, name)
@@ -90,6 +105,7 @@ class FaultyStore:
         def through(*args: Any, **kwargs: Any) -> Any:
             return self._through(name, value, *args, **kwargs)
 
+        through.__name__ = name
         return through
 
     def _through(self, name: str, method: Callable[..., Any], *args: Any, **kwargs: Any) -> Any:
@@ -102,11 +118,12 @@ class FaultyStore:
         if link.cut:
             raise QueueError(f"cut off from Redis (calling {name})")
         result = method(*args, **kwargs)
+        self.ran(name, result)
         if crash:
             raise SimulatedCrash(f"died after {name} reached Redis")
         if link.lose_reply == name:
             link.lose_reply = None
-            raise QueueError(f"the reply to {name} was lost")
+            raise LostReply(f"the reply to {name} was lost")
         return result
 
 
@@ -157,13 +174,19 @@ class SimWorker:
         self.link = Link()
         settings = env.settings
         self.store = Store(RedisURL.parse(env.url), env.crawl, timeout=10.0, clock=env.loop.now_ms)
-        self.fetcher = SimFetcher(env.web, name, env.fetches, timeout=settings["timeout"])
+        self.fetcher = SimFetcher(
+            env.web,
+            name,
+            env.fetches,
+            timeout=settings["timeout"],
+            gap=env.send_gap if env.gap else None,
+        )
         worker = Worker(
             env.url, env.crawl, fetcher=self.fetcher, sink=SimSink(env.done, name), **settings
         )
         worker.id = name
-        store = FaultyStore(self.store, self.link)
-        self.driver = Driver(worker, store, self.fetcher, call=inline, spawn=self._start_fetch)  # type: ignore[arg-type]
+        store = FaultyStore(self.store, self.link, ran=self._ran)
+        self.driver = Driver(worker, store, self.fetcher, call=self._call, spawn=self._start_fetch)  # type: ignore[arg-type]
         self.session = self.driver.session
         self.tasks: dict[str, Task] = {}
         self.state = "joining"
@@ -171,7 +194,7 @@ class SimWorker:
         self.excused = False
         self.departed = False  # seen out of the ring while leaving: it left by itself
         self.last_beat = float("-inf")  # when it last tried to beat
-        self.confirmed = float("-inf")  # server time of its last heartbeat Redis answered
+        self.confirmed = float("-inf")  # when Redis last ran a heartbeat of it as a member
         self.flight_count = 0
         self.ended_at = -1
 
@@ -212,6 +235,29 @@ class SimWorker:
     def busy_with(self, kind: str) -> bool:
         return kind in self.tasks
 
+    async def _call(self, fn: Callable[..., Any], *args: Any, **kwargs: Any) -> Any:
+        """The driver's ``call``: inline, except that a heartbeat takes time each way."""
+        if getattr(fn, "__name__", "") != "heartbeat":
+            return fn(*args, **kwargs)
+        there, back = self.env.beat_latency()
+        if self.link.slow_beat:
+            there, self.link.slow_beat = self.link.slow_beat, 0.0
+        await trio.sleep(there)
+        try:
+            beat = fn(*args, **kwargs)
+        except LostReply:
+            if self.env.latency:  # noticed only as a timeout (not in scripts from before)
+                await trio.sleep(self.env.answer_timeout)
+            raise
+        await trio.sleep(back)
+        return beat
+
+    def _ran(self, name: str, result: Any) -> None:
+        """Redis ran one of this worker's calls: a heartbeat that renewed it counts."""
+        if name == "heartbeat" and result.alive and not result.lost:
+            self.confirmed = self.env.now()
+            self.env.heard_heartbeat()
+
     def _start_fetch(self, fetch: Callable[..., Awaitable[None]], *args: Any) -> None:
         self.flight_count += 1
         self.start(f"fetch{self.flight_count}", lambda: fetch(*args))
@@ -233,7 +279,6 @@ class SimWorker:
         beat = await driver.beat_once()
         if beat is None:
             return "heartbeat failed"
-        self.confirmed = beat.now_ms / 1000
         if driver.ends_with(beat):
             stopped = self.session.stopping
             self.stop_tasks(but="beat")  # the heartbeat cancels the session's nursery

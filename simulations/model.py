@@ -9,6 +9,7 @@ and ``from simulations.web import Site`` (or save it and run ``python -m simulat
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import Any
 
 from hypothesis import note
@@ -63,7 +64,7 @@ def _note(text: str) -> None:
         print(text)
 
 
-def _wanting(kind: str) -> Any:
+def _wanting(kind: str) -> Callable[[Callable[..., None]], Callable[..., None]]:
     return precondition(lambda self: bool(self._eligible(kind)))
 
 
@@ -88,11 +89,24 @@ class CrawlModel(RuleBasedStateMachine):
         roots=st.lists(st.integers(0, 99), max_size=3),
         faults=st.integers(0, 6),
         delay=st.sampled_from([1.0, 2.0, 3.0]),
+        latency=st.sampled_from([0.0, 0.2, 0.6]),
+        gap=st.sampled_from([0.0, 0.2, 1.0]),  # 0: every request leaves at once
     )
-    def setup(self, site: Site, workers: int, roots: list[int], faults: int, delay: float) -> None:
+    def setup(
+        self,
+        site: Site,
+        workers: int,
+        roots: list[int],
+        faults: int,
+        delay: float,
+        latency: float = 0.0,
+        gap: float = 0.0,
+    ) -> None:
         """``workers`` crawl ``site`` from ``roots``, ``delay`` s apart per host, and may
-        suffer ``faults`` faults."""
-        self.world = World(site, settings={**SETTINGS, "delay": delay})
+        suffer ``faults`` faults; heartbeats take up to ``latency`` s each way, and a
+        request waits up to ``gap`` s to leave."""
+        settings = {**SETTINGS, "delay": delay}
+        self.world = World(site, settings=settings, latency=latency, gap=gap)
         self.faults = faults
         if self.report is not None:
             self.report.started()
@@ -132,6 +146,8 @@ class CrawlModel(RuleBasedStateMachine):
             return [w for w in members if w.session.frontier.size and not w.session.stopping]
         if kind == "complete":
             return [w for w in members if next(w.fetcher.due(now), None) is not None]
+        if kind == "send":
+            return [w for w in members if w.fetcher.leaving(now)]
         if kind == "read":
             return [w for w in members if not w.session.stopping]
         if kind == "beat":
@@ -171,6 +187,11 @@ class CrawlModel(RuleBasedStateMachine):
     @rule(w=index)
     def fetch(self, w: int) -> None:
         self._step("fetch", w)
+
+    @_wanting("send")
+    @rule(w=index)
+    def send(self, w: int) -> None:
+        self._step("send", w)
 
     @_wanting("complete")
     @rule(w=index)
@@ -332,6 +353,61 @@ class CrawlModel(RuleBasedStateMachine):
         else:
             self.w.redis.restart()
         self._say("redis", "killed and restarted" if kill else "restarted")
+
+    # -- aimed: the windows the timing rules exist for (each listed twice, to weigh it) --
+
+    def _join_aim(self) -> Any:
+        if self.world is None or len(self.world.live()) >= MAX_WORKERS:
+            return None
+        return self.world.moving_host()
+
+    def _aimed(self, kind: str) -> None:
+        if self.report is not None:
+            self.report.aimed[kind] += 1
+
+    @precondition(lambda self: self._join_aim() is not None)
+    @rule()
+    def join_in_flight(self) -> None:
+        """A join moves a host whose previous owner has a request out to it."""
+        w, host = self._join_aim()
+        self._aimed("join_in_flight")
+        self._do(self.w.join_in_flight, w, host)
+
+    def _holding(self) -> list[SimWorker]:
+        """Running workers holding pages, with nothing pending but fetches, and another
+        running member to take over from them."""
+        if self.world is None or len(self.world.active()) < 2:
+            return []
+        return [
+            w
+            for w in self._faulty()
+            if w.active
+            and w.state == "member"
+            and w.session.frontier.size
+            and all(kind.startswith("fetch") for kind in w.tasks)
+        ]
+
+    @precondition(lambda self: bool(self._holding()))
+    @rule(w=index, early=st.sampled_from([0.05, 0.3]), slow=st.sampled_from([1.8, 2.5]))
+    def pause_to_lease_end(self, w: int, early: float, slow: float) -> None:
+        """A pause ends just before the lease runs out, holding pages; the heartbeat it
+        sends on waking reaches Redis after the fleet expired it."""
+        victim = self.w.pick(w, self._holding())
+        self._fault("pause_to_lease_end")
+        self._do(self.w.pause_to_lease_end, victim, early, slow)
+
+    @precondition(lambda self: bool(self._holding()))
+    @rule(w=index)
+    def lose_beat_after_expiry(self, w: int) -> None:
+        """A worker whose requests wait to leave is expired while paused; the reply to its
+        first heartbeat after that is lost."""
+        victim = self.w.pick(w, self._holding())
+        self._fault("lose_beat_after_expiry")
+        self._do(self.w.lose_beat_after_expiry, victim)
+
+    join_in_flight_ = join_in_flight
+    pause_to_lease_end_ = pause_to_lease_end
+    lose_beat_after_expiry_ = lose_beat_after_expiry
 
     # -- judging ------------------------------------------------------------------------------
 

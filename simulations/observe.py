@@ -95,7 +95,8 @@ class Observer:
 
     def members(self) -> set[str]:
         self.sent["zrange"] += 1
-        return set(self.r.zrange(self.prefix + "members", 0, -1))
+        members: list[str] = self.r.zrange(self.prefix + "members", 0, -1)  # type: ignore[assignment]
+        return set(members)
 
     def held_by(self, worker: str) -> set[str]:
         """URLs of the entries pending for ``worker`` in its own stream: its leases."""
@@ -106,7 +107,8 @@ class Observer:
             return set()
         ids = {p["message_id"] for p in pending}
         self.sent.update(("xpending", "xrange"))
-        return {_url(f.get("r")) for eid, f in self.r.xrange(stream) if eid in ids} - {""}
+        entries: list[tuple[str, dict[str, str]]] = self.r.xrange(stream)  # type: ignore[assignment]
+        return {_url(f.get("r")) for eid, f in entries if eid in ids} - {""}
 
     def undelivered(self, stream: str) -> bool:
         """Whether ``stream`` has entries its group has not delivered yet.

@@ -41,6 +41,7 @@ class Report:
     requests: int = 0
     pages: int = 0
     faults: collections.Counter[str] = attrs.Factory(collections.Counter)
+    aimed: collections.Counter[str] = attrs.Factory(collections.Counter)  # aimed joins
     simulated: float = 0.0
     seconds: float = 0.0
     progress: int = 0  # print a line every this many examples (0: never)
@@ -60,7 +61,11 @@ class Report:
             f"{self.seconds:.0f} s of real time",
             f"{self.requests} requests, {self.pages} pages written",
             f"faults injected: {faults}",
+            f"aimed joins: {sum(self.aimed.values())}",
         ]
+
+
+LAST = Report()  # the figures of the latest run, also when it raised
 
 
 def hypothesis_settings(profile: Profile, *, shrink: bool = True, **more: Any) -> settings:
@@ -91,7 +96,8 @@ def run(
 
     With ``progress``, a line is printed every that many examples.
     """
-    report = Report(progress=progress)
+    global LAST
+    report = LAST = Report(progress=progress)
     machine = type("CrawlModel", (CrawlModel,), {"report": report})
     if seed_value is not None:
         machine = seed(seed_value)(machine)

@@ -19,9 +19,13 @@ moved     301 to another page of the site
 A host's robots.txt is absent (404), sets a Crawl-delay, or cannot be fetched (then
 none of its pages may be fetched, and they end in the dead letters: RFC 9309).
 
-A :class:`SimFetcher` is one worker's fetcher. A request reaches the server when
-``fetch`` is called: it is logged then, with the moment the server is done with it.
-The answer is held back until the simulation *releases* the flight, so a fetch is two
+A :class:`SimFetcher` is one worker's fetcher. A request first *waits to leave* (as
+for a free connection), for a gap drawn per request, until the simulation sends it on
+a turn of its worker (a paused worker sends nothing). Then it asks the driver's check
+right before sending, as the default fetcher does as it writes the request
+(``sending_only_while``), and raises ``NotSent`` if the check says no. Otherwise it
+reaches the server and is logged, with the moment the server is done with it. The
+answer is held back until the simulation *releases* the flight, so a fetch is three
 steps, and others can happen in between.
 
 The fleet-scale run (``simulations.fleet``) uses :class:`FleetWeb` instead: a million
@@ -31,13 +35,14 @@ URLs generated on demand, answered at once, with a :class:`Tally` in place of th
 from __future__ import annotations
 
 import random
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from typing import Any
 
 import attrs
 import trio
 
 from hashcrawl._exceptions import FetchError
+from hashcrawl._fetch import NotSent, _may_send
 from hashcrawl._models import Request, Response
 
 HTML = {"content-type": "text/html; charset=utf-8"}
@@ -196,8 +201,18 @@ class Flight:
     released: trio.Event = attrs.Factory(trio.Event)
 
 
+@attrs.define(eq=False)
+class Departure:
+    """A request waiting to leave: sent on the first turn of its worker from ``ready``."""
+
+    url: str
+    ready: float
+    go: trio.Event = attrs.Factory(trio.Event)
+
+
 class SimFetcher:
-    """One worker's fetcher: logs each request and holds its answer until released."""
+    """One worker's fetcher: holds each request until sent, logs it, and holds its
+    answer until released."""
 
     def __init__(
         self,
@@ -207,11 +222,18 @@ class SimFetcher:
         *,
         timeout: float,
         hold: bool = True,
+        gap: Callable[[], float] | None = None,
     ) -> None:
         """Args:
-        hold: keep each answer until its flight is released; without, answer at once.
+        hold: keep each request until sent and each answer until its flight is
+            released; without, send and answer at once.
+        gap: draws how long a request waits before it may leave; without, a request
+            leaves at once (as in the examples and scripts from before the gap).
         """
         self.web = web
+        self.gap = gap
+        self.waiting: list[Departure] = []
+        self.cut_short: list[str] = []  # requests the server got, cancelled unanswered
         self.hold = hold
         self.worker = worker
         self.log = log
@@ -219,11 +241,16 @@ class SimFetcher:
         self.flights: list[Flight] = []
 
     async def fetch(self, request: Request) -> Response:
+        if self.hold and self.gap is not None:
+            await self._leave(request.url)
         flight = self._send(request.url)
         if self.hold:
             self.flights.append(flight)
             try:
                 await flight.released.wait()
+            except trio.Cancelled:
+                self.cut_short.append(request.url)
+                raise
             finally:
                 self.flights.remove(flight)
         answer = flight.answer
@@ -232,6 +259,28 @@ class SimFetcher:
         if answer.error is not None:
             raise FetchError(answer.error)
         return Response(request.url, answer.status, answer.headers, answer.body, request)
+
+    async def _leave(self, url: str) -> None:
+        """Wait to be sent, then ask the check right before sending (as HttpxFetcher
+        does when it writes the request).
+
+        Raises:
+            NotSent: the check said no; nothing reached the server.
+        """
+        assert self.gap is not None
+        departure = Departure(url, trio.current_time() + self.gap())
+        self.waiting.append(departure)
+        try:
+            await departure.go.wait()
+        finally:
+            self.waiting.remove(departure)
+        check = _may_send.get()
+        if check is not None and not check():
+            raise NotSent("this worker may no longer fetch the host")
+
+    def leaving(self, now: float) -> list[Departure]:
+        """Requests that may leave by ``now``."""
+        return [d for d in self.waiting if d.ready <= now]
 
     def _send(self, url: str) -> Flight:
         answer = self.web.answer(url)

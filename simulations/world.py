@@ -26,6 +26,7 @@ from typing import Any
 
 from hashcrawl._exceptions import Fenced, QueueError
 from hashcrawl._queue import Queue
+from hashcrawl._ring import Ring
 from hashcrawl._server import RedisServer
 from simulations.crew import SimulatedCrash, SimWorker
 from simulations.loop import Loop, settle
@@ -72,7 +73,20 @@ def _remove(redis: RedisServer, directory: Path) -> None:
 class World:
     """One simulated crawl: workers, web, records. Close it when the example ends."""
 
-    def __init__(self, site: Site, *, settings: dict[str, Any] | None = None) -> None:
+    def __init__(
+        self,
+        site: Site,
+        *,
+        settings: dict[str, Any] | None = None,
+        latency: float = 0.0,
+        gap: float = 0.0,
+    ) -> None:
+        """Args:
+        latency: the most a heartbeat takes to reach Redis, and its reply to come back.
+        gap: the most a request waits (for a connection) before it may leave.
+        """
+        self.latency, self.gap = latency, gap
+        self.rng = random.Random(site.seed)  # the same draws each time a script replays
         self.redis = server()
         self.url = self.redis.url
         self.crawl = "sim" + uuid.uuid4().hex[:8]
@@ -92,7 +106,9 @@ class World:
         self.problems: list[str] = []  # violations seen as they happen (premature expiry)
         self.trace: list[str] = []
         self.finishing = False
-        self._names = itertools.count(1)
+        self._joined = 0  # sessions started: the next is named w{_joined + 1}
+        self._rings: dict[tuple[str, ...], Ring] = {}
+        self._unseen = itertools.count(1)
 
     def close(self) -> None:
         try:
@@ -110,6 +126,25 @@ class World:
 
     def now(self) -> float:
         return self.loop.now()
+
+    # -- time where the timing bugs live ---------------------------------------------------
+
+    def beat_latency(self) -> tuple[float, float]:
+        """How long the next heartbeat takes to reach Redis, and its reply to come back."""
+        return self.rng.uniform(0, self.latency), self.rng.uniform(0, self.latency)
+
+    def send_gap(self) -> float:
+        """How long the next request waits to leave: mostly not at all."""
+        return self.rng.choice((0.0, 0.0, self.rng.uniform(0, self.gap)))
+
+    @property
+    def answer_timeout(self) -> float:
+        """How long a worker waits for a reply before it calls the call failed."""
+        return float(self.settings["lease"]) / 3
+
+    def heard_heartbeat(self) -> None:
+        """Redis ran a heartbeat: it may have expired members just now."""
+        self._detect_expiries()
 
     def say(self, who: str, text: str) -> str:
         line = f"t={self.now():8.3f} {who}: {text}"
@@ -144,7 +179,8 @@ class World:
         return f"submitted {len(urls)} URLs, {added} new: {' '.join(urls)}"
 
     async def join(self, lose_reply: str | None = None) -> str:
-        name = f"w{next(self._names)}"
+        name = self.next_name()
+        self._joined += 1
         w = self.workers[name] = SimWorker(name, self)
         w.link.lose_reply = lose_reply
         w.start("join", w.join)
@@ -161,11 +197,24 @@ class World:
             return self.say(w.name, f"took {got.entry.url}: sent {requests}")
         if kind == "complete":
             return await self.complete(w)
+        if kind == "send":
+            return await self.send(w)
         w.start(kind, getattr(w, kind))
         text = await self._settled(w, kind)
         if kind == "beat":
             self._detect_expiries()  # only a heartbeat expires members
         return text
+
+    async def send(self, w: SimWorker) -> str:
+        """Let the requests of ``w`` that may leave by now go (each asks its check)."""
+        sent = len(self.fetches)
+        leaving = w.fetcher.leaving(self.now())
+        for departure in leaving:
+            departure.go.set()
+        await self._reap()
+        went = " ".join(f.url for f in self.fetches[sent:])
+        held = len(leaving) - (len(self.fetches) - sent)
+        return self.say(w.name, f"sent {went or 'nothing'}" + (f"; {held} held back" * bool(held)))
 
     async def complete(self, w: SimWorker) -> str:
         flight = next(w.fetcher.due(self.now()), None)
@@ -201,11 +250,11 @@ class World:
         await self._reap()
         return self.say("clock", f"+{seconds:g} s")
 
-    async def tick(self, *, skip: SimWorker | None = None) -> str:
+    async def tick(self, *, skip: SimWorker | None = None, seconds: float = BEAT) -> str:
         """A heartbeat interval passes, every running worker beating once and running its
         other loops as they come due (``skip`` takes no part: it is paused)."""
-        end = self.now() + BEAT
-        self.say("tick", f"{BEAT:g} s of every running worker's loops")
+        end = self.now() + seconds
+        self.say("tick", f"{seconds:.3g} s of every running worker's loops")
         while True:
             for w in self.active():
                 if w is not skip:
@@ -245,8 +294,8 @@ class World:
         or shuffled and thinned out by ``rng``."""
         if not w.active or w.state not in ("member", "stopping"):
             return
-        kinds = ["beat", "drain", "apply", "load_pace", "read", "unpark", "fetch", "complete"]
-        kinds.append("commit")
+        kinds = ["beat", "drain", "apply", "load_pace", "read", "unpark", "fetch", "send"]
+        kinds += ["complete", "commit"]
         if rng is not None:
             rng.shuffle(kinds)
             kinds = [k for k in kinds if rng.random() < 0.7]
@@ -268,6 +317,9 @@ class World:
         elif kind == "complete":
             while w.live and next(w.fetcher.due(self.now()), None) is not None:
                 await self.complete(w)
+        elif kind == "send":
+            if w.fetcher.leaving(self.now()):
+                await self.send(w)
         elif w.wants(kind):
             await self.step(w, kind)
 
@@ -283,11 +335,88 @@ class World:
         for w in self.live():
             times.append(w.last_beat + BEAT)
             times += [f.fetch.end for f in w.fetcher.flights]
+            times += [d.ready for d in w.fetcher.waiting]
             for host in w.session.frontier.hosts.values():
                 if host.queue:
                     times.append(host.next_start(delay, per_host))
         soonest = min((t for t in times if t > now + 1e-9), default=now + BEAT)
-        return max(0.001, soonest - now)
+        return max(0.001, float(soonest - now))
+
+    # -- aimed steps: the windows the timing rules exist for ---------------------------------
+
+    def next_name(self) -> str:
+        return f"w{self._joined + 1}"
+
+    def moving_host(self) -> tuple[SimWorker, str] | None:
+        """A running owner and a host it fetches or holds that the next join moves."""
+        owners = [w for w in self.active() if w.state == "member"]
+        if not owners:
+            return None
+        latest = max((w.session.latest for w in owners), key=lambda ring: ring.epoch)
+        members = tuple(sorted({*latest.members, self.next_name()}))
+        if members not in self._rings:
+            self._rings[members] = Ring.of(latest.epoch + 1, members)
+        after = self._rings[members]
+        for w in owners:
+            queued = [name for name, host in w.session.frontier.hosts.items() if host.queue]
+            for host in [*w.session.fetching.values(), *queued]:
+                if latest.owner_of(host) == w.name and after.owner_of(host) == self.next_name():
+                    return w, host
+        return None
+
+    async def join_in_flight(self, w: SimWorker, host: str) -> str:
+        """A worker joins while ``w`` has a request out to ``host``, which the join moves
+        to the newcomer; a link to ``host`` follows, and the fleet runs on."""
+        if host not in w.session.fetching.values():
+            await self._turn(w, "fetch")
+            await self._turn(w, "send")
+        self.say("model", f"a worker joins while {w.name} fetches {host}, which moves")
+        await self.join()
+        self.say("submitter", self.submit([f"http://{host}/unseen{next(self._unseen)}"]))
+        await self.tick()
+        return ""
+
+    async def pause_to_lease_end(self, w: SimWorker, early: float, slow: float) -> str:
+        """``w`` is paused, holding pages, until ``early`` s before its lease runs out by
+        its own reckoning; its loops run again, its heartbeat reaching Redis ``slow``
+        s late (after the fleet expired it), and the fleet runs on."""
+        w.paused = True
+        self.say(w.name, "paused (SIGSTOP)")
+        until = w.session.confirmed_at + float(self.settings["lease"]) - early
+        while self.now() < until - 1e-9:
+            await self.tick(skip=w, seconds=min(BEAT, until - self.now()))
+        w.paused = False
+        w.link.slow_beat = slow
+        self.say(
+            w.name,
+            f"runs again, {early:g} s before its lease runs out; its next "
+            f"heartbeat reaches Redis {slow:g} s late",
+        )
+        await self.turn(w)
+        for _ in range(3):
+            await self.tick()
+        return ""
+
+    async def lose_beat_after_expiry(self, w: SimWorker) -> str:
+        """``w`` takes pages and its requests wait to leave; it is paused until the fleet
+        has expired it and taken its hosts, then runs again, and the reply to its next
+        heartbeat is lost: its requests reach the check before sending first."""
+        if not w.fetcher.waiting:
+            await self._turn(w, "fetch")
+        w.paused = True
+        self.say(w.name, "paused (SIGSTOP)")
+        for _ in range(math.ceil(self.settings["lease"] / BEAT) + 4):
+            if w.name not in self.observer.members():
+                break
+            await self.tick(skip=w)
+        await self.tick(skip=w)  # the new owners take over
+        w.paused = False
+        w.link.lose_reply = "heartbeat"
+        self.say(w.name, "runs again; the reply to its next heartbeat will be lost")
+        await self.turn(w)
+        for _ in range(2):
+            await self.tick()
+        return ""
 
     # -- plumbing ----------------------------------------------------------------------------
 
@@ -306,6 +435,7 @@ class World:
             await settle()
             ended = False
             for w in list(self.workers.values()):
+                self._excuse_cut_short(w)
                 for kind, task in list(w.tasks.items()):
                     if task.done:
                         del w.tasks[kind]
@@ -359,6 +489,13 @@ class World:
                 self._excuse(w)
             self.say(w.name, f"was expired by the fleet after {silent:.3f} s of silence")
 
+    def _excuse_cut_short(self, w: SimWorker) -> None:
+        """A request cancelled after it reached the server (a handoff cut it short) goes
+        back to the stream and on to the host's new owner: it may be fetched again."""
+        if w.state != "crashed":  # a crash excused what it held already
+            self.excused.update(w.fetcher.cut_short)
+        w.fetcher.cut_short.clear()
+
     def _excuse(self, w: SimWorker) -> None:
         if not w.excused:
             self.excused.update(self.observer.held_by(w.name))
@@ -371,8 +508,8 @@ class World:
 
     def delay_of(self, host: str) -> float:
         """The least time between two requests to ``host``: --delay or its Crawl-delay."""
-        crawl_delay = min(self.web.crawl_delay(host), self.settings["lease"] / 2)
-        return max(self.settings["delay"], crawl_delay)
+        crawl_delay = min(self.web.crawl_delay(host), float(self.settings["lease"]) / 2)
+        return max(float(self.settings["delay"]), crawl_delay)
 
     def failed(self, url: str) -> bool:
         """Whether the web ever failed a request for ``url``, or for its host's robots.txt
