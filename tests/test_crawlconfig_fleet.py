@@ -77,10 +77,14 @@ def test_a_delay_changed_by_configure_holds_for_every_host_once_applied(
         )
         _submit(redis_url, crawl_name, server.site.root)
         wait_until(lambda: len(page_requests(server.requests())) >= 10, what="a fast start")
+        # Each answer waits 2 s until both workers applied the change, so the crawl cannot
+        # end before it however slow this machine is (at most a page a second per host).
+        server.latency = 2.0
         out = _configure(redis_url, crawl_name, "--delay", str(SLOW))
         assert f"--delay: {SLOW} (was {FAST})" in out
         wait_until(lambda: all(_applied(w.stderr_lines()) for w in workers), what="both applied it")
         applied = time.time()
+        server.latency = 0.0
         assert [w.wait() for w in workers] == [0, 0]
         records = server.requests()
     late = [

@@ -258,7 +258,7 @@ async def test_a_fetcher_that_raises_fails_only_its_page(redis_url, crawl_name, 
 
 
 @pytest.mark.slow
-@pytest.mark.alone  # its slowest Redis call must stay under 50 ms: no other crawl beside it
+@pytest.mark.alone  # its crawl must end within max_run: no other crawl beside it
 def test_the_hostile_web_ends_as_the_rules_say(tmp_path):
     """Three worker processes crawl every hostile case beside a normal site: all live,
     the normal site is complete and polite, each case ends as its rule says."""
@@ -274,7 +274,8 @@ def test_the_hostile_web_ends_as_the_rules_say(tmp_path):
         progress=lambda line: None,
     )
     without = {"hostile-fetch", "store-entries"} - merged_work()
-    assert run.failures(without=without) == []
+    # Speed is judged by scripts/hostile (the slowest Redis command under 50 ms), not here.
+    assert run.failures(without=without, timed=False) == []
 
 
 async def test_endless_drips_hold_up_neither_a_joiner_nor_their_hosts_handoff(

@@ -38,6 +38,7 @@ STATUS_KEYS = {
     "queue_bad",
     "epoch",
     "ended",
+    "settings",
 }
 
 
@@ -135,10 +136,12 @@ def test_status_has_every_documented_key(queue: Queue, crawl_name: str) -> None:
     assert status["crawl"] == crawl_name
     assert status["members"] == []
     lists = ("crawl", "members", "ended", "exists", "bad_samples", "spiders", "mixed_spiders")
+    lists += ("settings",)
     counts = {k: v for k, v in status.items() if k not in lists}
     assert set(counts.values()) == {0}
     assert (status["bad_samples"], status["spiders"], status["mixed_spiders"]) == ([], [], False)
     assert (status["exists"], status["ended"]) == (False, False)
+    assert status["settings"]["version"] is None  # none recorded: no worker has joined
 
 
 def test_status_is_not_ended_while_urls_wait(queue: Queue) -> None:
