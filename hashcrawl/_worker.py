@@ -67,6 +67,7 @@ log = logging.getLogger("hashcrawl")
 T = TypeVar("T")
 Call = Callable[..., Awaitable[Any]]  # runs a blocking store call: call(fn, *args, **kwargs)
 Spawn = Callable[..., None]  # starts a task: spawn(async_fn, *args)
+Offload = Callable[..., Awaitable[Any]]  # runs blocking work: offload(fn, *args, limiter=)
 
 
 @contextlib.asynccontextmanager
@@ -288,6 +289,12 @@ def _spider_name(spider: Spider | None, parse: Parse | None) -> str:
     return getattr(parse, "__qualname__", "parse") if parse is not None else "-"
 
 
+async def _in_worker_thread(
+    fn: Callable[..., T], *args: Any, limiter: trio.CapacityLimiter | None = None
+) -> T:
+    return await trio.to_thread.run_sync(fn, *args, limiter=limiter)
+
+
 async def _marker_gone(store: Store, instance: str, lease: float) -> bool:
     """Whether the crawl's instance marker is no longer ``instance``, asked for a lease.
 
@@ -313,6 +320,8 @@ class Driver:
         fetcher: fetches requests.
         call: runs one blocking store call (default: in a worker thread).
         spawn: starts a fetch task (default: in this membership's nursery).
+        offload: runs other blocking work, parsing a robots.txt or writing items
+            (default: in a worker thread, off the event loop).
     """
 
     def __init__(
@@ -323,6 +332,7 @@ class Driver:
         *,
         call: Call | None = None,
         spawn: Spawn | None = None,
+        offload: Offload | None = None,
     ) -> None:
         self.worker = worker
         self.settings = worker.settings
@@ -332,6 +342,7 @@ class Driver:
         self.robots_limiter = trio.CapacityLimiter(2)  # threads checking heavy robots.txt
         self.call: Call = call if call is not None else self._in_thread
         self._spawn = spawn
+        self.offload: Offload = offload if offload is not None else _in_worker_thread
         self.session = Session(
             worker=worker.id,
             settings=worker.settings,
@@ -770,7 +781,7 @@ class Driver:
                 response = await self.send(held, Request(got))
                 # Parsing 500 KiB of rules takes a good part of a second: not on the loop.
                 answered = functools.partial(fetch.answered, truncated=response.truncated)
-                got = await trio.to_thread.run_sync(
+                got = await self.offload(
                     answered, response.status, response.headers, response.body, time.time()
                 )
             except NotSent:
@@ -786,7 +797,7 @@ class Driver:
     async def robots_allow(self, robots: Robots, url: str) -> bool:
         if not robots.heavy:
             return robots.allowed(url)
-        return await trio.to_thread.run_sync(robots.allowed, url, limiter=self.robots_limiter)
+        return await self.offload(robots.allowed, url, limiter=self.robots_limiter)  # type: ignore[no-any-return]
 
     # -- committing ----------------------------------------------------------------------------
 
@@ -841,7 +852,7 @@ class Driver:
             sink.write(commit.items)
             sink.flush()
 
-        await trio.to_thread.run_sync(write)
+        await self.offload(write)
         self.session.items_written(len(commit.items))
 
     # -- membership changes -------------------------------------------------------------------

@@ -13,7 +13,9 @@ The driver is built with two seams, as its constructor offers them:
   that a step is deterministic. A heartbeat takes simulated time: it reaches Redis
   after a latency and its reply comes back after another (both drawn per call), and a
   lost reply is noticed only once the answer timeout has passed;
-- ``spawn``: a fetch starts as a task of this simulated worker, which a crash cancels.
+- ``spawn``: a fetch starts as a task of this simulated worker, which a crash cancels;
+- ``offload``: parsing a robots.txt and writing items run inline too, not in a thread
+  (a thread's finish would order the step's tasks by real time).
 
 A step that cannot finish at once (a commit retrying after Redis failed, a handoff
 waiting for fetches in flight) stays *pending* as a task and goes on when time moves or
@@ -33,6 +35,7 @@ from hashcrawl._frontier import Held
 from hashcrawl._redisurl import RedisURL
 from hashcrawl._store import Store
 from hashcrawl._worker import Driver, Worker
+from simulations.loop import inline
 from simulations.web import SimFetcher
 
 REDIS_METHODS = frozenset(
@@ -132,11 +135,6 @@ def _acknowledges(name: str, args: tuple[Any, ...]) -> bool:
     return name == "commit" and bool(getattr(batch, "ack", None) or getattr(batch, "once", None))
 
 
-async def inline(fn: Callable[..., Any], *args: Any, **kwargs: Any) -> Any:
-    """A driver's ``call`` without the thread: the simulations want each step deterministic."""
-    return fn(*args, **kwargs)
-
-
 @attrs.define(eq=False)
 class Task:
     """One pending step of one worker."""
@@ -186,7 +184,14 @@ class SimWorker:
         )
         worker.id = name
         store = FaultyStore(self.store, self.link, ran=self._ran)
-        self.driver = Driver(worker, store, self.fetcher, call=self._call, spawn=self._start_fetch)  # type: ignore[arg-type]
+        self.driver = Driver(
+            worker,
+            store,  # type: ignore[arg-type]
+            self.fetcher,
+            call=self._call,
+            spawn=self._start_fetch,
+            offload=inline,
+        )
         self.session = self.driver.session
         self.tasks: dict[str, Task] = {}
         self.state = "joining"

@@ -40,6 +40,7 @@ from hashcrawl._server import RedisServer
 from hashcrawl._store import Store
 from hashcrawl._worker import Driver, Worker
 from simulations.figures import Figures
+from simulations.loop import inline
 from simulations.observe import Observer
 from simulations.web import DoneSink, FleetWeb, SimFetcher, Tally
 
@@ -82,7 +83,9 @@ class FleetWorker:
         )
         worker.id = name
         self.pending: list[Callable[[], Awaitable[None]]] = []  # fetches started, run inline
-        self.driver = Driver(worker, self.store, fetcher, call=fleet.call, spawn=self._start)
+        self.driver = Driver(
+            worker, self.store, fetcher, call=fleet.call, spawn=self._start, offload=inline
+        )
         self.last_beat = float("-inf")
         self.done = False
 

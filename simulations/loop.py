@@ -127,3 +127,9 @@ async def settle() -> None:
         if limiter.borrowed_tokens == 0:
             return
         await trio.testing.wait_all_tasks_blocked(0.0005)
+
+
+async def inline(fn: Callable[..., T], *args: Any, limiter: object = None) -> T:
+    """A driver's ``offload`` run inline: no thread, so a step's order of events depends
+    on nothing but the step (a thread's finish would reorder tasks by real time)."""
+    return fn(*args)
