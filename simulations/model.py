@@ -46,6 +46,9 @@ CRASH_POINTS = (
 )
 REPLIES = ("commit", "commit", *CALLS)
 TRACE_SHOWN = 30
+# Takeover after an expiry takes the fleet one heartbeat interval or two: a stale request
+# that close to the new owner's first breaks politeness only where the delay is longer.
+LONG_DELAY = 1.5
 
 sites = st.builds(
     Site,
@@ -393,6 +396,27 @@ class CrawlModel(RuleBasedStateMachine):
         """A pause ends just before the lease runs out, holding pages; the heartbeat it
         sends on waking reaches Redis after the fleet expired it."""
         victim = self.w.pick(w, self._holding())
+        self._fault("pause_to_lease_end")
+        self._do(self.w.pause_to_lease_end, victim, early, slow)
+
+    def _holding_long(self) -> list[SimWorker]:
+        """Those of ``_holding`` with pages of a host whose delay is long: there the
+        stale worker's last request and the new owner's first can be too close."""
+        return [
+            w
+            for w in self._holding()
+            if any(
+                host.queue and self.w.delay_of(name) >= LONG_DELAY
+                for name, host in w.session.frontier.hosts.items()
+            )
+        ]
+
+    @precondition(lambda self: bool(self._holding_long()))
+    @rule(w=index, early=st.sampled_from([0.05, 0.3]), slow=st.sampled_from([1.8, 2.5]))
+    def pause_to_lease_end_long(self, w: int, early: float, slow: float) -> None:
+        """``pause_to_lease_end`` aimed at a worker holding pages of a host with a long
+        delay (``--delay`` 2 or 3 s, or a Crawl-delay)."""
+        victim = self.w.pick(w, self._holding_long())
         self._fault("pause_to_lease_end")
         self._do(self.w.pause_to_lease_end, victim, early, slow)
 
