@@ -445,6 +445,8 @@ class CrawlModel(RuleBasedStateMachine):
         self._timed_fault("lose_beat_after_expiry")
         self._do(self.w.lose_beat_after_expiry, victim)
 
+    # The most telling crash, weighed as before the aimed rules joined the draw.
+    crash_after_ack_ = crash_after_ack
     join_in_flight_ = join_in_flight
     pause_to_lease_end_ = pause_to_lease_end
     pause_to_lease_end_long_ = pause_to_lease_end_long
