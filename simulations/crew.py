@@ -113,7 +113,8 @@ class FaultyStore:
 
     def _through(self, name: str, method: Callable[..., Any], *args: Any, **kwargs: Any) -> Any:
         link = self.link
-        crash = link.crash_at == name or (link.crash_at == "ack" and _acknowledges(name, args))
+        at = link.crash_at
+        crash = at == name or (at == "ack" and _acknowledges(name, args))
         if crash:
             link.crash_at = None
             if not link.crash_after:
@@ -122,6 +123,10 @@ class FaultyStore:
             raise QueueError(f"cut off from Redis (calling {name})")
         result = method(*args, **kwargs)
         self.ran(name, result)
+        if crash and at == "ack" and getattr(result, "status", "ok") != "ok":
+            # Refused (stale, rescope): it acknowledged nothing; the crash waits for one
+            # that does, the moment it is armed for.
+            crash, link.crash_at = False, at
         if crash:
             raise SimulatedCrash(f"died after {name} reached Redis")
         if link.lose_reply == name:

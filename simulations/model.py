@@ -46,6 +46,12 @@ CRASH_POINTS = (
 )
 REPLIES = ("commit", "commit", *CALLS)
 TRACE_SHOWN = 30
+# Takeover after an expiry takes the fleet one heartbeat interval or two: a stale request
+# that close to the new owner's first breaks politeness only where the delay is longer.
+LONG_DELAY = 1.5
+# Aimed timing faults each example may inject beside its fault budget (most examples draw
+# a small budget, which the other faults use up): the windows come up in every quick run.
+TIMED_FAULTS = 1
 
 sites = st.builds(
     Site,
@@ -77,6 +83,7 @@ class CrawlModel(RuleBasedStateMachine):
         super().__init__()
         self.world: World | None = None
         self.faults = 0
+        self.timed = 0  # aimed timing faults left beside the budget
         self.restarts = 0
         self.submissions = 0
         self.broken = False  # a rule or check failed: teardown only cleans up
@@ -108,6 +115,7 @@ class CrawlModel(RuleBasedStateMachine):
         settings = {**SETTINGS, "delay": delay}
         self.world = World(site, settings=settings, latency=latency, gap=gap)
         self.faults = faults
+        self.timed = TIMED_FAULTS
         if self.report is not None:
             self.report.started()
         for _ in range(workers):
@@ -252,6 +260,9 @@ class CrawlModel(RuleBasedStateMachine):
 
     def _fault(self, kind: str) -> None:
         self.faults -= 1
+        self._count(kind)
+
+    def _count(self, kind: str) -> None:
         if self.report is not None:
             self.report.faults[kind] += 1
 
@@ -380,12 +391,20 @@ class CrawlModel(RuleBasedStateMachine):
             return []
         return [
             w
-            for w in self._faulty()
+            for w in (self.world.live() if self.timed or self.faults > 0 else [])
             if w.active
             and w.state == "member"
             and w.session.frontier.size
             and all(kind.startswith("fetch") for kind in w.tasks)
         ]
+
+    def _timed_fault(self, kind: str) -> None:
+        """An aimed timing fault: from the example's own allowance first, then the budget."""
+        if self.timed:
+            self.timed -= 1
+            self._count(kind)
+        else:
+            self._fault(kind)
 
     @precondition(lambda self: bool(self._holding()))
     @rule(w=index, early=st.sampled_from([0.05, 0.3]), slow=st.sampled_from([1.8, 2.5]))
@@ -393,7 +412,28 @@ class CrawlModel(RuleBasedStateMachine):
         """A pause ends just before the lease runs out, holding pages; the heartbeat it
         sends on waking reaches Redis after the fleet expired it."""
         victim = self.w.pick(w, self._holding())
-        self._fault("pause_to_lease_end")
+        self._timed_fault("pause_to_lease_end")
+        self._do(self.w.pause_to_lease_end, victim, early, slow)
+
+    def _holding_long(self) -> list[SimWorker]:
+        """Those of ``_holding`` with pages of a host whose delay is long: there the
+        stale worker's last request and the new owner's first can be too close."""
+        return [
+            w
+            for w in self._holding()
+            if any(
+                host.queue and self.w.delay_of(name) >= LONG_DELAY
+                for name, host in w.session.frontier.hosts.items()
+            )
+        ]
+
+    @precondition(lambda self: bool(self._holding_long()))
+    @rule(w=index, early=st.sampled_from([0.05, 0.3]), slow=st.sampled_from([1.8, 2.5]))
+    def pause_to_lease_end_long(self, w: int, early: float, slow: float) -> None:
+        """``pause_to_lease_end`` aimed at a worker holding pages of a host with a long
+        delay (``--delay`` 2 or 3 s, or a Crawl-delay)."""
+        victim = self.w.pick(w, self._holding_long())
+        self._timed_fault("pause_to_lease_end")
         self._do(self.w.pause_to_lease_end, victim, early, slow)
 
     @precondition(lambda self: bool(self._holding()))
@@ -402,11 +442,14 @@ class CrawlModel(RuleBasedStateMachine):
         """A worker whose requests wait to leave is expired while paused; the reply to its
         first heartbeat after that is lost."""
         victim = self.w.pick(w, self._holding())
-        self._fault("lose_beat_after_expiry")
+        self._timed_fault("lose_beat_after_expiry")
         self._do(self.w.lose_beat_after_expiry, victim)
 
+    # The most telling crash, weighed as before the aimed rules joined the draw.
+    crash_after_ack_ = crash_after_ack
     join_in_flight_ = join_in_flight
     pause_to_lease_end_ = pause_to_lease_end
+    pause_to_lease_end_long_ = pause_to_lease_end_long
     lose_beat_after_expiry_ = lose_beat_after_expiry
 
     # -- judging ------------------------------------------------------------------------------

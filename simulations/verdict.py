@@ -54,6 +54,7 @@ async def finish(world: World) -> list[str]:
     for w in world.workers.values():
         w.link.cut = False
         w.paused = False
+        w.fetcher.let_go(world.now())  # nothing an aimed rule held back stays held
     world.say("model", "faults stop; the fleet runs to the end")
     world.finishing = True
     start = world.now()

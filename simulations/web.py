@@ -34,6 +34,7 @@ URLs generated on demand, answered at once, with a :class:`Tally` in place of th
 
 from __future__ import annotations
 
+import math
 import random
 from collections.abc import Callable, Iterator
 from typing import Any
@@ -232,6 +233,7 @@ class SimFetcher:
         """
         self.web = web
         self.gap = gap
+        self.holding = False  # an aimed rule holds the requests started now back
         self.waiting: list[Departure] = []
         self.cut_short: list[str] = []  # requests the server got, cancelled unanswered
         self.hold = hold
@@ -241,7 +243,7 @@ class SimFetcher:
         self.flights: list[Flight] = []
 
     async def fetch(self, request: Request) -> Response:
-        if self.hold and self.gap is not None:
+        if self.hold and (self.gap is not None or self.holding):
             await self._leave(request.url)
         flight = self._send(request.url)
         if self.hold:
@@ -267,8 +269,11 @@ class SimFetcher:
         Raises:
             NotSent: the check said no; nothing reached the server.
         """
-        assert self.gap is not None
-        departure = Departure(url, trio.current_time() + self.gap())
+        if self.holding:  # until the aimed rule lets it go
+            departure = Departure(url, math.inf)
+        else:
+            assert self.gap is not None
+            departure = Departure(url, trio.current_time() + self.gap())
         self.waiting.append(departure)
         try:
             await departure.go.wait()
@@ -277,6 +282,11 @@ class SimFetcher:
         check = _may_send.get()
         if check is not None and not check():
             raise NotSent("this worker may no longer fetch the host")
+
+    def let_go(self, now: float) -> None:
+        """The requests an aimed rule held back may leave from ``now``."""
+        for departure in self.waiting:
+            departure.ready = min(departure.ready, now)
 
     def leaving(self, now: float) -> list[Departure]:
         """Requests that may leave by ``now``."""

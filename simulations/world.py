@@ -250,11 +250,14 @@ class World:
         await self._reap()
         return self.say("clock", f"+{seconds:g} s")
 
-    async def tick(self, *, skip: SimWorker | None = None, seconds: float = BEAT) -> str:
+    async def tick(
+        self, *, skip: SimWorker | None = None, seconds: float = BEAT, quiet: bool = False
+    ) -> str:
         """A heartbeat interval passes, every running worker beating once and running its
         other loops as they come due (``skip`` takes no part: it is paused)."""
         end = self.now() + seconds
-        self.say("tick", f"{seconds:.3g} s of every running worker's loops")
+        if not quiet:
+            self.say("tick", f"{seconds:.3g} s of every running worker's loops")
         while True:
             for w in self.active():
                 if w is not skip:
@@ -289,13 +292,16 @@ class World:
             await self.loop.advance(min(self._next_wait(), end - self.now()))
             await self._reap()
 
-    async def turn(self, w: SimWorker, rng: random.Random | None = None) -> None:
+    async def turn(
+        self, w: SimWorker, rng: random.Random | None = None, *, woken: bool = False
+    ) -> None:
         """Every loop of one worker once: in the order a live worker tends to run them,
-        or shuffled and thinned out by ``rng``."""
+        or shuffled and thinned out by ``rng``; ``woken`` (after a pause) first takes the
+        answers that arrived meanwhile, which frees the slots their requests held."""
         if not w.active or w.state not in ("member", "stopping"):
             return
         kinds = ["beat", "drain", "apply", "load_pace", "read", "unpark", "fetch", "send"]
-        kinds += ["complete", "commit"]
+        kinds = ["complete", "commit", *kinds] if woken else [*kinds, "complete", "commit"]
         if rng is not None:
             rng.shuffle(kinds)
             kinds = [k for k in kinds if rng.random() < 0.7]
@@ -371,7 +377,10 @@ class World:
             await self._turn(w, "fetch")
             await self._turn(w, "send")
         self.say("model", f"a worker joins while {w.name} fetches {host}, which moves")
+        newcomer = self.next_name()
         await self.join()
+        if self.workers[newcomer].state == "member":  # its heartbeat loop beats at once
+            await self.step(self.workers[newcomer], "beat")
         self.say("submitter", self.submit([f"http://{host}/unseen{next(self._unseen)}"]))
         await self.tick()
         return ""
@@ -392,31 +401,62 @@ class World:
             f"runs again, {early:g} s before its lease runs out; its next "
             f"heartbeat reaches Redis {slow:g} s late",
         )
-        await self.turn(w)
+        await self.turn(w, woken=True)
         for _ in range(3):
             await self.tick()
         return ""
 
     async def lose_beat_after_expiry(self, w: SimWorker) -> str:
-        """``w`` takes pages and its requests wait to leave; it is paused until the fleet
-        has expired it and taken its hosts, then runs again, and the reply to its next
-        heartbeat is lost: its requests reach the check before sending first."""
-        if not w.fetcher.waiting:
-            await self._turn(w, "fetch")
+        """``w`` takes pages, their requests held back from leaving (as for a busy
+        connection); it is paused until the fleet has expired it and a new owner has sent
+        its first request to one of those hosts; then it runs again, and the reply to its
+        next heartbeat is lost: its requests reach the check before sending first, right
+        after the new owner's."""
+        w.fetcher.holding = True
+        try:
+            for _ in range(5):  # until a slot and a host's pacing let it take one
+                await self._turn(w, "fetch")
+                if w.fetcher.waiting or not w.active:
+                    break
+                await self.tick()
+        finally:
+            w.fetcher.holding = False
+        if not w.active:
+            w.fetcher.let_go(self.now())
+            return self.say(w.name, "is no longer running")
+        hosts = {d.url.split("/")[2] for d in w.fetcher.waiting}
         w.paused = True
-        self.say(w.name, "paused (SIGSTOP)")
-        for _ in range(math.ceil(self.settings["lease"] / BEAT) + 4):
-            if w.name not in self.observer.members():
-                break
-            await self.tick(skip=w)
-        await self.tick(skip=w)  # the new owners take over
-        w.paused = False
+        self.say(w.name, f"paused (SIGSTOP), its requests to {' '.join(sorted(hosts))} waiting")
+        try:
+            await self._until_taken_over(w, hosts)
+        finally:
+            w.paused = False
+            w.fetcher.let_go(self.now())
         w.link.lose_reply = "heartbeat"
         self.say(w.name, "runs again; the reply to its next heartbeat will be lost")
+        await self._turn(w, "send")  # woken, the waiting requests go first
         await self.turn(w)
         for _ in range(2):
             await self.tick()
         return ""
+
+    async def _until_taken_over(self, w: SimWorker, hosts: set[str]) -> None:
+        """The fleet runs without ``w`` until it expired ``w`` and another worker sent a
+        request to one of ``hosts`` (with none, a tick after the expiry; at most two
+        leases)."""
+        self.say("model", f"the fleet runs until it expired {w.name} and took its hosts")
+        end = self.now() + 2 * float(self.settings["lease"])
+        mark: int | None = None  # requests from the expiry on
+        while self.now() < end:
+            if mark is None and w.name not in self.observer.members():
+                mark = len(self.fetches)
+                if not hosts:
+                    await self.tick(skip=w, quiet=True)
+                    return
+            later = self.fetches[mark:] if mark is not None else []
+            if any(f.host in hosts and f.worker != w.name for f in later):
+                return
+            await self.tick(skip=w, seconds=BEAT / 4, quiet=True)
 
     # -- plumbing ----------------------------------------------------------------------------
 
