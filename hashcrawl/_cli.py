@@ -16,7 +16,7 @@ import logging
 import os
 import signal
 import sys
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from pathlib import Path
 from typing import Any, NoReturn
 
@@ -30,6 +30,7 @@ from ._local import (
     Children,
     NothingFetched,
     expire_previous_members,
+    interrupts_held,
     plural,
     submit_start_urls,
     verdict,
@@ -587,11 +588,16 @@ def cmd_crawl(args: argparse.Namespace) -> int:
     _check_start_urls(urls, AddressPolicy.of(settings.allow_nets, settings.allow_private))
     _checked_output(args.output)
     state = _state_dir(args)
-    with RedisServer(directory=state, unix_socket=True, appendonly=True) as server:
-        return _crawl_on(server.url, args, urls)
+    with (
+        interrupts_held() as check,
+        RedisServer(directory=state, unix_socket=True, appendonly=True) as server,
+    ):
+        return _crawl_on(server.url, args, urls, check)
 
 
-def _crawl_on(redis_url: str, args: argparse.Namespace, urls: list[str]) -> int:
+def _crawl_on(
+    redis_url: str, args: argparse.Namespace, urls: list[str], check: Callable[[], None]
+) -> int:
     """Run the workers on the private server at ``redis_url``; judge the start URLs after."""
     from ._crawlconfig import change
     from ._metrics import child_metrics_flags
@@ -612,6 +618,7 @@ def _crawl_on(redis_url: str, args: argparse.Namespace, urls: list[str]) -> int:
             # The URL goes through the environment: argv is visible to every user in ps.
             env={**os.environ, REDIS_ENV_VAR: redis_url, **_headers_env(settings)},
         )
+        check()  # a Ctrl-C while starting: no worker is started
         with shown(args, redis_url):
             codes = children.run()
         if children.interrupted:

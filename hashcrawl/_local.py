@@ -7,12 +7,13 @@ workers are gone, whether any start URL was fetched.
 
 from __future__ import annotations
 
+import contextlib
 import ctypes
 import json
 import signal
 import subprocess
 import sys
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from typing import Any
 
 import attrs
@@ -47,6 +48,32 @@ def _as_child() -> None:
     if sys.platform == "linux":
         # A crawl killed outright (SIGKILL) must not leave its workers crawling on.
         ctypes.CDLL(None, use_errno=True).prctl(_PR_SET_PDEATHSIG, signal.SIGTERM)
+
+
+@contextlib.contextmanager
+def interrupts_held() -> Iterator[Callable[[], None]]:
+    """Hold a Ctrl-C while ``crawl`` starts its server and workers; yield a check that
+    raises KeyboardInterrupt if one came (it also runs at the end).
+
+    Python raises KeyboardInterrupt wherever the main thread is, a destructor included:
+    there it is printed as an ignored exception with a traceback, and lost. Held, it
+    surfaces at a check, in plain code, and the command exits 130 with one line.
+    """
+    got: list[int] = []
+    previous = signal.signal(signal.SIGINT, lambda number, frame: got.append(number))
+
+    def check() -> None:
+        if got:
+            raise KeyboardInterrupt
+
+    try:
+        yield check
+    except Exception:
+        check()  # what failed then (a server that got the same Ctrl-C) is not the news
+        raise
+    finally:
+        signal.signal(signal.SIGINT, previous)
+    check()
 
 
 class Children:
