@@ -10,6 +10,7 @@ from __future__ import annotations
 import contextlib
 import ctypes
 import json
+import os
 import signal
 import subprocess
 import sys
@@ -102,36 +103,41 @@ class Children:
                 if self.signals:
                     break
                 self.processes.append(subprocess.Popen(command, preexec_fn=_as_child, env=self.env))
-            return [process.wait() for process in self.processes]
-        except StoppedAtOnce:
-            for process in self.processes:
-                process.wait()  # killed: at once (waiting inside the handler would deadlock)
-            raise
+            codes = [process.wait() for process in self.processes]
         finally:
             for number, handler in previous.items():
                 signal.signal(number, handler)
+        if self.signals > 1:
+            raise StoppedAtOnce(
+                "stopped at once; run the same command again to go on where it stopped"
+            )
+        return codes
 
     @property
     def interrupted(self) -> bool:
         return self.signals > 0
 
     def _on_signal(self, number: int, frame: Any) -> None:
+        """Count the signal and pass it on: SIGTERM to the workers first, SIGKILL after.
+
+        Python runs this between any two bytecodes of the main thread, inside
+        ``Popen.wait``'s lock too: so it calls no Popen method, takes no lock and raises
+        nothing (an exception here once left that lock held, and ``wait`` hung for ever).
+        ``run`` raises StoppedAtOnce once the killed workers are reaped.
+        """
         self.signals += 1
         if self.signals == 1:
-            print(
-                log_line(
-                    "stopping: finishing requests in flight, then saving the crawl "
-                    "(press Ctrl-C again to quit at once)"
-                ),
-                file=sys.stderr,
-                flush=True,
+            line = log_line(
+                "stopping: finishing requests in flight, then saving the crawl "
+                "(press Ctrl-C again to quit at once)"
             )
-            for process in self.processes:
-                process.send_signal(signal.SIGTERM)
-            return
+            with contextlib.suppress(OSError):
+                os.write(sys.stderr.fileno(), f"{line}\n".encode())
+        number = signal.SIGTERM if self.signals == 1 else signal.SIGKILL
         for process in self.processes:
-            process.kill()
-        raise StoppedAtOnce("stopped at once; run the same command again to go on where it stopped")
+            if process.returncode is None:  # not reaped: the pid is still the worker's
+                with contextlib.suppress(ProcessLookupError):
+                    os.kill(process.pid, number)
 
 
 def expire_previous_members(store: Store) -> int:
