@@ -465,3 +465,15 @@ def flags(*, delay: float, lease: float, idle: float | str, **more: object) -> l
     for name, value in more.items():
         out += [f"--{name.replace('_', '-')}", str(value)]
     return out
+
+
+def root_and_two_pages() -> Site:
+    """A root linking to two pages on its own host."""
+    a = host(0)
+    return make_site(
+        {
+            (a, "/"): page("root", href(a, "/a"), href(a, "/b")),
+            (a, "/a"): page("a"),
+            (a, "/b"): page("b"),
+        }
+    )

@@ -17,27 +17,12 @@ from testing.fleet import (
     crawl_site,
     fast_settings,
     host,
-    href,
-    make_site,
-    page,
     request_counts,
+    root_and_two_pages,
     status_of,
 )
-from testing.testsite import Site
 
 ROOT_ERROR = "RuntimeError: a bug after the root's links"
-
-
-def root_and_two_pages() -> Site:
-    """A root linking to two pages on its own host."""
-    a = host(0)
-    return make_site(
-        {
-            (a, "/"): page("root", href(a, "/a"), href(a, "/b")),
-            (a, "/a"): page("a"),
-            (a, "/b"): page("b"),
-        }
-    )
 
 
 def raising_generator(response: hashcrawl.Response) -> Iterator[Any]:

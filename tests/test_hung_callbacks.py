@@ -16,23 +16,10 @@ import trio
 import hashcrawl
 from hashcrawl import _handling
 from hashcrawl._server import RedisServer
-from testing.fleet import crawl_site, fast_settings, host, href, make_site, page, request_counts
-from testing.testsite import Site
+from testing.fleet import crawl_site, fast_settings, host, request_counts, root_and_two_pages
 
 MAX_ATTEMPTS = 2
 TIMEOUT_ERROR = "ParseTimeout: the parse callback ran past --parse-timeout (0.3 s)"
-
-
-def root_and_two_pages() -> Site:
-    """A root linking to two pages on its own host."""
-    a = host(0)
-    return make_site(
-        {
-            (a, "/"): page("root", href(a, "/a"), href(a, "/b")),
-            (a, "/a"): page("a"),
-            (a, "/b"): page("b"),
-        }
-    )
 
 
 async def hangs_on_the_root(response: hashcrawl.Response) -> AsyncIterator[Any]:
