@@ -24,21 +24,28 @@ _HOMES = {
     "QueueError": "_exceptions",
     "Refused": "_exceptions",
     "StateLost": "_exceptions",
-    "Fetcher": "_fetch",
-    "HttpxFetcher": "_fetch",
-    "Request": "_models",
-    "Response": "_models",
-    "Queue": "_queue",
+    "Fetcher": "_web._fetch",
+    "HttpxFetcher": "_web._fetch",
+    "Request": "_web._models",
+    "Response": "_web._models",
+    "Queue": "_run._queue",
     "Settings": "_settings",
-    "CsvSink": "_sinks",
-    "JsonLinesSink": "_sinks",
-    "Sink": "_sinks",
-    "Spider": "_spider",
-    "Worker": "_worker",
+    "CsvSink": "_web._sinks",
+    "JsonLinesSink": "_web._sinks",
+    "Sink": "_web._sinks",
+    "Spider": "_web._spider",
+    "Worker": "_run._worker",
 }
 
 if TYPE_CHECKING:
     from typing import Any
+
+    from hashcrawl._run._queue import Queue
+    from hashcrawl._run._worker import Worker
+    from hashcrawl._web._fetch import Fetcher, HttpxFetcher
+    from hashcrawl._web._models import Request, Response
+    from hashcrawl._web._sinks import CsvSink, JsonLinesSink, Sink
+    from hashcrawl._web._spider import Spider
 
     from ._exceptions import (
         ConfigError,
@@ -50,13 +57,7 @@ if TYPE_CHECKING:
         Refused,
         StateLost,
     )
-    from ._fetch import Fetcher, HttpxFetcher
-    from ._models import Request, Response
-    from ._queue import Queue
     from ._settings import Settings
-    from ._sinks import CsvSink, JsonLinesSink, Sink
-    from ._spider import Spider
-    from ._worker import Worker
 else:
 
     def __getattr__(name: str) -> Any:

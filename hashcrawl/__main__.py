@@ -10,7 +10,7 @@ import sys
 def run() -> int:
     """Run the command line; a Ctrl-C before it has taken over the signals exits 130."""
     try:
-        from ._cli import main
+        from hashcrawl._cli._commands import main
 
         return main()
     except KeyboardInterrupt:

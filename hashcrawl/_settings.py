@@ -19,7 +19,8 @@ from typing import Any
 
 import attrs
 
-from ._addresses import parse_net
+from hashcrawl._web._addresses import parse_net
+
 from ._exceptions import ConfigError
 from ._version import DEFAULT_USER_AGENT
 
@@ -53,7 +54,7 @@ HEADERS_ENV_VAR = "HASHCRAWL_HEADERS"
 
 def _header_line(text: str) -> str:
     """A ``Name: value`` header line, checked (the value is never repeated: a credential)."""
-    from ._entry import HEADER_VALUE, TOKEN
+    from hashcrawl._core._entry import HEADER_VALUE, TOKEN
 
     name, colon, value = text.partition(":")
     if not colon or not TOKEN.fullmatch(name.strip()):
@@ -147,8 +148,8 @@ def _networks(_: object, field: attrs.Attribute[Any], value: tuple[str, ...]) ->
 
 def _user_agent(_: object, field: attrs.Attribute[Any], value: str) -> None:
     """One line of ASCII text that starts with a product token (robots.txt matches it)."""
-    from ._entry import HEADER_VALUE
-    from ._robots import _product_token
+    from hashcrawl._core._entry import HEADER_VALUE
+    from hashcrawl._web._robots import _product_token
 
     if not HEADER_VALUE.fullmatch(value):
         raise ConfigError(f"{flag_name(field)} must be one line of ASCII text up to 8 KiB")

@@ -28,7 +28,7 @@ import redis as redis_py
 from bench_site import StaticServer, allow_flags, read_log
 
 from hashcrawl import Queue
-from hashcrawl._server import RedisServer
+from hashcrawl._cli._server import RedisServer
 
 CRAWL = "bench"
 SCRIPTS = Path(__file__).resolve().parent

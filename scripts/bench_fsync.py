@@ -28,7 +28,7 @@ from pathlib import Path
 from typing import Any
 
 import hashcrawl
-from hashcrawl._server import RedisServer
+from hashcrawl._cli._server import RedisServer
 
 HOSTS = 20
 LINKS = 8

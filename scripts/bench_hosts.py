@@ -25,12 +25,12 @@ import sys
 import trio
 import trio.testing
 
-from hashcrawl import _core
-from hashcrawl._entry import Entry
-from hashcrawl._frontier import Held
-from hashcrawl._robots import Robots
-from hashcrawl._store import Store
-from hashcrawl._worker import Driver, Worker
+from hashcrawl._core import _session as _core
+from hashcrawl._core._entry import Entry
+from hashcrawl._core._frontier import Held
+from hashcrawl._run._worker import Driver, Worker
+from hashcrawl._store._store import Store
+from hashcrawl._web._robots import Robots
 
 ROBOTS = (
     "User-agent: *\n"

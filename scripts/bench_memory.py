@@ -2,7 +2,7 @@
 
 ``seen_filter`` pushes distinct URLs through the commit script exactly as a submitter or
 a worker does (``Store.commit`` with ``[target, entry, h1, h2, 1]`` adds, the fingerprint
-from ``hashcrawl._urls.fingerprint``), then pushes new URLs and counts how many the filter
+from ``hashcrawl._core._urls.fingerprint``), then pushes new URLs and counts how many the filter
 wrongly took for seen. The stream they are appended to is trimmed as it goes, as workers
 would consume it, so that ``used_memory`` measures the filter and not the queue.
 
@@ -29,12 +29,12 @@ import redis as redis_py
 from bench_crawl import CRAWL, _join_command
 
 from hashcrawl import Queue
-from hashcrawl._batch import chunks
-from hashcrawl._entry import Entry
-from hashcrawl._redisurl import RedisURL
-from hashcrawl._server import RedisServer
-from hashcrawl._store import Batch, Store
-from hashcrawl._urls import fingerprint
+from hashcrawl._cli._server import RedisServer
+from hashcrawl._core._batch import chunks
+from hashcrawl._core._entry import Entry
+from hashcrawl._core._urls import fingerprint
+from hashcrawl._store._redisurl import RedisURL
+from hashcrawl._store._store import Batch, Store
 
 TRIM_EVERY = 20  # batches between trims of the stream the URLs land in
 

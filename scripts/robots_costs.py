@@ -13,7 +13,7 @@ from __future__ import annotations
 import random
 import time
 
-from hashcrawl._robots import MAX_ROBOTS_BYTES, Robots
+from hashcrawl._web._robots import MAX_ROBOTS_BYTES, Robots
 
 
 def text_of(kind: str) -> str:

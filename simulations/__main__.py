@@ -93,7 +93,7 @@ def _parser() -> argparse.ArgumentParser:
 def _faults(names: list[str]) -> set[str]:
     if not names:
         return set()
-    from hashcrawl._faults import FAULTS
+    from hashcrawl._core._faults import FAULTS
 
     FAULTS.update(names)
     return FAULTS

@@ -1,7 +1,7 @@
 """Real worker sessions, stepped one turn at a time, with faults between them and Redis.
 
-A :class:`SimWorker` runs one ``hashcrawl._worker.Driver``: the driver every worker
-runs, around the same ``hashcrawl._core.Session``, with its Store (the real scripts, on
+A :class:`SimWorker` runs one ``hashcrawl._run._worker.Driver``: the driver every worker
+runs, around the same ``hashcrawl._core._session.Session``, with its Store (the real scripts, on
 a real server) and a fake fetcher. Each *step* is one turn of one of the driver's loops
 (``beat_once``, ``read_once``, ``dispatch_one``, ``commit_turn``, ``apply_turn``,
 ``drain_turn``, ``pace_turn``, ``unpark_turn``): the loops themselves only repeat those
@@ -30,11 +30,11 @@ from typing import Any
 import attrs
 import trio
 
+from hashcrawl._core._frontier import Held
 from hashcrawl._exceptions import QueueError
-from hashcrawl._frontier import Held
-from hashcrawl._redisurl import RedisURL
-from hashcrawl._store import Store
-from hashcrawl._worker import Driver, Worker
+from hashcrawl._run._worker import Driver, Worker
+from hashcrawl._store._redisurl import RedisURL
+from hashcrawl._store._store import Store
 from simulations.loop import inline
 from simulations.web import SimFetcher
 

@@ -2,7 +2,7 @@
 
 The observer has its own connection and reads raw keys (XRANGE, XPENDING, ZRANGE,
 HGETALL); it never calls hashcrawl's Store, so a bug there cannot hide from it. The key
-names are the documented schema (``hashcrawl/_store.py``).
+names are the documented schema (``hashcrawl/_store/_store.py``).
 """
 
 from __future__ import annotations

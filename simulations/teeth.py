@@ -19,7 +19,7 @@ from simulations import profiles
 def catch(fault: str, seed: int, examples: int) -> tuple[str, int, float]:
     """One quick run with ``fault`` on: (the violation, or "" if none; examples started;
     seconds)."""
-    from hashcrawl._faults import FAULTS
+    from hashcrawl._core._faults import FAULTS
 
     profile = profiles.Profile("teeth", examples=examples, steps=profiles.QUICK.steps)
     report = profiles.Report()

@@ -24,10 +24,10 @@ from collections.abc import Awaitable, Callable
 from pathlib import Path
 from typing import Any
 
+from hashcrawl._cli._server import RedisServer
+from hashcrawl._core._ring import Ring
 from hashcrawl._exceptions import Fenced, QueueError
-from hashcrawl._queue import Queue
-from hashcrawl._ring import Ring
-from hashcrawl._server import RedisServer
+from hashcrawl._run._queue import Queue
 from simulations.crew import SimulatedCrash, SimWorker
 from simulations.loop import Loop, settle
 from simulations.observe import Observer

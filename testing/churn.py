@@ -30,7 +30,7 @@ from pathlib import Path
 import attrs
 import redis as redis_py
 
-from hashcrawl._server import RedisServer
+from hashcrawl._cli._server import RedisServer
 from testing.practice import (
     CRAWL,
     Progress,

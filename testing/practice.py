@@ -18,7 +18,7 @@ from typing import IO
 
 import attrs
 
-from hashcrawl._server import RedisServer
+from hashcrawl._cli._server import RedisServer
 from testing.testsite import SITE_FLAGS, SiteServer, Verdict, generate_site, judge
 
 REPO = Path(__file__).resolve().parent.parent

@@ -17,7 +17,7 @@ from pathlib import Path
 
 import pytest
 
-from hashcrawl._server import RedisServer
+from hashcrawl._cli._server import RedisServer
 
 # The modules that take minutes each (the crash simulation is CPU-bound; test_cli starts
 # a process per test): handed out first, so that neither ends the run alone on one

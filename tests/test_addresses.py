@@ -1,4 +1,4 @@
-"""Tests for hashcrawl._addresses: which addresses a worker may connect to."""
+"""Tests for hashcrawl._web._addresses: which addresses a worker may connect to."""
 
 from __future__ import annotations
 
@@ -6,8 +6,8 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from hashcrawl._addresses import AddressPolicy, literal_address, parse_net, url_refusal
 from hashcrawl._exceptions import ConfigError
+from hashcrawl._web._addresses import AddressPolicy, literal_address, parse_net, url_refusal
 
 NOT_PUBLIC = [
     "127.0.0.1",

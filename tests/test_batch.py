@@ -1,8 +1,8 @@
-"""Tests for hashcrawl._batch: how a big commit is split into script calls."""
+"""Tests for hashcrawl._core._batch: how a big commit is split into script calls."""
 
 from __future__ import annotations
 
-from hashcrawl._batch import SPLIT_AT, Batch
+from hashcrawl._core._batch import SPLIT_AT, Batch
 
 
 def big_batch(filtered: int, unfiltered: int, acks: int) -> Batch:

@@ -28,10 +28,10 @@ import pytest
 import redis
 
 from hashcrawl import Queue
-from hashcrawl._cli import build_parser
-from hashcrawl._redisurl import RedisURL
-from hashcrawl._server import RedisServer
-from hashcrawl._store import Store
+from hashcrawl._cli._commands import build_parser
+from hashcrawl._cli._server import RedisServer
+from hashcrawl._store._redisurl import RedisURL
+from hashcrawl._store._store import Store
 from testing.testsite import SITE_FLAGS, Resource, Site, SiteServer, generate_site, judge
 
 SECRET = "pw-secret"
@@ -888,7 +888,7 @@ INTERRUPTED_IMPORT = """
 import importlib.abc, sys
 class Interrupt(importlib.abc.MetaPathFinder):
     def find_spec(self, name, path=None, target=None):
-        if name == "hashcrawl._cli":
+        if name == "hashcrawl._cli._commands":
             raise KeyboardInterrupt  # as a Ctrl-C lands while the command imports
 sys.meta_path.insert(0, Interrupt())
 from hashcrawl.__main__ import run

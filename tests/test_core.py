@@ -1,4 +1,4 @@
-"""Tests for hashcrawl._core: a worker's decisions, driven by hand. No Redis, no network."""
+"""Tests for hashcrawl._core._session: a worker's decisions, by hand. No Redis, no network."""
 
 from __future__ import annotations
 
@@ -6,15 +6,15 @@ from typing import Any
 
 import pytest
 
-from hashcrawl._core import COMMIT_MAX, Counters, Session
-from hashcrawl._entry import Entry
+from hashcrawl._core._entry import Entry
+from hashcrawl._core._frontier import Held
+from hashcrawl._core._outcome import Kind, Outcome
+from hashcrawl._core._ring import Ring
+from hashcrawl._core._session import COMMIT_MAX, Counters, Session
 from hashcrawl._exceptions import Fenced, QueueError
-from hashcrawl._frontier import Held
-from hashcrawl._metrics import Tally
-from hashcrawl._outcome import Kind, Outcome
-from hashcrawl._ring import Ring
+from hashcrawl._run._metrics import Tally
 from hashcrawl._settings import Settings
-from hashcrawl._store import Beat, Committed
+from hashcrawl._store._store import Beat, Committed
 
 LEASE = 8.0
 

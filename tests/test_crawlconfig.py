@@ -10,13 +10,13 @@ import pytest
 import redis as redis_py
 import trio
 
-from hashcrawl._cli import _child_command, build_parser, main
-from hashcrawl._crawlconfig import FIXED, RECORDED, CrawlSettings, adopt, change, view
+from hashcrawl._cli._commands import _child_command, build_parser, main
 from hashcrawl._exceptions import ConfigError
-from hashcrawl._redisurl import RedisURL
+from hashcrawl._run._worker import Worker
 from hashcrawl._settings import CRAWL, Settings
-from hashcrawl._store import Store
-from hashcrawl._worker import Worker
+from hashcrawl._store._crawlconfig import FIXED, RECORDED, CrawlSettings, adopt, change, view
+from hashcrawl._store._redisurl import RedisURL
+from hashcrawl._store._store import Store
 from testing.fleet import await_until
 
 
@@ -340,6 +340,6 @@ def test_crawl_settings_parse_back_what_they_store() -> None:
 
 
 def _text(name: str, value: object) -> str:
-    from hashcrawl._crawlconfig import to_text
+    from hashcrawl._store._crawlconfig import to_text
 
     return to_text(name, value)

@@ -7,7 +7,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from hashcrawl._entry import MAX_ENTRY_BYTES, BadEntry, Entry
+from hashcrawl._core._entry import MAX_ENTRY_BYTES, BadEntry, Entry
 from tests.strategies import stream_payloads
 
 json_values = st.recursive(

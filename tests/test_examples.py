@@ -15,8 +15,8 @@ from pathlib import Path
 import pytest
 
 import hashcrawl
-from hashcrawl._cli import build_parser
-from hashcrawl._server import RedisServer
+from hashcrawl._cli._commands import build_parser
+from hashcrawl._cli._server import RedisServer
 from testing.testsite import SITE_NETS
 
 EXAMPLES = Path(__file__).resolve().parent.parent / "docs" / "examples"

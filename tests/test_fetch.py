@@ -1,4 +1,4 @@
-"""Tests for hashcrawl._fetch: the httpx fetcher, its pool per origin, and its check at send."""
+"""Tests for hashcrawl._web._fetch: the httpx fetcher, its per-origin pool, its check at send."""
 
 from __future__ import annotations
 
@@ -17,7 +17,7 @@ import trio.testing
 
 from hashcrawl import FetchError, HttpxFetcher, Queue, Request, Response
 from hashcrawl._exceptions import Refused
-from hashcrawl._fetch import NotSent, OriginPools, sending_only_while
+from hashcrawl._web._fetch import NotSent, OriginPools, sending_only_while
 from testing.fleet import (
     Crew,
     crawl_in_process,

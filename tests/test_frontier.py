@@ -1,9 +1,9 @@
-"""Tests for hashcrawl._frontier: per-host queues and pacing, with time passed in."""
+"""Tests for hashcrawl._core._frontier: per-host queues and pacing, with time passed in."""
 
 from __future__ import annotations
 
-from hashcrawl._entry import Entry
-from hashcrawl._frontier import Frontier, Held
+from hashcrawl._core._entry import Entry
+from hashcrawl._core._frontier import Frontier, Held
 
 
 def held(n: int, host: str = "a.test", priority: int = 0) -> Held:

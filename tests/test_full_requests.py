@@ -11,9 +11,9 @@ import redis
 import trio
 
 import hashcrawl
-from hashcrawl._entry import MAX_ENTRY_BYTES
+from hashcrawl._cli._server import RedisServer
+from hashcrawl._core._entry import MAX_ENTRY_BYTES
 from hashcrawl._exceptions import ConfigError
-from hashcrawl._server import RedisServer
 from testing.fleet import Crew, crawl_in_process, fast_settings, new_crawl_name
 from testing.formsite import PASSWORD, TOKEN, USER, FormSite, Seen
 

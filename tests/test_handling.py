@@ -10,7 +10,7 @@ import pytest
 import trio
 
 import hashcrawl
-from hashcrawl._server import RedisServer
+from hashcrawl._cli._server import RedisServer
 from testing.fleet import (
     Crawled,
     Scenarios,

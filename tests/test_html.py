@@ -1,4 +1,4 @@
-"""Tests for hashcrawl._html: titles, links and content types."""
+"""Tests for hashcrawl._web._html: titles, links and content types."""
 
 from __future__ import annotations
 
@@ -7,9 +7,9 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from hashcrawl import Request, Response
-from hashcrawl._html import Page, decode_body, is_html, parse_html
-from hashcrawl._links import sendable
-from hashcrawl._urls import canonicalize
+from hashcrawl._core._links import sendable
+from hashcrawl._core._urls import canonicalize
+from hashcrawl._web._html import Page, decode_body, is_html, parse_html
 from tests.strategies import content_types, header_maps, html_like_bodies, http_urls
 
 URL = "http://example.com/dir/page.html"

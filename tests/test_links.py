@@ -1,13 +1,13 @@
-"""The URLs a response links to, as they are sent (hashcrawl._links)."""
+"""The URLs a response links to, as they are sent (hashcrawl._core._links)."""
 
 from __future__ import annotations
 
 import pytest
 
-from hashcrawl._entry import Entry
-from hashcrawl._links import header_links, request_url
-from hashcrawl._models import Request, Response
-from hashcrawl._urls import canonicalize
+from hashcrawl._core._entry import Entry
+from hashcrawl._core._links import header_links, request_url
+from hashcrawl._core._urls import canonicalize
+from hashcrawl._web._models import Request, Response
 
 BASE = "http://example.com/dir/page.html"
 

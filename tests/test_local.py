@@ -7,7 +7,7 @@ import json
 from hypothesis import given
 from hypothesis import strategies as st
 
-from hashcrawl._local import dead_error
+from hashcrawl._cli._local import dead_error
 
 
 def test_a_dead_letter_says_its_attempts_and_last_error() -> None:

@@ -13,10 +13,10 @@ import trio
 from prometheus_client.parser import text_string_to_metric_families
 
 from hashcrawl import Queue, Worker
+from hashcrawl._cli._statusview import read_view, render_text
+from hashcrawl._core._frontier import Frontier
 from hashcrawl._exceptions import ConfigError
-from hashcrawl._frontier import Frontier
-from hashcrawl._metrics import Tally, error_kind
-from hashcrawl._statusview import read_view, render_text
+from hashcrawl._run._metrics import Tally, error_kind
 from testing.fleet import page_requests
 from tests.watching import by_class, settled_crawl
 

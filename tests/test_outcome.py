@@ -1,16 +1,16 @@
-"""Tests for hashcrawl._outcome: where outcomes put their entries in a commit batch."""
+"""Tests for hashcrawl._core._outcome: where outcomes put their entries in a commit batch."""
 
 from __future__ import annotations
 
 import json
 
-from hashcrawl._entry import Entry
-from hashcrawl._frontier import Held
-from hashcrawl._outcome import Outcome, Router, SeenCache
-from hashcrawl._ring import Ring
-from hashcrawl._scope import Scope
-from hashcrawl._store import Batch
-from hashcrawl._urls import fingerprint
+from hashcrawl._core._entry import Entry
+from hashcrawl._core._frontier import Held
+from hashcrawl._core._outcome import Outcome, Router, SeenCache
+from hashcrawl._core._ring import Ring
+from hashcrawl._core._scope import Scope
+from hashcrawl._core._urls import fingerprint
+from hashcrawl._store._store import Batch
 
 RING = Ring.of(4, ("w1", "w2"))
 

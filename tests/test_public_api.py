@@ -17,6 +17,7 @@ def test_public_classes_live_in_private_modules():
         value = getattr(hashcrawl, name)
         module = getattr(value, "__module__", "hashcrawl._")
         assert module.startswith("hashcrawl._"), (name, module)
+        assert all(part.startswith("_") for part in module.split(".")[1:]), (name, module)
 
 
 def test_errors_form_one_tree():

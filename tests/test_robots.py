@@ -1,4 +1,4 @@
-"""Tests for hashcrawl._robots: robots.txt rules, their URL and Retry-After."""
+"""Tests for hashcrawl._web._robots: robots.txt rules, their URL and Retry-After."""
 
 from __future__ import annotations
 
@@ -15,7 +15,7 @@ from hypothesis import strategies as st
 
 from hashcrawl import JsonLinesSink, Queue, Request, Response, Worker
 from hashcrawl._exceptions import ConfigError
-from hashcrawl._robots import (
+from hashcrawl._web._robots import (
     MAX_REDIRECTS,
     MAX_ROBOTS_BYTES,
     RULES_TTL,

@@ -1,5 +1,5 @@
 """A crawl's scope: the hosts of its submitted URLs by default, widened by --allow-domain,
-opened by --span-hosts, shared by the whole fleet through Redis (hashcrawl._scope)."""
+opened by --span-hosts, shared by the whole fleet through Redis (hashcrawl._core._scope)."""
 
 from __future__ import annotations
 
@@ -12,11 +12,11 @@ from typing import Any
 import pytest
 import trio
 
-from hashcrawl._queue import Queue
-from hashcrawl._redisurl import RedisURL
-from hashcrawl._scope import Scope, members
-from hashcrawl._server import RedisServer
-from hashcrawl._store import Batch, Store
+from hashcrawl._cli._server import RedisServer
+from hashcrawl._core._scope import Scope, members
+from hashcrawl._run._queue import Queue
+from hashcrawl._store._redisurl import RedisURL
+from hashcrawl._store._store import Batch, Store
 from testing.fleet import (
     DEADLINE,
     Crawled,

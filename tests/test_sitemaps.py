@@ -11,8 +11,8 @@ import trio
 from hypothesis import given
 from hypothesis import strategies as st
 
-from hashcrawl._entry import Entry
-from hashcrawl._sitemaps import (
+from hashcrawl._core._entry import Entry
+from hashcrawl._web._sitemaps import (
     MAX_SITEMAP_DEPTH,
     MAX_SITEMAP_URLS,
     Sitemap,

@@ -1,4 +1,4 @@
-"""Tests for hashcrawl._store: the heartbeat's idle check counts for real, once per idle
+"""Tests for hashcrawl._store._store: the heartbeat's idle check counts for real, once per idle
 spell; a worker's record of the suspects it is fetching is never replaced by an older one;
 scripts are all or nothing at any size; a crawl knows when its state is gone; and the
 keys a long crawl leaves behind are pruned."""
@@ -9,14 +9,14 @@ import pytest
 import redis as redis_py
 
 from hashcrawl import Queue
-from hashcrawl._batch import SPLIT_AT
-from hashcrawl._entry import Entry
+from hashcrawl._cli._server import RedisServer
+from hashcrawl._core._batch import SPLIT_AT
+from hashcrawl._core._entry import Entry
+from hashcrawl._core._outcome import dead_letter
+from hashcrawl._core._urls import fingerprint
 from hashcrawl._exceptions import StateLost
-from hashcrawl._outcome import dead_letter
-from hashcrawl._redisurl import RedisURL
-from hashcrawl._server import RedisServer
-from hashcrawl._store import Batch, Store
-from hashcrawl._urls import fingerprint
+from hashcrawl._store._redisurl import RedisURL
+from hashcrawl._store._store import Batch, Store
 
 LEASE_MS = 60_000
 

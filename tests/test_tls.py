@@ -18,10 +18,10 @@ import attrs
 import pytest
 import trustme
 
+from hashcrawl._cli._server import RedisServer, find_server_binary
 from hashcrawl._exceptions import QueueError
-from hashcrawl._queue import Queue
-from hashcrawl._redisurl import RedisURL
-from hashcrawl._server import RedisServer, find_server_binary
+from hashcrawl._run._queue import Queue
+from hashcrawl._store._redisurl import RedisURL
 
 SECRET = "tls-secret#/?@"
 #: The only name in the server's certificate: 127.0.0.1, where it listens, is not in it.

@@ -1,4 +1,4 @@
-"""Tests for hashcrawl._urls: canonical URLs, host keys, fingerprints and scoping."""
+"""Tests for hashcrawl._core._urls: canonical URLs, host keys, fingerprints and scoping."""
 
 from __future__ import annotations
 
@@ -9,8 +9,8 @@ import pytest
 from hypothesis import assume, given
 from hypothesis import strategies as st
 
+from hashcrawl._core._urls import canonicalize, domain_allowed, fingerprint, host_key, join_url
 from hashcrawl._exceptions import InvalidURL
-from hashcrawl._urls import canonicalize, domain_allowed, fingerprint, host_key, join_url
 from tests.strategies import any_urls, ascii_hosts, hrefs, http_urls, paths, ports
 
 # canonicalize
@@ -407,7 +407,7 @@ def test_a_numeric_looking_name_that_is_no_address_stays_a_name(name: str) -> No
 
 def test_a_url_longer_than_the_cap_is_refused_with_its_length() -> None:
     """A URL over MAX_URL_LENGTH characters is an InvalidURL naming the limit."""
-    from hashcrawl._urls import MAX_URL_LENGTH
+    from hashcrawl._core._urls import MAX_URL_LENGTH
 
     assert canonicalize("http://a.test/" + "x" * (MAX_URL_LENGTH - 14))
     with pytest.raises(InvalidURL, match=f"longer than {MAX_URL_LENGTH} characters"):

@@ -10,9 +10,9 @@ from urllib.parse import urlsplit
 import pytest
 import trio
 
-from hashcrawl._ring import Ring
-from hashcrawl._server import RedisServer
-from hashcrawl._urls import host_key
+from hashcrawl._cli._server import RedisServer
+from hashcrawl._core._ring import Ring
+from hashcrawl._core._urls import host_key
 from testing.fleet import (
     DEADLINE,
     ITEM_FIELDS,

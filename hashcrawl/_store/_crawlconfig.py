@@ -27,14 +27,14 @@ from typing import TYPE_CHECKING, Any
 
 import attrs
 
-from ._exceptions import ConfigError
-from ._scope import members as scope_members
-from ._settings import CRAWL, NONE, Flag, Settings, flag_name
+from hashcrawl._core._scope import members as scope_members
+from hashcrawl._exceptions import ConfigError
+from hashcrawl._settings import CRAWL, NONE, Flag, Settings, flag_name
 
 if TYPE_CHECKING:
-    from ._redisurl import RedisURL
-    from ._store import Beat, Store
-    from ._worker import Driver, Worker
+    from hashcrawl._run._worker import Driver, Worker
+    from hashcrawl._store._redisurl import RedisURL
+    from hashcrawl._store._store import Beat, Store
 
 log = logging.getLogger("hashcrawl")
 SCOPE = ("allow_domains", "span_hosts")  # in the scope set, not the settings hash
@@ -194,7 +194,7 @@ def adopt_at(
     url: RedisURL, crawl: str, settings: Settings, given: Mapping[str, Any]
 ) -> tuple[Settings, CrawlSettings]:
     """:func:`adopt` on the crawl ``crawl`` at ``url``, over a connection of its own."""
-    from ._store import Store
+    from hashcrawl._store._store import Store
 
     store = Store(url, crawl, timeout=settings.answer_timeout)
     try:

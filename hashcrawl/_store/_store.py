@@ -69,12 +69,12 @@ import redis
 from redis.backoff import NoBackoff
 from redis.retry import Retry
 
-from ._batch import Batch as Batch
-from ._batch import Committed as Committed
-from ._batch import chunks
-from ._exceptions import ConfigError, Fenced, InvalidURL, QueueError, StateLost
-from ._redisurl import RedisURL, check_crawl_name
-from ._urls import fingerprint
+from hashcrawl._core._batch import Batch as Batch
+from hashcrawl._core._batch import Committed as Committed
+from hashcrawl._core._batch import chunks
+from hashcrawl._core._urls import fingerprint
+from hashcrawl._exceptions import ConfigError, Fenced, InvalidURL, QueueError, StateLost
+from hashcrawl._store._redisurl import RedisURL, check_crawl_name
 
 P = ParamSpec("P")
 T = TypeVar("T")

@@ -1,4 +1,4 @@
-"""From a response to an :class:`~hashcrawl._outcome.Outcome`: items, follows, backoff.
+"""From a response to an :class:`~hashcrawl._core._outcome.Outcome`: items, follows, backoff.
 
 A :class:`Handler` turns responses into outcomes through an optional parse callback;
 with none it writes one item per page and follows every link. It knows nothing of the
@@ -20,17 +20,17 @@ from typing import Any
 import attrs
 import trio
 
-from ._entry import Entry
-from ._exceptions import ConfigError
-from ._frontier import Held
-from ._links import request_url
-from ._models import Request, Response
-from ._outcome import Outcome, is_last_attempt
-from ._robots import Robots, parse_retry_after
-from ._settings import Settings
-from ._sinks import as_dict
-from ._sitemaps import sitemap_entries
-from ._urls import canonicalize, host_key
+from hashcrawl._core._entry import Entry
+from hashcrawl._core._frontier import Held
+from hashcrawl._core._links import request_url
+from hashcrawl._core._outcome import Outcome, is_last_attempt
+from hashcrawl._core._urls import canonicalize, host_key
+from hashcrawl._exceptions import ConfigError
+from hashcrawl._settings import Settings
+from hashcrawl._web._models import Request, Response
+from hashcrawl._web._robots import Robots, parse_retry_after
+from hashcrawl._web._sinks import as_dict
+from hashcrawl._web._sitemaps import sitemap_entries
 
 Parse = Callable[[Response], Any]
 MAX_REDIRECTS = 5  # hops in one chain, as RFC 9309 asks of robots.txt and browsers allow

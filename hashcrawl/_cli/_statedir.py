@@ -15,9 +15,9 @@ from collections.abc import Iterator
 from pathlib import Path
 from urllib.parse import quote
 
-from ._exceptions import ConfigError, QueueError
-from ._queue import Queue
-from ._redisurl import ENV_VAR, RedisURL
+from hashcrawl._exceptions import ConfigError, QueueError
+from hashcrawl._run._queue import Queue
+from hashcrawl._store._redisurl import ENV_VAR, RedisURL
 
 
 def add_state_dir(parser: argparse.ArgumentParser) -> None:
@@ -67,7 +67,7 @@ def redis_of(args: argparse.Namespace) -> RedisURL:
 
 @contextlib.contextmanager
 def _private_server(state_dir: Path, crawl: str) -> Iterator[str]:
-    from ._server import RedisServer
+    from hashcrawl._cli._server import RedisServer
 
     directory = state_dir / crawl
     if not (directory / "appendonlydir").is_dir():

@@ -39,7 +39,7 @@
 --   widen: [scope members] added to the scope (hosts a submitted URL redirected to)
 -- Every check comes before the first write, and every list is unpacked in chunks (Lua's
 -- unpack fails past a few thousand values), so the script never stops half done. Large
--- batches are split by the caller into several calls (hashcrawl/_batch.py); each part
+-- batches are split by the caller into several calls (hashcrawl/_core/_batch.py); each part
 -- carries the epoch and scope version, and only the last one widens the scope.
 -- Returns {'ok', added, acked, moved, scope size}, {'stale', epoch}, {'rescope', size} or
 --   {'fenced'}.

@@ -14,7 +14,7 @@ from collections.abc import Callable, Iterator
 
 import attrs
 
-from ._entry import Entry
+from hashcrawl._core._entry import Entry
 
 
 @attrs.frozen

@@ -6,7 +6,7 @@ RFC 1918 private, link-local (169.254.0.0/16, the cloud metadata service), CGNAT
 refused, and an IPv4-mapped IPv6 address (``::ffff:10.0.0.1``) is judged as the IPv4
 address it carries. ``allow_nets`` opens given networks; ``allow_private`` opens all.
 
-The decision is pure; :mod:`hashcrawl._fetch` applies it to the address each connection
+The decision is pure; :mod:`hashcrawl._web._fetch` applies it to the address each connection
 actually goes to, after resolving, so that DNS and redirects cannot get round it.
 """
 
@@ -19,7 +19,7 @@ from urllib.parse import urlsplit
 
 import attrs
 
-from ._exceptions import ConfigError
+from hashcrawl._exceptions import ConfigError
 
 Address = ipaddress.IPv4Address | ipaddress.IPv6Address
 Network = ipaddress.IPv4Network | ipaddress.IPv6Network

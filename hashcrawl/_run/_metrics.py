@@ -19,11 +19,11 @@ from typing import TYPE_CHECKING, Any
 
 import attrs
 
-from ._exceptions import ConfigError
+from hashcrawl._exceptions import ConfigError
 
 if TYPE_CHECKING:
-    from ._frontier import Frontier
-    from ._worker import Worker
+    from hashcrawl._core._frontier import Frontier
+    from hashcrawl._run._worker import Worker
 
 # Seconds: loopback pages take a millisecond, slow origins many seconds.
 LATENCY_BUCKETS = (0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0)

@@ -18,7 +18,7 @@ from urllib.parse import parse_qs, quote, unquote, urlsplit
 
 import attrs
 
-from ._exceptions import ConfigError, InvalidURL
+from hashcrawl._exceptions import ConfigError, InvalidURL
 
 #: The environment variable that names the Redis server when ``--redis`` is not given.
 ENV_VAR = "HASHCRAWL_REDIS"

@@ -14,7 +14,7 @@ from collections.abc import Iterable
 
 import attrs
 
-from ._urls import domain_allowed
+from hashcrawl._core._urls import domain_allowed
 
 SPAN = "span"
 _HOST = "host:"

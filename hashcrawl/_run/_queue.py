@@ -8,14 +8,14 @@ from typing import Any
 
 import attrs
 
-from ._batch import chunks
-from ._entry import Entry
-from ._links import sendable
-from ._redisurl import RedisURL, check_crawl_name
-from ._ring import Ring
-from ._scope import members as scope_members
-from ._store import Batch, Store
-from ._urls import canonicalize, fingerprint, host_key
+from hashcrawl._core._batch import chunks
+from hashcrawl._core._entry import Entry
+from hashcrawl._core._links import sendable
+from hashcrawl._core._ring import Ring
+from hashcrawl._core._scope import members as scope_members
+from hashcrawl._core._urls import canonicalize, fingerprint, host_key
+from hashcrawl._store._redisurl import RedisURL, check_crawl_name
+from hashcrawl._store._store import Batch, Store
 
 BATCH = 1000
 
@@ -68,7 +68,7 @@ class Queue:
     def settings(self) -> dict[str, Any]:
         """The crawl's settings by field name, and their ``version`` (None if none are
         recorded yet; then ``error`` says why if the record is unusable)."""
-        from ._crawlconfig import view
+        from hashcrawl._store._crawlconfig import view
 
         return view(self._store)
 

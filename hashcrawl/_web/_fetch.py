@@ -31,10 +31,10 @@ import httpcore
 import httpx
 import trio
 
-from ._addresses import AddressPolicy, literal_address
-from ._exceptions import FetchError, Refused
-from ._models import Request, Response
-from ._version import DEFAULT_USER_AGENT
+from hashcrawl._exceptions import FetchError, Refused
+from hashcrawl._version import DEFAULT_USER_AGENT
+from hashcrawl._web._addresses import AddressPolicy, literal_address
+from hashcrawl._web._models import Request, Response
 
 log = logging.getLogger("hashcrawl")
 #: The content codings the default fetcher decodes under its body cap, and so asks for.

@@ -1,7 +1,7 @@
 """A worker: one member of the fleet, owning the hosts the ring gives it.
 
 :class:`Worker` is the public face; each membership (from join to leave, or to being
-fenced) is a :class:`Driver` around a :class:`~hashcrawl._core.Session`. The session
+fenced) is a :class:`Driver` around a :class:`~hashcrawl._core._session.Session`. The session
 decides everything and does no IO; the driver does the IO it asks for, in thin trio
 loops under one nursery, each loop a repetition of one *turn* method:
 
@@ -32,8 +32,11 @@ from typing import Any, TypeVar
 
 import trio
 
-from . import _crawlconfig
-from ._core import (
+from hashcrawl._core._faults import FAULTS
+from hashcrawl._core._frontier import Held
+from hashcrawl._core._outcome import Outcome
+from hashcrawl._core._ring import Ring
+from hashcrawl._core._session import (
     COMMIT_EVERY,
     COMMIT_MAX,
     FORGET_EVERY,
@@ -45,23 +48,20 @@ from ._core import (
     Handoff,
     Session,
 )
-from ._crawlconfig import CrawlSettings
-from ._exceptions import ConfigError, Fenced, FetchError, QueueError, Refused, StateLost
-from ._faults import FAULTS
-from ._fetch import Fetcher, HttpxFetcher, NotSent, sending_only_while
-from ._frontier import Held
-from ._handling import Handler, Parse
-from ._metrics import Tally
-from ._models import Request, Response
-from ._outcome import Outcome
-from ._queue import submit_urls
-from ._redisurl import RedisURL, check_crawl_name
-from ._ring import Ring
-from ._robots import Robots, RobotsFetch, Unreachable
-from ._settings import CRAWL, Settings, header_pairs
-from ._sinks import Sink, sink_for
-from ._spider import Spider, callback_of
-from ._store import LOST, Beat, Store
+from hashcrawl._exceptions import ConfigError, Fenced, FetchError, QueueError, Refused, StateLost
+from hashcrawl._run._handling import Handler, Parse
+from hashcrawl._run._metrics import Tally
+from hashcrawl._run._queue import submit_urls
+from hashcrawl._settings import CRAWL, Settings, header_pairs
+from hashcrawl._store import _crawlconfig
+from hashcrawl._store._crawlconfig import CrawlSettings
+from hashcrawl._store._redisurl import RedisURL, check_crawl_name
+from hashcrawl._store._store import LOST, Beat, Store
+from hashcrawl._web._fetch import Fetcher, HttpxFetcher, NotSent, sending_only_while
+from hashcrawl._web._models import Request, Response
+from hashcrawl._web._robots import Robots, RobotsFetch, Unreachable
+from hashcrawl._web._sinks import Sink, sink_for
+from hashcrawl._web._spider import Spider, callback_of
 
 log = logging.getLogger("hashcrawl")
 T = TypeVar("T")
@@ -271,7 +271,7 @@ class Worker:
     def _serve_metrics(self) -> Any:
         if self.settings.metrics_port is None:
             return None
-        from ._metrics import serve
+        from hashcrawl._run._metrics import serve
 
         return serve(self, self.settings.metrics_port, self.settings.metrics_addr)
 

@@ -23,10 +23,7 @@ from typing import Any, NoReturn
 import attrs
 import trio
 
-from ._addresses import AddressPolicy, url_refusal
-from ._crawlconfig import view_lines
-from ._exceptions import ConfigError, HashcrawlError
-from ._local import (
+from hashcrawl._cli._local import (
     Children,
     NothingFetched,
     expire_previous_members,
@@ -35,14 +32,17 @@ from ._local import (
     submit_start_urls,
     verdict,
 )
-from ._queue import Queue
-from ._redisurl import ENV_VAR as REDIS_ENV_VAR
-from ._redisurl import RedisURL, check_crawl_name, masked
-from ._settings import ADDRESSES, CRAWL, SCOPE, Settings, _number, add_flags, given_flags
-from ._sinks import sink_for
-from ._spider import load_spider
-from ._statedir import add_state_dir, opened_queue, redis_of
-from ._version import __version__
+from hashcrawl._cli._statedir import add_state_dir, opened_queue, redis_of
+from hashcrawl._exceptions import ConfigError, HashcrawlError
+from hashcrawl._run._queue import Queue
+from hashcrawl._settings import ADDRESSES, CRAWL, SCOPE, Settings, _number, add_flags, given_flags
+from hashcrawl._store._crawlconfig import view_lines
+from hashcrawl._store._redisurl import ENV_VAR as REDIS_ENV_VAR
+from hashcrawl._store._redisurl import RedisURL, check_crawl_name, masked
+from hashcrawl._version import __version__
+from hashcrawl._web._addresses import AddressPolicy, url_refusal
+from hashcrawl._web._sinks import sink_for
+from hashcrawl._web._spider import load_spider
 
 log = logging.getLogger("hashcrawl")
 DEFAULT_CRAWL = "default"
@@ -312,7 +312,7 @@ def _check_reachable(url: RedisURL, crawl: str) -> None:
     Raises:
         QueueError: no answer within START_PATIENCE seconds.
     """
-    from ._store import Store
+    from hashcrawl._store._store import Store
 
     store = Store(url, crawl, timeout=START_PATIENCE)
     try:
@@ -322,7 +322,7 @@ def _check_reachable(url: RedisURL, crawl: str) -> None:
 
 
 def cmd_join(args: argparse.Namespace) -> int:
-    from ._worker import Worker, unwrapped
+    from hashcrawl._run._worker import Worker, unwrapped
 
     early_stop: list[int] = []
     # A SIGTERM before trio takes over the signals must still mean "stop", not death.
@@ -398,7 +398,7 @@ def _check_start_urls(urls: list[str], policy: AddressPolicy) -> None:
     Raises:
         ConfigError: the first such URL, with the rule it breaks.
     """
-    from ._urls import canonicalize
+    from hashcrawl._core._urls import canonicalize
 
     for url in urls:
         refusal = url_refusal(canonicalize(url), policy)
@@ -445,7 +445,7 @@ class _BadLines:
         self.policy = policy
 
     def filter(self, lines: Iterator[str]) -> Iterator[str]:
-        from ._urls import canonicalize
+        from hashcrawl._core._urls import canonicalize
 
         for number, line in enumerate(lines, 1):
             url = line.strip()
@@ -483,7 +483,7 @@ STATUS_LINES = (
 
 
 def cmd_status(args: argparse.Namespace) -> int:
-    from ._statusview import read_view, watch_status
+    from hashcrawl._cli._statusview import read_view, watch_status
 
     with opened_queue(args) as queue:
         status = queue.status()
@@ -525,7 +525,7 @@ def _unknown_crawl(args: argparse.Namespace, others: list[str]) -> str:
 
 
 def cmd_configure(args: argparse.Namespace) -> int:
-    from ._crawlconfig import change
+    from hashcrawl._store._crawlconfig import change
 
     given, reset = given_flags(args), _reset_names(args.reset or ())
     with opened_queue(args) as queue:
@@ -543,7 +543,7 @@ def _reset_names(flags: Sequence[str]) -> list[str]:
     Raises:
         ConfigError: not a crawl setting, or one of the scope's (it only grows).
     """
-    from ._settings import flag_name
+    from hashcrawl._settings import flag_name
 
     by_flag = {flag_name(getattr(attrs.fields(Settings), n)): n for n in CRAWL}
     names = []
@@ -577,7 +577,7 @@ def cmd_retry_dead(args: argparse.Namespace) -> int:
 
 
 def cmd_crawl(args: argparse.Namespace) -> int:
-    from ._server import RedisServer
+    from hashcrawl._cli._server import RedisServer
 
     check_crawl_name(args.crawl)
     settings = settings_from(args)  # check the flags before starting anything
@@ -599,10 +599,10 @@ def _crawl_on(
     redis_url: str, args: argparse.Namespace, urls: list[str], check: Callable[[], None]
 ) -> int:
     """Run the workers on the private server at ``redis_url``; judge the start URLs after."""
-    from ._crawlconfig import change
-    from ._metrics import child_metrics_flags
-    from ._progress import shown
-    from ._store import Store
+    from hashcrawl._cli._progress import shown
+    from hashcrawl._run._metrics import child_metrics_flags
+    from hashcrawl._store._crawlconfig import change
+    from hashcrawl._store._store import Store
 
     settings = settings_from(args)
     with contextlib.closing(Store(RedisURL.parse(redis_url), args.crawl)) as store:
@@ -644,7 +644,7 @@ def _headers_env(settings: Settings) -> dict[str, str]:
     """The ``--header`` lines for the children, in the environment: argv shows in ps."""
     import json
 
-    from ._settings import HEADERS_ENV_VAR
+    from hashcrawl._settings import HEADERS_ENV_VAR
 
     return {HEADERS_ENV_VAR: json.dumps(list(settings.headers))} if settings.headers else {}
 

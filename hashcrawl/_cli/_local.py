@@ -19,10 +19,10 @@ from typing import Any
 
 import attrs
 
-from ._exceptions import HashcrawlError
-from ._queue import submit_urls
-from ._store import Store, dead_key
-from ._urls import canonicalize
+from hashcrawl._core._urls import canonicalize
+from hashcrawl._exceptions import HashcrawlError
+from hashcrawl._run._queue import submit_urls
+from hashcrawl._store._store import Store, dead_key
 
 log_line = "hashcrawl: {}".format
 _PR_SET_PDEATHSIG = 1  # linux/prctl.h

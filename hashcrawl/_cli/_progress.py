@@ -21,9 +21,9 @@ from typing import Any, TextIO
 from rich.console import Console
 from rich.text import Text
 
-from ._exceptions import HashcrawlError
-from ._queue import Queue
-from ._statusview import read_view
+from hashcrawl._cli._statusview import read_view
+from hashcrawl._exceptions import HashcrawlError
+from hashcrawl._run._queue import Queue
 
 TERMINAL_EVERY = 1.0
 PLAIN_EVERY = 10.0

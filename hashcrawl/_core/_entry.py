@@ -15,12 +15,12 @@ from typing import TYPE_CHECKING, Any
 
 import attrs
 
-from ._exceptions import ConfigError, HashcrawlError
-from ._links import request_url
-from ._urls import canonicalize
+from hashcrawl._core._links import request_url
+from hashcrawl._core._urls import canonicalize
+from hashcrawl._exceptions import ConfigError, HashcrawlError
 
 if TYPE_CHECKING:
-    from ._models import Request
+    from hashcrawl._web._models import Request
 
 #: The largest stream payload read as an entry; a longer one is a bad entry unread.
 MAX_ENTRY_BYTES = 64 * 1024
@@ -137,7 +137,7 @@ class Entry:
         Raises:
             ConfigError: the request would make an entry too big for the queue.
         """
-        from ._models import Request  # _models reads this module's limits
+        from hashcrawl._web._models import Request  # _models reads this module's limits
 
         request = thing if isinstance(thing, Request) else Request(thing)
         url = request_url(base_url, request.url)
@@ -167,7 +167,7 @@ class Entry:
 
     def to_request(self, extra_headers: tuple[tuple[str, str], ...] = ()) -> Request:
         """The request to send for this entry, with ``extra_headers`` (a cookie) added."""
-        from ._models import Request  # _models reads this module's limits
+        from hashcrawl._web._models import Request  # _models reads this module's limits
 
         return Request(
             self.url,

@@ -4,7 +4,7 @@ An :class:`Outcome` is everything one held entry leads to: items to write, entri
 follow, or where the entry itself goes (retried, dead-lettered, forwarded, parked). A
 :class:`Router` knows where each host's entries go (the ring and the stream names), the
 crawl's scope and the seen cache, and puts outcomes into a commit
-:class:`~hashcrawl._store.Batch`; it also routes a departed worker's entries.
+:class:`~hashcrawl._store._store.Batch`; it also routes a departed worker's entries.
 """
 
 from __future__ import annotations
@@ -17,14 +17,14 @@ from typing import Any
 
 import attrs
 
-from ._entry import BadEntry, Entry
-from ._exceptions import InvalidURL
-from ._faults import FAULTS
-from ._frontier import Held
-from ._ring import Ring
-from ._scope import Scope
-from ._store import Batch, dead_key
-from ._urls import fingerprint, host_key
+from hashcrawl._core._entry import BadEntry, Entry
+from hashcrawl._core._faults import FAULTS
+from hashcrawl._core._frontier import Held
+from hashcrawl._core._ring import Ring
+from hashcrawl._core._scope import Scope
+from hashcrawl._core._urls import fingerprint, host_key
+from hashcrawl._exceptions import InvalidURL
+from hashcrawl._store._store import Batch, dead_key
 
 SEEN_CACHE = 200_000  # fingerprints of follows a worker remembers having queued
 

@@ -19,9 +19,9 @@ from rich.console import Console, Group
 from rich.table import Table
 from rich.text import Text
 
-from ._metrics import parse_top
-from ._queue import Queue
-from ._store import _whole
+from hashcrawl._run._metrics import parse_top
+from hashcrawl._run._queue import Queue
+from hashcrawl._store._store import _whole
 
 DEAD_SHOWN = 5
 DEAD_SCANNED = 200

@@ -22,7 +22,7 @@ from w3lib.encoding import (
     to_unicode,
 )
 
-from hashcrawl._links import canonical_link, link_targets, request_url
+from hashcrawl._core._links import canonical_link, link_targets, request_url
 
 _HTML_TYPES = frozenset({"text/html", "application/xhtml+xml"})
 # Text is re-encoded to UTF-8 before lxml sees it: lxml refuses str input that carries

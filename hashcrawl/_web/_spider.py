@@ -9,8 +9,8 @@ from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any, ClassVar
 
-from ._exceptions import ConfigError
-from ._models import Response
+from hashcrawl._exceptions import ConfigError
+from hashcrawl._web._models import Response
 
 
 class Spider:

@@ -24,23 +24,23 @@ from typing import Any
 import attrs
 import httpx
 
-from ._cookies import Jars
-from ._entry import BadEntry, Entry
-from ._exceptions import Fenced, FetchError, InvalidURL, QueueError, Refused, StateLost
-from ._faults import FAULTS
-from ._frontier import Frontier, Held, Host
-from ._handling import Origin, retry_wait
-from ._metrics import Tally
-from ._models import Request, Response
-from ._outcome import Kind, Outcome, Router, SeenCache
-from ._ring import Ring
-from ._robots import RULES_TTL, Robots, Unreachable
-from ._scope import Scope
-from ._scope import members as scope_members
-from ._settings import Settings
-from ._sitemaps import first_sitemaps
-from ._store import LOST, Batch, Beat, Committed
-from ._urls import host_key
+from hashcrawl._core._entry import BadEntry, Entry
+from hashcrawl._core._faults import FAULTS
+from hashcrawl._core._frontier import Frontier, Held, Host
+from hashcrawl._core._outcome import Kind, Outcome, Router, SeenCache
+from hashcrawl._core._ring import Ring
+from hashcrawl._core._scope import Scope
+from hashcrawl._core._scope import members as scope_members
+from hashcrawl._core._urls import host_key
+from hashcrawl._exceptions import Fenced, FetchError, InvalidURL, QueueError, Refused, StateLost
+from hashcrawl._run._handling import Origin, retry_wait
+from hashcrawl._run._metrics import Tally
+from hashcrawl._settings import Settings
+from hashcrawl._store._store import LOST, Batch, Beat, Committed
+from hashcrawl._web._cookies import Jars
+from hashcrawl._web._models import Request, Response
+from hashcrawl._web._robots import RULES_TTL, Robots, Unreachable
+from hashcrawl._web._sitemaps import first_sitemaps
 
 log = logging.getLogger("hashcrawl")
 # A commit costs ~10 Redis commands however few pages it carries, so waiting 200 ms

@@ -17,7 +17,7 @@ from urllib.parse import urljoin, urlsplit, urlunsplit
 from lxml import html as lxml_html
 from w3lib.url import safe_url_string
 
-from hashcrawl._urls import canonicalize
+from hashcrawl._core._urls import canonicalize
 
 _DEFAULT_PORTS = {"http": 80, "https": 443}
 _FOLLOWED_RELS = frozenset({"next", "prev", "previous", "alternate"})

@@ -22,9 +22,9 @@ from datetime import UTC
 import attrs
 from protego import Protego
 
+from hashcrawl._core._urls import host_key, join_url
 from hashcrawl._exceptions import ConfigError
-from hashcrawl._html import decode_body
-from hashcrawl._urls import host_key, join_url
+from hashcrawl._web._html import decode_body
 
 #: Most redirects followed to reach a robots.txt (RFC 9309 2.3.1.2: at least five).
 MAX_REDIRECTS = 5

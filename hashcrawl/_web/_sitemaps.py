@@ -20,8 +20,8 @@ from collections.abc import Iterable, Iterator
 import attrs
 from lxml import etree
 
-from ._entry import Entry
-from ._links import request_url
+from hashcrawl._core._entry import Entry
+from hashcrawl._core._links import request_url
 
 MAX_SITEMAP_BYTES = 50 * 1024 * 1024  # the protocol's limit, uncompressed
 MAX_SITEMAP_URLS = 50_000  # the protocol's limit of <loc>s in one sitemap

@@ -10,13 +10,20 @@ from typing import TYPE_CHECKING, Any
 import attrs
 import httpx
 
-from ._entry import HEADER_VALUE, MAX_ENTRY_BYTES, MAX_HEADERS, MAX_REDIRECTS, MAX_TIMEOUT, TOKEN
-from ._exceptions import ConfigError
+from hashcrawl._core._entry import (
+    HEADER_VALUE,
+    MAX_ENTRY_BYTES,
+    MAX_HEADERS,
+    MAX_REDIRECTS,
+    MAX_TIMEOUT,
+    TOKEN,
+)
+from hashcrawl._exceptions import ConfigError
 
 if TYPE_CHECKING:
     from parsel import Selector, SelectorList
 
-    from ._html import Page
+    from hashcrawl._web._html import Page
 
 
 def _json_meta(_: object, attribute: attrs.Attribute[Any], value: Any) -> None:
@@ -148,13 +155,13 @@ class Response:
     def text(self) -> str:
         """The body as text: by its byte-order mark, else the Content-Type charset, else
         a ``<meta charset>``, else UTF-8; undecodable bytes become U+FFFD. Never raises."""
-        from ._html import decode_body
+        from hashcrawl._web._html import decode_body
 
         return decode_body(self.body, self.headers.get("content-type"))
 
     @property
     def is_html(self) -> bool:
-        from ._html import is_html
+        from hashcrawl._web._html import is_html
 
         return is_html(self.headers.get("content-type"))
 
@@ -163,7 +170,7 @@ class Response:
 
         Those of its ``Link:`` headers (rel next, prev or alternate) come first.
         """
-        from ._links import header_links
+        from hashcrawl._core._links import header_links
 
         page = self._page()
         if page is None:
@@ -225,7 +232,7 @@ class Response:
         """``href`` resolved the way the crawler resolves a page's links: against the
         page's ``<base href>`` if it has one, fragment dropped, escaped to be sent;
         None for nothing crawlable (see ``_links.request_url``)."""
-        from ._links import request_url
+        from hashcrawl._core._links import request_url
 
         page = self._page()
         base = page.base if page is not None and page.base else self.url
@@ -279,7 +286,7 @@ class Response:
     def _page(self) -> Page | None:
         # Parsed once however many of links() and title() are asked for.
         if not self._parsed:
-            from ._html import parse_html
+            from hashcrawl._web._html import parse_html
 
             content_type = self.headers.get("content-type")
             page = None

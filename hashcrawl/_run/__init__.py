@@ -1,0 +1,1 @@
+"""Running a worker: the trio driver and its loops, response handling, metrics, feeding a crawl."""

@@ -1,0 +1,1 @@
+"""Redis: the store, its Lua scripts, Redis URLs, and a crawl's settings as stored."""
