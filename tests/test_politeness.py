@@ -215,7 +215,7 @@ async def test_a_link_its_own_hosts_robots_txt_forbids_is_never_queued(
     crawled = await crawl_site(redis_url, tmp_path, site, [fast_settings()])
     status = status_of(redis_url, crawled.crew.crawl)
     assert status["seen"] == 3  # the root, /ok.html and host 1's /private/b.html
-    assert crawled.crew.workers[0].counters.robots_denied == 1
+    assert crawled.crew.workers[0].tally.robots_denied == 1
     assert {r.path for r in page_requests(crawled.requests)} == {"/", "/ok.html"}
 
 

@@ -140,6 +140,7 @@ def summary(view: dict[str, Any], *, elapsed: float, args: argparse.Namespace) -
         f"in {_duration(elapsed)}",
         f"  statuses: {statuses}",
         f"  errors: {errors}",
+        f"  retries: {view['retries']:,}",
         f"  dead letters: {view['dead']:,}",
     ]
     if view["dead"]:

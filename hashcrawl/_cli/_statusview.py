@@ -63,6 +63,7 @@ def build_view(
         "in_flight": sum(m["in_flight"] for m in live),
         "bytes": totals.get("bytes", 0),
         "retries": totals.get("retries", 0),
+        "dead_letters": totals.get("dead_letters", 0),
         "statuses": _prefixed(totals, "status_"),
         "errors": _prefixed(totals, "error_"),
         "busiest_hosts": _top_hosts(records, members, "busiest"),
@@ -215,8 +216,8 @@ def _counts(view: dict[str, Any]) -> Text:
     errors = ", ".join(f"{k} {v:,}" for k, v in view["errors"].items()) or "none"
     return Text(
         f"statuses: {statuses}\nerrors: {errors}\n"
-        f"retries {view['retries']:,}, leases reclaimed {view['leases_reclaimed']:,}, "
-        f"queue_bad {view['queue_bad']:,}"
+        f"retries {view['retries']:,}, dead-lettered {view['dead_letters']:,}, "
+        f"leases reclaimed {view['leases_reclaimed']:,}, queue_bad {view['queue_bad']:,}"
     )
 
 

@@ -36,6 +36,7 @@ Parse = Callable[[Response], Any]
 MAX_REDIRECTS = 5  # hops in one chain, as RFC 9309 asks of robots.txt and browsers allow
 RETRY_AFTER_CAP = 600.0  # a server's Retry-After is honoured up to ten minutes
 LOOP_HOLD_WARNING = 1.0  # seconds a callback may hold the event loop before it is reported
+PARSE_FAULT = "parse"  # an outcome's fault, and the error kind, of a callback that raised
 
 
 def is_overloaded(status: int) -> bool:
@@ -131,13 +132,14 @@ class Handler:
                 raise ParseTimeout(error) from None
         except Exception as exc:  # a callback's bug fails its page, not the worker
             log.exception("parsing %s failed", held.entry.url)
-            error = f"{type(exc).__name__}: {exc}"
+            error = f"the parse callback {self._name_of(held)} raised {type(exc).__name__}: {exc}"
             wait = retry_wait(held.entry.attempts, None)
             if not is_last_attempt(held.entry, settings.max_attempts):
-                return Outcome.retry(held, error, backoff=wait)  # the retry produces them again
+                # The retry produces them again.
+                return Outcome.retry(held, error, backoff=wait, fault=PARSE_FAULT)
             # The page goes to the dead letters: what came before the exception is kept.
             kept = self._allowed(produced.follows, held, origin)
-            return Outcome.retry(held, error, produced.items, kept, backoff=wait)
+            return Outcome.retry(held, error, produced.items, kept, backoff=wait, fault=PARSE_FAULT)
         # A submitted URL that redirects (http to https, a bare domain to www.) brings
         # its target's host into the scope, as wget takes the start URL's redirect.
         widen = [host_key(e.canonical) for e in redirect if held.entry.depth == 0]
@@ -206,6 +208,11 @@ class Handler:
         except ConfigError:
             return False
         return True
+
+    def _name_of(self, held: Held) -> str:
+        """The callback ``held``'s page went to, as its author knows it."""
+        parse = self._callback_for(held)
+        return str(getattr(parse, "__qualname__", None) or held.entry.callback or "parse")
 
     def _callback_for(self, held: Held) -> Parse | None:
         if held.entry.callback and self.callbacks is not None:

@@ -44,7 +44,6 @@ from hashcrawl._core._session import (
     PARK_AT,
     UNPARK_BELOW,
     Commit,
-    Counters,
     Handoff,
     Session,
 )
@@ -172,8 +171,7 @@ class Worker:
         else:
             self.handler = Handler(parse, settings=self.settings)
         self.sink = sink if sink is not None else sink_for("-", fsync=self.settings.fsync)
-        self.counters = Counters()  # counts across memberships
-        self.tally = Tally()  # counts across memberships, for /metrics and the heartbeat
+        self.tally = Tally()  # counts across memberships, for status, /metrics and the summary
         self._stop_requested = False
         self.instance = ""  # the crawl's instance marker, learnt at the first join
         self.spider_name = _spider_name(self.spider, parse)
@@ -257,7 +255,7 @@ class Worker:
                         raise StateLost(f"{LOST}; worker {self.id} stops") from None
                     # Others took back what this worker held: start afresh under a new id.
                     log.warning("%s; rejoining as a new member", exc)
-                    self.counters.fenced += 1
+                    self.tally.fenced += 1
                     self.id = new_worker_id()
         finally:
             self._driver = None
@@ -350,7 +348,6 @@ class Driver:
             inbox=store.inbox,
             accepts=worker.handler.accepts,
             spider_name=worker.spider_name,
-            counters=worker.counters,
             tally=worker.tally,
             now=self.now(),
         )
