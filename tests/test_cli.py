@@ -1235,3 +1235,50 @@ def test_a_bad_allow_net_is_a_flag_error(tmp_path: Path) -> None:
     )
     line = assert_one_line_error(result, 2)
     assert "--allow-net" in line and "10.0.0.5/8" in line
+
+
+# -- a spider's own faults ----------------------------------------------------------------------
+
+
+def test_a_spider_whose_callback_always_raises_says_the_spider_failed(tmp_path: Path) -> None:
+    """Every attempt got a 200 and the callback raised: the last line names the callback
+    and its exception, and does not promise that running it again helps; what is shown of
+    the traceback is the spider's own code, not hashcrawl's."""
+    site = generate_site(pages=2, hosts=1, seed=7, port=0)
+    spider = tmp_path / "broken.py"
+    spider.write_text(
+        "import hashcrawl\n\n"
+        "class Broken(hashcrawl.Spider):\n"
+        "    def parse(self, response):\n"
+        "        raise RuntimeError('no title here')\n"
+    )
+    with SiteServer(site) as server:
+        result = _quick_crawl(tmp_path / "state", server.site.root, extra=["--spider", str(spider)])
+        statuses = [r.status for r in server.requests() if not r.is_robots]
+    assert statuses == [200, 200]  # --max-attempts 2
+    assert result.code == 3, result
+    last = result.err.splitlines()[-1]
+    assert last.startswith("hashcrawl: nothing scraped: ")
+    assert "the parse callback Broken.parse raised RuntimeError: no title here" in last
+    assert "fix the spider" in last and "to retry" not in last
+    assert "hashcrawl/_" not in result.err and "trio" not in result.err
+    assert f'{spider}", line 5, in parse' in result.err
+
+
+@pytest.mark.parametrize(
+    ("source", "says"),
+    [
+        ("class Broken(:\n    pass\n", "line 1: SyntaxError: invalid syntax"),
+        ("import hashcrawl\nundefined_name\n", "line 2: NameError: name 'undefined_name'"),
+    ],
+)
+def test_a_spider_that_cannot_load_is_one_line_and_exit_2(
+    source: str, says: str, tmp_path: Path
+) -> None:
+    """A syntax error, or an exception as the spider file runs: exit 2, one line naming
+    the file, the line and the error, and no traceback through hashcrawl."""
+    spider = tmp_path / "broken.py"
+    spider.write_text(source)
+    result = hashcrawl("crawl", "--spider", str(spider), "--state-dir", str(tmp_path / "s"))
+    line = assert_one_line_error(result, 2)
+    assert f"--spider {spider}, {says}" in line

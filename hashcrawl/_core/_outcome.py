@@ -27,6 +27,7 @@ from hashcrawl._exceptions import InvalidURL
 from hashcrawl._store._store import Batch, dead_key
 
 SEEN_CACHE = 200_000  # fingerprints of follows a worker remembers having queued
+PARSE_FAULT = "parse"  # an outcome's fault, and the error kind, of a callback that raised
 
 
 class Kind(enum.Enum):

@@ -13,8 +13,12 @@ import contextlib
 import datetime
 import inspect
 import logging
+import os
+import sysconfig
 import time
+import traceback
 from collections.abc import AsyncGenerator, Callable, Iterable, Iterator
+from pathlib import Path
 from typing import Any
 
 import attrs
@@ -23,7 +27,7 @@ import trio
 from hashcrawl._core._entry import Entry
 from hashcrawl._core._frontier import Held
 from hashcrawl._core._links import request_url
-from hashcrawl._core._outcome import Outcome, is_last_attempt
+from hashcrawl._core._outcome import PARSE_FAULT, Outcome, is_last_attempt
 from hashcrawl._core._urls import canonicalize, host_key
 from hashcrawl._exceptions import ConfigError
 from hashcrawl._settings import Settings
@@ -36,7 +40,6 @@ Parse = Callable[[Response], Any]
 MAX_REDIRECTS = 5  # hops in one chain, as RFC 9309 asks of robots.txt and browsers allow
 RETRY_AFTER_CAP = 600.0  # a server's Retry-After is honoured up to ten minutes
 LOOP_HOLD_WARNING = 1.0  # seconds a callback may hold the event loop before it is reported
-PARSE_FAULT = "parse"  # an outcome's fault, and the error kind, of a callback that raised
 
 
 def is_overloaded(status: int) -> bool:
@@ -128,11 +131,10 @@ class Handler:
                 with trio.fail_after(limit):
                     await self._produce(held, capped, origin, produced)
             except trio.TooSlowError:
-                error = f"the parse callback ran past --parse-timeout ({limit:g} s)"
-                raise ParseTimeout(error) from None
+                raise ParseTimeout(f"ran past --parse-timeout ({limit:g} s)") from None
         except Exception as exc:  # a callback's bug fails its page, not the worker
-            log.exception("parsing %s failed", held.entry.url)
-            error = f"the parse callback {self._name_of(held)} raised {type(exc).__name__}: {exc}"
+            error = f"the parse callback {self._name_of(held)} {_failure(exc)}"
+            log.error("parsing %s failed: %s\n%s", held.entry.url, error, spider_frames(exc))
             wait = retry_wait(held.entry.attempts, None)
             if not is_last_attempt(held.entry, settings.max_attempts):
                 # The retry produces them again.
@@ -296,6 +298,12 @@ class ParseTimeout(Exception):
     """A parse callback ran past ``--parse-timeout`` and was cancelled."""
 
 
+def _failure(exc: Exception) -> str:
+    if isinstance(exc, ParseTimeout):
+        return str(exc)
+    return f"raised {type(exc).__name__}: {exc}"
+
+
 _DONE = object()
 
 
@@ -356,6 +364,28 @@ async def _each(produced: Any) -> AsyncGenerator[Any, None]:
             yield thing
     else:
         yield produced
+
+
+_NOT_THE_SPIDERS = tuple(
+    str(Path(p).resolve()) + os.sep
+    for p in (
+        Path(__file__).parent.parent,
+        Path(trio.__file__).parent,
+        sysconfig.get_path("stdlib"),
+    )
+)
+
+
+def spider_frames(exc: BaseException) -> str:
+    """The traceback of ``exc`` through the user's code only: hashcrawl's own frames
+    (and trio's, and the standard library's) say nothing about the spider's bug."""
+    frames = [
+        frame
+        for frame in traceback.extract_tb(exc.__traceback__)
+        if not str(Path(frame.filename).resolve()).startswith(_NOT_THE_SPIDERS)
+    ]
+    shown = "".join(traceback.format_list(frames)) if frames else "  (no frame of its own)\n"
+    return "the callback's own frames, innermost last:\n" + shown.rstrip("\n")
 
 
 def _unread_links(response: Response) -> int:
