@@ -32,11 +32,12 @@ from hashcrawl._cli._commands import build_parser
 from hashcrawl._cli._server import RedisServer
 from hashcrawl._store._redisurl import RedisURL
 from hashcrawl._store._store import Store
+from testing.fleet import DEADLINE
 from testing.testsite import SITE_FLAGS, Resource, Site, SiteServer, generate_site, judge
 
 SECRET = "pw-secret"
 TEXT_STATUS_KEYS = ("waiting", "held", "workers", "seen", "fetched", "failed", "ended")
-COMMAND_TIMEOUT = 60.0
+COMMAND_TIMEOUT = DEADLINE  # a ceiling for hangs, never a measure of speed
 
 
 @attrs.frozen
@@ -421,10 +422,10 @@ def test_status_shows_a_joined_worker_and_what_it_fetched(redis_url: str, crawl_
         assert_ok(hashcrawl("submit", *at(redis_url, crawl_name), *SITE_FLAGS, server.site.root))
         with subprocess.Popen(args, stderr=subprocess.PIPE) as worker:
             try:
-                joined = _read_until(worker.stderr, "joined crawl", timeout=30)
+                joined = _read_until(worker.stderr, "joined crawl", timeout=DEADLINE)
                 worker_id = joined.split("hashcrawl: ", 1)[1].split()[0]
                 pages = len(server.site.expected())
-                assert server.wait_for_requests(pages + len(site.hosts), timeout=30)
+                assert server.wait_for_requests(pages + len(site.hosts), timeout=DEADLINE)
                 doc = status(redis_url, crawl_name)
                 text = assert_ok(hashcrawl("status", *at(redis_url, crawl_name)))
             finally:
@@ -460,7 +461,7 @@ def test_status_counts_entries_parked_by_a_stopped_worker_as_waiting(
         assert_ok(hashcrawl("submit", *at(redis_url, crawl_name), *SITE_FLAGS, server.site.root))
         with subprocess.Popen(args, stderr=subprocess.DEVNULL) as worker:
             try:
-                assert server.wait_for_requests(12, timeout=30)
+                assert server.wait_for_requests(12, timeout=DEADLINE)
             finally:
                 worker.send_signal(signal.SIGTERM)
                 worker.wait(timeout=COMMAND_TIMEOUT)
@@ -839,7 +840,7 @@ def test_first_ctrl_c_stops_a_crawl_with_one_line_and_exit_0(tmp_path: Path) -> 
     site = generate_site(pages=30, hosts=3, seed=7, port=0)
     with SiteServer(site, latency=0.2) as server:
         process = _start_crawl(server.site, tmp_path / "state", "--workers", "3", "--delay", "0.3")
-        assert server.wait_for_requests(4, timeout=30)
+        assert server.wait_for_requests(4, timeout=DEADLINE)
         _ctrl_c(process)
         _, err = process.communicate(timeout=COMMAND_TIMEOUT)
     lines = err.decode().splitlines()
@@ -865,10 +866,10 @@ def test_second_ctrl_c_exits_1_at_once_and_the_next_run_resumes_without_a_lease(
     # Each answer takes 2 s, so the second Ctrl-C finds the workers still in their grace.
     with SiteServer(site, latency=2.0) as server:
         process = _start_crawl(server.site, state, *flags)
-        assert server.wait_for_requests(3, timeout=30)
+        assert server.wait_for_requests(3, timeout=DEADLINE)
         _ctrl_c(process)
         assert process.stderr is not None
-        _read_until(process.stderr, "stopping", timeout=30)
+        _read_until(process.stderr, "stopping", timeout=DEADLINE)
         _ctrl_c(process)
         _, rest = process.communicate(timeout=COMMAND_TIMEOUT)
         assert process.returncode == 1
@@ -986,6 +987,22 @@ def test_status_of_an_unknown_crawl_names_the_crawls_that_exist(redis_server: Re
         line = assert_one_line_error(result, 2)
         assert "no crawl named 'bokos'" in line
         assert line.endswith("crawls there: books, news")
+
+
+@pytest.mark.parametrize(
+    "command", [["dead"], ["retry-dead"], ["configure"], ["configure", "--delay", "2"]]
+)
+def test_a_mistyped_crawl_name_is_refused_and_nothing_is_created(
+    command: list[str], redis_server: RedisServer
+) -> None:
+    """dead, retry-dead and configure of a crawl that does not exist: exit 2, one line
+    naming it and those that exist; configure creates no crawl."""
+    assert_ok(hashcrawl("submit", *at(redis_server.url, "books"), "http://a.example/"))
+    result = hashcrawl(command[0], *at(redis_server.url, "bokos"), *command[1:])
+    line = assert_one_line_error(result, 2)
+    assert "no crawl named 'bokos'" in line and line.endswith("crawls there: books")
+    client = redis.Redis.from_url(redis_server.url)
+    assert crawl_keys(client, "bokos") == set()
 
 
 def test_a_crawl_that_does_not_exist_has_not_ended(redis_url: str, crawl_name: str) -> None:
@@ -1152,10 +1169,10 @@ def test_join_says_stopping_once_and_a_second_ctrl_c_exits_1_at_once(
     with SiteServer(site, latency=3.0) as server:
         assert_ok(hashcrawl("submit", *at(redis_url, crawl_name), *SITE_FLAGS, server.site.root))
         with subprocess.Popen(args, stderr=subprocess.PIPE, preexec_fn=_ctrl_c_acts) as worker:
-            assert server.wait_for_requests(2, timeout=30)
+            assert server.wait_for_requests(2, timeout=DEADLINE)
             worker.send_signal(signal.SIGINT)
             assert worker.stderr is not None
-            first = _read_until(worker.stderr, "stopping", timeout=30)
+            first = _read_until(worker.stderr, "stopping", timeout=DEADLINE)
             worker.send_signal(signal.SIGINT)
             _, rest = worker.communicate(timeout=COMMAND_TIMEOUT)
     assert first.startswith("hashcrawl: stopping")

@@ -226,7 +226,7 @@ def test_a_page_that_kills_every_worker_ends_in_the_dead_letters(redis_url, craw
         # A supervisor (systemd, Kubernetes) restarts whatever dies; the crawl must end anyway.
         while True:
             process = fleet.started[-1]
-            code = process.wait(timeout=60)
+            code = process.wait(timeout=DEADLINE)
             if code == 0:
                 break
             assert code == 3
@@ -282,7 +282,7 @@ def test_a_redis_that_refuses_writes_stops_the_worker_with_one_line(tmp_path):
         raw = redis_py.Redis.from_url(redis_server.url)
         raw.config_set("maxmemory-policy", "noeviction")
         raw.config_set("maxmemory", "1")
-        code = worker.wait(timeout=30)
+        code = worker.wait(timeout=DEADLINE)
         raw.config_set("maxmemory", "0")
         raw.close()
         lines = worker.error_lines()
@@ -301,7 +301,7 @@ def test_sigterm_during_a_redis_outage_still_exits(tmp_path):
         redis_server.pause()
         try:
             worker.signal(signal.SIGTERM)
-            code = worker.wait(timeout=30)
+            code = worker.wait(timeout=DEADLINE)
         finally:
             redis_server.resume()
     assert code in (0, 1)

@@ -13,12 +13,15 @@ import trio
 from hashcrawl._cli._server import RedisServer
 from hashcrawl._core._ring import Ring
 from hashcrawl._core._urls import host_key
+from hashcrawl._run._worker import Worker
+from hashcrawl._web._sinks import JsonLinesSink
 from testing.fleet import (
     DEADLINE,
     ITEM_FIELDS,
     Crawled,
     Crew,
     Scenarios,
+    await_until,
     crawl_site,
     fast_settings,
     host,
@@ -29,11 +32,13 @@ from testing.fleet import (
     page_requests,
     redirect,
     request_counts,
+    root_and_two_pages,
     status_of,
     submit,
     tree_site,
 )
 from testing.testsite import Site, SiteServer, generate_site
+from tests.watching import heartbeat_since, server_ms
 
 ALLOWED = host(0)
 
@@ -270,3 +275,30 @@ def test_higher_priority_pages_of_a_host_are_fetched_before_waiting_lower_ones(
     order = [r.path for r in page_requests(prioritized.requests)]
     assert sorted(order) == sorted(PRIORITY_LOW + PRIORITY_HIGH)
     assert set(order[: len(PRIORITY_HIGH)]) == set(PRIORITY_HIGH)
+
+
+async def test_a_worker_waits_for_the_first_submit_however_long_past_its_idle(
+    redis_url: str, crawl_name: str, tmp_path: Path
+) -> None:
+    """A crawl nothing was ever submitted to has not begun: its worker stays past --idle
+    (judged by Redis's clock, heartbeats later), then crawls what comes and ends idle."""
+    site = root_and_two_pages()
+    worker = Worker(
+        redis_url,
+        crawl_name,
+        sink=JsonLinesSink(tmp_path / "items.jsonl"),
+        **fast_settings(idle=0.2),
+    )
+    with SiteServer(site) as server, trio.fail_after(DEADLINE):
+        async with trio.open_nursery() as nursery:
+            nursery.start_soon(worker.run)
+            await await_until(lambda: status_of(redis_url, crawl_name)["workers"] == 1, what="join")
+            joined = await trio.to_thread.run_sync(server_ms, redis_url, crawl_name)
+            past_idle = joined + 5 * 200  # five times --idle, on the server's clock
+            await await_until(
+                lambda: heartbeat_since(redis_url, crawl_name, past_idle), what="heartbeats"
+            )
+            assert status_of(redis_url, crawl_name)["workers"] == 1
+            await trio.to_thread.run_sync(submit, redis_url, crawl_name, [server.site.root])
+        requests = server.requests()
+    assert sorted(r.path for r in page_requests(requests)) == ["/", "/a", "/b"]

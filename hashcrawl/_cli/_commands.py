@@ -485,15 +485,10 @@ STATUS_LINES = (
 def cmd_status(args: argparse.Namespace) -> int:
     from hashcrawl._cli._statusview import read_view, watch_status
 
-    with opened_queue(args) as queue:
-        status = queue.status()
-        configured = status["settings"]["version"] is not None or "error" in status["settings"]
-        if not status["exists"] and not configured:
-            raise ConfigError(_unknown_crawl(args, queue.other_crawls()))
+    with existing_queue(args) as queue:
         if args.watch is not None:
             return watch_status(queue, args.watch)
-        if args.json:
-            status = read_view(queue)
+        status = read_view(queue) if args.json else queue.status()
     if args.json:
         print(json.dumps(status, indent=2))
         return 0
@@ -515,6 +510,22 @@ def cmd_status(args: argparse.Namespace) -> int:
     return 0
 
 
+@contextlib.contextmanager
+def existing_queue(args: argparse.Namespace) -> Iterator[Queue]:
+    """:func:`opened_queue`, for a command that would do nothing useful (or create a
+    crawl by mistake) on a crawl that does not exist: a mistyped ``--crawl``.
+
+    Raises:
+        ConfigError: no such crawl; the message names those that exist.
+    """
+    with opened_queue(args) as queue:
+        status = queue.status()
+        configured = status["settings"]["version"] is not None or "error" in status["settings"]
+        if not status["exists"] and not configured:
+            raise ConfigError(_unknown_crawl(args, queue.other_crawls()))
+        yield queue
+
+
 def _unknown_crawl(args: argparse.Namespace, others: list[str]) -> str:
     state_dir = getattr(args, "state_dir", None)
     where = state_dir if state_dir is not None else redis_of(args).redacted()
@@ -528,7 +539,7 @@ def cmd_configure(args: argparse.Namespace) -> int:
     from hashcrawl._store._crawlconfig import change
 
     given, reset = given_flags(args), _reset_names(args.reset or ())
-    with opened_queue(args) as queue:
+    with existing_queue(args) as queue:
         if given or reset:
             _, changes = change(queue._store, given, reset=reset)
             print("\n".join(changes) if changes else "no change: the crawl has these settings")
@@ -564,14 +575,14 @@ def cmd_clear(args: argparse.Namespace) -> int:
 
 
 def cmd_dead(args: argparse.Namespace) -> int:
-    with opened_queue(args) as queue:
+    with existing_queue(args) as queue:
         for url, error in sorted(queue.dead().items()):
             print(f"{url}\t{error}")
     return 0
 
 
 def cmd_retry_dead(args: argparse.Namespace) -> int:
-    with opened_queue(args) as queue:
+    with existing_queue(args) as queue:
         print(f"put back {plural(queue.retry_dead(), 'page')}")
     return 0
 

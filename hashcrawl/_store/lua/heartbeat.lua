@@ -9,6 +9,8 @@
 --   P..'outstanding' STRING entries waiting or held, fleet-wide (commit); recounted here
 --   P..'parked', P..'park:'..host  read when recounting
 --   P..'idle_since'  STRING server ms since which nothing was outstanding
+--   P..'seenmeta'    HASH  read: 'queued', entries ever added; a crawl that never had
+--     one has not begun, so it is not idle (workers started before the first submit wait)
 --   P..'stats'       HASH  fleet counters (leases_reclaimed here)
 --   P..'w:'..worker  HASH  the worker's own counters, replaced wholesale
 --   P..'instance'    STRING the crawl's marker: checked against the worker's
@@ -111,7 +113,8 @@ if outstanding <= 0 and orphans == 0 and idle_since < 0 then
     redis.call('SET', P .. 'outstanding', actual)
     outstanding = actual
   end
-  if outstanding <= 0 then
+  local begun = tonumber(redis.call('HGET', P .. 'seenmeta', 'queued') or '0') > 0
+  if outstanding <= 0 and begun then
     redis.call('SET', P .. 'idle_since', now)
     idle_since = now
   end
