@@ -91,10 +91,11 @@ def test_status_refuses_both_redis_and_state_dir(tmp_path: Path) -> None:
 async def test_progress_off_a_terminal_prints_plain_lines_with_the_crawls_figures(
     redis_url: str, crawl_name: str, tmp_path: Path
 ) -> None:
-    """Off a terminal the progress is a plain line of figures, printed at each interval."""
+    """Off a terminal the progress is a plain line of figures, printed at each interval;
+    with nothing left, it says the crawl is waiting out --idle to end."""
     async with settled_crawl(redis_url, crawl_name, tmp_path) as (_, server):
         stream = io.StringIO()
-        progress = Progress(redis_url, crawl_name, stream=stream, every=0.05).start()
+        progress = Progress(redis_url, crawl_name, stream=stream, every=0.05, idle=30).start()
         with trio.fail_after(DEADLINE):
             while stream.getvalue().count("\n") < 2:
                 await trio.sleep(0.05)
@@ -105,6 +106,7 @@ async def test_progress_off_a_terminal_prints_plain_lines_with_the_crawls_figure
     assert last.startswith(f"hashcrawl: {pages:,} pages, ")
     assert ", 0 waiting, 0 in flight, " in last
     assert ", 0 errors, 0 dead, 0:00:0" in last
+    assert "; nothing left to fetch: ending in " in last and last.endswith(" s (--idle 30)")
 
 
 def scraped_pages(port: int) -> tuple[float, float] | None:
@@ -167,3 +169,21 @@ def free_port_pair() -> int:
                 continue
         return port
     raise AssertionError("no two neighbouring free ports")
+
+
+def test_running_a_finished_crawl_again_says_it_was_complete_without_waiting(
+    tmp_path: Path,
+) -> None:
+    """The same command again, on a crawl with nothing left, ends at once (not after its
+    --idle 600, past the test's ceiling), says it was complete and how to start afresh,
+    and requests nothing."""
+    with SiteServer(generate_site(pages=5, hosts=1, seed=8, port=0)) as server:
+        assert crawl(server.site, tmp_path, "-q") == (0, "")
+        logged = len(server.requests())
+        code, err = crawl(server.site, tmp_path, "--idle", "600")
+        again = server.requests()[logged:]
+    assert (code, again) == (0, [])
+    pages = len(page_requests(server.requests()))
+    assert err.startswith(f"hashcrawl: crawl default was already complete ({pages} pages fetched")
+    assert f"crawl --fresh --state-dir {tmp_path / 'state'} URL" in err
+    assert len(err.splitlines()) == 1

@@ -14,6 +14,7 @@ import difflib
 import json
 import logging
 import os
+import shlex
 import signal
 import sys
 from collections.abc import Callable, Iterator, Sequence
@@ -26,8 +27,10 @@ import trio
 from hashcrawl._cli._local import (
     Children,
     NothingFetched,
+    already_complete,
     expire_previous_members,
     interrupts_held,
+    log_line,
     plural,
     submit_start_urls,
     verdict,
@@ -622,6 +625,10 @@ def _crawl_on(
         expire_previous_members(store)
         change(store, given_flags(args))  # the crawl's settings: its workers take them
         added, before = submit_start_urls(store, urls)
+        if already_complete(store, added):
+            if not args.quiet:
+                print(log_line(_complete(args, before.fetched)), file=sys.stderr)
+            return 0
         log.info("submitted %s; starting %d workers", plural(added, "new URL"), args.workers)
         command = _child_command(args)
         children = Children(
@@ -630,7 +637,7 @@ def _crawl_on(
             env={**os.environ, REDIS_ENV_VAR: redis_url, **_headers_env(settings)},
         )
         check()  # a Ctrl-C while starting: no worker is started
-        with shown(args, redis_url):
+        with shown(args, redis_url, idle=settings.idle):
             codes = children.run()
         if children.interrupted:
             return max([c for c in codes if c > 0], default=0)  # < 0: stopped while starting
@@ -638,6 +645,16 @@ def _crawl_on(
             return max([FAILED if c < 0 else c for c in codes], default=0)
         verdict(store, urls, before)
     return 0
+
+
+def _complete(args: argparse.Namespace, fetched: int) -> str:
+    again = f"hashcrawl crawl --fresh --state-dir {shlex.quote(str(args.state_dir))}"
+    if args.crawl != DEFAULT_CRAWL:
+        again += f" --crawl {shlex.quote(args.crawl)}"
+    return (
+        f"crawl {args.crawl} was already complete ({plural(fetched, 'page')} fetched, nothing "
+        f"left to fetch): its start URLs were crawled before; to crawl them afresh: {again} URL"
+    )
 
 
 def _state_dir(args: argparse.Namespace) -> Path:

@@ -184,6 +184,15 @@ def submit_start_urls(store: Store, urls: Sequence[str]) -> tuple[int, Before]:
     return added + submit_urls(store, rest), before
 
 
+def already_complete(store: Store, added: int) -> bool:
+    """Whether a crawl whose start URLs were just submitted (``added`` went in) has
+    nothing to fetch: it fetched pages before, and nothing waits or is held anywhere."""
+    if added:
+        return False
+    status = store.status()
+    return bool(status["fetched"]) and status["waiting"] + status["held"] == 0
+
+
 def verdict(store: Store, urls: Sequence[str], before: Before) -> None:
     """Say why, if no start URL of this run was fetched.
 

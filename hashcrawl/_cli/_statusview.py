@@ -39,7 +39,7 @@ def read_view(queue: Queue) -> dict[str, Any]:
         records,
         members=members,
         dead=store.some_dead(DEAD_SCANNED),
-        server=store.server_info(),
+        server={**store.server_info(), "idle_since_ms": store.idle_since_ms()},
     )
 
 
@@ -55,12 +55,14 @@ def build_view(
     now_ms = int(server.get("now_ms", time.time() * 1000))
     live = [_member(m, records.get(m["id"], {}), now_ms) for m in status["members"]]
     totals = _sum(records.values())
+    idle_since = server.get("idle_since_ms")
     return {
         **status,
         "members": live,
         "pages_per_s": round(sum(m["per_minute"] for m in live) / 60, 2),
         "items": totals.get("items", 0),
         "in_flight": sum(m["in_flight"] for m in live),
+        "idle_s": None if idle_since is None else round(max(0, now_ms - idle_since) / 1000, 1),
         "bytes": totals.get("bytes", 0),
         "retries": totals.get("retries", 0),
         "dead_letters": totals.get("dead_letters", 0),
