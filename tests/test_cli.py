@@ -32,7 +32,7 @@ from hashcrawl._cli._commands import build_parser
 from hashcrawl._cli._server import RedisServer
 from hashcrawl._store._redisurl import RedisURL
 from hashcrawl._store._store import Store
-from testing.fleet import DEADLINE
+from testing.fleet import DEADLINE, wait_until
 from testing.testsite import SITE_FLAGS, Resource, Site, SiteServer, generate_site, judge
 
 SECRET = "pw-secret"
@@ -1299,3 +1299,41 @@ def test_a_spider_that_cannot_load_is_one_line_and_exit_2(
     result = hashcrawl("crawl", "--spider", str(spider), "--state-dir", str(tmp_path / "s"))
     line = assert_one_line_error(result, 2)
     assert f"--spider {spider}, {says}" in line
+
+
+def _children(pid: int) -> dict[int, str]:
+    """The processes whose parent is ``pid``: pid -> command line."""
+    found = {}
+    for stat in Path("/proc").glob("[0-9]*/stat"):
+        with contextlib.suppress(OSError):
+            fields = stat.read_text().rsplit(")", 1)[1].split()
+            if int(fields[1]) == pid:
+                cmdline = (stat.parent / "cmdline").read_bytes().replace(b"\0", b" ")
+                found[int(stat.parent.name)] = cmdline.decode(errors="replace")
+    return found
+
+
+def _gone(pid: int) -> bool:
+    """``pid`` has exited (a zombie of another parent counts as exited)."""
+    try:
+        state = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0]
+    except OSError:
+        return True
+    return state in ("Z", "X")
+
+
+@pytest.mark.skipif(sys.platform != "linux", reason="the parent-death signal is Linux's")
+def test_a_crawl_killed_outright_takes_its_private_redis_with_it(tmp_path: Path) -> None:
+    """SIGKILL to ``crawl`` (no handler runs): its Redis server and workers exit too."""
+    site = generate_site(pages=40, hosts=2, seed=12, port=0)
+    with SiteServer(site) as server:
+        with _start_crawl(server.site, tmp_path / "state", "--idle", "none") as process:
+            assert server.wait_for_requests(2, timeout=DEADLINE)
+            children = _children(process.pid)
+            (redis_pid,) = [pid for pid, cmd in children.items() if "redis-server" in cmd]
+            assert len(children) == 3  # the server and two workers
+            process.kill()
+        started = time.monotonic()
+        wait_until(lambda: all(_gone(pid) for pid in children), what="the children's exit")
+    print(f"children gone {time.monotonic() - started:.1f} s after the SIGKILL")
+    assert _gone(redis_pid)

@@ -604,7 +604,9 @@ def cmd_crawl(args: argparse.Namespace) -> int:
     state = _state_dir(args)
     with (
         interrupts_held() as check,
-        RedisServer(directory=state, unix_socket=True, appendonly=True) as server,
+        RedisServer(
+            directory=state, unix_socket=True, appendonly=True, die_with_parent=True
+        ) as server,
     ):
         return _crawl_on(server.url, args, urls, check)
 

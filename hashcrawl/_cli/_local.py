@@ -48,8 +48,11 @@ def _as_child() -> None:
     # ``crawl``, which tells them once (SIGTERM) and prints one line, not one per child.
     signal.signal(signal.SIGINT, signal.SIG_IGN)
     if sys.platform == "linux":
-        # A crawl killed outright (SIGKILL) must not leave its workers crawling on.
-        ctypes.CDLL(None, use_errno=True).prctl(_PR_SET_PDEATHSIG, signal.SIGTERM)
+        # A crawl killed outright (SIGKILL) must not leave its workers crawling on. Its
+        # private Redis gets SIGTERM at the same moment and exits, so a gentle stop
+        # could only wait a lease for it: they end at once, and the next run of the
+        # command takes back what they held (expire_previous_members).
+        ctypes.CDLL(None, use_errno=True).prctl(_PR_SET_PDEATHSIG, signal.SIGKILL)
 
 
 @contextlib.contextmanager
