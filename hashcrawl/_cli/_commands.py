@@ -272,6 +272,7 @@ def _run(argv: Sequence[str]) -> int:
         format="%(asctime)s hashcrawl: %(message)s" if args.verbose else "hashcrawl: %(message)s",
     )
     logging.getLogger("httpx").setLevel(logging.WARNING)  # a line per request is too much
+    check_crawl_name(args.crawl)  # here, so the message names the flag, not Python's crawl
     return int(_COMMANDS[args.command](args) or 0)
 
 

@@ -47,6 +47,7 @@ from hashcrawl._core._session import (
     Handoff,
     Session,
 )
+from hashcrawl._core._urls import canonicalize
 from hashcrawl._exceptions import ConfigError, Fenced, FetchError, QueueError, Refused, StateLost
 from hashcrawl._run._handling import Handler, Parse
 from hashcrawl._run._metrics import Tally
@@ -56,6 +57,7 @@ from hashcrawl._store import _crawlconfig
 from hashcrawl._store._crawlconfig import CrawlSettings
 from hashcrawl._store._redisurl import RedisURL, check_crawl_name
 from hashcrawl._store._store import LOST, Beat, Store
+from hashcrawl._web._addresses import PYTHON_ALLOW_HINT, AddressPolicy, url_refusal
 from hashcrawl._web._fetch import Fetcher, HttpxFetcher, NotSent, sending_only_while
 from hashcrawl._web._models import Request, Response
 from hashcrawl._web._robots import Robots, RobotsFetch, Unreachable
@@ -147,8 +149,8 @@ class Worker:
         Raises:
             ConfigError: a bad URL, crawl name or setting, or both parse and spider.
         """
-        self.url = redis if isinstance(redis, RedisURL) else RedisURL.parse(redis)
-        self.crawl = check_crawl_name(crawl)
+        self.url = redis if isinstance(redis, RedisURL) else RedisURL.parse(redis, name="redis")
+        self.crawl = check_crawl_name(crawl, called="crawl")
         self.settings = Settings.of(settings)
         # Issue 12: the crawl settings given are checked against the crawl's at the start
         # of run(), which then adopts the crawl's; a heartbeat may bring new ones.
@@ -240,6 +242,7 @@ class Worker:
         try:
             if self.spider is not None and self.spider.start_urls:
                 urls = list(self.spider.start_urls)
+                await trio.to_thread.run_sync(check_start_urls, urls, self.settings)
                 await trio.to_thread.run_sync(submit_urls, store, urls)
             while True:
                 self._driver = Driver(self, store, fetcher)
@@ -278,6 +281,20 @@ class Worker:
         if self._store is None:
             return {}
         return self._store.fleet_counters()
+
+
+def check_start_urls(urls: list[str], settings: Settings) -> None:
+    """Refuse a spider's start URL that this worker would refuse to connect to: left
+    to the fetcher, it would only show as a dead letter after a crawl of nothing.
+
+    Raises:
+        ConfigError: the first such URL, naming the settings that would allow it.
+    """
+    policy = AddressPolicy.of(settings.allow_nets, settings.allow_private)
+    for url in urls:
+        refusal = url_refusal(canonicalize(url), policy, hint=PYTHON_ALLOW_HINT)
+        if refusal is not None:
+            raise ConfigError(f"start URL {url}: {refusal}")
 
 
 def _spider_name(spider: Spider | None, parse: Parse | None) -> str:

@@ -26,6 +26,7 @@ from hashcrawl._exceptions import ConfigError
 Address = ipaddress.IPv4Address | ipaddress.IPv6Address
 Network = ipaddress.IPv4Network | ipaddress.IPv6Network
 ALLOW_HINT = "allow it with --allow-net CIDR or --allow-private"
+PYTHON_ALLOW_HINT = "allow it with allow_nets=['CIDR'] or allow_private=True"
 NAT64_WELL_KNOWN = ipaddress.IPv6Network("64:ff9b::/96")  # RFC 6052
 NAT64_LOCAL = ipaddress.IPv6Network("64:ff9b:1::/48")  # RFC 8215: local use, not global
 
@@ -88,10 +89,10 @@ class AddressPolicy:
                 return False
         return ip.is_global and not ip.is_multicast
 
-    def refusal(self, host: str, addresses: list[str]) -> str:
+    def refusal(self, host: str, addresses: list[str], hint: str = ALLOW_HINT) -> str:
         """The reason given when none of ``host``'s addresses may be reached."""
         shown = host if addresses == [host] else f"{host} ({', '.join(addresses[:3])})"
-        return f"{shown} is not a public address; {ALLOW_HINT}"
+        return f"{shown} is not a public address; {hint}"
 
 
 def embedded_ipv4(ip: ipaddress.IPv6Address) -> ipaddress.IPv4Address | None:
@@ -132,7 +133,9 @@ def resolve(host: str) -> list[str]:
     return list(dict.fromkeys(str(info[4][0]) for info in infos))
 
 
-def url_refusal(canonical_url: str, policy: AddressPolicy, *, look_up: bool = True) -> str | None:
+def url_refusal(
+    canonical_url: str, policy: AddressPolicy, *, look_up: bool = True, hint: str = ALLOW_HINT
+) -> str | None:
     """Why a worker under ``policy`` would refuse ``canonical_url``, or None.
 
     The CLI asks before it submits, so that a private start URL is an error at once
@@ -141,10 +144,11 @@ def url_refusal(canonical_url: str, policy: AddressPolicy, *, look_up: bool = Tr
 
     Args:
         look_up: resolve host names too (blocking); else judge IP literals only.
+        hint: how the refusal says to allow it (the CLI's flags by default).
     """
     host = urlsplit(canonical_url).hostname or ""
     literal = literal_address(host)
     addresses = [literal] if literal is not None else resolve(host) if look_up else []
     if addresses and not any(policy.allows(address) for address in addresses):
-        return policy.refusal(host, addresses)
+        return policy.refusal(host, addresses, hint)
     return None
