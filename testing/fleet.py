@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import collections
 import json
+import re
 import signal
 import subprocess
 import sys
@@ -50,6 +51,7 @@ ITEM_FIELDS = {
 }  # fmt: skip
 
 Key = tuple[str, str]  # (host, path)
+_REPORT = re.compile(r"hashcrawl: (joined crawl \S+ as |\S+: [\d,]+ pages?, )")
 
 
 def new_crawl_name() -> str:
@@ -395,8 +397,13 @@ class Process:
         return self.stderr_path.read_text().splitlines()
 
     def error_lines(self) -> list[str]:
-        """stderr without the join's one-line warning that Redis keeps no AOF (test servers)."""
-        return [line for line in self.stderr_lines() if "runs without appendonly" not in line]
+        """stderr without the join's one-line warning that Redis keeps no AOF (test
+        servers) and its lines on what it does (joined, and every minute its figures)."""
+        return [
+            line
+            for line in self.stderr_lines()
+            if "runs without appendonly" not in line and not _REPORT.match(line)
+        ]
 
     def stop(self) -> None:
         if self.running():

@@ -11,9 +11,11 @@ import sys
 from pathlib import Path
 
 import httpx
+import pytest
 import trio
 from prometheus_client.parser import text_string_to_metric_families
 
+from hashcrawl._cli._commands import _report
 from hashcrawl._cli._progress import Progress
 from testing.fleet import DEADLINE, page_requests, wait_until
 from testing.testsite import SITE_FLAGS, Site, SiteServer, generate_site
@@ -187,3 +189,25 @@ def test_running_a_finished_crawl_again_says_it_was_complete_without_waiting(
     assert err.startswith(f"hashcrawl: crawl default was already complete ({pages} pages fetched")
     assert f"crawl --fresh --state-dir {tmp_path / 'state'} URL" in err
     assert len(err.splitlines()) == 1
+
+
+async def test_join_says_it_joined_then_what_it_has_done(
+    redis_url: str, crawl_name: str, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """join's lines: one when the worker is a member, then its figures at each interval,
+    which count the pages the site served."""
+    lines: list[str] = []
+    async with settled_crawl(redis_url, crawl_name, tmp_path) as (worker, server):
+        with trio.fail_after(DEADLINE):
+            async with trio.open_nursery() as nursery:
+                nursery.start_soon(_report, worker, 0.01)
+                while len(lines) < 2:
+                    got = capsys.readouterr().err.splitlines()
+                    lines += [line for line in got if line.startswith("hashcrawl: ")]
+                    await trio.sleep(0.01)
+                nursery.cancel_scope.cancel()
+        pages = len(page_requests(server.requests()))
+    joined = f"hashcrawl: joined crawl {crawl_name} as {worker.id} (1 member); Ctrl-C stops it"
+    assert lines[0] == joined
+    assert lines[1].startswith(f"hashcrawl: {worker.id}: {pages} pages, {pages} items, ")
+    assert lines[1].endswith(" owned, 0 failed, 0 dead-lettered")

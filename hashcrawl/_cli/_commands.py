@@ -51,6 +51,7 @@ log = logging.getLogger("hashcrawl")
 DEFAULT_CRAWL = "default"
 FAILED, USAGE, NOTHING_FETCHED, INTERRUPTED, CLOSED_PIPE = 1, 2, 3, 130, 141
 START_PATIENCE = 5.0  # seconds a command waits for a Redis that never answered yet
+REPORT_EVERY = 60.0  # seconds between two of join's lines on what it has done
 
 
 class _Parser(argparse.ArgumentParser):
@@ -350,6 +351,8 @@ def cmd_join(args: argparse.Namespace) -> int:
             nursery.start_soon(
                 _stop_on_signals, worker, nursery.cancel_scope, early_stop, args.child
             )
+            if not args.child:  # crawl's children: their parent shows the progress
+                nursery.start_soon(_report, worker)
             await worker.run()
             nursery.cancel_scope.cancel()
 
@@ -368,6 +371,29 @@ def _worker_settings(args: argparse.Namespace, settings: Settings) -> dict[str, 
     the crawl's others (see ``_crawlconfig``)."""
     own = {k: v for k, v in attrs.asdict(settings, recurse=False).items() if k not in CRAWL}
     return {**own, **given_flags(args)}
+
+
+async def _report(worker: Any, every: float = REPORT_EVERY) -> None:
+    """Say when the worker has joined, then what it has done every ``every`` seconds."""
+    while (session := worker.session) is None or not session.joined_ms:
+        await trio.sleep(0.2)
+    print(
+        f"hashcrawl: joined crawl {worker.crawl} as {worker.id} "
+        f"({plural(len(session.latest.members), 'member')}); Ctrl-C stops it",
+        file=sys.stderr,
+        flush=True,
+    )
+    while True:
+        await trio.sleep(every)
+        session, tally = worker.session, worker.tally
+        hosts = len(session.frontier.hosts) if session is not None else 0
+        print(
+            f"hashcrawl: {worker.id}: {plural(tally.fetched, 'page')}, "
+            f"{plural(tally.items, 'item')}, {plural(hosts, 'host')} owned, "
+            f"{tally.failed:,} failed, {tally.dead:,} dead-lettered",
+            file=sys.stderr,
+            flush=True,
+        )
 
 
 async def _stop_on_signals(
