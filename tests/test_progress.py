@@ -211,3 +211,26 @@ async def test_join_says_it_joined_then_what_it_has_done(
     assert lines[0] == joined
     assert lines[1].startswith(f"hashcrawl: {worker.id}: {pages} pages, {pages} items, ")
     assert lines[1].endswith(" owned, 0 failed, 0 dead-lettered")
+
+
+def test_progress_and_status_headline_spell_one_of_a_thing_in_the_singular() -> None:
+    """One host, one error, one worker: never "1 hosts" or "1 workers"."""
+    from hashcrawl._cli._progress import progress_line
+    from hashcrawl._cli._statusview import _headline
+
+    member = {"hosts": 1}
+    view = {"fetched": 3, "waiting": 0, "held": 0, "in_flight": 0, "failed": 1, "dead": 0}
+    line = progress_line({**view, "members": [member]}, rate=0.0, elapsed=1.0)
+    assert ", 1 host, 1 error, 0 dead, " in line
+    headline = _headline(
+        {
+            **view,
+            "crawl": "c",
+            "ended": False,
+            "workers": 1,
+            "pages_per_s": 0.0,
+            "items": 0,
+            "seen": 3,
+        }
+    ).plain
+    assert headline.startswith("crawl c: 1 worker, 3 fetched")

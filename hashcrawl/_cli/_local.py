@@ -42,6 +42,11 @@ def plural(count: int, noun: str) -> str:
     return f"{count} {noun}" if count == 1 else f"{count} {noun}s"
 
 
+def counted(count: int, noun: str) -> str:
+    """'1 host', '1,024 hosts': :func:`plural` with thousands separated, for figures."""
+    return f"{count:,} {noun}" if count == 1 else f"{count:,} {noun}s"
+
+
 def _as_child() -> None:
     """Runs in each worker process between fork and exec."""
     # The terminal sends Ctrl-C to the whole process group: the children leave it to

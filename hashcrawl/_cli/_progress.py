@@ -22,6 +22,7 @@ from typing import Any, TextIO
 from rich.console import Console
 from rich.text import Text
 
+from hashcrawl._cli._local import counted
 from hashcrawl._cli._statusview import read_view
 from hashcrawl._exceptions import HashcrawlError
 from hashcrawl._run._queue import Queue
@@ -42,7 +43,8 @@ def progress_line(
     waiting = max(0, view["waiting"] + view["held"] - view["in_flight"])
     line = (
         f"{view['fetched']:,} pages, {rate:.1f}/s, {waiting:,} waiting, "
-        f"{view['in_flight']} in flight, {hosts:,} hosts, {view['failed']:,} errors, "
+        f"{view['in_flight']} in flight, {counted(hosts, 'host')}, "
+        f"{counted(view['failed'], 'error')}, "
         f"{view['dead']:,} dead, {_duration(elapsed)}"
     )
     quiet = view.get("idle_s")

@@ -19,6 +19,7 @@ from rich.console import Console, Group
 from rich.table import Table
 from rich.text import Text
 
+from hashcrawl._cli._local import counted
 from hashcrawl._run._metrics import parse_top
 from hashcrawl._run._queue import Queue
 from hashcrawl._store._store import _whole
@@ -164,7 +165,7 @@ def render(view: dict[str, Any]) -> Group:
 
 
 def _headline(view: dict[str, Any]) -> Text:
-    state = "ended" if view["ended"] else f"{view['workers']} workers"
+    state = "ended" if view["ended"] else counted(view["workers"], "worker")
     return Text(
         f"crawl {view['crawl']}: {state}, {view['fetched']:,} fetched "
         f"({view['pages_per_s']:.1f}/s over the last minute), {view['items']:,} items, "

@@ -173,6 +173,9 @@ class RedisURL:
                 f"TLS certificate refused ({why}); the server's certificate must be "
                 f"signed by {hint} and name {self.host!r}"
             )
+        elif "Connection refused" in reason or "No such file or directory" in reason:
+            where = self.path if self.scheme == "redis+unix" else f"{self.host}:{self.port}"
+            reason += f" Is a Redis server running at {where}?"
         return reason
 
     def client_kwargs(self) -> dict[str, Any]:
