@@ -54,6 +54,11 @@ Key = tuple[str, str]  # (host, path)
 _REPORT = re.compile(r"hashcrawl: (joined crawl \S+ as |\S+: [\d,]+ pages?, )")
 
 
+def is_report(line: str) -> bool:
+    """A line of ``join``'s on what it does (joined; its figures every minute)."""
+    return _REPORT.match(line) is not None
+
+
 def new_crawl_name() -> str:
     """A crawl name no other test uses (for fixtures wider than one test)."""
     return "t" + uuid.uuid4().hex[:10]
@@ -402,7 +407,7 @@ class Process:
         return [
             line
             for line in self.stderr_lines()
-            if "runs without appendonly" not in line and not _REPORT.match(line)
+            if "runs without appendonly" not in line and not is_report(line)
         ]
 
     def stop(self) -> None:
