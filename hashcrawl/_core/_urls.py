@@ -64,6 +64,8 @@ def canonicalize(url: str) -> str:
     return canonical
 
 
+# Asked of each link three times (robots, scope and routing, the seen cache): once is enough.
+@functools.lru_cache(maxsize=65536)
 def host_key(canonical_url: str) -> str:
     """Return the routing key of a URL: its host, plus ":port" when not the default.
 
@@ -78,6 +80,7 @@ def host_key(canonical_url: str) -> str:
     return _authority(canonical_url, parts)
 
 
+@functools.lru_cache(maxsize=65536)
 def fingerprint(canonical_url: str) -> tuple[int, int]:
     """Return two unsigned 32-bit hashes of a URL, seeds for a Bloom filter's double hashing.
 
