@@ -229,6 +229,18 @@ def _hashcrawl_seen(url: str) -> int:
         return int(queue.status()["seen"])
 
 
+def bare_launcher(seeds: list[str]) -> Launch:
+    """The bare trio + httpx + lxml loop (``bench_bare.py``): no Redis, a set for dedupe."""
+
+    def launch(url: str, run_dir: Path) -> tuple[list[int], Callable[[str], int], list[Path]]:
+        output = run_dir / "pages.jsonl"
+        command = [sys.executable, str(SCRIPTS / "bench_bare.py"), "--concurrency", "64"]
+        command += ["--per-host", "1", "-o", str(output), *seeds]
+        return [_spawn(command, run_dir / "bare.err")], lambda _: 0, [output]
+
+    return launch
+
+
 def scrapy_launcher(seeds: list[str]) -> Launch:
     def launch(url: str, run_dir: Path) -> tuple[list[int], Callable[[str], int], list[Path]]:
         output = run_dir / "items.jsonl"
