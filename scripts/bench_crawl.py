@@ -196,11 +196,16 @@ def measure(
 
 
 def hashcrawl_launcher(
-    seeds: list[str], workers: int, extra: Sequence[str] = (), wrap: Sequence[str] = ()
+    seeds: list[str],
+    workers: int,
+    extra: Sequence[str] = (),
+    wrap: Sequence[str] = (),
+    checkout: Path | None = None,
 ) -> Launch:
     """Submit the seeds, then start ``workers`` ``hashcrawl join`` processes.
 
-    ``wrap`` goes before each command (a profiler, say).
+    ``wrap`` goes before each command (a profiler, say); ``checkout`` is another
+    checkout of hashcrawl to run instead of this one (an earlier commit, say).
     """
 
     def launch(url: str, run_dir: Path) -> tuple[list[int], Callable[[str], int], list[Path]]:
@@ -208,7 +213,7 @@ def hashcrawl_launcher(
             queue.submit(seeds)
         outputs = [run_dir / f"items-{i}.jsonl" for i in range(workers)]
         pids = [
-            _spawn([*wrap, *_join_command(url, out, extra)], run_dir / f"worker-{i}.err")
+            _spawn([*wrap, *_join_command(url, out, extra)], run_dir / f"worker-{i}.err", checkout)
             for i, out in enumerate(outputs)
         ]
         return pids, _hashcrawl_seen, outputs
@@ -259,9 +264,16 @@ def _scrapy_seen(url: str) -> int:
         client.close()
 
 
-def _spawn(command: list[str], err: Path) -> int:
-    """Start a crawler; its pid is reaped by ``wait_all`` (for the rusage)."""
+def _spawn(command: list[str], err: Path, checkout: Path | None = None) -> int:
+    """Start a crawler; its pid is reaped by ``wait_all`` (for the rusage).
+
+    With ``checkout``, ``python -m hashcrawl`` imports hashcrawl from there: it goes
+    first on PYTHONPATH, and is the working directory (which ``-m`` puts first of all).
+    """
+    env = None if checkout is None else os.environ | {"PYTHONPATH": str(checkout)}
     with open(err, "wb") as stderr:
-        process = subprocess.Popen(command, stdout=stderr, stderr=subprocess.STDOUT)
+        process = subprocess.Popen(
+            command, stdout=stderr, stderr=subprocess.STDOUT, env=env, cwd=checkout
+        )
     process.returncode = 0  # reaped by wait4 in wait_all: keep Popen from reaping it
     return process.pid

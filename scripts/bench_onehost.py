@@ -39,7 +39,17 @@ def site(work: Path, *, pages: int, docs: Path | None, port: int) -> tuple[Path,
     return root, f"http://127.0.0.2:{port}/{start}"
 
 
-def run(work: Path, *, pages: int, docs: Path | None, per_host: int, timeout: float) -> list[Any]:
+def run(
+    work: Path,
+    *,
+    pages: int,
+    docs: Path | None,
+    per_host: int,
+    timeout: float,
+    before: Path | None = None,
+) -> list[Any]:
+    """Crawl the site with each contender in turn; ``before`` adds ``hashcrawl crawl``
+    of that checkout (see ``bench_crawl.hashcrawl_launcher``)."""
     port = bench_site.free_port()
     root, seed = site(work, pages=pages, docs=docs, port=port)
     server = bench_site.StaticServer(root, work / "one-host-server", hosts=1, port=port)
@@ -49,6 +59,9 @@ def run(work: Path, *, pages: int, docs: Path | None, per_host: int, timeout: fl
             print(f"  {name}: skipped (not installed)")
             continue
         results.append(_measure(name, command, server, work, timeout))
+        if before is not None and name.startswith("hashcrawl"):
+            name = name.replace("hashcrawl crawl", "hashcrawl crawl before")
+            results.append(_measure(name, command, server, work, timeout, before))
     return results
 
 
@@ -73,13 +86,20 @@ def _contenders(seed: str, work: Path, per_host: int) -> list[tuple[str, list[st
     ]
 
 
-def _measure(name: str, command: list[str], server: Any, work: Path, timeout: float) -> Any:
-    run_dir = work / ("one-host-" + name.split()[0])
+def _measure(
+    name: str,
+    command: list[str],
+    server: Any,
+    work: Path,
+    timeout: float,
+    checkout: Path | None = None,
+) -> Any:
+    run_dir = work / ("one-host-" + "-".join(name.split()[:3]))
     run_dir.mkdir(parents=True, exist_ok=True)
     log = run_dir / "access.log"
     server.start(log)
     try:
-        pid = bench_crawl._spawn(command, run_dir / "stderr.txt")
+        pid = bench_crawl._spawn(command, run_dir / "stderr.txt", checkout)
         usage, in_time = bench_crawl.wait_all([pid], time.monotonic() + timeout)
     finally:
         server.stop()

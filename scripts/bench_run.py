@@ -73,6 +73,7 @@ def main() -> int:
             docs=args.one_host_docs,
             per_host=args.one_host_per_host,
             timeout=args.timeout * 3,
+            before=args.before,
         )
         for r in one_host:
             clock.say(f"one host, {r.name}: {r.pages} pages in {r.wall:.1f} s; load {_load()}")
@@ -118,6 +119,9 @@ def main() -> int:
 
 def _contenders(args: argparse.Namespace, seeds: list[str]) -> list[tuple[str, Any]]:
     runs: list[tuple[str, Any]] = [("hashcrawl x1", bench_crawl.hashcrawl_launcher(seeds, 1))]
+    if args.before:
+        launch = bench_crawl.hashcrawl_launcher(seeds, 1, checkout=args.before)
+        runs.append(("hashcrawl x1 before", launch))
     if not args.no_bare:
         runs.append(("bare loop x1", bench_crawl.bare_launcher(seeds)))
     if not args.no_scrapy:
@@ -348,6 +352,11 @@ def _parser() -> argparse.ArgumentParser:
     p.add_argument("--scale", type=int, nargs="*", default=[2, 4], help="more worker counts")
     p.add_argument("--no-scrapy", action="store_true", help="skip the scrapy-redis crawl")
     p.add_argument("--no-bare", action="store_true", help="skip the bare loop's crawl")
+    p.add_argument(
+        "--before",
+        type=Path,
+        help="also crawl with the hashcrawl of this checkout (git archive COMMIT | tar -x -C DIR)",
+    )
     p.add_argument(
         "--one-host-pages", type=int, default=4000, help="pages of the one-host site (0: skip)"
     )
