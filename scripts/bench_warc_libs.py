@@ -1,0 +1,115 @@
+"""Records per second for one request/response pair, warcio against FastWARC.
+
+Each writes the same pair (a 20 KiB HTML page, its headers, its request) as two gzip
+members with both digests, the way WarcSink writes them. Ratios only: the machine is busy.
+
+    .venv/bin/python -m pip install fastwarc  # for this script only
+    nice -n 10 .venv/bin/python scripts/bench_warc_libs.py
+"""
+
+from __future__ import annotations
+
+import hashlib
+import io
+import random
+import time
+import uuid
+import zlib
+
+HEAD = (
+    b"HTTP/1.1 200 OK\r\nContent-Type: text/html; charset=utf-8\r\n"
+    b"Content-Length: 20480\r\nServer: bench\r\n\r\n"
+)
+REQUEST = b"GET /page HTTP/1.1\r\nHost: example.test\r\nUser-Agent: hashcrawl/0.1\r\n\r\n"
+_WORDS = [b"crawl", b"page", b"host", b"ring", b"lease", b"archive", b"record", b"digest"]
+_RANDOM = random.Random(1)
+BODY = b"".join(
+    b"<p>" + b" ".join(_RANDOM.choices(_WORDS, k=12)) + b" <a href='/%d'>x</a></p>\n" % i
+    for i in range(400)
+)[:20480]
+PAIRS = 2000
+
+
+def warcio_pairs(level: int) -> bytes:
+    from warcio.warcwriter import WARCWriter
+
+    out = io.BytesIO()
+    writer = WARCWriter(io.BytesIO(), gzip=False, warc_version="1.1")
+    for _ in range(PAIRS):
+        for kind, block in (("response", HEAD + BODY), ("request", REQUEST)):
+            record = writer.create_warc_record(
+                "http://example.test/page", kind, payload=io.BytesIO(block), length=len(block)
+            )
+            plain = io.BytesIO()
+            writer.out = plain
+            writer.write_record(record)
+            gz = zlib.compressobj(level, zlib.DEFLATED, 31)
+            out.write(gz.compress(plain.getvalue()) + gz.flush())
+    return out.getvalue()
+
+
+def warcio_own_gzip() -> bytes:
+    from warcio.warcwriter import WARCWriter
+
+    out = io.BytesIO()
+    writer = WARCWriter(out, gzip=True, warc_version="1.1")  # its own level 9
+    for _ in range(PAIRS):
+        for kind, block in (("response", HEAD + BODY), ("request", REQUEST)):
+            record = writer.create_warc_record(
+                "http://example.test/page", kind, payload=io.BytesIO(block), length=len(block)
+            )
+            writer.write_record(record)
+    return out.getvalue()
+
+
+def fastwarc_pairs(level: int) -> bytes:
+    from fastwarc.warc import WarcRecord, WarcRecordType
+
+    out = io.BytesIO()
+    for _ in range(PAIRS):
+        for kind, block in (
+            (WarcRecordType.response, HEAD + BODY),
+            (WarcRecordType.request, REQUEST),
+        ):
+            record = WarcRecord()
+            record.init_headers(kind, uuid.uuid4().urn.encode()[9:])
+            record.headers["WARC-Target-URI"] = "http://example.test/page"
+            record.headers["Content-Type"] = "application/http; msgtype=response"
+            record.set_bytes_content(block)
+            record.is_http = True
+            plain = io.BytesIO()
+            record.write(plain, checksum_data=True)
+            gz = zlib.compressobj(level, zlib.DEFLATED, 31)
+            out.write(gz.compress(plain.getvalue()) + gz.flush())
+    return out.getvalue()
+
+
+def digest_and_gzip_only(level: int) -> bytes:
+    out = io.BytesIO()
+    for _ in range(PAIRS):
+        for block in (HEAD + BODY, REQUEST):
+            hashlib.sha1(block).digest()
+            hashlib.sha1(block).digest()
+            gz = zlib.compressobj(level, zlib.DEFLATED, 31)
+            out.write(gz.compress(block) + gz.flush())
+    return out.getvalue()
+
+
+def main() -> None:
+    runs = {
+        "floor: 2 sha1 + gzip -6, no library": lambda: digest_and_gzip_only(6),
+        "warcio, gzip -6 per record": lambda: warcio_pairs(6),
+        "warcio, its own gzip (-9)": warcio_own_gzip,
+        "FastWARC, gzip -6 per record": lambda: fastwarc_pairs(6),
+    }
+    base = None
+    for name, run in runs.items():
+        start = time.perf_counter()
+        size = len(run())
+        rate = PAIRS / (time.perf_counter() - start)
+        base = base or rate
+        print(f"{name:40} {rate:8.0f} pairs/s  ({rate / base:.2f} of the floor), {size} bytes")
+
+
+if __name__ == "__main__":
+    main()
