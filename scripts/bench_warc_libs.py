@@ -1,7 +1,8 @@
 """Records per second for one request/response pair, warcio against FastWARC.
 
 Each writes the same pair (a 20 KiB HTML page, its headers, its request) as two gzip
-members with both digests, the way WarcSink writes them. Ratios only: the machine is busy.
+members with both digests, the way WarcSink writes them, at gzip levels 6 and 1; the
+floor is the two digests and the gzip alone. Ratios only: the machine is busy.
 
     .venv/bin/python -m pip install fastwarc  # for this script only
     nice -n 10 .venv/bin/python scripts/bench_warc_libs.py
@@ -9,8 +10,10 @@ members with both digests, the way WarcSink writes them. Ratios only: the machin
 
 from __future__ import annotations
 
+import base64
 import hashlib
 import io
+import os
 import random
 import time
 import uuid
@@ -27,7 +30,8 @@ BODY = b"".join(
     b"<p>" + b" ".join(_RANDOM.choices(_WORDS, k=12)) + b" <a href='/%d'>x</a></p>\n" % i
     for i in range(400)
 )[:20480]
-PAIRS = 2000
+PAIRS = 1000
+ROUNDS = 3
 
 
 def warcio_pairs(level: int) -> bytes:
@@ -72,11 +76,14 @@ def fastwarc_pairs(level: int) -> bytes:
             (WarcRecordType.request, REQUEST),
         ):
             record = WarcRecord()
-            record.init_headers(kind, uuid.uuid4().urn.encode()[9:])
+            record.init_headers(kind, uuid.uuid4().urn[4:].encode())
             record.headers["WARC-Target-URI"] = "http://example.test/page"
             record.headers["Content-Type"] = "application/http; msgtype=response"
+            digest = hashlib.sha1(block[len(HEAD) :] if kind == WarcRecordType.response else b"")
+            record.headers["WARC-Payload-Digest"] = (
+                "sha1:" + base64.b32encode(digest.digest()).decode()
+            )
             record.set_bytes_content(block)
-            record.is_http = True
             plain = io.BytesIO()
             record.write(plain, checksum_data=True)
             gz = zlib.compressobj(level, zlib.DEFLATED, 31)
@@ -98,17 +105,25 @@ def digest_and_gzip_only(level: int) -> bytes:
 def main() -> None:
     runs = {
         "floor: 2 sha1 + gzip -6, no library": lambda: digest_and_gzip_only(6),
-        "warcio, gzip -6 per record": lambda: warcio_pairs(6),
         "warcio, its own gzip (-9)": warcio_own_gzip,
+        "warcio, gzip -6 per record": lambda: warcio_pairs(6),
+        "warcio, gzip -1 per record": lambda: warcio_pairs(1),
         "FastWARC, gzip -6 per record": lambda: fastwarc_pairs(6),
+        "FastWARC, gzip -1 per record": lambda: fastwarc_pairs(1),
     }
-    base = None
-    for name, run in runs.items():
-        start = time.perf_counter()
-        size = len(run())
-        rate = PAIRS / (time.perf_counter() - start)
-        base = base or rate
-        print(f"{name:40} {rate:8.0f} pairs/s  ({rate / base:.2f} of the floor), {size} bytes")
+    best: dict[str, float] = {}
+    sizes: dict[str, int] = {}
+    for _ in range(ROUNDS):  # interleaved, the best of each kept: the load comes and goes
+        for name, run in runs.items():
+            start = time.perf_counter()
+            sizes[name] = len(run())
+            best[name] = max(best.get(name, 0.0), PAIRS / (time.perf_counter() - start))
+    base = next(iter(best.values()))
+    for name, rate in best.items():
+        print(
+            f"{name:36} {rate:6.0f} pairs/s ({rate / base:.2f} of the floor), {sizes[name]} bytes"
+        )
+    print(f"load average {' '.join(f'{x:.2f}' for x in os.getloadavg())}")
 
 
 if __name__ == "__main__":

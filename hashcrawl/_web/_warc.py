@@ -1,4 +1,4 @@
-"""WARC output: every fetch as a request and a response record, written with warcio.
+"""WARC output: every fetch as a request and a response record, written with FastWARC.
 
 A :class:`WarcSink` writes WARC 1.1 (ISO 28500), the format Heritrix, wget, StormCrawler
 and Common Crawl write and pywb, cdxj-indexer, warcio and FastWARC read. Each file opens
@@ -7,11 +7,14 @@ statuses, robots.txt, sitemaps) gives a ``response`` record holding the HTTP res
 received (status line, header lines, body still content-encoded, as wget and Heritrix
 keep it) and a ``request`` record that names it in ``WARC-Concurrent-To``.
 
-warcio builds the records and computes their digests; hashcrawl gives it the header
-bytes as received (warcio would re-serialise parsed headers, and re-encode bytes that
-are not ASCII) and gzips each record as its own member, so a file cut short reads up to
-its last whole record. (FastWARC was faster by a fifth in ``scripts/bench_warc_libs.py``
-but wrote no ``WARC-Payload-Digest`` for these records; gzip dominates either way.)
+FastWARC (resiliparse's, compiled) builds each record from the bytes as given and
+computes its ``WARC-Block-Digest``; hashcrawl computes ``WARC-Payload-Digest`` (FastWARC
+writes none for a record it did not parse) and gzips each record as its own member, so
+a file cut short reads up to its last whole record. warcio, the reference reader, was
+the first choice, but in ``scripts/bench_warc_libs.py`` it took 1.6 times as long per
+record pair, most of it pure-Python header handling on the page path, and it re-encodes
+header bytes that are not ASCII; the tests read every file back with warcio instead,
+so what is written is checked by a second implementation.
 
 Durability is the items' promise: records are written as the fetches end, and
 ``flush`` fsyncs them; the worker flushes before it acknowledges the pages, so every
@@ -24,6 +27,7 @@ from __future__ import annotations
 
 import base64
 import collections
+import datetime
 import hashlib
 import importlib.metadata
 import io
@@ -31,13 +35,12 @@ import os
 import socket
 import threading
 import time
+import uuid
 import zlib
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-from warcio.statusandheaders import StatusAndHeaders
-from warcio.timeutils import datetime_to_iso_date
-from warcio.warcwriter import WARCWriter
+from fastwarc.warc import WarcRecord, WarcRecordType
 
 from hashcrawl._exceptions import ConfigError
 from hashcrawl._settings import WARC_MAX_SIZE
@@ -47,9 +50,11 @@ from hashcrawl._web._models import Exchange, Response
 #: Payload digests a worker remembers for revisit records; the oldest are forgotten.
 REVISIT_MEMORY = 100_000
 REVISIT_PROFILE = "http://netpreserve.org/warc/1.1/revisit/identical-payload-digest"
-# zlib's default: warcio's own gzip (level 9) took 1.8 times as long per record in
-# scripts/bench_warc_libs.py for files a few per cent smaller.
-GZIP_LEVEL = 6
+RESPONSE_TYPE = "application/http; msgtype=response"
+REQUEST_TYPE = "application/http; msgtype=request"
+# Level 6 (zlib's default) took twice as long per record as 1 in scripts/bench_warc_libs.py
+# for files about a fifth smaller: on the page path, speed wins; recompress offline.
+GZIP_LEVEL = 1
 _SUFFIXES = (".warc.gz", ".warc")
 _DROPPED = (b"content-encoding", b"transfer-encoding", b"content-length")  # see _exchange_of
 
@@ -57,20 +62,6 @@ _DROPPED = (b"content-encoding", b"transfer-encoding", b"content-length")  # see
 def is_warc_path(path: str) -> bool:
     """Whether an output path names WARC files (``NAME.warc.gz`` or ``NAME.warc``)."""
     return path.endswith(_SUFFIXES)
-
-
-class _AsReceived(StatusAndHeaders):  # type: ignore[misc]
-    """HTTP headers that warcio writes as the bytes given, not re-serialised."""
-
-    def __init__(self, head: bytes) -> None:
-        super().__init__("", [], protocol="")
-        self.headers_buff = head
-
-    def compute_headers_buffer(self, header_filter: Any = None) -> None:
-        """Keep the bytes as received (warcio calls this before writing)."""
-
-    def __bool__(self) -> bool:
-        return True  # warcio parses the payload for headers when given none
 
 
 def payload_digest(payload: bytes) -> str:
@@ -119,7 +110,6 @@ class WarcSink:
         self.max_size, self.revisits, self.fsync = max_size, revisits, fsync
         self._stem, self._suffix = self.path[: -len(suffix)], suffix
         self._worker = f"{socket.gethostname().split('.')[0][:24] or 'host'}-{os.getpid()}"
-        self._writer = WARCWriter(io.BytesIO(), gzip=False, warc_version="1.1")
         self._lock = threading.Lock()
         self._fd: int | None = None
         self._size, self._sequence, self._dirty = 0, 0, False
@@ -139,7 +129,7 @@ class WarcSink:
         """Write ``response``'s request and response (or revisit) records, not yet synced."""
         exchange = response.exchange or _exchange_of(response)
         with self._lock:  # one writer, its revisit memory and the file: one call at a time
-            data = b"".join(self._record(r) for r in self._records(response, exchange))
+            data = self._records(response, exchange)
             if self._fd is not None and self._size + len(data) > self.max_size:
                 self._close_file()
             if self._fd is None:
@@ -159,50 +149,50 @@ class WarcSink:
 
     # -- records -------------------------------------------------------------------------
 
-    def _records(self, response: Response, exchange: Exchange) -> list[Any]:
+    def _records(self, response: Response, exchange: Exchange) -> bytes:
         """The response (or revisit) record, then the request record naming it."""
-        writer, uri = self._writer, response.url
-        date = datetime_to_iso_date(exchange.started.replace(tzinfo=None), use_micros=True)
-        common = {"WARC-Date": date}  # each record's WARC-Type comes first (see below)
+        uri = response.url
+        common = {"WARC-Target-URI": uri}
         if exchange.address:
             common["WARC-IP-Address"] = exchange.address
+        date = exchange.started.strftime("%Y-%m-%dT%H:%M:%S.%fZ")
         digest = payload_digest(exchange.body)
         first = self._first_with(digest, response, exchange)
-        if first is not None:
-            answer = writer.create_revisit_record(
-                uri,
-                digest,
-                first[0],
-                first[1],
-                _AsReceived(exchange.response_head),
-                {"WARC-Type": "revisit", **common},
+        told = {**common, "Content-Type": RESPONSE_TYPE, "WARC-Payload-Digest": digest}
+        if first is not None:  # the body is the first's: headers only
+            told.update(_refers_to(first))
+            answer, answer_id = self._record(
+                WarcRecordType.revisit, date, told, exchange.response_head
             )
-            answer.rec_headers.add_header("WARC-Refers-To", first[2])
         else:
-            told = {**common, "WARC-Payload-Digest": digest}
             if response.truncated:
                 told["WARC-Truncated"] = "length"
-            answer = self._http_record(uri, "response", exchange.response_head, exchange.body, told)
-        answer_id = answer.rec_headers.get_header("WARC-Record-ID")
-        if first is None and self.revisits:
-            self._remember(digest, (uri, date, answer_id), response, exchange)
-        asked = {**common, "WARC-Concurrent-To": answer_id}
-        sent = self._http_record(
-            uri, "request", exchange.request_head, exchange.request_body, asked
-        )
-        return [answer, sent]
+            block = exchange.response_head + exchange.body
+            answer, answer_id = self._record(WarcRecordType.response, date, told, block)
+            if self.revisits and _dedupable(response, exchange):
+                self._remember(digest, (uri, date, answer_id))
+        asked = {**common, "Content-Type": REQUEST_TYPE, "WARC-Concurrent-To": answer_id}
+        block = exchange.request_head + exchange.request_body
+        request, _ = self._record(WarcRecordType.request, date, asked, block)
+        return answer + request
 
-    def _http_record(
-        self, uri: str, kind: str, head: bytes, body: bytes, headers: dict[str, str]
-    ) -> Any:
-        return self._writer.create_warc_record(
-            uri,
-            kind,
-            payload=io.BytesIO(body),
-            length=len(body),
-            warc_headers_dict={"WARC-Type": kind, **headers},
-            http_headers=_AsReceived(head),
-        )
+    def _record(
+        self, kind: WarcRecordType, date: str, headers: Mapping[str, str], block: bytes
+    ) -> tuple[bytes, str]:
+        """One record as it goes in the file (gzipped for .warc.gz), and its id."""
+        record = WarcRecord()
+        record.init_headers(kind, uuid.uuid4().urn[4:].encode("ascii"))
+        record.headers["WARC-Date"] = date
+        for name, value in headers.items():
+            record.headers[name] = value
+        record.set_bytes_content(block)
+        out = io.BytesIO()
+        record.write(out, checksum_data=True)  # WARC-Block-Digest
+        data = out.getvalue()
+        if self._suffix == ".warc.gz":  # one gzip member per record
+            gzip = zlib.compressobj(GZIP_LEVEL, zlib.DEFLATED, 16 + zlib.MAX_WBITS)
+            data = gzip.compress(data) + gzip.flush()
+        return data, str(record.record_id)
 
     def _first_with(
         self, digest: str, response: Response, exchange: Exchange
@@ -212,24 +202,10 @@ class WarcSink:
             return None
         return self._seen.get(digest)
 
-    def _remember(
-        self, digest: str, first: tuple[str, str, str], response: Response, exchange: Exchange
-    ) -> None:
-        if not _dedupable(response, exchange):
-            return
+    def _remember(self, digest: str, first: tuple[str, str, str]) -> None:
         self._seen.setdefault(digest, first)
         if len(self._seen) > REVISIT_MEMORY:
             self._seen.popitem(last=False)
-
-    def _record(self, record: Any) -> bytes:
-        out = io.BytesIO()
-        self._writer.out = out
-        self._writer.write_record(record)
-        data = out.getvalue()
-        if self._suffix == ".warc.gz":  # one gzip member per record
-            gzip = zlib.compressobj(GZIP_LEVEL, zlib.DEFLATED, 16 + zlib.MAX_WBITS)
-            data = gzip.compress(data) + gzip.flush()
-        return data
 
     # -- files -----------------------------------------------------------------------------
 
@@ -252,18 +228,22 @@ class WarcSink:
                 os.fsync(directory)
             finally:
                 os.close(directory)
-        self._append(self._record(self._warcinfo(os.path.basename(name))))
+        self._append(self._warcinfo(os.path.basename(name)))
 
-    def _warcinfo(self, filename: str) -> Any:
-        info = {
-            "software": f"hashcrawl/{__version__} (warcio/{importlib.metadata.version('warcio')})",
+    def _warcinfo(self, filename: str) -> bytes:
+        versions = f"hashcrawl/{__version__} (fastwarc/{importlib.metadata.version('fastwarc')})"
+        fields = {
+            "software": versions,
             "format": "WARC File Format 1.1",
             "conformsTo": "https://iipc.github.io/warc-specifications/specifications/"
             "warc-format/warc-1.1/",
             "hostname": socket.gethostname(),
             "worker": self._worker,
         }
-        return self._writer.create_warcinfo_record(filename, info)
+        block = "".join(f"{name}: {value}\r\n" for name, value in fields.items()).encode()
+        headers = {"WARC-Filename": filename, "Content-Type": "application/warc-fields"}
+        date = datetime.datetime.now(datetime.UTC).strftime("%Y-%m-%dT%H:%M:%S.%fZ")
+        return self._record(WarcRecordType.warcinfo, date, headers, block)[0]
 
     def _append(self, data: bytes) -> None:
         assert self._fd is not None
@@ -283,6 +263,16 @@ class WarcSink:
             self._fd, self._dirty = None, False
 
 
+def _refers_to(first: tuple[str, str, str]) -> dict[str, str]:
+    uri, date, record_id = first
+    return {
+        "WARC-Profile": REVISIT_PROFILE,
+        "WARC-Refers-To": record_id,
+        "WARC-Refers-To-Target-URI": uri,
+        "WARC-Refers-To-Date": date,
+    }
+
+
 def _dedupable(response: Response, exchange: Exchange) -> bool:
     """Whether a payload may be a revisit's: whole and not empty (every empty payload
     has one digest, and a redirect's says nothing)."""
@@ -292,7 +282,6 @@ def _dedupable(response: Response, exchange: Exchange) -> bool:
 def _exchange_of(response: Response) -> Exchange:
     """An exchange for a response whose fetcher kept none: the decoded body, with the
     headers that described the encoding as sent dropped, since they no longer hold."""
-    import datetime
     import urllib.parse
 
     split = urllib.parse.urlsplit(response.request.url)
