@@ -204,7 +204,8 @@ def _ratios(results: list[Any]) -> list[str]:
     if hc is not None and warc is not None:
         lines.append(
             f"WARC output: {WARC_RUN} / hashcrawl x1 pages/s "
-            f"{_ratio(warc.pages_per_s, hc.pages_per_s)}   (target >= 0.85x)"
+            f"{_ratio(warc.pages_per_s, hc.pages_per_s)}   (target >= 0.85x); "
+            f"CPU s per 1k pages {_ratio(warc.cpu_per_1k, hc.cpu_per_1k)}"
         )
     if hc is not None:
         for r in results:

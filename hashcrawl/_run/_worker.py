@@ -345,7 +345,9 @@ class Driver:
         self.fetcher = fetcher
         self.limiter = trio.CapacityLimiter(4)
         self.robots_limiter = trio.CapacityLimiter(2)  # threads checking heavy robots.txt
-        self.archive_limiter = trio.CapacityLimiter(1)  # the archive writes one at a time
+        # Responses for the archive, written by the next commit before it acknowledges:
+        # one thread's turn per commit, not per page.
+        self.to_archive: list[Response] = []
         self.call: Call = call if call is not None else self._in_thread
         self._spawn = spawn
         self.offload: Offload = offload if offload is not None else _in_worker_thread
@@ -454,6 +456,7 @@ class Driver:
                     nursery.start_soon(loop)
             await self.leave()
         finally:
+            self.write_archive(self.take_archive())
             self.worker.sink.flush()
 
     async def begin(self) -> None:
@@ -767,9 +770,8 @@ class Driver:
         """
         with sending_only_while(lambda: self.may_send(held)):
             response = await self.fetcher.fetch(request)
-        archive = self.worker.archive
-        if archive is not None:  # before the page can be committed: the flush syncs it
-            await self.offload(archive.archive, response, limiter=self.archive_limiter)
+        if self.worker.archive is not None:  # before the page's outcome exists
+            self.to_archive.append(response)
         return response
 
     async def fetch_robots(self, held: Held) -> str | None:
@@ -858,15 +860,27 @@ class Driver:
         return len(commit.outcomes)
 
     async def write_items(self, commit: Commit) -> None:
-        sink = self.worker.sink
+        sink, responses = self.worker.sink, self.take_archive()
 
         def write() -> None:
+            self.write_archive(responses)
             if commit.items:
                 sink.write(commit.items)
             sink.flush()
 
         await self.offload(write)
         self.session.items_written(len(commit.items))
+
+    def take_archive(self) -> list[Response]:
+        """The responses not yet archived (every one of the pages being committed)."""
+        responses, self.to_archive = self.to_archive, []
+        return responses
+
+    def write_archive(self, responses: list[Response]) -> None:
+        archive = self.worker.archive
+        if archive is not None:
+            for response in responses:
+                archive.archive(response)
 
     # -- membership changes -------------------------------------------------------------------
 

@@ -48,10 +48,10 @@ class Sink(Protocol):
 class Archive(Protocol):
     """A sink that also keeps every response the worker gets (``WarcSink``).
 
-    ``archive`` is called from a thread as each fetch ends, before the page's outcome
-    can be committed; what it wrote must survive the next ``flush``, which the worker
-    calls before it acknowledges the page. ``named_for`` is called once before the
-    worker fetches, with its id, for the names of the files.
+    ``archive`` is called from the commit's thread, for every response fetched since
+    the last commit, right before ``flush``; the worker acknowledges the pages once
+    ``flush`` returns, so what ``archive`` wrote must survive it. ``named_for`` is
+    called once before the worker fetches, with its id, for the names of the files.
     """
 
     def named_for(self, worker: str) -> None: ...

@@ -16,11 +16,12 @@ record pair, most of it pure-Python header handling on the page path, and it re-
 header bytes that are not ASCII; the tests read every file back with warcio instead,
 so what is written is checked by a second implementation.
 
-Durability is the items' promise: records are written as the fetches end, and
-``flush`` fsyncs them; the worker flushes before it acknowledges the pages, so every
-acknowledged page's records are on disk. Files are this process's alone (their names
-carry the worker's id and a sequence number, and are created exclusively), and a new
-one starts once the current one would pass ``max_size``.
+Durability is the items' promise: the worker archives the responses of a commit's
+pages (and any fetched since) right before its flush, which fsyncs them, and only then
+acknowledges the pages, so every acknowledged page's records are on disk. Files are
+this process's alone (their names carry the worker's id and a sequence number, and are
+created exclusively), and a new one starts once the current one would pass
+``max_size``.
 """
 
 from __future__ import annotations
