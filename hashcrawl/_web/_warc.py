@@ -11,10 +11,10 @@ FastWARC (resiliparse's, compiled) builds each record from the bytes as given an
 computes its ``WARC-Block-Digest``; hashcrawl computes ``WARC-Payload-Digest`` (FastWARC
 writes none for a record it did not parse) and gzips each record as its own member, so
 a file cut short reads up to its last whole record. warcio, the reference reader, was
-the first choice, but in ``scripts/bench_warc_libs.py`` it took 1.6 times as long per
-record pair, most of it pure-Python header handling on the page path, and it re-encodes
-header bytes that are not ASCII; the tests read every file back with warcio instead,
-so what is written is checked by a second implementation.
+the first choice, but in ``scripts/bench_warc_libs.py`` it took 1.4 times the CPU per
+record pair at the same gzip level (its pure-Python header handling), 6.9 times with
+its own gzip (level 9), and it re-encodes header bytes that are not ASCII. The tests
+read every file back with warcio, so a second implementation checks what is written.
 
 Durability is the items' promise: the worker archives the responses of a commit's
 pages (and any fetched since) right before its flush, which fsyncs them, and only then
@@ -53,8 +53,8 @@ REVISIT_MEMORY = 100_000
 REVISIT_PROFILE = "http://netpreserve.org/warc/1.1/revisit/identical-payload-digest"
 RESPONSE_TYPE = "application/http; msgtype=response"
 REQUEST_TYPE = "application/http; msgtype=request"
-# Level 6 (zlib's default) took twice as long per record as 1 in scripts/bench_warc_libs.py
-# for files about a fifth smaller: on the page path, speed wins; recompress offline.
+# Level 6 (zlib's default) took 2.7 times the CPU per record pair of level 1 in
+# scripts/bench_warc_libs.py, for files a fifth smaller: on the page path, speed wins.
 GZIP_LEVEL = 1
 _SUFFIXES = (".warc.gz", ".warc")
 _DROPPED = (b"content-encoding", b"transfer-encoding", b"content-length")  # see _exchange_of
