@@ -301,7 +301,7 @@ def _exchange_of(response: Response) -> Exchange:
     asked = [(b"Host", split.netloc.encode())]
     asked += [(n.encode(), v.encode()) for n, v in response.request.headers]
     told = [
-        (n.encode("latin-1", "replace"), v.encode("utf-8"))
+        (n.encode("latin-1", "replace"), v.encode("utf-8", "replace"))
         for n, v in response.headers.items()
         if n.lower().encode("latin-1", "replace") not in _DROPPED
     ]
