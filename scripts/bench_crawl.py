@@ -200,11 +200,14 @@ def hashcrawl_launcher(
     workers: int,
     extra: Sequence[str] = (),
     wrap: Sequence[str] = (),
+    *,
+    warc: bool = False,
     checkout: Path | None = None,
 ) -> Launch:
     """Submit the seeds, then start ``workers`` ``hashcrawl join`` processes.
 
-    ``wrap`` goes before each command (a profiler, say); ``checkout`` is another
+    ``wrap`` goes before each command (a profiler, say); with ``warc`` each worker also
+    archives every fetch (``-o pages.warc.gz``) beside its items; ``checkout`` is another
     checkout of hashcrawl to run instead of this one (an earlier commit, say).
     """
 
@@ -212,8 +215,13 @@ def hashcrawl_launcher(
         with Queue(url, CRAWL) as queue:
             queue.submit(seeds)
         outputs = [run_dir / f"items-{i}.jsonl" for i in range(workers)]
+        archive = ["-o", str(run_dir / "pages.warc.gz")] if warc else []
         pids = [
-            _spawn([*wrap, *_join_command(url, out, extra)], run_dir / f"worker-{i}.err", checkout)
+            _spawn(
+                [*wrap, *_join_command(url, out, [*extra, *archive])],
+                run_dir / f"worker-{i}.err",
+                checkout,
+            )
             for i, out in enumerate(outputs)
         ]
         return pids, _hashcrawl_seen, outputs
