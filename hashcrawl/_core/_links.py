@@ -53,6 +53,9 @@ _UNPLAIN_PATH = re.compile(r"/\.\.?(?:/|$)|//|%2", re.IGNORECASE)
 # A scheme and a non-empty authority: urljoin ignores the base ("http:///x" it does not,
 # nor "http://\t/x", since urlsplit removes tabs and newlines first).
 _ABSOLUTE = re.compile(r"[A-Za-z][A-Za-z0-9+.-]*://[^/?#\t\r\n]")
+# Links longer than this are resolved every time: a hostile page's long links would
+# otherwise fill the cache with their megabytes.
+_CACHED_HREF = 1024
 _LINK_VALUE = re.compile(r"<([^>]*)>((?:\s*;\s*[^,;]*(?:\"[^\"]*\")?)*)")
 _REL_PARAM = re.compile(r""";\s*rel\s*=\s*(?:"([^"]*)"|([^\s;,]*))""", re.IGNORECASE)
 
@@ -70,7 +73,7 @@ def request_url(base: str, href: str) -> str | None:
     href = href.strip()
     if not href or href.startswith("#"):
         return None
-    if _ABSOLUTE.match(href):  # urljoin reads only the base's scheme
+    if _ABSOLUTE.match(href) and len(href) <= _CACHED_HREF:  # urljoin reads only the scheme
         return _absolute_url(_scheme_of(base), href)
     url = _fast_join(base, href.partition("#")[0])
     if url is None:
@@ -87,7 +90,7 @@ def _absolute_url(base_scheme: str, href: str) -> str | None:
     return _joined_url(f"{base_scheme}://h/", href)
 
 
-@functools.lru_cache(maxsize=1024)
+@functools.lru_cache(maxsize=64)  # a page's links share its base: the last few suffice
 def _scheme_of(base: str) -> str:
     try:
         return urlsplit(base).scheme
@@ -123,7 +126,7 @@ def _fast_join(base: str, href: str) -> str | None:
     return joined
 
 
-@functools.lru_cache(maxsize=1024)
+@functools.lru_cache(maxsize=64)
 def _plain_origin(base: str) -> str | None:
     """The scheme and authority of a base in the fast path's domain, else None."""
     match = _PLAIN_BASE.fullmatch(base)
