@@ -138,7 +138,8 @@ def test_the_login_302_reaches_no_callback_and_every_later_request_has_the_sessi
     [form] = [s for s in seen if s.path == "/signin" and s.method == "GET"]
     [post] = [s for s in seen if s.method == "POST"]
     assert post.status == 302
-    assert re.fullmatch(r"csrf=[0-9a-f]{16}&go=Sign\+in&user=ann&password=hunter2", post.body.decode())
+    sent = r"csrf=[0-9a-f]{16}&go=Sign\+in&user=ann&password=hunter2"
+    assert re.fullmatch(sent, post.body.decode())
     later = seen[seen.index(post) + 1 :]
     assert [s.path for s in later if s.path == "/account"] == ["/account"]
     assert len(later) == 1 + MEMBER_PAGES
