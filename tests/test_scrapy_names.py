@@ -564,3 +564,35 @@ def test_start_requests_default_to_the_start_urls() -> None:
         start_urls: ClassVar[list[str]] = [SITE + "a", SITE + "b"]
 
     assert list(Starts().start_requests()) == [SITE + "a", SITE + "b"]
+
+
+def test_a_flag_given_wins_over_custom_settings_and_a_default_does_not(tmp_path: Any) -> None:
+    """join --spider: --concurrency 3 beats CONCURRENT_REQUESTS; the spider's delay is a
+    crawl setting given; without the flag the spider's concurrency holds."""
+    from hashcrawl._cli._commands import _spider_of, _worker_settings, build_parser
+
+    path = tmp_path / "spider.py"
+    path.write_text(
+        "import hashcrawl\n\n"
+        "class S(hashcrawl.Spider):\n"
+        "    custom_settings = {'CONCURRENT_REQUESTS': 4, 'DOWNLOAD_DELAY': 0.3}\n"
+    )
+    parser = build_parser()
+    for flags, concurrency in ((["--concurrency", "3"], 3), ([], 4)):
+        args = parser.parse_args(["join", "--crawl", "c", "--spider", str(path), *flags])
+        got = _worker_settings(args, Settings.from_flags(args), _spider_of(args))
+        assert (got["concurrency"], got["delay"]) == (concurrency, 0.3)
+
+
+def test_the_entry_module_imports_nothing_of_the_web_layer() -> None:
+    """Entry <-> Request lives in _web._models: _core._entry needs no web, trio or lxml."""
+    import subprocess
+    import sys
+
+    code = (
+        "import sys, hashcrawl._core._entry\n"
+        "bad = [m for m in sys.modules if m.startswith(('hashcrawl._web', 'trio', 'httpx',"
+        " 'redis', 'lxml'))]\n"
+        "assert not bad, bad\n"
+    )
+    subprocess.run([sys.executable, "-c", code], check=True)
