@@ -522,6 +522,15 @@ def test_custom_settings_map_scrapys_names_to_the_crawls_settings() -> None:
     }
 
 
+def test_allowed_domains_join_the_crawls_scope() -> None:
+    """Scrapy's allowed_domains is hashcrawl's allow_domains (the crawl's scope)."""
+
+    class Scoped(Spider):
+        allowed_domains: ClassVar[list[str]] = ["shop.example", "cdn.example"]
+
+    assert scrapy_settings(Scoped) == {"allow_domains": ("shop.example", "cdn.example")}
+
+
 def test_a_worker_takes_custom_settings_and_what_it_is_given_wins() -> None:
     """Worker(spider=...) uses them; an argument given beside them wins."""
     worker = hashcrawl.Worker("redis://127.0.0.1:1/0", "c", spider=Piped, delay=1.5)

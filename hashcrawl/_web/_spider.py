@@ -299,7 +299,8 @@ SCRAPY_SETTINGS: dict[str, tuple[str, Callable[[Any], Any]]] = {
 
 def scrapy_settings(spider: Spider | type[Spider] | None) -> dict[str, Any]:
     """The hashcrawl settings a spider's ``custom_settings`` give (by Scrapy's names or
-    hashcrawl's own; ``ITEM_PIPELINES`` is the spider's, not a setting).
+    hashcrawl's own; ``ITEM_PIPELINES`` is the spider's, not a setting), and its
+    ``allowed_domains`` as ``allow_domains``.
 
     Raises:
         ConfigError: a name with no hashcrawl equivalent, or a value it cannot take.
@@ -308,6 +309,9 @@ def scrapy_settings(spider: Spider | type[Spider] | None) -> dict[str, Any]:
     given.pop("ITEM_PIPELINES", None)
     known = {f.name for f in attrs.fields(Settings)}
     settings: dict[str, Any] = {}
+    domains = getattr(spider, "allowed_domains", None)
+    if domains:  # Scrapy's offsite filter: here, the crawl's scope
+        settings["allow_domains"] = (domains,) if isinstance(domains, str) else tuple(domains)
     for name, value in given.items():
         if name in known:
             settings[name] = value
