@@ -605,3 +605,32 @@ def test_the_entry_module_imports_nothing_of_the_web_layer() -> None:
         "assert not bad, bad\n"
     )
     subprocess.run([sys.executable, "-c", code], check=True)
+
+
+def test_scrapys_meta_keys_for_statuses_are_honoured_when_well_formed() -> None:
+    """meta handle_httpstatus_list and handle_httpstatus_all, as a ported spider writes
+    them; a malformed one lists nothing."""
+    spider = Recording()
+    handler = handler_of(spider)
+    handle(handler, Entry(url=SITE + "a", meta={"handle_httpstatus_list": [404]}), 404)
+    handle(handler, Entry(url=SITE + "b", meta={"handle_httpstatus_all": True}), 400)
+    handle(handler, Entry(url=SITE + "c", meta={"handle_httpstatus_list": "404"}), 404)
+    handle(handler, Entry(url=SITE + "d", meta={"handle_httpstatus_list": [True]}), 401)
+    assert spider.calls == [("parse", 404), ("parse", 400)]
+
+
+def test_a_request_takes_its_callback_second_and_replace_changes_it() -> None:
+    """Request(url, self.parse_item) as in Scrapy; replace() as Scrapy's."""
+    spider = Recording()
+    request = Request(SITE, spider.detail)
+    assert request.callback == "detail"
+    assert request.replace(url=SITE + "x", priority=2) == Request(SITE + "x", "detail", priority=2)
+
+
+def test_a_spider_has_a_logger_named_after_it() -> None:
+    """self.logger, as Scrapy spiders use it."""
+
+    class Named(Spider):
+        name = "named"
+
+    assert Named().logger.name == "named"

@@ -152,6 +152,8 @@ class Request:
     """
 
     url: str
+    # The one argument after the URL, as in Scrapy: Request(url, self.parse_item).
+    callback: str | None = attrs.field(default=None, converter=_callback_name)
     method: str = attrs.field(default="GET", kw_only=True, validator=_method)
     headers: Headers = attrs.field(default=(), kw_only=True, converter=_headers)
     body: bytes = attrs.field(default=b"", kw_only=True, converter=_body)
@@ -159,7 +161,6 @@ class Request:
     max_redirects: int | None = attrs.field(default=None, kw_only=True, validator=_redirects)
     priority: int = attrs.field(default=0, kw_only=True)
     meta: Any = attrs.field(default=None, kw_only=True, validator=_json_meta)
-    callback: str | None = attrs.field(default=None, kw_only=True, converter=_callback_name)
     dont_filter: bool = attrs.field(default=False, kw_only=True)
     depth: int = attrs.field(default=0, kw_only=True)
     errback: str | None = attrs.field(default=None, kw_only=True, converter=_callback_name)
@@ -168,6 +169,10 @@ class Request:
         default=(), kw_only=True, converter=_statuses
     )
     rule: int | None = attrs.field(default=None, kw_only=True)
+
+    def replace(self, **changes: Any) -> Request:
+        """This request with ``changes`` (any of its arguments), as Scrapy's ``replace``."""
+        return attrs.evolve(self, **changes)
 
     def to_entry(self, base_url: str, depth: int) -> Entry | None:
         """The queue entry of this request, its URL resolved against ``base_url``; None

@@ -71,6 +71,11 @@ class Spider:
     def closed(self, reason: str) -> None:
         """Called once when this worker stops; ``reason`` says why."""
 
+    @property
+    def logger(self) -> logging.Logger:
+        """A logger named after the spider, as Scrapy's ``self.logger``."""
+        return logging.getLogger(spider_name(self))
+
 
 class CrawlSpider(Spider):
     """Scrapy's ``CrawlSpider``: ``rules`` say which links to follow and which callback
@@ -236,10 +241,16 @@ class Calls:
         return getattr(self.spider, entry.errback) if entry.errback else None
 
     def takes(self, entry: Entry, status: int) -> bool:
-        """Whether a response of ``status`` goes to ``entry``'s callback."""
-        return (
-            200 <= status < 300 or status in self.statuses or status in entry.handle_httpstatus_list
-        )
+        """Whether a response of ``status`` goes to ``entry``'s callback: a 2xx, or one
+        the spider or the request lists (also by Scrapy's meta keys, when they are of
+        the right types)."""
+        if 200 <= status < 300 or status in self.statuses or status in entry.handle_httpstatus_list:
+            return True
+        meta = entry.meta if isinstance(entry.meta, dict) else {}
+        if meta.get("handle_httpstatus_all") is True:
+            return True
+        listed = meta.get("handle_httpstatus_list")
+        return isinstance(listed, list) and status in [s for s in listed if type(s) is int]
 
     def opened(self) -> None:
         for pipeline in self.pipelines:
