@@ -136,7 +136,8 @@ class Handler:
         # its target's host into the scope, as wget takes the start URL's redirect.
         widen = [host_key(e.canonical) for e in redirect if entry.depth == 0]
         if redirect and (self.parse is not None or self.spider is not None):
-            return Outcome.done(held, [], self._allowed(redirect, held, origin), widen)
+            follows = self._allowed(redirect, held, origin)
+            return Outcome.done(held, [], follows, widen, found=len(redirect))
         if self.spider is not None and not listed:
             outcome = Outcome.done(held, [], [])
             return await self.failed(held, outcome, HttpError(response), origin)
