@@ -634,3 +634,18 @@ def test_a_spider_has_a_logger_named_after_it() -> None:
         name = "named"
 
     assert Named().logger.name == "named"
+
+
+def test_a_start_request_naming_what_the_spider_lacks_stops_the_start() -> None:
+    """Checked before anything is queued (no store is touched), naming the request."""
+    from hashcrawl._run._queue import submit_start_requests
+
+    class Starts(Spider):
+        def start_requests(self) -> Iterator[Request]:
+            yield Request(SITE + "a", callback="missing")
+
+    no_store: Any = None
+    with pytest.raises(
+        ConfigError, match=r"start_requests gave .*a': spider Starts has no callback"
+    ):
+        submit_start_requests(no_store, Calls(Starts()))
