@@ -646,6 +646,6 @@ def test_a_start_request_naming_what_the_spider_lacks_stops_the_start() -> None:
 
     no_store: Any = None
     with pytest.raises(
-        ConfigError, match=r"start_requests gave .*a': spider Starts has no callback"
+        ConfigError, match=r"start_requests gave .*/a': spider .*Starts has no callback 'missing'"
     ):
         submit_start_requests(no_store, Calls(Starts()))
