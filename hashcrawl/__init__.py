@@ -42,6 +42,7 @@ _HOMES = {
     "Link": "_web._rules",
     "LinkExtractor": "_web._rules",
     "Rule": "_web._rules",
+    "WarcSink": "_web._warc",
     "Worker": "_run._worker",
 }
 
@@ -56,6 +57,7 @@ if TYPE_CHECKING:
     from hashcrawl._web._rules import Link, LinkExtractor, Rule
     from hashcrawl._web._sinks import CsvSink, JsonLinesSink, Sink
     from hashcrawl._web._spider import CrawlSpider, Failure, Spider
+    from hashcrawl._web._warc import WarcSink
 
     from ._exceptions import (
         ConfigError,
@@ -112,6 +114,7 @@ __all__ = [
     "Sink",
     "Spider",
     "StateLost",
+    "WarcSink",
     "Worker",
     "__version__",
 ]
