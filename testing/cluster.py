@@ -12,6 +12,7 @@ primary's replication link) with a deadline; none sleeps for a fixed time.
 
 from __future__ import annotations
 
+import os
 import shutil
 import subprocess
 import time
@@ -42,12 +43,14 @@ class Cluster:
         replicas: int = 1,
         node_timeout_ms: int = NODE_TIMEOUT_MS,
         appendonly: bool = False,
+        password: str | None = None,
     ) -> None:
         self.directory = Path(directory)
         self.size = primaries * (1 + replicas)
         self.replicas = replicas
         self.node_timeout_ms = node_timeout_ms
         self.appendonly = appendonly
+        self.password = password
         self.nodes: list[RedisServer] = []
 
     @property
@@ -90,7 +93,11 @@ class Cluster:
             "repl-diskless-sync": "yes",
             "repl-diskless-sync-delay": "0",
         }
-        return RedisServer(directory=directory, appendonly=self.appendonly, extra=extra)
+        if self.password is not None:
+            extra["masterauth"] = self.password  # replicas log in to their primaries
+        return RedisServer(
+            directory=directory, appendonly=self.appendonly, password=self.password, extra=extra
+        )
 
     def _create(self) -> None:
         cli = shutil.which("redis-cli")
@@ -99,7 +106,10 @@ class Cluster:
         addresses = [f"{HOST}:{n.port}" for n in self.nodes]
         command = [cli, "--cluster", "create", *addresses]
         command += ["--cluster-replicas", str(self.replicas), "--cluster-yes"]
-        done = subprocess.run(command, capture_output=True, text=True, timeout=READY_TIMEOUT)
+        env = None if self.password is None else {**os.environ, "REDISCLI_AUTH": self.password}
+        done = subprocess.run(
+            command, capture_output=True, text=True, timeout=READY_TIMEOUT, env=env
+        )
         if done.returncode != 0:
             raise QueueError(f"redis-cli --cluster create failed: {done.stdout}{done.stderr}")
 
@@ -112,7 +122,11 @@ class Cluster:
 
     def client(self, node: RedisServer) -> redis.Redis:
         return redis.Redis(
-            host=HOST, port=node.port or 0, decode_responses=True, socket_timeout=5.0
+            host=HOST,
+            port=node.port or 0,
+            password=self.password,
+            decode_responses=True,
+            socket_timeout=5.0,
         )
 
     def live(self) -> list[RedisServer]:
@@ -195,6 +209,29 @@ class Cluster:
         except redis.RedisError:
             return False
         return True
+
+    def move_slot_of(self, key: str, to: RedisServer, *, batch: int = 100) -> None:
+        """Migrate ``key``'s slot, keys and all, to the primary ``to`` (what
+        ``redis-cli --cluster reshard`` does for each slot), and wait until every live
+        node agrees."""
+        source = self.primary_of(key)
+        with self.client(source) as src, self.client(to) as dst:
+            slot = int(src.execute_command("CLUSTER", "KEYSLOT", key))
+            ids = {n: self.node_id(n) for n in (source, to)}
+            dst.execute_command("CLUSTER", "SETSLOT", slot, "IMPORTING", ids[source])
+            src.execute_command("CLUSTER", "SETSLOT", slot, "MIGRATING", ids[to])
+            while keys := src.execute_command("CLUSTER", "GETKEYSINSLOT", slot, batch):
+                auth = [] if self.password is None else ["AUTH", self.password]
+                src.execute_command("MIGRATE", HOST, to.port, "", 0, 5000, *auth, "KEYS", *keys)
+            for node in self.primaries():
+                with self.client(node) as client:
+                    client.execute_command("CLUSTER", "SETSLOT", slot, "NODE", ids[to])
+        _wait(lambda: self.primary_of(key) is to, f"{key!r}'s slot to be served by {to.port}")
+        self.wait_ready_nodes()
+
+    def node_id(self, node: RedisServer) -> str:
+        with self.client(node) as client:
+            return str(client.execute_command("CLUSTER", "MYID"))
 
     def restart(self, node: RedisServer) -> None:
         """Start a killed node again; it rejoins as a replica of whoever took its slots."""

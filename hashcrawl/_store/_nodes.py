@@ -38,6 +38,8 @@ SLOT_MAY_MOVE = (
     redis.exceptions.ReadOnlyError,
     RedisClusterException,
 )
+# A script's access to a key of a slot the node does not serve.
+NOT_LOCAL = "non local key"
 TOPOLOGY_TIMEOUT = 5.0  # seconds a slot-map read may wait on one node (a hung one, say)
 
 
@@ -109,7 +111,9 @@ class Nodes:
 
     def failed(self, exc: BaseException) -> None:
         """Note an error: after one that may mean the slot moved, read the slot map again."""
-        if self._cluster is None or not isinstance(exc, SLOT_MAY_MOVE):
+        if self._cluster is None:
+            return
+        if not isinstance(exc, SLOT_MAY_MOVE) and NOT_LOCAL not in str(exc):
             return
         try:
             with self._lock:
@@ -202,6 +206,8 @@ class Nodes:
 def _cluster_enabled(client: redis.Redis) -> bool:
     try:
         info = client.info("cluster")
-    except redis.ResponseError:  # INFO renamed away or refused (managed services)
-        return False
+    except redis.ResponseError as exc:
+        # A URL naming a database makes the client SELECT it first, which a cluster
+        # refuses; otherwise INFO is renamed away or refused (managed services).
+        return "not allowed in cluster mode" in str(exc)
     return bool(int(info.get("cluster_enabled", 0)))

@@ -229,13 +229,18 @@ class Store:
         if int(epoch):
             log.warning("crawl %s: its slot moved, epoch raised to %s", self.crawl, epoch)
 
-    def _run(self, name: str, args: Sequence[Any], keys: Sequence[str] = ()) -> Any:
-        """Run a script that writes; in a cluster whose primary has replicas, return only
-        once they confirm it (``WAIT``, on the same connection in the same round trip)."""
+    def _run(
+        self, name: str, args: Sequence[Any], keys: Sequence[str] = (), *, read_only: bool = False
+    ) -> Any:
+        """Run a script; one that writes, in a cluster whose primary has replicas, returns
+        only once they confirm it (``WAIT``, on the same connection in the same round trip)."""
         script = self._scripts[name]
+        # A declared key makes a node that does not hold the crawl's slot answer MOVED,
+        # ASK or TRYAGAIN before the script runs; the scripts themselves read only ARGV.
+        keys = keys or [self.key("epoch")]
         replicas = self._nodes.replicas
         client = self._redis
-        if not replicas:
+        if not replicas or read_only:
             return script(keys=list(keys), args=list(args), client=client)
         call = ("EVALSHA", script.sha, len(keys), *keys, *args)
         reply, acked = self._confirmed(client, replicas, [call])
@@ -508,7 +513,7 @@ class Store:
     def read_settings(self, fields: Sequence[str], *, max_text: int) -> list[Any]:
         """The crawl's settings record as ``start_settings`` replies, writing nothing."""
         args = [self.prefix, "read", max_text, len(fields), *_flat(dict.fromkeys(fields, ""))]
-        return list(self._scripts["settings"](args=args, client=self._redis))
+        return list(self._run("settings", args, read_only=True))
 
     @_translated
     def change_settings(
