@@ -18,6 +18,7 @@ from pathlib import Path
 from typing import IO
 
 import attrs
+from redis import Redis
 
 from hashcrawl._cli._server import RedisServer
 from testing.cluster import Cluster
@@ -80,7 +81,7 @@ def run_practice(
     log_path = workdir / "requests.jsonl"
     with (
         SiteServer(site, latency=latency, log_path=log_path) as server,
-        _store(workdir, cluster=cluster) as (redis_url, failover),
+        _store(workdir, cluster=cluster) as (redis_url, failover, commands),
     ):
         expected = len(server.site.expected())
         progress(f"site: {expected} expected URLs on {hosts} hosts at {server.site.root}")
@@ -103,16 +104,24 @@ def run_practice(
             pool.kill_remaining()
         _report_status(redis_url, progress)
         requests = server.requests()
+        progress(
+            f"Redis commands per request logged: {commands() / max(len(requests), 1):.2f} "
+            f"({commands()} commands on the primaries, scripts' inner calls included; "
+            f"{len(requests)} requests; a failed primary's own count is lost with it)"
+        )
     verdict = judge(server.site, requests, pool.outputs, delay=delay, tolerance=tolerance)
     return verdict, pool.exits
 
 
 @contextlib.contextmanager
-def _store(workdir: Path, *, cluster: bool) -> Iterator[tuple[str, Callable[[Progress], None]]]:
-    """The crawl's Redis URL, and how to fail the primary holding its slot (a cluster's)."""
+def _store(
+    workdir: Path, *, cluster: bool
+) -> Iterator[tuple[str, Callable[[Progress], None], Callable[[], int]]]:
+    """The crawl's Redis URL, how to fail the primary holding its slot (a cluster's), and
+    how many commands the primaries have run so far."""
     if not cluster:
         with RedisServer(directory=workdir / "redis") as redis:
-            yield redis.url, lambda progress: None
+            yield redis.url, lambda progress: None, lambda: _commands_run(redis.url)
         return
     key = f"hc:{{{CRAWL}}}:epoch"
     with Cluster(workdir / "cluster") as nodes:
@@ -128,7 +137,17 @@ def _store(workdir: Path, *, cluster: bool) -> Iterator[tuple[str, Callable[[Pro
                 f"(port {nodes.primary_of(key).port}) took over in {took:.1f} s"
             )
 
-        yield url, failover
+        def commands() -> int:
+            return sum(_commands_run(node.url) for node in nodes.primaries())
+
+        yield url, failover, commands
+
+
+def _commands_run(url: str) -> int:
+    """Commands a server has run since it started (``INFO commandstats``)."""
+    with Redis.from_url(url) as client:
+        stats = client.info("commandstats")
+    return sum(int(entry["calls"]) for entry in stats.values())
 
 
 def practice_failures(
