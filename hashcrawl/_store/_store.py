@@ -225,7 +225,8 @@ class Store:
     def _after_failover(self, client: Any) -> None:
         """Raise the epoch past any the old primary of the slot may have issued and lost
         (see ``lua/failover.lua``), before this store writes anything to the new one."""
-        epoch = client.register_script(_script("failover"))(args=[self.prefix, self._now()])
+        ratchet = client.register_script(_script("failover"))
+        epoch = ratchet(keys=[self.key("epoch")], args=[self.prefix, self._now()])
         if int(epoch):
             log.warning("crawl %s: its slot moved, epoch raised to %s", self.crawl, epoch)
 
