@@ -93,6 +93,33 @@ def test_a_write_is_on_the_replica_when_it_returns(redis_cluster: Cluster, crawl
         store.close()
 
 
+def test_a_write_its_replica_does_not_confirm_fails(redis_cluster: Cluster, crawl_name: str):
+    """With the primary's replica stopped, a commit fails with a QueueError saying the
+    write was not confirmed (its caller sends it again); once the replica answers, the
+    batch sent again is confirmed and adds nothing twice."""
+    store = cluster_store(redis_cluster, crawl_name)
+    try:
+        _, epoch, _ = store.join("w1", {})
+        primary = redis_cluster.primary_of(store.key("epoch"))
+        [replica] = next(s["replicas"] for s in redis_cluster.shards() if s["primary"] is primary)
+        with redis_cluster.client(primary) as raw:
+            raw.xadd(store.stream_of("w1"), {"r": '{"u":"http://a.example/"}'})
+        batch = one_page_with_links(store, "w1", epoch, 4)
+        replica.pause()
+        try:
+            with pytest.raises(QueueError, match="did not confirm within") as caught:
+                store.commit(batch)
+        finally:
+            replica.resume()
+        assert CLUSTER_PASSWORD not in str(caught.value)
+        again = store.commit(batch)
+        assert (again.status, again.added, again.acked) == ("ok", 0, 0)
+        with redis_cluster.client(primary) as raw:
+            assert raw.xlen(store.stream_of("w1")) == 4
+    finally:
+        store.close()
+
+
 def test_a_moved_slot_is_followed_and_the_epoch_jumps(redis_cluster: Cluster, crawl_name: str):
     """When the crawl's slot moves to another primary, the next call fails with a
     QueueError naming the move (the caller retries), the one after works there, and the

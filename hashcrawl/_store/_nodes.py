@@ -28,8 +28,18 @@ from hashcrawl._exceptions import InvalidURL
 from hashcrawl._store._redisurl import RedisURL
 
 log = logging.getLogger(__name__)
-# Errors after which the crawl's slot may be served elsewhere: read the slot map again.
-SLOT_MAY_MOVE = (
+# How long a write waits for the crawl's primary's replicas to confirm it (``WAIT``); one
+# not confirmed in time is a failed call, which its caller retries (see docs/design.md).
+REPLICA_WAIT_MS = 2000
+
+
+class Unconfirmed(redis.RedisError):
+    """A write that the crawl's primary made but its replicas did not confirm in time."""
+
+
+# Errors after which the crawl's slot may be served elsewhere, or its replicas have
+# changed: read the slot map again.
+MAP_MAY_CHANGE = (
     redis.ConnectionError,
     redis.TimeoutError,
     redis.exceptions.MovedError,  # ASK too (AskError is its parent)
@@ -37,6 +47,7 @@ SLOT_MAY_MOVE = (
     redis.exceptions.TryAgainError,
     redis.exceptions.ReadOnlyError,
     RedisClusterException,
+    Unconfirmed,
 )
 # A script's access to a key of a slot the node does not serve.
 NOT_LOCAL = "non local key"
@@ -80,15 +91,47 @@ class Nodes:
         self._discover()
         return "" if self._owner is None else f"{self._owner[0]}:{self._owner[1]}"
 
-    def client(self, timeout: float, *, decode: bool = True) -> redis.Redis:
-        """A client of the server holding the crawl's keys, made once per kind and server."""
+    def client(self, kind: str, timeout: float, *, decode: bool = True) -> redis.Redis:
+        """A client of the server holding the crawl's keys, made once per ``kind`` and
+        server (with the first ``timeout`` asked for)."""
         self._discover()
         with self._lock:
-            key = (self._owner, timeout, decode)
+            key = (self._owner, kind)
             found = self._clients.get(key)
             if found is None:
                 found = self._clients[key] = self._new_client(self._owner, timeout, decode)
             return found
+
+    def confirmed(self, client: Any, commands: list[tuple[Any, ...]]) -> list[Any]:
+        """Run write ``commands`` in one pipeline on ``client``; with replicas, ``WAIT``
+        for all of them in the same round trip, on the connection that wrote.
+
+        Returns the replies, errors in place: a reply that is an error is the caller's to
+        raise or answer (a ``NOSCRIPT``), and the confirmation is then not checked.
+
+        Raises:
+            Unconfirmed: fewer replicas than the slot map lists had the writes in time.
+        """
+        replicas = self.replicas
+        with client.pipeline(transaction=False) as pipe:
+            for command in commands:
+                pipe.execute_command(*command)
+            if replicas:
+                pipe.execute_command("WAIT", replicas, REPLICA_WAIT_MS)
+            replies = list(pipe.execute(raise_on_error=False))
+        if not replicas:
+            return replies
+        acked = replies.pop()
+        if isinstance(acked, Exception):
+            raise acked
+        if any(isinstance(reply, Exception) for reply in replies):
+            return replies
+        if int(acked) < replicas:
+            raise Unconfirmed(
+                f"node {self.owner} made a write that {replicas - int(acked)} of its "
+                f"{replicas} replicas did not confirm within {REPLICA_WAIT_MS} ms"
+            )
+        return replies
 
     def primaries(self, timeout: float) -> list[redis.Redis]:
         """A new client of every primary (one server: just it), for scans over all keys;
@@ -105,7 +148,7 @@ class Nodes:
         with self._lock:
             if not self._moved:
                 return
-        settle(self.client(timeout))
+        settle(self.client("main", timeout))
         with self._lock:
             self._moved = False
 
@@ -113,7 +156,7 @@ class Nodes:
         """Note an error: after one that may mean the slot moved, read the slot map again."""
         if self._cluster is None:
             return
-        if not isinstance(exc, SLOT_MAY_MOVE) and NOT_LOCAL not in str(exc):
+        if not isinstance(exc, MAP_MAY_CHANGE) and NOT_LOCAL not in str(exc):
             return
         try:
             with self._lock:

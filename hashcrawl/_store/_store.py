@@ -87,9 +87,6 @@ DEFAULT_LEASE_MS = 60_000  # for members that joined before they recorded their 
 _NOT_COUNTERS = frozenset({"pid", "started", "lease_ms"})  # in w:ID, but not summed
 # Keys of which a crawl that ever took a URL or a worker has at least one.
 _ANY_CRAWL_HAS = ("instance", "epoch", "seenmeta", "workers", "stats", "inbox", "dead")
-# How long a write waits for the crawl's primary's replicas to confirm it (``WAIT``); one
-# that is not confirmed in time is a failed call, retried by the caller (see design.md).
-REPLICA_WAIT_MS = 2000
 PACE_CHUNK = 1000  # hosts per HSET when a leaving worker writes its pace records
 FORGET_LEASES = 10  # a departed worker's keys are pruned this many leases after it left
 RETIRED = "(pruned workers)"  # worker_records' entry for the pruned workers' counters
@@ -124,10 +121,6 @@ def _translated(method: Callable[P, T]) -> Callable[P, T]:
             ) from None
 
     return call
-
-
-class Unconfirmed(redis.RedisError):
-    """A write that the crawl's primary made but its replicas did not confirm in time."""
 
 
 def _reason(exc: redis.RedisError | RedisClusterException) -> str:
@@ -211,14 +204,11 @@ class Store:
         slot, found at first use). redis-py's annotations cannot know that
         decode_responses=True makes every reply a str, so it is typed loosely here."""
         self._nodes.moved(self._after_failover, self._timeout)
-        return self._nodes.client(self._timeout)
-
-    def _client(self, timeout: float, *, decode: bool = True) -> Any:
-        return self._nodes.client(timeout, decode=decode)
+        return self._nodes.client("main", self._timeout)
 
     @functools.cached_property
     def _scripts(self) -> dict[str, Any]:
-        client = self._nodes.client(self._timeout)
+        client = self._nodes.client("main", self._timeout)
         names = ("heartbeat", "join", "leave", "commit", "release", "unpark", "inflight")
         return {name: client.register_script(_script(name)) for name in (*names, "settings")}
 
@@ -234,56 +224,30 @@ class Store:
         self, name: str, args: Sequence[Any], keys: Sequence[str] = (), *, read_only: bool = False
     ) -> Any:
         """Run a script; one that writes, in a cluster whose primary has replicas, returns
-        only once they confirm it (``WAIT``, on the same connection in the same round trip)."""
+        only once they confirm it (``Nodes.confirmed``)."""
         script = self._scripts[name]
         # A declared key makes a node that does not hold the crawl's slot answer MOVED,
         # ASK or TRYAGAIN before the script runs; the scripts themselves read only ARGV.
         keys = keys or [self.key("epoch")]
-        replicas = self._nodes.replicas
         client = self._redis
-        if not replicas or read_only:
+        if read_only or not self._nodes.replicas:
             return script(keys=list(keys), args=list(args), client=client)
         call = ("EVALSHA", script.sha, len(keys), *keys, *args)
-        reply, acked = self._confirmed(client, replicas, [call])
+        [reply] = self._nodes.confirmed(client, [call])
         if isinstance(reply, redis.exceptions.NoScriptError):  # a promoted node's empty cache
             client.script_load(script.script)
-            reply, acked = self._confirmed(client, replicas, [call])
+            [reply] = self._nodes.confirmed(client, [call])
         if isinstance(reply, Exception):
             raise reply
-        self._check_acked(acked, replicas)
         return reply
 
     def _write(self, *commands: tuple[Any, ...]) -> list[Any]:
-        """Run plain write commands in one pipeline, confirmed by replicas as ``_run``."""
-        replicas = self._nodes.replicas
-        client = self._redis
-        if not replicas:
-            with client.pipeline(transaction=False) as pipe:
-                for command in commands:
-                    pipe.execute_command(*command)
-                return list(pipe.execute())
-        *replies, acked = self._confirmed(client, replicas, list(commands))
+        """Run plain write commands in one pipeline, confirmed as ``_run``'s scripts."""
+        replies = self._nodes.confirmed(self._redis, list(commands))
         for reply in replies:
             if isinstance(reply, Exception):
                 raise reply
-        self._check_acked(acked, replicas)
         return replies
-
-    def _confirmed(self, client: Any, replicas: int, commands: list[tuple[Any, ...]]) -> list[Any]:
-        with client.pipeline(transaction=False) as pipe:
-            for command in commands:
-                pipe.execute_command(*command)
-            pipe.execute_command("WAIT", replicas, REPLICA_WAIT_MS)
-            return list(pipe.execute(raise_on_error=False))
-
-    def _check_acked(self, acked: Any, replicas: int) -> None:
-        if isinstance(acked, Exception):
-            raise acked
-        if int(acked) < replicas:
-            raise Unconfirmed(
-                f"node {self._nodes.owner} made a write that {replicas - int(acked)} of its "
-                f"{replicas} replicas did not confirm within {REPLICA_WAIT_MS} ms"
-            )
 
     def _now(self) -> str | int:
         return "" if self.clock is None else self.clock()
@@ -434,7 +398,10 @@ class Store:
         With ``after``, ``worker``'s own pending entries with greater ids instead (at
         once: Redis does not block such a read).
         """
-        blocking = self._client(self._timeout + block_ms / 1000, decode=False)
+        # Its own connection, whose socket timeout outlasts the block.
+        blocking: Any = self._nodes.client(
+            "blocking", self._timeout + block_ms / 1000, decode=False
+        )
         reply = blocking.xreadgroup(
             GROUP, worker, {self.stream_of(worker): after or ">"}, count=count, block=block_ms
         )
@@ -451,7 +418,7 @@ class Store:
     @_translated
     def entries(self, stream: str, *, count: int) -> list[tuple[str, bytes | None]]:
         """The first ``count`` entries still in ``stream``, pending or not."""
-        raw = self._client(self._timeout, decode=False)
+        raw: Any = self._nodes.client("bytes", self._timeout, decode=False)
         return [_payload(eid, fields) for eid, fields in raw.xrange(stream, count=count)]
 
     @_translated
