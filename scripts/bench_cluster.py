@@ -6,9 +6,9 @@ The bench's site (scripts/bench_site.py, nginx if installed) and its hashcrawl w
 once against a local 3-primary cluster with a replica each (testing/cluster.py), the URL
 naming a node that does not hold the crawl's slot. Printed for each: pages/s, Redis
 commands per page (every primary's INFO commandstats, scripts' inner calls included, the
-script's own INFO calls excluded), by command, and the Redis CPU of the crawl's primary
-per 1,000 pages; then cluster / one server as ratios (the machine is shared: compare the
-ratios, not the seconds).
+script's own INFO calls and the replicas' REPLCONF excluded), by command, and the Redis
+CPU of the crawl's primary per 1,000 pages; then cluster / one server as ratios (the
+machine is shared: compare the ratios, not the seconds).
 
     .venv/bin/python scripts/bench_cluster.py                 # 5,000 pages, 2 workers
     .venv/bin/python scripts/bench_cluster.py --pages 20000 --workers 4
@@ -110,12 +110,15 @@ def _crawl(
     pages, _, first, last = bench_crawl.served(log)
     calls = {k: v - calls_before.get(k, 0) for k, v in calls_after.items()}
     calls = {k: v for k, v in calls.items() if v > 0}
+    # Replicas' acknowledgements to their primary are replication, not the crawl's.
+    replication = calls.pop("replconf", 0)
     return {
         "pages": pages,
         "complete": float(in_time and pages >= args.pages),
         "pages_per_s": pages / (last - first) if last > first else 0.0,
         "per_page": sum(calls.values()) / max(pages, 1),
         "cpu_per_1k": (cpu_after - cpu_before) / max(pages, 1) * 1000,
+        "replication": replication / max(pages, 1),
         "top": ", ".join(f"{k} {v / max(pages, 1):.2f}" for k, v in _ranked(calls)[:7]),
     }
 
@@ -127,7 +130,8 @@ def _ranked(calls: dict[str, int]) -> list[tuple[str, int]]:
 def _line(name: str, r: dict[str, Any]) -> str:
     return (
         f"{name}: {r['pages']:.0f} pages, {r['pages_per_s']:.0f} pages/s, "
-        f"{r['per_page']:.2f} Redis commands per page ({r['top']}), "
+        f"{r['per_page']:.2f} Redis commands per page ({r['top']}; and replicas' "
+        f"REPLCONF {r['replication']:.2f}), "
         f"{r['cpu_per_1k']:.3f} s Redis CPU per 1k pages"
         + ("" if r["complete"] else " (INCOMPLETE)")
     )

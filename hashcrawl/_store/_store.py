@@ -48,6 +48,11 @@ Time in every lease and liveness decision is the Redis server's (``TIME`` in scr
 so clock skew between machines changes nothing. The Lua scripts live in ``lua/``, each
 opening with the keys it touches.
 
+On a Redis Cluster the keys live on the primary of the crawl's slot, found and followed
+by ``_nodes``; there every write returns only once that primary's replicas confirm it,
+and after the slot moves the epoch is raised (``lua/failover.lua``; docs/design.md, "On
+a Redis Cluster", says why both are needed).
+
 The methods here are blocking; the worker calls them from a thread (see ``_worker``).
 redis-py errors never leave this module untranslated: they become ``QueueError``.
 Stream payloads are read as bytes (a client without ``decode_responses``), so that an
