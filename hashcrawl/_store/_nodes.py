@@ -28,8 +28,9 @@ from hashcrawl._exceptions import InvalidURL
 from hashcrawl._store._redisurl import RedisURL
 
 log = logging.getLogger(__name__)
-# How long a write waits for the crawl's primary's replicas to confirm it (``WAIT``); one
-# not confirmed in time is a failed call, which its caller retries (see docs/design.md).
+# How long a write waits at most for the crawl's primary's replicas to confirm it
+# (``WAIT``); one not confirmed in time is a failed call, which its caller retries (see
+# docs/design.md). Never more than half the answer timeout, so the reply comes in time.
 REPLICA_WAIT_MS = 2000
 
 
@@ -57,11 +58,15 @@ TOPOLOGY_TIMEOUT = 5.0  # seconds a slot-map read may wait on one node (a hung o
 class Nodes:
     """The server that holds one crawl's keys, found at first use and again after errors."""
 
-    def __init__(self, url: RedisURL, slot_key: str, options: dict[str, Any]) -> None:
+    def __init__(
+        self, url: RedisURL, slot_key: str, options: dict[str, Any], *, timeout: float
+    ) -> None:
         """Args:
         slot_key: a key of the crawl: its slot is the crawl's.
         options: keyword arguments for every client (retries, protocol, ...).
+        timeout: the seconds a client waits for an answer (see ``REPLICA_WAIT_MS``).
         """
+        self.wait_ms = max(1, min(REPLICA_WAIT_MS, int(timeout * 500)))
         self.url = url
         self.slot_key = slot_key
         self._options = options
@@ -117,7 +122,7 @@ class Nodes:
             for command in commands:
                 pipe.execute_command(*command)
             if replicas:
-                pipe.execute_command("WAIT", replicas, REPLICA_WAIT_MS)
+                pipe.execute_command("WAIT", replicas, self.wait_ms)
             replies = list(pipe.execute(raise_on_error=False))
         if not replicas:
             return replies
@@ -129,7 +134,7 @@ class Nodes:
         if int(acked) < replicas:
             raise Unconfirmed(
                 f"node {self.owner} made a write that {replicas - int(acked)} of its "
-                f"{replicas} replicas did not confirm within {REPLICA_WAIT_MS} ms"
+                f"{replicas} replicas did not confirm within {self.wait_ms} ms"
             )
         return replies
 

@@ -201,7 +201,7 @@ class Store:
             "protocol": 2,
             "health_check_interval": 0,
         }
-        self._nodes = Nodes(url, self.key("epoch"), options)
+        self._nodes = Nodes(url, self.key("epoch"), options, timeout=timeout)
 
     @property
     def _redis(self) -> Any:
