@@ -164,6 +164,24 @@ def test_a_hung_primary_is_a_queue_error_without_the_password(
         store.close()
 
 
+def test_other_crawls_are_found_on_every_primary(redis_cluster: Cluster, crawl_name: str):
+    """The crawls a store names as others are those on every primary, not only its own."""
+    names = [f"{crawl_name}-{i}" for i in range(12)]
+    holders = {n: redis_cluster.primary_of(f"hc:{{{n}}}:epoch") for n in names}
+    mine = names[0]
+    elsewhere = [n for n in names if holders[n] is not holders[mine]][:2]
+    assert elsewhere, "twelve names all hashed to one primary"
+    stores = [cluster_store(redis_cluster, name) for name in [mine, *elsewhere]]
+    try:
+        for store in stores:
+            store.join("w1", {})
+        found = stores[0].other_crawls()
+        assert set(elsewhere) <= set(found) and mine not in found
+    finally:
+        for store in stores:
+            store.close()
+
+
 def test_a_cluster_url_naming_a_database_is_refused(redis_cluster: Cluster, crawl_name: str):
     """A cluster has database 0 only: a URL naming another is a flag's mistake."""
     port = redis_cluster.primaries()[0].port
