@@ -67,6 +67,7 @@ class Nodes:
         timeout: the seconds a client waits for an answer (see ``REPLICA_WAIT_MS``).
         """
         self.wait_ms = max(1, min(REPLICA_WAIT_MS, int(timeout * 500)))
+        self._timeout = timeout
         self.url = url
         self.slot_key = slot_key
         self._options = options
@@ -185,14 +186,19 @@ class Nodes:
         with self._lock:
             if self._found:
                 return
-            probe = self._new_client(None, TOPOLOGY_TIMEOUT, True)
+            # One server keeps the probe as its main client: no extra connection.
+            probe = self._new_client(None, self._timeout, True)
             try:
                 enabled = _cluster_enabled(probe)
-            finally:
+            except BaseException:
                 probe.close()
+                raise
             if enabled:
+                probe.close()
                 self._cluster = self._new_cluster()
                 self._take_slot_map()
+            else:
+                self._clients[None, "main"] = probe
             self._found = True
 
     def _new_cluster(self) -> RedisCluster:
