@@ -27,7 +27,7 @@ import os
 import secrets
 import socket
 import time
-from collections.abc import AsyncIterator, Awaitable, Callable, Iterator
+from collections.abc import AsyncIterator, Awaitable, Callable, Iterator, Sequence
 from typing import Any, TypeVar
 
 import trio
@@ -51,7 +51,7 @@ from hashcrawl._core._urls import canonicalize
 from hashcrawl._exceptions import ConfigError, Fenced, FetchError, QueueError, Refused, StateLost
 from hashcrawl._run._handling import Handler, Parse
 from hashcrawl._run._metrics import Tally
-from hashcrawl._run._queue import submit_urls
+from hashcrawl._run._queue import submit_start_requests
 from hashcrawl._settings import CRAWL, Settings, header_pairs
 from hashcrawl._store import _crawlconfig
 from hashcrawl._store._crawlconfig import CrawlSettings
@@ -61,8 +61,8 @@ from hashcrawl._web._addresses import PYTHON_ALLOW_HINT, AddressPolicy, url_refu
 from hashcrawl._web._fetch import Fetcher, HttpxFetcher, NotSent, sending_only_while
 from hashcrawl._web._models import Request, Response
 from hashcrawl._web._robots import Robots, RobotsFetch, Unreachable
-from hashcrawl._web._sinks import Sink, sink_for
-from hashcrawl._web._spider import Spider, callback_of
+from hashcrawl._web._sinks import Sink, archive_of, one_sink, sink_for
+from hashcrawl._web._spider import Calls, Spider, scrapy_settings
 
 log = logging.getLogger("hashcrawl")
 T = TypeVar("T")
@@ -134,7 +134,7 @@ class Worker:
         fetcher: Fetcher | None = None,
         parse: Parse | None = None,
         spider: Spider | type[Spider] | None = None,
-        sink: Sink | None = None,
+        sink: Sink | Sequence[Sink] | None = None,
         **settings: Any,
     ) -> None:
         """Args:
@@ -143,7 +143,8 @@ class Worker:
         fetcher: fetches requests (default: httpx); pacing and robots.txt still apply.
         parse: a callback from a response to items and requests to follow.
         spider: a :class:`Spider` (class or instance) instead of ``parse``.
-        sink: where items go (default: JSON Lines on standard output).
+        sink: where items go (default: JSON Lines on standard output); several sinks
+            as a list, such as a ``JsonLinesSink`` and a ``WarcSink``.
         settings: any field of :class:`Settings` (delay, per_host, concurrency, ...).
 
         Raises:
@@ -151,6 +152,7 @@ class Worker:
         """
         self.url = redis if isinstance(redis, RedisURL) else RedisURL.parse(redis, name="redis")
         self.crawl = check_crawl_name(crawl, called="crawl")
+        settings = {**scrapy_settings(spider), **settings}  # what is given wins
         self.settings = Settings.of(settings)
         # Issue 12: the crawl settings given are checked against the crawl's at the start
         # of run(), which then adopts the crawl's; a heartbeat may bring new ones.
@@ -163,20 +165,16 @@ class Worker:
         self.spider = spider() if isinstance(spider, type) else spider
         if parse is not None and self.spider is not None:
             raise ConfigError("give a Worker either parse or spider, not both")
-        if self.spider is not None:
-            self.handler = Handler(
-                self.spider.parse,
-                callbacks=functools.partial(callback_of, self.spider),
-                blocking=bool(self.spider.blocking),
-                settings=self.settings,
-            )
-        else:
-            self.handler = Handler(parse, settings=self.settings)
-        self.sink = sink if sink is not None else sink_for("-", fsync=self.settings.fsync)
+        self.spider_name = _spider_name(self.spider, parse)
+        calls = Calls(self.spider) if self.spider is not None else None
+        self.handler = Handler(parse, spider=calls, settings=self.settings, name=self.spider_name)
+        self.sink = one_sink(sink) if sink is not None else sink_for("-", fsync=self.settings.fsync)
+        self.archive = archive_of(self.sink)  # handed every response, when there is one
+        if self.archive is not None:
+            self.archive.named_for(self.id)
         self.tally = Tally()  # counts across memberships, for status, /metrics and the summary
         self._stop_requested = False
         self.instance = ""  # the crawl's instance marker, learnt at the first join
-        self.spider_name = _spider_name(self.spider, parse)
 
     def run_sync(self) -> None:
         """Run until the crawl ends or a stop is requested (blocking)."""
@@ -238,12 +236,15 @@ class Worker:
             headers=header_pairs(self.settings.headers),
             allow_nets=self.settings.allow_nets,
             allow_private=self.settings.allow_private,
+            keep_raw=self.archive is not None,
         )
+        reason = "finished"
         try:
-            if self.spider is not None and self.spider.start_urls:
-                urls = list(self.spider.start_urls)
+            if self.handler.spider is not None:
+                urls = list(getattr(self.spider, "start_urls", None) or ())
                 await trio.to_thread.run_sync(check_start_urls, urls, self.settings)
-                await trio.to_thread.run_sync(submit_urls, store, urls)
+                await trio.to_thread.run_sync(self.handler.spider.opened)
+                await trio.to_thread.run_sync(submit_start_requests, store, self.handler.spider)
             while True:
                 self._driver = Driver(self, store, fetcher)
                 if self._stop_requested:
@@ -260,8 +261,14 @@ class Worker:
                     log.warning("%s; rejoining as a new member", exc)
                     self.tally.fenced += 1
                     self.id = new_worker_id()
+        except BaseException as exc:
+            reason = type(exc).__name__
+            raise
         finally:
             self._driver = None
+            if self.handler.spider is not None:
+                stopped = self._stop_requested and reason == "finished"
+                self.handler.spider.closed("shutdown" if stopped else reason)
             if metrics is not None:
                 metrics.shutdown()
                 metrics.server_close()
@@ -355,6 +362,9 @@ class Driver:
         self.fetcher = fetcher
         self.limiter = trio.CapacityLimiter(4)
         self.robots_limiter = trio.CapacityLimiter(2)  # threads checking heavy robots.txt
+        # Responses for the archive, written by the next commit before it acknowledges:
+        # one thread's turn per commit, not per page.
+        self.to_archive: list[Response] = []
         self.call: Call = call if call is not None else self._in_thread
         self._spawn = spawn
         self.offload: Offload = offload if offload is not None else _in_worker_thread
@@ -363,7 +373,7 @@ class Driver:
             settings=worker.settings,
             stream_of=store.stream_of,
             inbox=store.inbox,
-            accepts=worker.handler.accepts,
+            refuses=worker.handler.refusal,
             spider_name=worker.spider_name,
             tally=worker.tally,
             now=self.now(),
@@ -462,6 +472,7 @@ class Driver:
                     nursery.start_soon(loop)
             await self.leave()
         finally:
+            self.write_archive(self.take_archive())
             self.worker.sink.flush()
 
     async def begin(self) -> None:
@@ -749,7 +760,8 @@ class Driver:
         except Exception as exc:  # a user's fetcher may raise anything: a failed page
             if not isinstance(exc, FetchError):
                 log.exception("fetcher failed on %s", held.entry.url)
-            return session.send_failed(held, exc, self.now() - sent, self.now())
+            failed = session.send_failed(held, exc, self.now() - sent, self.now())
+            return await self.worker.handler.failed(held, failed, exc)
         origin = session.answered(held, response, self.now() - sent, self.now())
         try:
             return await self.worker.handler.handle(held, response, origin)
@@ -774,7 +786,10 @@ class Driver:
             NotSent: the check said no; nothing reached the host.
         """
         with sending_only_while(lambda: self.may_send(held)):
-            return await self.fetcher.fetch(request)
+            response = await self.fetcher.fetch(request)
+        if self.worker.archive is not None:  # before the page's outcome exists
+            self.to_archive.append(response)
+        return response
 
     async def fetch_robots(self, held: Held) -> str | None:
         """Fetch and keep a host's robots.txt, per RFC 9309 (see ``_robots``).
@@ -839,7 +854,9 @@ class Driver:
         if not commit.outcomes:
             return 0
         write_first = "ack_before_write" not in FAULTS  # off: a deliberate bug to catch
-        if commit.items and write_first:
+        # An archive holds records of pages with no items too: it is flushed every time.
+        written = commit.items or self.worker.archive is not None
+        if written and write_first:
             await self.write_items(commit)
         session.commit_written(commit)
         while True:
@@ -854,20 +871,33 @@ class Driver:
                 continue
             await self.read_members()
             self.wake()
-        if commit.items and not write_first:
+        if written and not write_first:
             await self.write_items(commit)
         self.wake()
         return len(commit.outcomes)
 
     async def write_items(self, commit: Commit) -> None:
-        sink = self.worker.sink
+        sink, responses = self.worker.sink, self.take_archive()
 
         def write() -> None:
-            sink.write(commit.items)
+            self.write_archive(responses)
+            if commit.items:
+                sink.write(commit.items)
             sink.flush()
 
         await self.offload(write)
         self.session.items_written(len(commit.items))
+
+    def take_archive(self) -> list[Response]:
+        """The responses not yet archived (every one of the pages being committed)."""
+        responses, self.to_archive = self.to_archive, []
+        return responses
+
+    def write_archive(self, responses: list[Response]) -> None:
+        archive = self.worker.archive
+        if archive is not None:
+            for response in responses:
+                archive.archive(response)
 
     # -- membership changes -------------------------------------------------------------------
 
