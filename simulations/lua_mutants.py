@@ -108,9 +108,10 @@ def _code_mutants(code: str, masked: str) -> Iterator[tuple[str, str]]:
 
 def _dropped_call(code: str, masked: str) -> Iterator[tuple[str, str]]:
     stripped = masked.strip()
-    if stripped.startswith("redis.call(") and _close(masked, masked.index("(")) == len(
-        masked.rstrip()
-    ) - 1:
+    if (
+        stripped.startswith("redis.call(")
+        and _close(masked, masked.index("(")) == len(masked.rstrip()) - 1
+    ):
         indent = code[: len(code) - len(code.lstrip())]
         yield "drop", f"{indent}do end"
     # An inline statement: `if X then redis.call(...) end`.
