@@ -394,3 +394,16 @@ def test_a_commit_records_pace_applied_dead_letters_and_counters(store, raw):
     stats = raw.hgetall(store.key("stats"))
     assert (stats["dead"], stats["fetched"]) == ("2", "2")
     assert "none" not in stats
+
+
+def test_a_full_seen_filter_layer_still_lets_one_new_link_in(store, raw):
+    """When a layer fills, the next link opens a new one: one new link is added, not lost,
+    and the full layer still stops the links it holds."""
+    store.join("w1", {})
+    raw.hset(store.key("seenmeta"), mapping={"c0": 2})
+    first = [link(store, "w1", f"http://a.example/{n}") for n in range(2)]
+    assert store.commit(Batch(worker="w1", epoch=1, add=first)).added == 2
+    new = link(store, "w1", "http://a.example/new")
+    assert store.commit(Batch(worker="w1", epoch=1, add=[*first, new])).added == 1
+    assert raw.hget(store.key("seenmeta"), "L") == "2"
+    assert store.commit(Batch(worker="w1", epoch=1, add=[*first, new])).added == 0
