@@ -163,3 +163,16 @@ def test_a_payload_over_the_size_cap_is_a_bad_entry_unparsed():
     meta = "x" * MAX_ENTRY_BYTES
     with pytest.raises(BadEntry, match="bytes, over"):
         Entry.decode(json.dumps({"u": "http://a.example/", "m": meta}).encode())
+
+
+def test_a_followed_request_whose_entry_would_outgrow_the_queue_is_refused():
+    """A body that fits a Request but not an entry once encoded (base64 grows it by a
+    third) is a ConfigError naming the sizes, not an entry Redis would carry."""
+    from hashcrawl._exceptions import ConfigError
+    from hashcrawl._web._models import Request
+
+    request = Request("/big", method="POST", body=b"\xff" * (MAX_ENTRY_BYTES - 10))
+    with pytest.raises(ConfigError, match="-byte queue entry, over the"):
+        Entry.following(request, "http://a.example/", 1)
+    small = Entry.following(Request("/a", method="POST", body=b"x=1"), "http://a.example/", 1)
+    assert small is not None and small.body == b"x=1"
