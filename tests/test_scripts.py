@@ -407,3 +407,24 @@ def test_a_full_seen_filter_layer_still_lets_one_new_link_in(store, raw):
     assert store.commit(Batch(worker="w1", epoch=1, add=[*first, new])).added == 1
     assert raw.hget(store.key("seenmeta"), "L") == "2"
     assert store.commit(Batch(worker="w1", epoch=1, add=[*first, new])).added == 0
+
+
+def test_a_commit_that_adds_nothing_leaves_an_idle_spell_alone(store, raw):
+    """Only an added entry ends the idle spell: a handoff's records do not restart it."""
+    store.join("w1", {})
+    idle = beat(store, "w1").idle_since
+    assert (
+        store.commit(Batch(worker="w1", epoch=1, applied=1, pace=["a.example", "1,0,0"])).status
+        == "ok"
+    )
+    assert raw.get(store.key("idle_since")) == str(idle)
+
+
+def test_an_orphan_waiting_to_be_drained_keeps_the_crawl_from_looking_idle(store, raw):
+    """While a departed worker's stream waits for a drainer, the crawl is not idle."""
+    store.join("w1", {})
+    store.join("w2", {})
+    assert beat(store, "w2").idle_since > 0
+    store.leave("w1", {})
+    got = beat(store, "w2", applied=3, known=3)
+    assert (got.orphans, got.idle_since) == (1, -1)
