@@ -27,18 +27,20 @@ from __future__ import annotations
 
 import argparse
 import concurrent.futures
+import contextlib
 import fnmatch
 import hashlib
 import os
 import random
 import re
 import shutil
+import signal
 import subprocess
 import sys
 import tempfile
 import time
 import tomllib
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from pathlib import Path
 
 import attrs
@@ -48,6 +50,7 @@ from simulations import lua_mutants
 ROOT = Path(__file__).resolve().parent.parent
 CONFIG = ROOT / "simulations" / "mutants.toml"
 COPIED = ("hashcrawl", "tests", "testing", "simulations", "pyproject.toml")
+LIVE: set[subprocess.Popen[str]] = set()  # killers running now: stopped if the run is
 SNAPSHOT = [ROOT]  # the tree mutants are copied from: a copy made when the run starts
 
 
@@ -201,7 +204,7 @@ def _changed_line(old: list[str], new: list[str], line: int) -> tuple[str, str]:
 def _in_annotation(node: object) -> bool:
     child, parent = node, getattr(node, "parent", None)
     while parent is not None:
-        kids = parent.children  # type: ignore[attr-defined]
+        kids = parent.children
         at = kids.index(child)
         values = [getattr(k, "value", None) for k in kids]
         if parent.type == "tfpdef" and ":" in values and at > values.index(":"):
@@ -337,13 +340,35 @@ def _python(tree: Path, args: list[str], timeout: float) -> tuple[int | None, st
         text=True,
         start_new_session=True,
     ) as proc:
+        LIVE.add(proc)
         try:
             out, _ = proc.communicate(timeout=timeout)
         except subprocess.TimeoutExpired:
-            os.killpg(proc.pid, 9)  # its Redis servers too: they share its session
-            proc.communicate()
+            _end_session(proc)
             return None, ""
+        except BaseException:
+            _end_session(proc)
+            raise
+        finally:
+            LIVE.discard(proc)
     return proc.returncode, out
+
+
+def _end_session(proc: subprocess.Popen[str]) -> None:
+    """Stop a killer and every process it started: the Redis servers it starts run in
+    process groups of their own, but in its session."""
+    proc.terminate()  # the simulation and pytest stop their servers on SIGTERM
+    with contextlib.suppress(subprocess.TimeoutExpired):
+        proc.communicate(timeout=30)
+    for entry in Path("/proc").iterdir():
+        if entry.name.isdigit():
+            try:
+                if os.getsid(int(entry.name)) == proc.pid:
+                    os.kill(int(entry.name), 9)
+            except (ProcessLookupError, PermissionError):
+                continue
+    proc.kill()
+    proc.communicate()
 
 
 def _copy_tree(tree: Path, root: Path | None = None) -> None:
@@ -403,6 +428,7 @@ def _share(a: int, b: int) -> str:
 
 
 def main(argv: list[str] | None = None) -> int:
+    signal.signal(signal.SIGTERM, signal.default_int_handler)  # ends the run like Ctrl-C
     args = _parser().parse_args(argv)
     config = load_config(args.config)
     operators: list[str] = config["python"]["operators"]  # type: ignore[index]
@@ -451,7 +477,11 @@ def _run(
             # The baseline's quick profile runs beside the mutants: it is judged at the end.
             base = None if args.no_baseline else aside.submit(baseline, every_test, plan, workdir)
             jobs = args.jobs if base is None else max(1, args.jobs - 1)
-            outcomes = _pool(chosen, killers, plan, workdir, invalid, jobs)
+
+            def partial(done: list[Outcome]) -> None:  # a run cut short keeps its table
+                Path(args.out).write_text(table(done, plan, command + " (partial)", load))
+
+            outcomes = _pool(chosen, killers, plan, workdir, invalid, jobs, partial)
             broke = "" if base is None else base.result()
         if broke:
             print(f"the unmutated tree fails its killers: {broke}", file=sys.stderr)
@@ -474,6 +504,7 @@ def _pool(
     workdir: Path,
     invalid: set[str],
     jobs: int,
+    progress: Callable[[list[Outcome]], None] | None = None,
 ) -> list[Outcome]:
     results: dict[str, Outcome] = {
         m.id: Outcome(m, "Redis refused the script", "invalid", 0.0)
@@ -483,16 +514,38 @@ def _pool(
     todo = [m for m in chosen if m.id not in invalid]
     with concurrent.futures.ThreadPoolExecutor(max_workers=jobs) as pool:
         futures = {pool.submit(run_one, m, killers[m.path], plan, workdir): m for m in todo}
-        for done, future in enumerate(concurrent.futures.as_completed(futures), start=1):
-            o = future.result()
-            results[o.mutant.id] = o
-            verdict = o.killed_by or ("equivalent" if o.equivalent else "SURVIVED")
-            print(
-                f"[{done}/{len(todo)}] {o.mutant.id} {o.mutant.where} {o.mutant.change[:60]}: "
-                f"{verdict[:100]} ({o.seconds:.0f} s)",
-                flush=True,
-            )
-    return [results[m.id] for m in chosen]
+        try:
+            finished = list(_as_completed(futures, results, chosen, progress or _nothing))
+        except BaseException:  # Ctrl-C or SIGTERM: no killer may outlive the run
+            pool.shutdown(wait=False, cancel_futures=True)
+            for proc in list(LIVE):
+                _end_session(proc)
+            raise
+    return finished
+
+
+def _as_completed(
+    futures: dict[concurrent.futures.Future[Outcome], Mutant],
+    results: dict[str, Outcome],
+    chosen: list[Mutant],
+    progress: Callable[[list[Outcome]], None],
+) -> Iterator[Outcome]:
+    """Each mutant's outcome as it comes, printed; then all of them, in ``chosen``'s order."""
+    for done, future in enumerate(concurrent.futures.as_completed(futures), start=1):
+        o = future.result()
+        results[o.mutant.id] = o
+        verdict = o.killed_by or ("equivalent" if o.equivalent else "SURVIVED")
+        print(
+            f"[{done}/{len(futures)}] {o.mutant.id} {o.mutant.where} {o.mutant.change[:60]}: "
+            f"{verdict[:100]} ({o.seconds:.0f} s)",
+            flush=True,
+        )
+        progress([results[m.id] for m in chosen if m.id in results])
+    yield from (results[m.id] for m in chosen)
+
+
+def _nothing(_done: list[Outcome]) -> None:
+    pass
 
 
 def _scratch() -> str | None:
