@@ -6,6 +6,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
+import pytest
 import redis as redis_py
 
 from simulations import lua_mutants, mutants
@@ -75,6 +76,7 @@ def test_a_mutant_id_stays_when_lines_above_it_move(tmp_path: Path) -> None:
 
 def test_python_annotations_are_not_mutated(tmp_path: Path, monkeypatch) -> None:  # type: ignore[no-untyped-def]
     """``int | None`` in an annotation is a string nobody evaluates: no mutant there."""
+    pytest.importorskip("cosmic_ray", reason="pip install -e '.[mutants]'")
     monkeypatch.setattr(mutants, "ROOT", tmp_path)
     module = tmp_path / "m.py"
     module.write_text(
