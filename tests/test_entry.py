@@ -176,3 +176,15 @@ def test_a_followed_request_whose_entry_would_outgrow_the_queue_is_refused():
         Entry.following(request, "http://a.example/", 1)
     small = Entry.following(Request("/a", method="POST", body=b"x=1"), "http://a.example/", 1)
     assert small is not None and small.body == b"x=1"
+
+
+def test_meta_nested_to_the_limit_is_read_and_one_level_more_is_a_bad_entry():
+    """MAX_META_DEPTH lists deep is still an entry; one more is refused as too deep."""
+    from hashcrawl._core._entry import MAX_META_DEPTH
+
+    def nested(n: int) -> bytes:
+        return b'{"u":"http://a.example/","m":' + b"[" * n + b"]" * n + b"}"
+
+    assert Entry.decode(nested(MAX_META_DEPTH)).url == "http://a.example/"
+    with pytest.raises(BadEntry, match="deeper"):
+        Entry.decode(nested(MAX_META_DEPTH + 1))
