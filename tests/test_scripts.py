@@ -11,6 +11,7 @@ from collections.abc import Iterator
 import pytest
 import redis as redis_py
 
+from hashcrawl._cli._server import RedisServer
 from hashcrawl._core._urls import fingerprint
 from hashcrawl._exceptions import Fenced, StateLost
 from hashcrawl._store._redisurl import RedisURL
@@ -428,3 +429,22 @@ def test_an_orphan_waiting_to_be_drained_keeps_the_crawl_from_looking_idle(store
     store.leave("w1", {})
     got = beat(store, "w2", applied=3, known=3)
     assert (got.orphans, got.idle_since) == (1, -1)
+
+
+def test_a_busy_fleets_heartbeat_counts_no_streams(redis_server: RedisServer) -> None:
+    """While entries are outstanding, a heartbeat trusts the counter: one XLEN (the
+    inbox's), never one per member's stream."""
+    store = Store(RedisURL.parse(redis_server.url), "busy")
+    raw = redis_py.Redis.from_url(redis_server.url, decode_responses=True)
+    try:
+        for worker in ("w1", "w2", "w3"):
+            store.join(worker, {})
+        store.commit(Batch(worker="w1", epoch=3, add=[link(store, "w1", "http://a.example/")]))
+        before = int(raw.info("commandstats").get("cmdstat_xlen", {}).get("calls", 0))
+        for worker in ("w1", "w2", "w3"):
+            assert beat(store, worker, applied=3, known=3).idle_since == -1
+        after = int(raw.info("commandstats")["cmdstat_xlen"]["calls"])
+        assert after - before == 3
+    finally:
+        raw.close()
+        store.close()
