@@ -564,7 +564,7 @@ def _parser() -> argparse.ArgumentParser:
     parser.add_argument("--stages", default="tests,sim", help="tests,sim (default) or sim")
     parser.add_argument("--sim-seed", type=int, default=1, help="the quick profile's seed")
     parser.add_argument("--test-timeout", type=float, default=300.0)
-    parser.add_argument("--sim-timeout", type=float, default=900.0)
+    parser.add_argument("--sim-timeout", type=float, default=1800.0)
     parser.add_argument("--out", default="mutants.md", help="where the table goes")
     parser.add_argument("--config", type=Path, default=CONFIG)
     parser.add_argument("--no-baseline", action="store_true", help="skip the unmutated run")
