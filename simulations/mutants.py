@@ -420,6 +420,55 @@ def table(outcomes: Sequence[Outcome], plan: Plan, command: str, load: str) -> s
     return "\n".join(lines) + "\n"
 
 
+def merge(tables: Sequence[Path], equivalent: dict[str, str], command: str) -> str:
+    """One table from the rows of several runs' tables (a later row of a mutant replaces
+    an earlier one: a rerun after new teeth), its figures counted again, and survivors
+    named in ``equivalent`` marked so."""
+    rows: dict[str, list[str]] = {}
+    heads: list[str] = []
+    for table_path in tables:
+        text = table_path.read_text()
+        heads.append(text.split("\n", 1)[0])
+        for line in text.splitlines():
+            cells = [c.strip() for c in line.strip().strip("|").split(" | ")]
+            if len(cells) == 5 and re.fullmatch(r"[0-9a-f]{8}", cells[0]):
+                rows[cells[0]] = cells
+    for cells in rows.values():
+        if cells[0] not in equivalent:
+            continue
+        if cells[4] == "**survived**":
+            cells[4] = f"equivalent: {equivalent[cells[0]]}"
+        elif cells[4].startswith("timeout"):  # no change to time out of: the machine's load
+            cells[4] = f"equivalent ({cells[4]}): {equivalent[cells[0]]}"
+    verdicts = [cells[4] for cells in rows.values()]
+    counted = [v for v in verdicts if not v.startswith(("equivalent", "invalid"))]
+    killed = [v for v in counted if v != "**survived**"]
+    by = {
+        "tests": sum(v.startswith(("tests/", "error:", "pytest")) for v in killed),
+        "sim": sum(v.startswith("sim:") for v in killed),
+        "timeout": sum(v.startswith("timeout") for v in killed),
+    }
+    lines = [
+        f"`{command}`, from the runs:",
+        *(f"- {head}" for head in heads),
+        "",
+        f"- mutants: {len(verdicts)}, {sum(v.startswith('invalid') for v in verdicts)} invalid, "
+        f"{sum(v.startswith('equivalent') for v in verdicts)} equivalent, {len(counted)} counted",
+        f"- killed: {len(killed)} of {len(counted)} ({_share(len(killed), len(counted))}): "
+        f"{by['tests']} by the fast tests, {by['sim']} by the quick profile, "
+        f"{by['timeout']} by timeout",
+        f"- survived: {len(counted) - len(killed)}",
+        "",
+        "| id | file:line | operator | change | killed by |",
+        "| --- | --- | --- | --- | --- |",
+    ]
+    ordered = sorted(
+        rows.values(), key=lambda c: (c[1].rsplit(":", 1)[0], int(c[1].rsplit(":", 1)[1]))
+    )
+    lines += ["| " + " | ".join(cells) + " |" for cells in ordered]
+    return "\n".join(lines) + "\n"
+
+
 def _share(a: int, b: int) -> str:
     return f"{100 * a / b:.0f}%" if b else "-"
 
@@ -439,6 +488,11 @@ def main(argv: list[str] | None = None) -> int:
         found = mutants_of(path, operators)
         every += found
         killers[str(path.relative_to(ROOT))] = tests
+    if args.merge:
+        command = "scripts/mutants " + " ".join(sys.argv[1:] if argv is None else argv)
+        Path(args.out).write_text(merge(args.merge, equivalent, command))
+        print(f"table written to {args.out}")
+        return 0
     chosen = sample(every, args.sample, args.seed)
     if args.ids:
         chosen = [m for m in every if m.id in set(args.ids)]
@@ -569,5 +623,8 @@ def _parser() -> argparse.ArgumentParser:
     parser.add_argument("--config", type=Path, default=CONFIG)
     parser.add_argument("--no-baseline", action="store_true", help="skip the unmutated run")
     parser.add_argument("--list", action="store_true", help="print the mutants, run nothing")
+    parser.add_argument(
+        "--merge", nargs="+", type=Path, help="tables of earlier runs: one table of them all"
+    )
     parser.set_defaults(argv=None)
     return parser
