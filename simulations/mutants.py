@@ -330,6 +330,18 @@ def _by_simulation(tree: Path, seed: int, timeout: float) -> str:
 
 
 def _python(tree: Path, args: list[str], timeout: float) -> tuple[int | None, str]:
+    """Run a killer in ``tree``: (its exit status, or None past ``timeout``; its output).
+
+    A killer stopped by a signal it did not raise itself (another user's kill on a
+    shared machine) is run once more: a signal says nothing about the mutant.
+    """
+    code, out = _python_once(tree, args, timeout)
+    if code is not None and code < 0:
+        code, out = _python_once(tree, args, timeout)
+    return code, out
+
+
+def _python_once(tree: Path, args: list[str], timeout: float) -> tuple[int | None, str]:
     env = {**os.environ, "PYTHONPATH": str(tree), "PYTHONDONTWRITEBYTECODE": "1"}
     with subprocess.Popen(
         [sys.executable, *args],
