@@ -341,3 +341,19 @@ def test_max_pages_per_host_counts_every_request_sent() -> None:
     assert not session.host_is_full("a.test")
     session.sending(page)
     assert session.host_is_full("a.test") and not session.host_is_full("b.test")
+
+
+def test_a_request_put_back_unsent_leaves_its_hosts_pacing_as_it_was() -> None:
+    """A request the check before sending held back was never made: its host's next
+    start is still the delay after the last one that was, and a host handed over
+    meanwhile sends it to its new owner."""
+    session = session_of()
+    ready(session, "http://a.test/1")
+    held = session.next_fetch(0.0)
+    assert isinstance(held, Held)
+    assert session.put_back(held, 0.5) is None
+    assert session.next_fetch(0.5) == 1.0
+    assert session.next_fetch(1.0) == held
+    session.frontier.drop("a.test")  # handed over while the request waited
+    outcome = session.put_back(held, 1.5)
+    assert outcome is not None and outcome.kind is Kind.FORWARD
