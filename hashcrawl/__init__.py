@@ -34,6 +34,7 @@ _HOMES = {
     "JsonLinesSink": "_web._sinks",
     "Sink": "_web._sinks",
     "Spider": "_web._spider",
+    "WarcSink": "_web._warc",
     "Worker": "_run._worker",
 }
 
@@ -46,6 +47,7 @@ if TYPE_CHECKING:
     from hashcrawl._web._models import Request, Response
     from hashcrawl._web._sinks import CsvSink, JsonLinesSink, Sink
     from hashcrawl._web._spider import Spider
+    from hashcrawl._web._warc import WarcSink
 
     from ._exceptions import (
         ConfigError,
@@ -92,6 +94,7 @@ __all__ = [
     "Sink",
     "Spider",
     "StateLost",
+    "WarcSink",
     "Worker",
     "__version__",
 ]

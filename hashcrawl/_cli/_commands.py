@@ -41,7 +41,7 @@ from hashcrawl._store._redisurl import ENV_VAR as REDIS_ENV_VAR
 from hashcrawl._store._redisurl import RedisURL, check_crawl_name, masked
 from hashcrawl._version import __version__
 from hashcrawl._web._addresses import AddressPolicy, url_refusal
-from hashcrawl._web._sinks import sink_for
+from hashcrawl._web._sinks import sinks_for
 from hashcrawl._web._spider import load_spider
 
 log = logging.getLogger("hashcrawl")
@@ -111,8 +111,11 @@ def _crawler_flags(p: argparse.ArgumentParser) -> None:
         "-o",
         "--output",
         metavar="FILE",
-        help="append items to FILE (JSON Lines; CSV if it ends in .csv); "
-        "without -o, items go to standard output",
+        action="append",
+        help="append items to FILE (JSON Lines; CSV if it ends in .csv), or archive every "
+        "fetch to WARC files NAME-TIME-SEQ-WORKER.warc.gz if it is NAME.warc.gz (or "
+        ".warc); repeatable, e.g. -o items.jsonl -o pages.warc.gz; without an items "
+        "file, items go to standard output",
     )
     p.add_argument("--spider", metavar="FILE", help="run a Spider: path/to/file.py[:ClassName]")
     add_flags(p)
@@ -288,18 +291,26 @@ def _seconds(text: str) -> float:
     return value
 
 
-def _checked_output(path: str | None) -> None:
+def _checked_output(paths: list[str] | None) -> None:
     """Refuse an -o FILE that cannot be written, before anything starts.
 
     Raises:
         ConfigError: no such directory, no permission, or not a file.
     """
-    if path is None or path == "-":
-        return
-    try:
-        os.close(os.open(path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644))
-    except OSError as exc:
-        raise ConfigError(f"-o cannot write {path!r}: {exc.strerror or exc}") from None
+    for path in paths or ():
+        if path == "-":
+            continue
+        if path.endswith((".warc.gz", ".warc")):  # the files are named later, beside it
+            where = os.path.dirname(path) or "."
+            if not (os.path.isdir(where) and os.access(where, os.W_OK | os.X_OK)):
+                raise ConfigError(
+                    f"-o cannot write WARC files in {where!r}: not a writable directory"
+                )
+            continue
+        try:
+            os.close(os.open(path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644))
+        except OSError as exc:
+            raise ConfigError(f"-o cannot write {path!r}: {exc.strerror or exc}") from None
 
 
 def _spider_of(args: argparse.Namespace) -> Any:
@@ -337,7 +348,12 @@ def cmd_join(args: argparse.Namespace) -> int:
         url,
         args.crawl,
         spider=spider,
-        sink=sink_for(args.output, fsync=settings.fsync),
+        sink=sinks_for(
+            args.output,
+            fsync=settings.fsync,
+            max_size=settings.warc_max_size,
+            revisits=settings.warc_revisits,
+        ),
         **_worker_settings(args, settings),
     )
 
@@ -652,8 +668,8 @@ def _headers_env(settings: Settings) -> dict[str, str]:
 def _child_command(args: argparse.Namespace) -> list[str]:
     command = [sys.executable, "-m", "hashcrawl", "join", "--child", "--crawl", args.crawl]
     command += settings_from(args).to_flags(worker_only=True)  # crawl settings: in Redis
-    if args.output is not None:
-        command += ["-o", args.output]
+    for path in args.output or ():
+        command += ["-o", path]
     if args.spider is not None:
         command += ["--spider", args.spider]
     if args.verbose:

@@ -27,7 +27,7 @@ import os
 import secrets
 import socket
 import time
-from collections.abc import AsyncIterator, Awaitable, Callable, Iterator
+from collections.abc import AsyncIterator, Awaitable, Callable, Iterator, Sequence
 from typing import Any, TypeVar
 
 import trio
@@ -60,7 +60,7 @@ from hashcrawl._store._store import LOST, Beat, Store
 from hashcrawl._web._fetch import Fetcher, HttpxFetcher, NotSent, sending_only_while
 from hashcrawl._web._models import Request, Response
 from hashcrawl._web._robots import Robots, RobotsFetch, Unreachable
-from hashcrawl._web._sinks import Sink, sink_for
+from hashcrawl._web._sinks import Sink, archive_of, one_sink, sink_for
 from hashcrawl._web._spider import Spider, callback_of
 
 log = logging.getLogger("hashcrawl")
@@ -133,7 +133,7 @@ class Worker:
         fetcher: Fetcher | None = None,
         parse: Parse | None = None,
         spider: Spider | type[Spider] | None = None,
-        sink: Sink | None = None,
+        sink: Sink | Sequence[Sink] | None = None,
         **settings: Any,
     ) -> None:
         """Args:
@@ -142,7 +142,8 @@ class Worker:
         fetcher: fetches requests (default: httpx); pacing and robots.txt still apply.
         parse: a callback from a response to items and requests to follow.
         spider: a :class:`Spider` (class or instance) instead of ``parse``.
-        sink: where items go (default: JSON Lines on standard output).
+        sink: where items go (default: JSON Lines on standard output); several sinks
+            as a list, such as a ``JsonLinesSink`` and a ``WarcSink``.
         settings: any field of :class:`Settings` (delay, per_host, concurrency, ...).
 
         Raises:
@@ -171,7 +172,10 @@ class Worker:
             )
         else:
             self.handler = Handler(parse, settings=self.settings)
-        self.sink = sink if sink is not None else sink_for("-", fsync=self.settings.fsync)
+        self.sink = one_sink(sink) if sink is not None else sink_for("-", fsync=self.settings.fsync)
+        self.archive = archive_of(self.sink)  # handed every response, when there is one
+        if self.archive is not None:
+            self.archive.named_for(self.id)
         self.counters = Counters()  # counts across memberships
         self.tally = Tally()  # counts across memberships, for /metrics and the heartbeat
         self._stop_requested = False
@@ -238,6 +242,7 @@ class Worker:
             headers=header_pairs(self.settings.headers),
             allow_nets=self.settings.allow_nets,
             allow_private=self.settings.allow_private,
+            keep_raw=self.archive is not None,
         )
         try:
             if self.spider is not None and self.spider.start_urls:
@@ -340,6 +345,9 @@ class Driver:
         self.fetcher = fetcher
         self.limiter = trio.CapacityLimiter(4)
         self.robots_limiter = trio.CapacityLimiter(2)  # threads checking heavy robots.txt
+        # Responses for the archive, written by the next commit before it acknowledges:
+        # one thread's turn per commit, not per page.
+        self.to_archive: list[Response] = []
         self.call: Call = call if call is not None else self._in_thread
         self._spawn = spawn
         self.offload: Offload = offload if offload is not None else _in_worker_thread
@@ -448,6 +456,7 @@ class Driver:
                     nursery.start_soon(loop)
             await self.leave()
         finally:
+            self.write_archive(self.take_archive())
             self.worker.sink.flush()
 
     async def begin(self) -> None:
@@ -760,7 +769,10 @@ class Driver:
             NotSent: the check said no; nothing reached the host.
         """
         with sending_only_while(lambda: self.may_send(held)):
-            return await self.fetcher.fetch(request)
+            response = await self.fetcher.fetch(request)
+        if self.worker.archive is not None:  # before the page's outcome exists
+            self.to_archive.append(response)
+        return response
 
     async def fetch_robots(self, held: Held) -> str | None:
         """Fetch and keep a host's robots.txt, per RFC 9309 (see ``_robots``).
@@ -825,7 +837,9 @@ class Driver:
         if not commit.outcomes:
             return 0
         write_first = "ack_before_write" not in FAULTS  # off: a deliberate bug to catch
-        if commit.items and write_first:
+        # An archive holds records of pages with no items too: it is flushed every time.
+        written = commit.items or self.worker.archive is not None
+        if written and write_first:
             await self.write_items(commit)
         session.commit_written(commit)
         while True:
@@ -840,20 +854,33 @@ class Driver:
                 continue
             await self.read_members()
             self.wake()
-        if commit.items and not write_first:
+        if written and not write_first:
             await self.write_items(commit)
         self.wake()
         return len(commit.outcomes)
 
     async def write_items(self, commit: Commit) -> None:
-        sink = self.worker.sink
+        sink, responses = self.worker.sink, self.take_archive()
 
         def write() -> None:
-            sink.write(commit.items)
+            self.write_archive(responses)
+            if commit.items:
+                sink.write(commit.items)
             sink.flush()
 
         await self.offload(write)
         self.session.items_written(len(commit.items))
+
+    def take_archive(self) -> list[Response]:
+        """The responses not yet archived (every one of the pages being committed)."""
+        responses, self.to_archive = self.to_archive, []
+        return responses
+
+    def write_archive(self, responses: list[Response]) -> None:
+        archive = self.worker.archive
+        if archive is not None:
+            for response in responses:
+                archive.archive(response)
 
     # -- membership changes -------------------------------------------------------------------
 

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import datetime
 import inspect
 import json
 from collections.abc import Iterable, Mapping
@@ -129,6 +130,30 @@ def _response_headers(given: Mapping[str, str]) -> httpx.Headers:
     return given if isinstance(given, httpx.Headers) else httpx.Headers(given, encoding="utf-8")
 
 
+@attrs.frozen(kw_only=True)
+class Exchange:
+    """One HTTP exchange as it went over the wire, kept for an archive (see ``WarcSink``).
+
+    Args:
+        request_head: the request line and header lines as sent, ending in a blank line.
+        request_body: the request's body as sent.
+        response_head: the status line and header lines as received (a
+            ``Transfer-Encoding`` line renamed, since ``body`` is no longer chunked),
+            ending in a blank line.
+        body: the body as received, content coding kept and chunking removed; cut where
+            the response says ``truncated``.
+        started: when the request was sent (UTC).
+        address: the IP address the response came from, if known.
+    """
+
+    request_head: bytes
+    request_body: bytes
+    response_head: bytes
+    body: bytes
+    started: datetime.datetime
+    address: str | None = None
+
+
 @attrs.frozen
 class Response:
     """What a fetcher got for a request: status, headers and body.
@@ -139,6 +164,8 @@ class Response:
     ``max_links`` caps what :meth:`links` returns (the worker sets its ``--max-links``).
     ``truncated`` says the body is only the first part of what the server had: the
     default fetcher keeps at most ``max_body`` bytes (after decoding) and reads no more.
+    ``exchange`` is the exchange as it went over the wire, when the fetcher kept it (the
+    default one does when the worker writes an archive).
     """
 
     url: str
@@ -148,6 +175,7 @@ class Response:
     request: Request
     max_links: int | None = attrs.field(default=None, kw_only=True)
     truncated: bool = attrs.field(default=False, kw_only=True)
+    exchange: Exchange | None = attrs.field(default=None, kw_only=True, eq=False, repr=False)
     _parsed: list[Page | None] = attrs.field(factory=list, init=False, eq=False, repr=False)
     _cache: dict[str, Any] = attrs.field(factory=dict, init=False, eq=False, repr=False)
 
