@@ -16,6 +16,7 @@ import logging
 import os
 import signal
 import sys
+import time
 from collections.abc import Callable, Iterator, Sequence
 from pathlib import Path
 from typing import Any, NoReturn
@@ -33,7 +34,7 @@ from hashcrawl._cli._local import (
     verdict,
 )
 from hashcrawl._cli._statedir import add_state_dir, opened_queue, redis_of
-from hashcrawl._exceptions import ConfigError, HashcrawlError
+from hashcrawl._exceptions import ConfigError, HashcrawlError, QueueError
 from hashcrawl._run._queue import Queue
 from hashcrawl._settings import ADDRESSES, CRAWL, SCOPE, Settings, _number, add_flags, given_flags
 from hashcrawl._store._crawlconfig import view_lines
@@ -42,7 +43,7 @@ from hashcrawl._store._redisurl import RedisURL, check_crawl_name, masked
 from hashcrawl._version import __version__
 from hashcrawl._web._addresses import AddressPolicy, url_refusal
 from hashcrawl._web._sinks import sinks_for
-from hashcrawl._web._spider import load_spider
+from hashcrawl._web._spider import load_spider, scrapy_settings
 
 log = logging.getLogger("hashcrawl")
 DEFAULT_CRAWL = "default"
@@ -317,6 +318,13 @@ def _spider_of(args: argparse.Namespace) -> Any:
     return load_spider(args.spider) if args.spider else None
 
 
+def _starts_itself(spider: Any) -> bool:
+    """Whether a --spider gives its own start_requests() (each worker submits them)."""
+    from hashcrawl._web._spider import Spider
+
+    return spider is not None and spider.start_requests is not Spider.start_requests
+
+
 def _check_reachable(url: RedisURL, crawl: str) -> None:
     """Fail within seconds if Redis does not answer at start: no lease to protect yet.
 
@@ -326,8 +334,17 @@ def _check_reachable(url: RedisURL, crawl: str) -> None:
     from hashcrawl._store._store import Store
 
     store = Store(url, crawl, timeout=START_PATIENCE)
+    deadline = time.monotonic() + START_PATIENCE
     try:
-        store.ping()
+        while True:
+            try:
+                return store.ping()
+            except QueueError:
+                # A cluster may be promoting a replica of the crawl's primary: that is
+                # worth the patience, where one server refusing connections is not.
+                if not store.in_cluster() or time.monotonic() > deadline:
+                    raise
+                time.sleep(0.25)
     finally:
         store.close()
 
@@ -354,7 +371,7 @@ def cmd_join(args: argparse.Namespace) -> int:
             max_size=settings.warc_max_size,
             revisits=settings.warc_revisits,
         ),
-        **_worker_settings(args, settings),
+        **_worker_settings(args, settings, spider),
     )
 
     async def main() -> None:
@@ -375,11 +392,14 @@ def cmd_join(args: argparse.Namespace) -> int:
     return 0
 
 
-def _worker_settings(args: argparse.Namespace, settings: Settings) -> dict[str, Any]:
-    """A worker's own settings, and only those crawl settings its flags gave: it takes
-    the crawl's others (see ``_crawlconfig``)."""
+def _worker_settings(args: argparse.Namespace, settings: Settings, spider: Any) -> dict[str, Any]:
+    """A worker's own settings, and only those crawl settings its flags (or its spider's
+    ``custom_settings``) gave: it takes the crawl's others (see ``_crawlconfig``). A flag
+    given wins over the spider's; an own flag left at its default does not."""
     own = {k: v for k, v in attrs.asdict(settings, recurse=False).items() if k not in CRAWL}
-    return {**own, **given_flags(args)}
+    defaults = {f.name: f.default for f in attrs.fields(Settings)}
+    changed = {k: v for k, v in own.items() if v != defaults[k]}
+    return {**own, **scrapy_settings(spider), **changed, **given_flags(args)}
 
 
 async def _stop_on_signals(
@@ -599,7 +619,7 @@ def cmd_crawl(args: argparse.Namespace) -> int:
     settings = settings_from(args)  # check the flags before starting anything
     spider = _spider_of(args)
     urls = list(args.urls) or list(getattr(spider, "start_urls", None) or ())
-    if not urls:
+    if not urls and not _starts_itself(spider):
         raise ConfigError("crawl needs a start URL (or a --spider with start_urls)")
     _check_start_urls(urls, AddressPolicy.of(settings.allow_nets, settings.allow_private))
     _checked_output(args.output)
@@ -625,7 +645,9 @@ def _crawl_on(
         if args.fresh:
             store.clear()
         expire_previous_members(store)
-        change(store, given_flags(args))  # the crawl's settings: its workers take them
+        # The crawl's settings (the spider's custom ones, then the flags): its workers take them.
+        spiders = {k: v for k, v in scrapy_settings(_spider_of(args)).items() if k in CRAWL}
+        change(store, {**spiders, **given_flags(args)})
         added, before = submit_start_urls(store, urls)
         log.info("submitted %s; starting %d workers", plural(added, "new URL"), args.workers)
         command = _child_command(args)

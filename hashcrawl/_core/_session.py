@@ -109,7 +109,7 @@ class Session:
         settings: Settings,
         stream_of: Callable[[str], str],
         inbox: str,
-        accepts: Callable[[Entry], bool],
+        refuses: Callable[[Entry], str | None],
         spider_name: str,
         counters: Counters,
         tally: Tally,
@@ -120,7 +120,7 @@ class Session:
         self.stream_of = stream_of
         self.inbox = inbox
         self.stream = stream_of(worker)
-        self.accepts = accepts
+        self.refuses = refuses  # why the spider cannot handle an entry, or None
         self.spider_name = spider_name
         self.counters = counters
         self.counters_base = attrs.asdict(counters)  # the heartbeat reports this membership's
@@ -342,8 +342,8 @@ class Session:
         """Queue what was read; with memory full, park what a host has enough of.
 
         An entry for another owner's host goes there whatever it names; one this owner
-        cannot read is counted as bad, and one naming a callback its spider lacks is
-        dead-lettered with the reason (another worker's spider may know it).
+        cannot read is counted as bad, and one naming a callback, errback or rule its spider
+        lacks is dead-lettered with the reason (another worker's spider may know it).
         """
         fresh: list[str] = []
         for eid, payload in got:
@@ -358,8 +358,8 @@ class Session:
             if self.latest.owner_of(host) != self.id:
                 self.outcomes.append(Outcome.forward(held))
                 continue
-            if not self.accepts(entry):
-                why = f"spider {self.spider_name} has no callback {entry.callback!r:.80}"
+            why = self.refuses(entry)
+            if why is not None:
                 self.outcomes.append(Outcome.dead(held, why))
                 continue
             queued = self.frontier.hosts.get(host)
@@ -633,8 +633,8 @@ class Session:
         if self.settings.cookies and not any(n.lower() == "cookie" for n, _ in entry.headers):
             cookie = self.jars.header(held.host, entry.method, entry.url)
             if cookie:
-                return entry.to_request((("Cookie", cookie),))
-        return entry.to_request()
+                return Request.from_entry(entry, (("Cookie", cookie),))
+        return Request.from_entry(entry)
 
     def sending(self, held: Held) -> None:
         """``held``'s page request is leaving."""

@@ -51,7 +51,7 @@ from hashcrawl._core._session import (
 from hashcrawl._exceptions import ConfigError, Fenced, FetchError, QueueError, Refused, StateLost
 from hashcrawl._run._handling import Handler, Parse
 from hashcrawl._run._metrics import Tally
-from hashcrawl._run._queue import submit_urls
+from hashcrawl._run._queue import submit_start_requests
 from hashcrawl._settings import CRAWL, Settings, header_pairs
 from hashcrawl._store import _crawlconfig
 from hashcrawl._store._crawlconfig import CrawlSettings
@@ -61,7 +61,7 @@ from hashcrawl._web._fetch import Fetcher, HttpxFetcher, NotSent, sending_only_w
 from hashcrawl._web._models import Request, Response
 from hashcrawl._web._robots import Robots, RobotsFetch, Unreachable
 from hashcrawl._web._sinks import Sink, archive_of, one_sink, sink_for
-from hashcrawl._web._spider import Spider, callback_of
+from hashcrawl._web._spider import Calls, Spider, scrapy_settings
 
 log = logging.getLogger("hashcrawl")
 T = TypeVar("T")
@@ -151,6 +151,7 @@ class Worker:
         """
         self.url = redis if isinstance(redis, RedisURL) else RedisURL.parse(redis)
         self.crawl = check_crawl_name(crawl)
+        settings = {**scrapy_settings(spider), **settings}  # what is given wins
         self.settings = Settings.of(settings)
         # Issue 12: the crawl settings given are checked against the crawl's at the start
         # of run(), which then adopts the crawl's; a heartbeat may bring new ones.
@@ -163,15 +164,9 @@ class Worker:
         self.spider = spider() if isinstance(spider, type) else spider
         if parse is not None and self.spider is not None:
             raise ConfigError("give a Worker either parse or spider, not both")
-        if self.spider is not None:
-            self.handler = Handler(
-                self.spider.parse,
-                callbacks=functools.partial(callback_of, self.spider),
-                blocking=bool(self.spider.blocking),
-                settings=self.settings,
-            )
-        else:
-            self.handler = Handler(parse, settings=self.settings)
+        self.spider_name = _spider_name(self.spider, parse)
+        calls = Calls(self.spider) if self.spider is not None else None
+        self.handler = Handler(parse, spider=calls, settings=self.settings, name=self.spider_name)
         self.sink = one_sink(sink) if sink is not None else sink_for("-", fsync=self.settings.fsync)
         self.archive = archive_of(self.sink)  # handed every response, when there is one
         if self.archive is not None:
@@ -180,7 +175,6 @@ class Worker:
         self.tally = Tally()  # counts across memberships, for /metrics and the heartbeat
         self._stop_requested = False
         self.instance = ""  # the crawl's instance marker, learnt at the first join
-        self.spider_name = _spider_name(self.spider, parse)
 
     def run_sync(self) -> None:
         """Run until the crawl ends or a stop is requested (blocking)."""
@@ -244,10 +238,11 @@ class Worker:
             allow_private=self.settings.allow_private,
             keep_raw=self.archive is not None,
         )
+        reason = "finished"
         try:
-            if self.spider is not None and self.spider.start_urls:
-                urls = list(self.spider.start_urls)
-                await trio.to_thread.run_sync(submit_urls, store, urls)
+            if self.handler.spider is not None:
+                await trio.to_thread.run_sync(self.handler.spider.opened)
+                await trio.to_thread.run_sync(submit_start_requests, store, self.handler.spider)
             while True:
                 self._driver = Driver(self, store, fetcher)
                 if self._stop_requested:
@@ -264,8 +259,14 @@ class Worker:
                     log.warning("%s; rejoining as a new member", exc)
                     self.counters.fenced += 1
                     self.id = new_worker_id()
+        except BaseException as exc:
+            reason = type(exc).__name__
+            raise
         finally:
             self._driver = None
+            if self.handler.spider is not None:
+                stopped = self._stop_requested and reason == "finished"
+                self.handler.spider.closed("shutdown" if stopped else reason)
             if metrics is not None:
                 metrics.shutdown()
                 metrics.server_close()
@@ -356,7 +357,7 @@ class Driver:
             settings=worker.settings,
             stream_of=store.stream_of,
             inbox=store.inbox,
-            accepts=worker.handler.accepts,
+            refuses=worker.handler.refusal,
             spider_name=worker.spider_name,
             counters=worker.counters,
             tally=worker.tally,
@@ -744,7 +745,8 @@ class Driver:
         except Exception as exc:  # a user's fetcher may raise anything: a failed page
             if not isinstance(exc, FetchError):
                 log.exception("fetcher failed on %s", held.entry.url)
-            return session.send_failed(held, exc, self.now() - sent, self.now())
+            failed = session.send_failed(held, exc, self.now() - sent, self.now())
+            return await self.worker.handler.failed(held, failed, exc)
         origin = session.answered(held, response, self.now() - sent, self.now())
         try:
             return await self.worker.handler.handle(held, response, origin)
