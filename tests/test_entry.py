@@ -173,8 +173,8 @@ def test_a_followed_request_whose_entry_would_outgrow_the_queue_is_refused():
 
     request = Request("/big", method="POST", body=b"\xff" * (MAX_ENTRY_BYTES - 10))
     with pytest.raises(ConfigError, match="-byte queue entry, over the"):
-        Entry.following(request, "http://a.example/", 1)
-    small = Entry.following(Request("/a", method="POST", body=b"x=1"), "http://a.example/", 1)
+        request.to_entry("http://a.example/", 1)
+    small = Request("/a", method="POST", body=b"x=1").to_entry("http://a.example/", 1)
     assert small is not None and small.body == b"x=1"
 
 
