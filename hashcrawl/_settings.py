@@ -214,7 +214,8 @@ class Settings:
     )
     idle: float | None = _setting(
         30.0,
-        "end once the whole crawl has been idle this many seconds; 'none' never ends",
+        "end once the whole crawl has been idle this many seconds (it idles only once a "
+        "URL was submitted); 'none' never ends",
         check=_not_negative,
         parse=_or_none(_number),
         metavar="S",

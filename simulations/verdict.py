@@ -56,6 +56,10 @@ async def finish(world: World) -> list[str]:
         w.paused = False
         w.fetcher.let_go(world.now())  # nothing an aimed rule held back stays held
     world.say("model", "faults stop; the fleet runs to the end")
+    if not world.submitted:
+        # A crawl never fed has not begun: its workers wait for a first URL, as a fleet
+        # started before its submit does. An operator feeds it the root, to an end.
+        world.say("submitter", world.submit([world.web.url(0)]))
     world.finishing = True
     start = world.now()
     progress, since, judged = _progress(world), start, start

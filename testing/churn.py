@@ -31,6 +31,7 @@ import attrs
 import redis as redis_py
 
 from hashcrawl._cli._server import RedisServer
+from testing.fleet import is_report
 from testing.practice import (
     CRAWL,
     Progress,
@@ -238,7 +239,11 @@ def run_lost_state(
         finally:
             pool.kill_remaining()
     logs = {
-        label: tuple((workdir / f"{label}.log").read_text().splitlines())
+        label: tuple(
+            line
+            for line in (workdir / f"{label}.log").read_text().splitlines()
+            if not is_report(line)  # join's lines on what it does are not what it says
+        )
         for label in pool.processes
     }
     return LostState(exits=tuple(pool.exits), logs=logs, steps=tuple(steps))

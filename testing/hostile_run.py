@@ -22,7 +22,7 @@ import redis as redis_py
 
 from hashcrawl._cli._server import RedisServer
 from hashcrawl._run._queue import Queue
-from testing.fleet import Process, Processes, status_of, wait_until
+from testing.fleet import DEADLINE, Process, Processes, status_of, wait_until
 from testing.hostile import (
     Case,
     CaseResult,
@@ -162,7 +162,7 @@ def run_hostile(
         for proc in procs:
             if proc.running():
                 proc.signal(signal.SIGTERM)
-        exits = [proc.popen.wait(timeout=60) for proc in procs]
+        exits = [proc.popen.wait(timeout=DEADLINE) for proc in procs]
         peaks = [max(a, b) for a, b in zip(peaks, _peaks(procs, peaks), strict=True)]
         seconds = time.monotonic() - started
         slowest = _slowest(raw.slowlog_get(100_000))

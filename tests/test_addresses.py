@@ -2,8 +2,10 @@
 
 from __future__ import annotations
 
+import ipaddress
+
 import pytest
-from hypothesis import given
+from hypothesis import assume, given
 from hypothesis import strategies as st
 
 from hashcrawl._exceptions import ConfigError
@@ -97,3 +99,48 @@ def test_the_decision_for_any_address_is_a_bool_and_cached(address: object) -> N
     policy = AddressPolicy()
     first = policy.allows(str(address))
     assert first is policy.allows(str(address))
+
+
+def _six_to_four(v4: ipaddress.IPv4Address, rest: int) -> str:
+    return str(ipaddress.IPv6Address((0x2002 << 112) | (int(v4) << 80) | rest))
+
+
+EMBEDDINGS = {
+    "IPv4-mapped": lambda v4, rest: f"::ffff:{v4}",
+    "IPv4-compatible": lambda v4, rest: f"::{v4}",
+    "6to4": _six_to_four,
+    "NAT64": lambda v4, rest: f"64:ff9b::{v4}",
+}
+
+
+@pytest.mark.parametrize("form", sorted(EMBEDDINGS))
+@given(v4=st.ip_addresses(v=4), rest=st.integers(0, 2**80 - 1))
+def test_an_ipv6_form_embedding_an_ipv4_address_is_judged_as_that_address(
+    form: str, v4: ipaddress.IPv4Address, rest: int
+) -> None:
+    """6to4, NAT64, IPv4-compatible and IPv4-mapped forms are refused or allowed exactly
+    as the IPv4 address they carry, by default and under an allow of that address."""
+    assume(form != "IPv4-compatible" or int(v4) > 1)  # :: and ::1 are IPv6's own
+    wrapped = EMBEDDINGS[form](v4, rest)
+    assert AddressPolicy().allows(wrapped) == AddressPolicy().allows(str(v4))
+    assert AddressPolicy.of([str(v4)]).allows(wrapped)
+
+
+@pytest.mark.parametrize(
+    "address",
+    [
+        "2002:7f00:1::",
+        "2002:a9fe:a9fe:1:2:3:4:5",
+        "64:ff9b::7f00:1",
+        "64:ff9b::169.254.169.254",
+        "::127.0.0.1",
+        "::169.254.169.254",
+        "64:ff9b:1::a9fe:a9fe",
+    ],
+)
+def test_loopback_and_metadata_addresses_in_ipv6_clothing_are_refused(address: str) -> None:
+    """127.0.0.1 and 169.254.169.254 inside 6to4, NAT64 (well-known and local-use) and
+    IPv4-compatible forms are refused, in a URL as in a connection."""
+    assert not AddressPolicy().allows(address)
+    refusal = url_refusal(f"http://[{address}]/", AddressPolicy())
+    assert refusal is not None and "not a public address" in refusal

@@ -32,11 +32,12 @@ from hashcrawl._cli._commands import build_parser
 from hashcrawl._cli._server import RedisServer
 from hashcrawl._store._redisurl import RedisURL
 from hashcrawl._store._store import Store
+from testing.fleet import DEADLINE, wait_until
 from testing.testsite import SITE_FLAGS, Resource, Site, SiteServer, generate_site, judge
 
 SECRET = "pw-secret"
 TEXT_STATUS_KEYS = ("waiting", "held", "workers", "seen", "fetched", "failed", "ended")
-COMMAND_TIMEOUT = 60.0
+COMMAND_TIMEOUT = DEADLINE  # a ceiling for hangs, never a measure of speed
 
 
 @attrs.frozen
@@ -421,10 +422,10 @@ def test_status_shows_a_joined_worker_and_what_it_fetched(redis_url: str, crawl_
         assert_ok(hashcrawl("submit", *at(redis_url, crawl_name), *SITE_FLAGS, server.site.root))
         with subprocess.Popen(args, stderr=subprocess.PIPE) as worker:
             try:
-                joined = _read_until(worker.stderr, "joined crawl", timeout=30)
+                joined = _read_until(worker.stderr, "joined crawl", timeout=DEADLINE)
                 worker_id = joined.split("hashcrawl: ", 1)[1].split()[0]
                 pages = len(server.site.expected())
-                assert server.wait_for_requests(pages + len(site.hosts), timeout=30)
+                assert server.wait_for_requests(pages + len(site.hosts), timeout=DEADLINE)
                 doc = status(redis_url, crawl_name)
                 text = assert_ok(hashcrawl("status", *at(redis_url, crawl_name)))
             finally:
@@ -460,7 +461,7 @@ def test_status_counts_entries_parked_by_a_stopped_worker_as_waiting(
         assert_ok(hashcrawl("submit", *at(redis_url, crawl_name), *SITE_FLAGS, server.site.root))
         with subprocess.Popen(args, stderr=subprocess.DEVNULL) as worker:
             try:
-                assert server.wait_for_requests(12, timeout=30)
+                assert server.wait_for_requests(12, timeout=DEADLINE)
             finally:
                 worker.send_signal(signal.SIGTERM)
                 worker.wait(timeout=COMMAND_TIMEOUT)
@@ -839,7 +840,7 @@ def test_first_ctrl_c_stops_a_crawl_with_one_line_and_exit_0(tmp_path: Path) -> 
     site = generate_site(pages=30, hosts=3, seed=7, port=0)
     with SiteServer(site, latency=0.2) as server:
         process = _start_crawl(server.site, tmp_path / "state", "--workers", "3", "--delay", "0.3")
-        assert server.wait_for_requests(4, timeout=30)
+        assert server.wait_for_requests(4, timeout=DEADLINE)
         _ctrl_c(process)
         _, err = process.communicate(timeout=COMMAND_TIMEOUT)
     lines = err.decode().splitlines()
@@ -865,10 +866,10 @@ def test_second_ctrl_c_exits_1_at_once_and_the_next_run_resumes_without_a_lease(
     # Each answer takes 2 s, so the second Ctrl-C finds the workers still in their grace.
     with SiteServer(site, latency=2.0) as server:
         process = _start_crawl(server.site, state, *flags)
-        assert server.wait_for_requests(3, timeout=30)
+        assert server.wait_for_requests(3, timeout=DEADLINE)
         _ctrl_c(process)
         assert process.stderr is not None
-        _read_until(process.stderr, "stopping", timeout=30)
+        _read_until(process.stderr, "stopping", timeout=DEADLINE)
         _ctrl_c(process)
         _, rest = process.communicate(timeout=COMMAND_TIMEOUT)
         assert process.returncode == 1
@@ -986,6 +987,22 @@ def test_status_of_an_unknown_crawl_names_the_crawls_that_exist(redis_server: Re
         line = assert_one_line_error(result, 2)
         assert "no crawl named 'bokos'" in line
         assert line.endswith("crawls there: books, news")
+
+
+@pytest.mark.parametrize(
+    "command", [["dead"], ["retry-dead"], ["configure"], ["configure", "--delay", "2"]]
+)
+def test_a_mistyped_crawl_name_is_refused_and_nothing_is_created(
+    command: list[str], redis_server: RedisServer
+) -> None:
+    """dead, retry-dead and configure of a crawl that does not exist: exit 2, one line
+    naming it and those that exist; configure creates no crawl."""
+    assert_ok(hashcrawl("submit", *at(redis_server.url, "books"), "http://a.example/"))
+    result = hashcrawl(command[0], *at(redis_server.url, "bokos"), *command[1:])
+    line = assert_one_line_error(result, 2)
+    assert "no crawl named 'bokos'" in line and line.endswith("crawls there: books")
+    client = redis.Redis.from_url(redis_server.url)
+    assert crawl_keys(client, "bokos") == set()
 
 
 def test_a_crawl_that_does_not_exist_has_not_ended(redis_url: str, crawl_name: str) -> None:
@@ -1152,10 +1169,10 @@ def test_join_says_stopping_once_and_a_second_ctrl_c_exits_1_at_once(
     with SiteServer(site, latency=3.0) as server:
         assert_ok(hashcrawl("submit", *at(redis_url, crawl_name), *SITE_FLAGS, server.site.root))
         with subprocess.Popen(args, stderr=subprocess.PIPE, preexec_fn=_ctrl_c_acts) as worker:
-            assert server.wait_for_requests(2, timeout=30)
+            assert server.wait_for_requests(2, timeout=DEADLINE)
             worker.send_signal(signal.SIGINT)
             assert worker.stderr is not None
-            first = _read_until(worker.stderr, "stopping", timeout=30)
+            first = _read_until(worker.stderr, "stopping", timeout=DEADLINE)
             worker.send_signal(signal.SIGINT)
             _, rest = worker.communicate(timeout=COMMAND_TIMEOUT)
     assert first.startswith("hashcrawl: stopping")
@@ -1235,3 +1252,88 @@ def test_a_bad_allow_net_is_a_flag_error(tmp_path: Path) -> None:
     )
     line = assert_one_line_error(result, 2)
     assert "--allow-net" in line and "10.0.0.5/8" in line
+
+
+# -- a spider's own faults ----------------------------------------------------------------------
+
+
+def test_a_spider_whose_callback_always_raises_says_the_spider_failed(tmp_path: Path) -> None:
+    """Every attempt got a 200 and the callback raised: the last line names the callback
+    and its exception, and does not promise that running it again helps; what is shown of
+    the traceback is the spider's own code, not hashcrawl's."""
+    site = generate_site(pages=2, hosts=1, seed=7, port=0)
+    spider = tmp_path / "broken.py"
+    spider.write_text(
+        "import hashcrawl\n\n"
+        "class Broken(hashcrawl.Spider):\n"
+        "    def parse(self, response):\n"
+        "        raise RuntimeError('no title here')\n"
+    )
+    with SiteServer(site) as server:
+        result = _quick_crawl(tmp_path / "state", server.site.root, extra=["--spider", str(spider)])
+        statuses = [r.status for r in server.requests() if not r.is_robots]
+    assert statuses == [200, 200]  # --max-attempts 2
+    assert result.code == 3, result
+    last = result.err.splitlines()[-1]
+    assert last.startswith("hashcrawl: nothing scraped: ")
+    assert "the parse callback Broken.parse raised RuntimeError: no title here" in last
+    assert "fix the spider" in last and "to retry" not in last
+    assert "hashcrawl/_" not in result.err and "trio" not in result.err
+    assert f'{spider}", line 5, in parse' in result.err
+
+
+@pytest.mark.parametrize(
+    ("source", "says"),
+    [
+        ("class Broken(:\n    pass\n", "line 1: SyntaxError: invalid syntax"),
+        ("import hashcrawl\nundefined_name\n", "line 2: NameError: name 'undefined_name'"),
+    ],
+)
+def test_a_spider_that_cannot_load_is_one_line_and_exit_2(
+    source: str, says: str, tmp_path: Path
+) -> None:
+    """A syntax error, or an exception as the spider file runs: exit 2, one line naming
+    the file, the line and the error, and no traceback through hashcrawl."""
+    spider = tmp_path / "broken.py"
+    spider.write_text(source)
+    result = hashcrawl("crawl", "--spider", str(spider), "--state-dir", str(tmp_path / "s"))
+    line = assert_one_line_error(result, 2)
+    assert f"--spider {spider}, {says}" in line
+
+
+def _children(pid: int) -> dict[int, str]:
+    """The processes whose parent is ``pid``: pid -> command line."""
+    found = {}
+    for stat in Path("/proc").glob("[0-9]*/stat"):
+        with contextlib.suppress(OSError):
+            fields = stat.read_text().rsplit(")", 1)[1].split()
+            if int(fields[1]) == pid:
+                cmdline = (stat.parent / "cmdline").read_bytes().replace(b"\0", b" ")
+                found[int(stat.parent.name)] = cmdline.decode(errors="replace")
+    return found
+
+
+def _gone(pid: int) -> bool:
+    """``pid`` has exited (a zombie of another parent counts as exited)."""
+    try:
+        state = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0]
+    except OSError:
+        return True
+    return state in ("Z", "X")
+
+
+@pytest.mark.skipif(sys.platform != "linux", reason="the parent-death signal is Linux's")
+def test_a_crawl_killed_outright_takes_its_private_redis_with_it(tmp_path: Path) -> None:
+    """SIGKILL to ``crawl`` (no handler runs): its Redis server and workers exit too."""
+    site = generate_site(pages=40, hosts=2, seed=12, port=0)
+    with SiteServer(site) as server:
+        with _start_crawl(server.site, tmp_path / "state", "--idle", "none") as process:
+            assert server.wait_for_requests(2, timeout=DEADLINE)
+            children = _children(process.pid)
+            (redis_pid,) = [pid for pid, cmd in children.items() if "redis-server" in cmd]
+            assert len(children) == 3  # the server and two workers
+            process.kill()
+        started = time.monotonic()
+        wait_until(lambda: all(_gone(pid) for pid in children), what="the children's exit")
+    print(f"children gone {time.monotonic() - started:.1f} s after the SIGKILL")
+    assert _gone(redis_pid)

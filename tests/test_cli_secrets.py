@@ -17,6 +17,7 @@ from pathlib import Path
 import pytest
 
 from hashcrawl._cli._server import RedisServer
+from testing.fleet import DEADLINE
 from testing.testsite import SITE_FLAGS, SiteServer, generate_site
 from tests.test_cli import COMMAND_TIMEOUT, Result, _read_until, assert_ok
 from tests.test_cli import assert_one_line_error as one_line_error
@@ -160,7 +161,7 @@ def test_a_running_worker_argv_holds_no_password(guarded: RedisServer) -> None:
     args = [sys.executable, "-m", "hashcrawl", "join", "-v", "--idle", "none", "-o", os.devnull]
     with subprocess.Popen(args, stderr=subprocess.PIPE, env=env) as worker:
         try:
-            _read_until(worker.stderr, "joined crawl", timeout=30)
+            _read_until(worker.stderr, "joined crawl", timeout=DEADLINE)
             shown = " ".join(cmdline(worker.pid))
         finally:
             worker.send_signal(signal.SIGTERM)
@@ -180,8 +181,8 @@ def test_crawl_hands_its_workers_the_redis_url_through_the_environment(tmp_path:
         args += ["--state-dir", str(tmp_path / "state")]
         with subprocess.Popen(args, stderr=subprocess.PIPE) as crawl:
             try:
-                _read_until(crawl.stderr, "joined crawl", timeout=30)
-                _read_until(crawl.stderr, "joined crawl", timeout=30)
+                _read_until(crawl.stderr, "joined crawl", timeout=DEADLINE)
+                _read_until(crawl.stderr, "joined crawl", timeout=DEADLINE)
                 children = Path(f"/proc/{crawl.pid}/task/{crawl.pid}/children").read_text()
                 seen = [(cmdline(int(pid)), redis_env_of(int(pid))) for pid in children.split()]
             finally:

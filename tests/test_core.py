@@ -10,7 +10,7 @@ from hashcrawl._core._entry import Entry
 from hashcrawl._core._frontier import Held
 from hashcrawl._core._outcome import Kind, Outcome
 from hashcrawl._core._ring import Ring
-from hashcrawl._core._session import COMMIT_MAX, Counters, Session
+from hashcrawl._core._session import COMMIT_MAX, Session
 from hashcrawl._exceptions import Fenced, QueueError
 from hashcrawl._run._metrics import Tally
 from hashcrawl._settings import Settings
@@ -31,7 +31,6 @@ def session_of(
         inbox="inbox",
         refuses=lambda entry: None,
         spider_name="-",
-        counters=Counters(),
         tally=Tally(),
         now=0.0,
     )
@@ -180,7 +179,7 @@ def test_a_retry_backs_its_host_off() -> None:
     outcome = session.failed(held, "reset", kind="reset", now=0.0)
     session.fetch_ended(held, outcome, 0.0)
     assert session.next_fetch(0.0) == 1.0  # 2 ** 0 seconds
-    assert session.counters.failed == 1
+    assert session.tally.failed == 1
 
 
 def test_a_new_epoch_hands_the_lost_hosts_entries_and_pacing_over() -> None:
@@ -269,14 +268,14 @@ def test_max_pages_stops_this_worker_once() -> None:
     """Reaching --max-pages asks the worker to stop, and says so once."""
     session = session_of(max_pages=1)
     assert not session.check_limits(0.0, 0.0)
-    session.counters.fetched = 1
+    session.tally.fetched = 1
     assert session.check_limits(0.0, 0.0) and session.stopping
     assert not session.check_limits(0.0, 0.0)
 
 
 def test_heartbeat_reports_this_memberships_counts_only() -> None:
     """Counts from an earlier membership of the same worker are not reported again."""
-    counters = Counters(fetched=7)
+    tally = Tally(fetched=7)
     session = Session(
         worker="w1",
         settings=Settings(),
@@ -284,11 +283,10 @@ def test_heartbeat_reports_this_memberships_counts_only() -> None:
         inbox="inbox",
         refuses=lambda entry: None,
         spider_name="-",
-        counters=counters,
-        tally=Tally(),
+        tally=tally,
         now=0.0,
     )
-    counters.fetched += 2
+    tally.fetched += 2
     assert session.beat_request(0.0, resident_kib=0)["stats"]["fetched"] == 2
 
 

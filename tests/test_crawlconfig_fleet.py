@@ -11,6 +11,7 @@ import time
 from pathlib import Path
 
 from testing.fleet import (
+    DEADLINE,
     REPO,
     Processes,
     flags,
@@ -31,7 +32,7 @@ def _configure(redis_url: str, crawl: str, *more: str) -> str:
         cwd=REPO,
         capture_output=True,
         text=True,
-        timeout=60,
+        timeout=DEADLINE,
         check=True,
     )
     return done.stdout
@@ -105,4 +106,6 @@ def _applied(lines: list[str]) -> bool:
 
 def _submit(redis_url: str, crawl: str, url: str) -> None:
     command = ["submit", "--redis", redis_url, "--crawl", crawl, *SITE_FLAGS, url]
-    subprocess.run([sys.executable, "-m", "hashcrawl", *command], cwd=REPO, check=True, timeout=60)
+    subprocess.run(
+        [sys.executable, "-m", "hashcrawl", *command], cwd=REPO, check=True, timeout=DEADLINE
+    )

@@ -36,6 +36,7 @@ import attrs
 import pytest
 
 from hashcrawl._cli._server import RedisServer
+from testing import apidocs
 from testing.fleet import host, href, make_site, page, request_counts
 from testing.testsite import SiteServer
 
@@ -416,3 +417,20 @@ def test_sample_output_shows_the_fields_the_command_printed(session: Session) ->
 
 
 _FIELD = re.compile(r"^([a-z_]+): ", re.MULTILINE)
+
+
+def test_api_worker_flags_table_is_the_settings_declaration() -> None:
+    """docs/api.md's worker-flag rows and Settings signature are exactly what the settings
+    declare (``python -m testing.apidocs`` rewrites them)."""
+    text = apidocs.API.read_text()
+    assert apidocs.page_rows(text) == apidocs.flag_rows()
+    assert apidocs.page_signature(text) == apidocs.signature()
+
+
+def test_api_exit_statuses_are_the_operations_tables() -> None:
+    """The exit statuses docs/api.md lists are those of operations.md's table."""
+    text = apidocs.API.read_text()
+    listed = re.findall(r"^- (\d+): ", text.split("Exit status (", 1)[1].split("###", 1)[0], re.M)
+    operations = (apidocs.API.parent / "operations.md").read_text()
+    table = operations.split("\n## Exit status\n", 1)[1].split("\n## ", 1)[0]
+    assert [int(c) for c in listed] == [int(c) for c in re.findall(r"^\| (\d+) \|", table, re.M)]

@@ -176,7 +176,7 @@ async def test_max_pages_stops_one_worker_and_the_others_finish_its_hosts(
         settings = [fast_settings(max_pages=5, idle=2), fast_settings(idle=2)]
         await crawl_in_process(crew, settings, [server.site.root])
         counts = request_counts(server.requests())
-    assert crew.workers[0].counters.fetched <= 5 + crew.workers[0].settings.concurrency
+    assert crew.workers[0].tally.fetched <= 5 + crew.workers[0].settings.concurrency
     assert set(counts) == set(server.site.expected())
     assert max(counts.values()) == 1
     assert status_of(redis_url, crawl_name)["leases_reclaimed"] == 0
@@ -226,7 +226,7 @@ def test_a_page_that_kills_every_worker_ends_in_the_dead_letters(redis_url, craw
         # A supervisor (systemd, Kubernetes) restarts whatever dies; the crawl must end anyway.
         while True:
             process = fleet.started[-1]
-            code = process.wait(timeout=60)
+            code = process.wait(timeout=DEADLINE)
             if code == 0:
                 break
             assert code == 3
@@ -282,7 +282,7 @@ def test_a_redis_that_refuses_writes_stops_the_worker_with_one_line(tmp_path):
         raw = redis_py.Redis.from_url(redis_server.url)
         raw.config_set("maxmemory-policy", "noeviction")
         raw.config_set("maxmemory", "1")
-        code = worker.wait(timeout=30)
+        code = worker.wait(timeout=DEADLINE)
         raw.config_set("maxmemory", "0")
         raw.close()
         lines = worker.error_lines()
@@ -301,7 +301,7 @@ def test_sigterm_during_a_redis_outage_still_exits(tmp_path):
         redis_server.pause()
         try:
             worker.signal(signal.SIGTERM)
-            code = worker.wait(timeout=30)
+            code = worker.wait(timeout=DEADLINE)
         finally:
             redis_server.resume()
     assert code in (0, 1)
@@ -328,19 +328,19 @@ async def _stopped_early(redis_url, crawl_name, tmp_path, delay=0.02, **limit):
 async def test_max_items_stops_one_worker_not_the_crawl(redis_url, crawl_name, tmp_path):
     """--max-items stops the worker that wrote that many items; the crawl completes."""
     crew = await _stopped_early(redis_url, crawl_name, tmp_path, max_items=5)
-    assert crew.workers[0].counters.items < len(crew.items())
+    assert crew.workers[0].tally.items < len(crew.items())
 
 
 async def test_max_time_stops_one_worker_not_the_crawl(redis_url, crawl_name, tmp_path):
     """--max-time stops the worker after that many seconds; the crawl completes."""
     crew = await _stopped_early(redis_url, crawl_name, tmp_path, max_time=0.3, delay=0.05)
-    assert crew.workers[0].counters.fetched < crew.workers[1].counters.fetched
+    assert crew.workers[0].tally.fetched < crew.workers[1].tally.fetched
 
 
 async def test_max_memory_stops_a_worker_over_it(redis_url, crawl_name, tmp_path):
     """--max-memory below what Python itself takes stops the worker at once."""
     crew = await _stopped_early(redis_url, crawl_name, tmp_path, max_memory=1)
-    assert crew.workers[0].counters.fetched <= crew.workers[0].settings.concurrency
+    assert crew.workers[0].tally.fetched <= crew.workers[0].settings.concurrency
 
 
 async def test_max_errors_stops_a_worker_whose_fetches_fail(redis_url, crawl_name, tmp_path):
@@ -352,5 +352,5 @@ async def test_max_errors_stops_a_worker_whose_fetches_fail(redis_url, crawl_nam
         crew = Crew(redis_url, crawl_name, tmp_path)
         settings = [fast_settings(idle=2, max_errors=2, timeout=1.0, max_attempts=1)]
         await crawl_in_process(crew, settings, [server.site.root])
-    assert 2 <= crew.workers[0].counters.failed < 6
+    assert 2 <= crew.workers[0].tally.failed < 6
     assert status_of(redis_url, crawl_name)["workers"] == 0

@@ -60,11 +60,16 @@ CALLBACKS: dict[str, Callable[[hashcrawl.Response], Any]] = {
     "a bad thing": yielding_a_number,
     "an unknown callback": naming_an_unknown_callback,
 }
-ERRORS = {
+RAISED = {
     "generator": ROOT_ERROR,
     "async generator": ROOT_ERROR,
     "a bad thing": "TypeError: an item must be a dict or an attrs instance, got int",
     "an unknown callback": "ConfigError: Request names an unknown callback 'parse_nothing'",
+}
+# A dead letter names the callback that failed: the fault is the spider's, not the site's.
+ERRORS = {
+    kind: f"the parse callback {CALLBACKS[kind].__qualname__} raised {error}"
+    for kind, error in RAISED.items()
 }
 MAX_ATTEMPTS = 3
 
@@ -118,7 +123,7 @@ def test_a_failing_callback_neither_ends_the_worker_nor_counts_as_a_bad_entry(
     crawled, _ = failed_root
     status = status_of(crawled.crew.redis_url, crawled.crew.crawl)
     assert (status["queue_bad"], status["dead"], status["ended"]) == (0, 1, True)
-    assert crawled.crew.workers[0].counters.fetched == MAX_ATTEMPTS + 2
+    assert crawled.crew.workers[0].tally.fetched == MAX_ATTEMPTS + 2
 
 
 def test_a_callback_that_succeeds_on_retry_writes_its_items_once(

@@ -19,7 +19,7 @@ from hashcrawl._run import _handling
 from testing.fleet import crawl_site, fast_settings, host, request_counts, root_and_two_pages
 
 MAX_ATTEMPTS = 2
-TIMEOUT_ERROR = "ParseTimeout: the parse callback ran past --parse-timeout (0.3 s)"
+TIMEOUT_ERROR = "the parse callback {} ran past --parse-timeout (0.3 s)"
 
 
 async def hangs_on_the_root(response: hashcrawl.Response) -> AsyncIterator[Any]:
@@ -41,7 +41,7 @@ def test_an_async_callback_past_parse_timeout_fails_its_page_then_dead_letters_i
     assert counts[crawled.site.root] == MAX_ATTEMPTS
     assert counts[crawled.site.url(host(0), "/a")] == 1
     with hashcrawl.Queue(crawled.crew.redis_url, crawled.crew.crawl) as queue:
-        assert queue.dead() == {crawled.site.root: TIMEOUT_ERROR}
+        assert queue.dead() == {crawled.site.root: TIMEOUT_ERROR.format("hangs_on_the_root")}
     assert sorted(i["title"] for i in crawled.crew.items()) == ["a", "b", "root"]
 
 
@@ -72,7 +72,8 @@ def test_a_blocking_spider_runs_in_a_thread_and_a_hung_one_is_abandoned(
     assert sorted(i["title"] for i in items) == ["a", "b", "root"]
     assert not any(i["on_loop"] for i in items)
     with hashcrawl.Queue(crawled.crew.redis_url, crawled.crew.crawl) as queue:
-        assert queue.dead() == {crawled.site.url(host(0), "/a"): TIMEOUT_ERROR}
+        expected = TIMEOUT_ERROR.format("BlockingSpider.parse")
+        assert queue.dead() == {crawled.site.url(host(0), "/a"): expected}
 
 
 def sleeps_on_the_root(response: hashcrawl.Response) -> Iterator[Any]:

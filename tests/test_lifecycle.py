@@ -264,12 +264,19 @@ def test_worker_exits_1_with_one_line_when_redis_hangs(
 # --- the end of a crawl ---------------------------------------------------------------------
 
 
-def test_idle_fleet_with_nothing_submitted_exits_0_by_itself(
+# A page nobody answers, given up after one attempt: a crawl that begins and is done.
+GONE = "http://127.0.0.250:9/"
+
+
+def test_idle_fleet_with_nothing_left_exits_0_by_itself(
     redis_url: str, crawl_name: str, tmp_path: Path
 ) -> None:
-    """Two workers with --idle 1 and nothing to crawl end by themselves with status 0."""
+    """Two workers with --idle 1 and nothing left to crawl end by themselves with status
+    0. (A crawl never fed has not begun: its workers wait, see test_worker.)"""
+    submit(redis_url, crawl_name, [GONE])
     with Processes(redis_url, crawl_name, tmp_path) as fleet:
-        workers = [fleet.join(*flags(delay=0.02, lease=2, idle=1)) for _ in range(2)]
+        more = {"max_attempts": 1}
+        workers = [fleet.join(*flags(delay=0.02, lease=2, idle=1, **more)) for _ in range(2)]
         assert [w.wait() for w in workers] == [0, 0]
     assert status_of(redis_url, crawl_name)["ended"] is True
 
@@ -278,10 +285,12 @@ def test_idle_none_worker_runs_until_sigterm_then_exits_0(
     redis_url: str, crawl_name: str, tmp_path: Path
 ) -> None:
     """An --idle none worker outlives the idle crawl that ends an --idle 0.5 peer, until SIGTERM."""
+    submit(redis_url, crawl_name, [GONE])
     with Processes(redis_url, crawl_name, tmp_path) as fleet:
-        patient = fleet.join(*flags(delay=0.02, lease=2, idle="none"))
+        patient = fleet.join(*flags(delay=0.02, lease=2, idle="none", max_attempts=1))
         wait_until(lambda: heartbeat_of(redis_url, crawl_name, patient) > 0, what="its join")
-        assert fleet.join(*flags(delay=0.02, lease=2, idle=0.5)).wait() == 0
+        peer = fleet.join(*flags(delay=0.02, lease=2, idle=0.5, max_attempts=1))
+        assert peer.wait() == 0
         ended_peer = heartbeat_of(redis_url, crawl_name, patient)
         # Still beating two of the peer's idle periods later: it did not take the end.
         wait_until(

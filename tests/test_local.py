@@ -7,7 +7,7 @@ import json
 from hypothesis import given
 from hypothesis import strategies as st
 
-from hashcrawl._cli._local import dead_error
+from hashcrawl._cli._local import dead_error, dead_fault
 
 
 def test_a_dead_letter_says_its_attempts_and_last_error() -> None:
@@ -36,3 +36,9 @@ def test_a_dead_letter_record_of_any_shape_is_told_on_one_line(record: dict[str,
     """A JSON record with fields of the wrong types is shown, not a crash."""
     told = dead_error(json.dumps(record))
     assert "\n" not in told and len(told) <= 340
+
+
+@given(st.text(max_size=200) | JSON.map(json.dumps))
+def test_a_dead_letter_of_any_shape_has_a_fault_or_none(text: str) -> None:
+    """The fault read from any dead letter is a string (empty when there is none)."""
+    assert isinstance(dead_fault(text), str)

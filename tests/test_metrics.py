@@ -2,10 +2,13 @@
 
 from __future__ import annotations
 
+import argparse
 import contextlib
+import json
 import socket
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import httpx
 import pytest
@@ -13,11 +16,15 @@ import trio
 from prometheus_client.parser import text_string_to_metric_families
 
 from hashcrawl import Queue, Worker
+from hashcrawl._cli._progress import summary
 from hashcrawl._cli._statusview import read_view, render_text
+from hashcrawl._core._entry import Entry
 from hashcrawl._core._frontier import Frontier
 from hashcrawl._exceptions import ConfigError
 from hashcrawl._run._metrics import Tally, error_kind
-from testing.fleet import page_requests
+from hashcrawl._web._models import Response
+from testing.fleet import HTML, host, href, make_site, page, page_requests, request_counts
+from testing.testsite import Resource, Site
 from tests.watching import by_class, settled_crawl
 
 
@@ -133,3 +140,84 @@ def test_a_rejoined_worker_reports_only_the_pages_of_its_new_membership() -> Non
     fields = tally.beat_fields(1.0, Frontier(delay=1.0, per_host=1), since=base)
     assert (fields["status_2xx"], fields["status_5xx"], fields["bytes"]) == (1, 1, 5)
     assert fields["error_ReadTimeout"] == 0
+
+
+NOBODY = "127.0.0.250"  # a test address nothing listens on: its connections are refused
+
+
+def _failing_site() -> Site:
+    """A root linking to a good page, a page that always answers 500, a page the parse
+    callback below raises on, and a host that refuses connections (robots.txt first)."""
+    return make_site(
+        {
+            (host(0), "/"): page(
+                "root",
+                href(host(0), "/a.html"),
+                href(host(0), "/fail"),
+                href(host(0), "/bad"),
+                href(NOBODY, "/gone"),
+            ),
+            (host(0), "/a.html"): page("a"),
+            (host(0), "/fail"): Resource(500, HTML, "<html><body>down</body></html>"),
+            (host(0), "/bad"): page("bad"),
+        }
+    )
+
+
+def _raising_parse(response: Response) -> Iterator[Any]:
+    if response.url.endswith("/bad"):
+        raise RuntimeError("the spider's bug")
+    yield {"url": response.url}
+    yield from response.links()
+
+
+async def test_status_metrics_and_summary_count_retries_dead_letters_and_parse_errors(
+    redis_url: str, crawl_name: str, tmp_path: Path
+) -> None:
+    """Retries, dead letters and parse errors are counted as the site's log and the dead
+    letters show them, alike in status, /metrics and the crawl's summary."""
+    port = free_port()
+    async with settled_crawl(
+        redis_url,
+        crawl_name,
+        tmp_path,
+        site=_failing_site(),
+        parse=_raising_parse,
+        max_attempts=3,
+        metrics_port=port,
+    ) as (_, server):
+        async with httpx.AsyncClient() as client:
+            answer = await client.get(f"http://127.0.0.1:{port}/metrics")
+        with Queue(redis_url, crawl_name) as queue:
+            view = await trio.to_thread.run_sync(read_view, queue)
+            dead = queue.dead()
+            records = [json.loads(text) for text in queue._store.dead().values()]
+        requests = server.requests()
+    attempts = {Entry.decode(r["entry"]).url: r["attempts"] for r in records}
+    counts = request_counts(requests)
+    bad = server.site.url(host(0), "/bad")
+    gone = f"http://{NOBODY}:{server.site.port}/gone"
+    retries = sum(n - 1 for n in counts.values()) + 2  # a URL's requests after its first
+    out_of_attempts = {url for url, n in counts.items() if n == 3}
+    assert set(dead) == out_of_attempts | {gone}
+    assert out_of_attempts == {bad, server.site.url(host(0), "/fail")}
+    refused = attempts[gone]
+    assert view["retries"] == retries
+    assert view["dead"] == view["dead_letters"] == len(dead)
+    assert view["errors"] == {"parse": counts[bad], "robots_unreachable": refused}
+    assert view["failed"] == refused == 3
+    assert view["statuses"] == by_class(requests)
+    assert view["fetched"] == len(page_requests(requests))
+    items = (tmp_path / "items.jsonl").read_text().splitlines()
+    assert view["items"] == len(items) == 2  # the root's and a.html's
+    got = samples(answer.text)
+    assert got[("hashcrawl_retries_total", ())] == retries
+    assert got[("hashcrawl_dead_letters_total", ())] == len(dead)
+    assert got[("hashcrawl_fetch_errors_total", (("kind", "parse"),))] == counts[bad]
+    assert got[("hashcrawl_fetch_errors_total", (("kind", "robots_unreachable"),))] == refused
+    args = argparse.Namespace(crawl=crawl_name, state_dir=tmp_path, output=None)
+    text = summary(view, elapsed=1.0, args=args)
+    assert f"{view['fetched']} pages, {len(items)} items" in text
+    assert f"errors: parse {counts[bad]}, robots_unreachable {refused}" in text
+    assert f"retries: {retries}" in text
+    assert f"dead letters: {len(dead)}" in text

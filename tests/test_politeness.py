@@ -97,8 +97,7 @@ async def crawl_with_handoff(redis_url: str, directory: Path, *, change: str) ->
     """
     crew = Crew(redis_url, new_crawl_name(), directory)
     first = 3 if change == "stop" else 1
-    # A worker that joins an empty crawl ends after --idle: the submit below must come
-    # first. 0.5 s was once too short for it with the suite on three xdist workers.
+    # A crawl idles only once something was submitted, so the workers wait for it.
     settings = fast_settings(delay=HANDOFF_DELAY, idle=1.0)
     with SiteServer(spread_site(hosts=HANDOFF_HOSTS, pages=2)) as server, trio.fail_after(DEADLINE):
         async with trio.open_nursery() as nursery:
@@ -215,7 +214,7 @@ async def test_a_link_its_own_hosts_robots_txt_forbids_is_never_queued(
     crawled = await crawl_site(redis_url, tmp_path, site, [fast_settings()])
     status = status_of(redis_url, crawled.crew.crawl)
     assert status["seen"] == 3  # the root, /ok.html and host 1's /private/b.html
-    assert crawled.crew.workers[0].counters.robots_denied == 1
+    assert crawled.crew.workers[0].tally.robots_denied == 1
     assert {r.path for r in page_requests(crawled.requests)} == {"/", "/ok.html"}
 
 

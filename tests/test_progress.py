@@ -11,9 +11,11 @@ import sys
 from pathlib import Path
 
 import httpx
+import pytest
 import trio
 from prometheus_client.parser import text_string_to_metric_families
 
+from hashcrawl._cli._commands import _report
 from hashcrawl._cli._progress import Progress
 from testing.fleet import DEADLINE, page_requests, wait_until
 from testing.testsite import SITE_FLAGS, Site, SiteServer, generate_site
@@ -91,10 +93,11 @@ def test_status_refuses_both_redis_and_state_dir(tmp_path: Path) -> None:
 async def test_progress_off_a_terminal_prints_plain_lines_with_the_crawls_figures(
     redis_url: str, crawl_name: str, tmp_path: Path
 ) -> None:
-    """Off a terminal the progress is a plain line of figures, printed at each interval."""
+    """Off a terminal the progress is a plain line of figures, printed at each interval;
+    with nothing left, it says the crawl is waiting out --idle to end."""
     async with settled_crawl(redis_url, crawl_name, tmp_path) as (_, server):
         stream = io.StringIO()
-        progress = Progress(redis_url, crawl_name, stream=stream, every=0.05).start()
+        progress = Progress(redis_url, crawl_name, stream=stream, every=0.05, idle=30).start()
         with trio.fail_after(DEADLINE):
             while stream.getvalue().count("\n") < 2:
                 await trio.sleep(0.05)
@@ -105,6 +108,7 @@ async def test_progress_off_a_terminal_prints_plain_lines_with_the_crawls_figure
     assert last.startswith(f"hashcrawl: {pages:,} pages, ")
     assert ", 0 waiting, 0 in flight, " in last
     assert ", 0 errors, 0 dead, 0:00:0" in last
+    assert "; nothing left to fetch: ending in " in last and last.endswith(" s (--idle 30)")
 
 
 def scraped_pages(port: int) -> tuple[float, float] | None:
@@ -167,3 +171,66 @@ def free_port_pair() -> int:
                 continue
         return port
     raise AssertionError("no two neighbouring free ports")
+
+
+def test_running_a_finished_crawl_again_says_it_was_complete_without_waiting(
+    tmp_path: Path,
+) -> None:
+    """The same command again, on a crawl with nothing left, ends at once (not after its
+    --idle 600, past the test's ceiling), says it was complete and how to start afresh,
+    and requests nothing."""
+    with SiteServer(generate_site(pages=5, hosts=1, seed=8, port=0)) as server:
+        assert crawl(server.site, tmp_path, "-q") == (0, "")
+        logged = len(server.requests())
+        code, err = crawl(server.site, tmp_path, "--idle", "600")
+        again = server.requests()[logged:]
+    assert (code, again) == (0, [])
+    pages = len(page_requests(server.requests()))
+    assert err.startswith(f"hashcrawl: crawl default was already complete ({pages} pages fetched")
+    assert f"crawl --fresh --state-dir {tmp_path / 'state'} URL" in err
+    assert len(err.splitlines()) == 1
+
+
+async def test_join_says_it_joined_then_what_it_has_done(
+    redis_url: str, crawl_name: str, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """join's lines: one when the worker is a member, then its figures at each interval,
+    which count the pages the site served."""
+    lines: list[str] = []
+    async with settled_crawl(redis_url, crawl_name, tmp_path) as (worker, server):
+        with trio.fail_after(DEADLINE):
+            async with trio.open_nursery() as nursery:
+                nursery.start_soon(_report, worker, 0.01)
+                while len(lines) < 2:
+                    got = capsys.readouterr().err.splitlines()
+                    lines += [line for line in got if line.startswith("hashcrawl: ")]
+                    await trio.sleep(0.01)
+                nursery.cancel_scope.cancel()
+        pages = len(page_requests(server.requests()))
+    joined = f"hashcrawl: joined crawl {crawl_name} as {worker.id} (1 member); Ctrl-C stops it"
+    assert lines[0] == joined
+    assert lines[1].startswith(f"hashcrawl: {worker.id}: {pages} pages, {pages} items, ")
+    assert lines[1].endswith(" owned, 0 failed, 0 dead-lettered")
+
+
+def test_progress_and_status_headline_spell_one_of_a_thing_in_the_singular() -> None:
+    """One host, one error, one worker: never "1 hosts" or "1 workers"."""
+    from hashcrawl._cli._progress import progress_line
+    from hashcrawl._cli._statusview import _headline
+
+    member = {"hosts": 1}
+    view = {"fetched": 3, "waiting": 0, "held": 0, "in_flight": 0, "failed": 1, "dead": 0}
+    line = progress_line({**view, "members": [member]}, rate=0.0, elapsed=1.0)
+    assert ", 1 host, 1 error, 0 dead, " in line
+    headline = _headline(
+        {
+            **view,
+            "crawl": "c",
+            "ended": False,
+            "workers": 1,
+            "pages_per_s": 0.0,
+            "items": 0,
+            "seen": 3,
+        }
+    ).plain
+    assert headline.startswith("crawl c: 1 worker, 3 fetched")

@@ -500,3 +500,25 @@ def test_crawl_name_with_a_trailing_newline_is_refused() -> None:
     """
     with pytest.raises(ConfigError):
         check_crawl_name("abc\n")
+
+
+@pytest.mark.parametrize(
+    ("url", "reason", "where"),
+    [
+        (
+            "redis://127.0.0.1:1/0",
+            "Error 111 connecting to 127.0.0.1:1. Connection refused.",
+            "127.0.0.1:1",
+        ),
+        (
+            "redis+unix:///tmp/x.sock",
+            "Error 2 connecting to /tmp/x.sock. No such file or directory.",
+            "/tmp/x.sock",
+        ),
+    ],
+)
+def test_a_refused_connection_asks_whether_the_server_runs(
+    url: str, reason: str, where: str
+) -> None:
+    """Nobody listening: the message asks whether a Redis server runs there."""
+    assert RedisURL.parse(url).explained(reason).endswith(f"Is a Redis server running at {where}?")

@@ -307,7 +307,11 @@ def test_a_yielded_request_naming_an_unknown_errback_fails_its_page() -> None:
             yield Request(SITE + "x", errback="nowhere")
 
     outcome = handle(handler_of(Bad()), Entry(url=SITE))
-    assert outcome.error == "ConfigError: Request names an unknown errback 'nowhere'"
+    # The dead letter names the callback that yielded it: the fault is the spider's.
+    assert outcome.error.startswith("the parse callback ")
+    assert outcome.error.endswith(
+        ".Bad.parse raised ConfigError: Request names an unknown errback 'nowhere'"
+    )
 
 
 # -- rules ----------------------------------------------------------------------------------

@@ -93,7 +93,7 @@ def test_both_workers_fetched_and_one_was_stopped_mid_crawl(
     """The stop came mid-crawl: the stopped worker and the other each fetched pages."""
     workers = ported[name].crew.workers
     assert sorted(w.stop_requested for w in workers) == [False, True]
-    assert all(w.counters.fetched > 0 for w in workers)
+    assert all(w.tally.fetched > 0 for w in workers)
 
 
 @pytest.mark.parametrize("name", PORTS)

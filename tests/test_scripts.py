@@ -53,6 +53,11 @@ def beat(store: Store, worker: str, *, applied: int = 0, known: int = 0, **more:
     return store.heartbeat(worker, lease_ms=LEASE, applied=applied, known_epoch=known, **more)  # type: ignore[arg-type]
 
 
+def begun(store: Store, raw: redis_py.Redis) -> None:
+    """Mark the crawl as one that has queued an entry: only such a crawl can be idle."""
+    raw.hset(store.key("seenmeta"), "queued", 1)
+
+
 def entry(url: str) -> str:
     return json.dumps({"u": url})
 
@@ -192,6 +197,7 @@ def test_submissions_waiting_in_the_inbox_count_as_an_orphan_and_keep_the_crawl_
 def test_idle_since_is_set_once_when_nothing_is_outstanding_and_cleared_by_work(store, raw, clock):
     """The crawl is idle from the first heartbeat that finds nothing outstanding; later
     ones keep that time; an entry added ends the idle spell."""
+    begun(store, raw)
     store.join("w1", {})
     first = beat(store, "w1").idle_since
     assert first == clock.ms
@@ -206,6 +212,7 @@ def test_idle_since_is_set_once_when_nothing_is_outstanding_and_cleared_by_work(
 
 def test_an_outstanding_count_that_went_wrong_is_recounted_from_streams_and_parked(store, raw):
     """Before the crawl is called idle, queued and parked entries are counted for real."""
+    begun(store, raw)
     store.join("w1", {})
     raw.xadd(store.stream_of("w1"), {"r": entry("http://a.example/")})
     raw.zadd(store.key("park:b.example"), {"1-0 x": 1})
@@ -412,6 +419,7 @@ def test_a_full_seen_filter_layer_still_lets_one_new_link_in(store, raw):
 
 def test_a_commit_that_adds_nothing_leaves_an_idle_spell_alone(store, raw):
     """Only an added entry ends the idle spell: a handoff's records do not restart it."""
+    begun(store, raw)
     store.join("w1", {})
     idle = beat(store, "w1").idle_since
     assert (
@@ -423,6 +431,7 @@ def test_a_commit_that_adds_nothing_leaves_an_idle_spell_alone(store, raw):
 
 def test_an_orphan_waiting_to_be_drained_keeps_the_crawl_from_looking_idle(store, raw):
     """While a departed worker's stream waits for a drainer, the crawl is not idle."""
+    begun(store, raw)
     store.join("w1", {})
     store.join("w2", {})
     assert beat(store, "w2").idle_since > 0

@@ -39,6 +39,7 @@ def test_an_idle_looking_crawl_with_an_entry_is_not_called_idle(redis_url, crawl
     raw = redis_py.Redis.from_url(redis_url)
     try:
         store.join("w1", {})
+        raw.hset(store.key("seenmeta"), "queued", 1)  # a crawl that has begun
         raw.xadd(store.stream_of("w1"), {"r": '{"u":"http://a.example/"}'})
         assert beat(store, "w1") == -1
         assert int(raw.get(store.key("outstanding"))) == 1
@@ -55,6 +56,7 @@ def test_an_idle_fleet_counts_its_streams_once_not_on_every_heartbeat(redis_serv
         members = [f"w{i}" for i in range(5)]
         for worker in members:
             store.join(worker, {})
+        raw.hset(store.key("seenmeta"), "queued", 1)  # it queued (and finished) an entry
         first = beat(store, members[0])
         before = xlen_calls(raw)
         rounds = 3
@@ -63,6 +65,25 @@ def test_an_idle_fleet_counts_its_streams_once_not_on_every_heartbeat(redis_serv
         assert first > 0
         # One XLEN a heartbeat (the inbox), not one for every member's stream too.
         assert xlen_calls(raw) - before == rounds * len(members)
+    finally:
+        raw.close()
+        store.close()
+
+
+def test_a_fleet_nothing_was_submitted_to_is_not_idle_and_heartbeats_stay_cheap(
+    redis_server: RedisServer,
+) -> None:
+    """A crawl that never queued an entry has not begun: no idle_since, however long,
+    and its heartbeats count no member's stream."""
+    store = Store(RedisURL.parse(redis_server.url), "unbegun")
+    raw = redis_py.Redis.from_url(redis_server.url)
+    try:
+        members = [f"w{i}" for i in range(5)]
+        for worker in members:
+            store.join(worker, {})
+        before = xlen_calls(raw)
+        assert [beat(store, worker) for worker in members * 3] == [-1] * 15
+        assert xlen_calls(raw) - before == 15  # the inbox's, one a heartbeat
     finally:
         raw.close()
         store.close()

@@ -22,6 +22,7 @@ from hashcrawl._cli._server import RedisServer, find_server_binary
 from hashcrawl._exceptions import QueueError
 from hashcrawl._run._queue import Queue
 from hashcrawl._store._redisurl import RedisURL
+from testing.fleet import DEADLINE
 
 SECRET = "tls-secret#/?@"
 #: The only name in the server's certificate: 127.0.0.1, where it listens, is not in it.
@@ -83,7 +84,7 @@ def hashcrawl(*args: str, env: dict[str, str]) -> subprocess.CompletedProcess[st
         [sys.executable, "-m", "hashcrawl", *args],
         capture_output=True,
         text=True,
-        timeout=60,
+        timeout=DEADLINE,
         check=False,
         env={**os.environ, **env},
     )

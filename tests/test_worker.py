@@ -5,6 +5,7 @@ from __future__ import annotations
 import collections
 import datetime
 from pathlib import Path
+from typing import Any
 from urllib.parse import urlsplit
 
 import pytest
@@ -13,12 +14,18 @@ import trio
 from hashcrawl._cli._server import RedisServer
 from hashcrawl._core._ring import Ring
 from hashcrawl._core._urls import host_key
+from hashcrawl._exceptions import ConfigError, InvalidURL
+from hashcrawl._run._queue import Queue
+from hashcrawl._run._worker import Worker
+from hashcrawl._web._sinks import JsonLinesSink
+from hashcrawl._web._spider import Spider
 from testing.fleet import (
     DEADLINE,
     ITEM_FIELDS,
     Crawled,
     Crew,
     Scenarios,
+    await_until,
     crawl_site,
     fast_settings,
     host,
@@ -29,11 +36,13 @@ from testing.fleet import (
     page_requests,
     redirect,
     request_counts,
+    root_and_two_pages,
     status_of,
     submit,
     tree_site,
 )
 from testing.testsite import Site, SiteServer, generate_site
+from tests.watching import heartbeat_since, server_ms
 
 ALLOWED = host(0)
 
@@ -270,3 +279,56 @@ def test_higher_priority_pages_of_a_host_are_fetched_before_waiting_lower_ones(
     order = [r.path for r in page_requests(prioritized.requests)]
     assert sorted(order) == sorted(PRIORITY_LOW + PRIORITY_HIGH)
     assert set(order[: len(PRIORITY_HIGH)]) == set(PRIORITY_HIGH)
+
+
+async def test_a_worker_waits_for_the_first_submit_however_long_past_its_idle(
+    redis_url: str, crawl_name: str, tmp_path: Path
+) -> None:
+    """A crawl nothing was ever submitted to has not begun: its worker stays past --idle
+    (judged by Redis's clock, heartbeats later), then crawls what comes and ends idle."""
+    site = root_and_two_pages()
+    worker = Worker(
+        redis_url,
+        crawl_name,
+        sink=JsonLinesSink(tmp_path / "items.jsonl"),
+        **fast_settings(idle=0.2),
+    )
+    with SiteServer(site) as server, trio.fail_after(DEADLINE):
+        async with trio.open_nursery() as nursery:
+            nursery.start_soon(worker.run)
+            await await_until(lambda: status_of(redis_url, crawl_name)["workers"] == 1, what="join")
+            joined = await trio.to_thread.run_sync(server_ms, redis_url, crawl_name)
+            past_idle = joined + 5 * 200  # five times --idle, on the server's clock
+            await await_until(
+                lambda: heartbeat_since(redis_url, crawl_name, past_idle), what="heartbeats"
+            )
+            assert status_of(redis_url, crawl_name)["workers"] == 1
+            await trio.to_thread.run_sync(submit, redis_url, crawl_name, [server.site.root])
+        requests = server.requests()
+    assert sorted(r.path for r in page_requests(requests)) == ["/", "/a", "/b"]
+
+
+class LocalSpider(Spider):
+    start_urls = ("http://127.0.0.9:9/",)
+
+
+async def test_a_spiders_private_start_url_without_allow_nets_names_the_python_settings(
+    redis_url: str, crawl_name: str
+) -> None:
+    """From Python, a loopback start URL the worker would refuse stops run() at once with
+    one line naming allow_nets and allow_private, not the command line's flags."""
+    worker = Worker(redis_url, crawl_name, spider=LocalSpider)
+    with trio.fail_after(DEADLINE), pytest.raises(ConfigError) as raised:
+        await worker.run()
+    message = str(raised.value)
+    assert message.startswith("start URL http://127.0.0.9:9/: 127.0.0.9 is not a public")
+    assert "allow_nets=['CIDR'] or allow_private=True" in message and "--" not in message
+
+
+@pytest.mark.parametrize("make", [Worker, Queue])
+def test_a_bad_redis_url_or_crawl_name_from_python_names_the_parameter(make: Any) -> None:
+    """InvalidURL and ConfigError raised from Python name ``redis`` and ``crawl``."""
+    with pytest.raises(InvalidURL, match=r"^redis must be redis://, rediss:// or redis\+unix://"):
+        make("http://localhost:6379/0", "c")
+    with pytest.raises(ConfigError, match=r"^crawl must be 1-64 letters"):
+        make("redis://127.0.0.1:1/0", "no spaces allowed")

@@ -14,6 +14,7 @@ import difflib
 import json
 import logging
 import os
+import shlex
 import signal
 import sys
 import time
@@ -27,8 +28,10 @@ import trio
 from hashcrawl._cli._local import (
     Children,
     NothingFetched,
+    already_complete,
     expire_previous_members,
     interrupts_held,
+    log_line,
     plural,
     submit_start_urls,
     verdict,
@@ -49,6 +52,7 @@ log = logging.getLogger("hashcrawl")
 DEFAULT_CRAWL = "default"
 FAILED, USAGE, NOTHING_FETCHED, INTERRUPTED, CLOSED_PIPE = 1, 2, 3, 130, 141
 START_PATIENCE = 5.0  # seconds a command waits for a Redis that never answered yet
+REPORT_EVERY = 60.0  # seconds between two of join's lines on what it has done
 
 
 class _Parser(argparse.ArgumentParser):
@@ -273,6 +277,7 @@ def _run(argv: Sequence[str]) -> int:
         format="%(asctime)s hashcrawl: %(message)s" if args.verbose else "hashcrawl: %(message)s",
     )
     logging.getLogger("httpx").setLevel(logging.WARNING)  # a line per request is too much
+    check_crawl_name(args.crawl)  # here, so the message names the flag, not Python's crawl
     return int(_COMMANDS[args.command](args) or 0)
 
 
@@ -379,6 +384,8 @@ def cmd_join(args: argparse.Namespace) -> int:
             nursery.start_soon(
                 _stop_on_signals, worker, nursery.cancel_scope, early_stop, args.child
             )
+            if not args.child:  # crawl's children: their parent shows the progress
+                nursery.start_soon(_report, worker)
             await worker.run()
             nursery.cancel_scope.cancel()
 
@@ -400,6 +407,29 @@ def _worker_settings(args: argparse.Namespace, settings: Settings, spider: Any) 
     defaults = {f.name: f.default for f in attrs.fields(Settings)}
     changed = {k: v for k, v in own.items() if v != defaults[k]}
     return {**own, **scrapy_settings(spider), **changed, **given_flags(args)}
+
+
+async def _report(worker: Any, every: float = REPORT_EVERY) -> None:
+    """Say when the worker has joined, then what it has done every ``every`` seconds."""
+    while (session := worker.session) is None or not session.joined_ms:
+        await trio.sleep(0.2)
+    print(
+        f"hashcrawl: joined crawl {worker.crawl} as {worker.id} "
+        f"({plural(len(session.latest.members), 'member')}); Ctrl-C stops it",
+        file=sys.stderr,
+        flush=True,
+    )
+    while True:
+        await trio.sleep(every)
+        session, tally = worker.session, worker.tally
+        hosts = len(session.frontier.hosts) if session is not None else 0
+        print(
+            f"hashcrawl: {worker.id}: {plural(tally.fetched, 'page')}, "
+            f"{plural(tally.items, 'item')}, {plural(hosts, 'host')} owned, "
+            f"{tally.failed:,} failed, {tally.dead:,} dead-lettered",
+            file=sys.stderr,
+            flush=True,
+        )
 
 
 async def _stop_on_signals(
@@ -521,15 +551,10 @@ STATUS_LINES = (
 def cmd_status(args: argparse.Namespace) -> int:
     from hashcrawl._cli._statusview import read_view, watch_status
 
-    with opened_queue(args) as queue:
-        status = queue.status()
-        configured = status["settings"]["version"] is not None or "error" in status["settings"]
-        if not status["exists"] and not configured:
-            raise ConfigError(_unknown_crawl(args, queue.other_crawls()))
+    with existing_queue(args) as queue:
         if args.watch is not None:
             return watch_status(queue, args.watch)
-        if args.json:
-            status = read_view(queue)
+        status = read_view(queue) if args.json else queue.status()
     if args.json:
         print(json.dumps(status, indent=2))
         return 0
@@ -551,6 +576,22 @@ def cmd_status(args: argparse.Namespace) -> int:
     return 0
 
 
+@contextlib.contextmanager
+def existing_queue(args: argparse.Namespace) -> Iterator[Queue]:
+    """:func:`opened_queue`, for a command that would do nothing useful (or create a
+    crawl by mistake) on a crawl that does not exist: a mistyped ``--crawl``.
+
+    Raises:
+        ConfigError: no such crawl; the message names those that exist.
+    """
+    with opened_queue(args) as queue:
+        status = queue.status()
+        configured = status["settings"]["version"] is not None or "error" in status["settings"]
+        if not status["exists"] and not configured:
+            raise ConfigError(_unknown_crawl(args, queue.other_crawls()))
+        yield queue
+
+
 def _unknown_crawl(args: argparse.Namespace, others: list[str]) -> str:
     state_dir = getattr(args, "state_dir", None)
     where = state_dir if state_dir is not None else redis_of(args).redacted()
@@ -564,7 +605,7 @@ def cmd_configure(args: argparse.Namespace) -> int:
     from hashcrawl._store._crawlconfig import change
 
     given, reset = given_flags(args), _reset_names(args.reset or ())
-    with opened_queue(args) as queue:
+    with existing_queue(args) as queue:
         if given or reset:
             _, changes = change(queue._store, given, reset=reset)
             print("\n".join(changes) if changes else "no change: the crawl has these settings")
@@ -600,14 +641,14 @@ def cmd_clear(args: argparse.Namespace) -> int:
 
 
 def cmd_dead(args: argparse.Namespace) -> int:
-    with opened_queue(args) as queue:
+    with existing_queue(args) as queue:
         for url, error in sorted(queue.dead().items()):
             print(f"{url}\t{error}")
     return 0
 
 
 def cmd_retry_dead(args: argparse.Namespace) -> int:
-    with opened_queue(args) as queue:
+    with existing_queue(args) as queue:
         print(f"put back {plural(queue.retry_dead(), 'page')}")
     return 0
 
@@ -626,7 +667,9 @@ def cmd_crawl(args: argparse.Namespace) -> int:
     state = _state_dir(args)
     with (
         interrupts_held() as check,
-        RedisServer(directory=state, unix_socket=True, appendonly=True) as server,
+        RedisServer(
+            directory=state, unix_socket=True, appendonly=True, die_with_parent=True
+        ) as server,
     ):
         return _crawl_on(server.url, args, urls, check)
 
@@ -649,6 +692,10 @@ def _crawl_on(
         spiders = {k: v for k, v in scrapy_settings(_spider_of(args)).items() if k in CRAWL}
         change(store, {**spiders, **given_flags(args)})
         added, before = submit_start_urls(store, urls)
+        if already_complete(store, added):
+            if not args.quiet:
+                print(log_line(_complete(args, before.fetched)), file=sys.stderr)
+            return 0
         log.info("submitted %s; starting %d workers", plural(added, "new URL"), args.workers)
         command = _child_command(args)
         children = Children(
@@ -657,7 +704,7 @@ def _crawl_on(
             env={**os.environ, REDIS_ENV_VAR: redis_url, **_headers_env(settings)},
         )
         check()  # a Ctrl-C while starting: no worker is started
-        with shown(args, redis_url):
+        with shown(args, redis_url, idle=settings.idle):
             codes = children.run()
         if children.interrupted:
             return max([c for c in codes if c > 0], default=0)  # < 0: stopped while starting
@@ -665,6 +712,16 @@ def _crawl_on(
             return max([FAILED if c < 0 else c for c in codes], default=0)
         verdict(store, urls, before)
     return 0
+
+
+def _complete(args: argparse.Namespace, fetched: int) -> str:
+    again = f"hashcrawl crawl --fresh --state-dir {shlex.quote(str(args.state_dir))}"
+    if args.crawl != DEFAULT_CRAWL:
+        again += f" --crawl {shlex.quote(args.crawl)}"
+    return (
+        f"crawl {args.crawl} was already complete ({plural(fetched, 'page')} fetched, nothing "
+        f"left to fetch): its start URLs were crawled before; to crawl them afresh: {again} URL"
+    )
 
 
 def _state_dir(args: argparse.Namespace) -> Path:

@@ -19,6 +19,7 @@ from typing import Any
 
 import attrs
 
+from hashcrawl._core._outcome import PARSE_FAULT
 from hashcrawl._core._urls import canonicalize
 from hashcrawl._exceptions import HashcrawlError
 from hashcrawl._run._queue import submit_urls
@@ -41,14 +42,22 @@ def plural(count: int, noun: str) -> str:
     return f"{count} {noun}" if count == 1 else f"{count} {noun}s"
 
 
+def counted(count: int, noun: str) -> str:
+    """'1 host', '1,024 hosts': :func:`plural` with thousands separated, for figures."""
+    return f"{count:,} {noun}" if count == 1 else f"{count:,} {noun}s"
+
+
 def _as_child() -> None:
     """Runs in each worker process between fork and exec."""
     # The terminal sends Ctrl-C to the whole process group: the children leave it to
     # ``crawl``, which tells them once (SIGTERM) and prints one line, not one per child.
     signal.signal(signal.SIGINT, signal.SIG_IGN)
     if sys.platform == "linux":
-        # A crawl killed outright (SIGKILL) must not leave its workers crawling on.
-        ctypes.CDLL(None, use_errno=True).prctl(_PR_SET_PDEATHSIG, signal.SIGTERM)
+        # A crawl killed outright (SIGKILL) must not leave its workers crawling on. Its
+        # private Redis gets SIGTERM at the same moment and exits, so a gentle stop
+        # could only wait a lease for it: they end at once, and the next run of the
+        # command takes back what they held (expire_previous_members).
+        ctypes.CDLL(None, use_errno=True).prctl(_PR_SET_PDEATHSIG, signal.SIGKILL)
 
 
 @contextlib.contextmanager
@@ -183,6 +192,15 @@ def submit_start_urls(store: Store, urls: Sequence[str]) -> tuple[int, Before]:
     return added + submit_urls(store, rest), before
 
 
+def already_complete(store: Store, added: int) -> bool:
+    """Whether a crawl whose start URLs were just submitted (``added`` went in) has
+    nothing to fetch: it fetched pages before, and nothing waits or is held anywhere."""
+    if added:
+        return False
+    status = store.status()
+    return bool(status["fetched"]) and status["waiting"] + status["held"] == 0
+
+
 def verdict(store: Store, urls: Sequence[str], before: Before) -> None:
     """Say why, if no start URL of this run was fetched.
 
@@ -196,10 +214,17 @@ def verdict(store: Store, urls: Sequence[str], before: Before) -> None:
     fetched = status["fetched"] - before.fetched
     if canonical and len(failed) == len(canonical):
         first = failed[0]
-        record = dead_error(dead[dead_key(first)])
+        text = dead[dead_key(first)]
         others = f" (and {plural(len(failed) - 1, 'more start URL')})" if len(failed) > 1 else ""
+        if dead_fault(text) == PARSE_FAULT:  # fetched each time: a rerun alone cannot help
+            raise NothingFetched(
+                f"nothing scraped: {first}{others} was fetched, but on every attempt"
+                f"{dead_error(text, attempts=False)}; fix the spider, then run the same "
+                "command again"
+            )
         raise NothingFetched(
-            f"nothing fetched: {first}{others} failed{record}; run the same command again to retry"
+            f"nothing fetched: {first}{others} failed{dead_error(text)}; "
+            "run the same command again to retry"
         )
     if fetched == 0 and status["robots_denied"] > before.robots_denied:
         denied = [url for url in canonical if dead_key(url) not in dead]
@@ -209,17 +234,26 @@ def verdict(store: Store, urls: Sequence[str], before: Before) -> None:
         )
 
 
-def dead_error(text: str) -> str:
-    """A dead letter's attempts and last error, as part of one line.
+def dead_error(text: str, *, attempts: bool = True) -> str:
+    """A dead letter's attempts (unless ``attempts`` is false) and last error, as part of
+    one line.
 
     The record comes from Redis, so anything may be there: what is not a record
     hashcrawl wrote is shown as it is, clipped, with its line breaks flattened.
     """
     try:
         record = json.loads(text)
-        attempts = int(record.get("attempts", 0))
+        tries = int(record.get("attempts", 0))
         error = str(record.get("error", ""))
     except (ValueError, TypeError, AttributeError, OverflowError):
-        attempts, error = 0, text
-    times = f" after {attempts} attempts" if 1 < attempts < 10**6 else ""
+        tries, error = 0, text
+    times = f" after {tries} attempts" if attempts and 1 < tries < 10**6 else ""
     return f"{times}: {' '.join(error.split())[:300]}"
+
+
+def dead_fault(text: str) -> str:
+    """A dead letter's fault (``parse``: the spider's callback failed), or ""."""
+    try:
+        return str(json.loads(text).get("fault", ""))
+    except (ValueError, TypeError, AttributeError):
+        return ""

@@ -11,6 +11,7 @@ from __future__ import annotations
 import argparse
 import collections
 import contextlib
+import math
 import shlex
 import sys
 import threading
@@ -21,6 +22,7 @@ from typing import Any, TextIO
 from rich.console import Console
 from rich.text import Text
 
+from hashcrawl._cli._local import counted
 from hashcrawl._cli._statusview import read_view
 from hashcrawl._exceptions import HashcrawlError
 from hashcrawl._run._queue import Queue
@@ -30,17 +32,28 @@ PLAIN_EVERY = 10.0
 RATE_WINDOW = 60.0
 
 
-def progress_line(view: dict[str, Any], *, rate: float, elapsed: float) -> str:
-    """One line of figures: pages, pages/s, waiting, in flight, hosts, errors, dead."""
+def progress_line(
+    view: dict[str, Any], *, rate: float, elapsed: float, idle: float | None = None
+) -> str:
+    """One line of figures: pages, pages/s, waiting, in flight, hosts, errors, dead; and
+    once nothing is left, that the crawl is waiting out ``idle`` (--idle) to end."""
     hosts = sum(m["hosts"] for m in view["members"])
     # Owners read their streams ahead into memory: what they hold and have not started
     # waits as much as what they have not read yet.
     waiting = max(0, view["waiting"] + view["held"] - view["in_flight"])
-    return (
+    line = (
         f"{view['fetched']:,} pages, {rate:.1f}/s, {waiting:,} waiting, "
-        f"{view['in_flight']} in flight, {hosts:,} hosts, {view['failed']:,} errors, "
+        f"{view['in_flight']} in flight, {counted(hosts, 'host')}, "
+        f"{counted(view['failed'], 'error')}, "
         f"{view['dead']:,} dead, {_duration(elapsed)}"
     )
+    quiet = view.get("idle_s")
+    if quiet is None:
+        return line
+    if idle is None:
+        return f"{line}; nothing left to fetch: waiting for more URLs (--idle none)"
+    left = max(0, math.ceil(idle - quiet))
+    return f"{line}; nothing left to fetch: ending in {left} s (--idle {idle:g})"
 
 
 def _duration(seconds: float) -> str:
@@ -66,12 +79,19 @@ class Progress:
     """Reads the crawl's figures in a thread and shows them on ``stream``."""
 
     def __init__(
-        self, redis_url: str, crawl: str, *, stream: TextIO, every: float | None = None
+        self,
+        redis_url: str,
+        crawl: str,
+        *,
+        stream: TextIO,
+        every: float | None = None,
+        idle: float | None = None,
     ) -> None:
         """Args:
         every: seconds between two lines off a terminal (default 10).
+        idle: the workers' --idle, which the line counts down once nothing is left.
         """
-        self.redis_url, self.crawl = redis_url, crawl
+        self.redis_url, self.crawl, self.idle = redis_url, crawl, idle
         self.console = Console(file=stream, highlight=False)
         self.terminal = self.console.is_terminal
         self.every = PLAIN_EVERY if every is None else every
@@ -97,7 +117,7 @@ class Progress:
         assert self.view is not None
         elapsed = time.monotonic() - self.started
         rate = self.rate.add(elapsed, self.view["fetched"])
-        return progress_line(self.view, rate=rate, elapsed=elapsed)
+        return progress_line(self.view, rate=rate, elapsed=elapsed, idle=self.idle)
 
     def _run(self) -> None:
         with Queue(self.redis_url, self.crawl) as queue:
@@ -140,6 +160,7 @@ def summary(view: dict[str, Any], *, elapsed: float, args: argparse.Namespace) -
         f"in {_duration(elapsed)}",
         f"  statuses: {statuses}",
         f"  errors: {errors}",
+        f"  retries: {view['retries']:,}",
         f"  dead letters: {view['dead']:,}",
     ]
     if view["dead"]:
@@ -158,14 +179,18 @@ def summary(view: dict[str, Any], *, elapsed: float, args: argparse.Namespace) -
 
 @contextlib.contextmanager
 def shown(
-    args: argparse.Namespace, redis_url: str, *, stream: TextIO | None = None
+    args: argparse.Namespace,
+    redis_url: str,
+    *,
+    stream: TextIO | None = None,
+    idle: float | None = None,
 ) -> Iterator[None]:
     """Show ``hashcrawl crawl``'s progress while the body runs, then its summary."""
     if getattr(args, "quiet", False):
         yield
         return
     out = stream or sys.stderr
-    progress = Progress(redis_url, args.crawl, stream=out).start()
+    progress = Progress(redis_url, args.crawl, stream=out, idle=idle).start()
     try:
         yield
     finally:

@@ -17,15 +17,17 @@ from __future__ import annotations
 
 import atexit
 import contextlib
+import ctypes
 import fcntl
 import os
 import shutil
 import signal
 import socket
 import subprocess
+import sys
 import tempfile
 import time
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from pathlib import Path
 from types import TracebackType
 from typing import IO
@@ -43,6 +45,7 @@ START_TIMEOUT = 10.0
 STOP_TIMEOUT = 10.0
 
 _POLL_INTERVAL = 0.02
+_PR_SET_PDEATHSIG = 1  # linux/prctl.h
 _FSYNC_POLICIES = frozenset({"always", "everysec", "no"})
 # Directives this class sets itself: overriding them would make url, port or pid lie.
 _RESERVED = frozenset(
@@ -109,6 +112,7 @@ class RedisServer:
         appendfsync: str = "everysec",
         password: str | None = None,
         extra: Mapping[str, str] | None = None,
+        die_with_parent: bool = False,
     ) -> None:
         """Configure the server; nothing runs and nothing is written until ``start()``.
 
@@ -119,6 +123,10 @@ class RedisServer:
             appendfsync: the AOF's fsync policy: "always", "everysec" or "no".
             password: required of clients (requirepass); kept off the command line.
             extra: more directives, e.g. ``{"save": "60 1"}`` to also write RDB snapshots.
+            die_with_parent: on Linux, the server gets SIGTERM (and saves, and exits) when
+                the thread that started it dies, even by SIGKILL. Only for a server
+                started from a thread that lives as long as it should (``crawl``'s main
+                thread): the kernel signals when that thread ends, not the process.
 
         Raises:
             ConfigError: a bad appendfsync, an empty password, or an extra directive
@@ -137,6 +145,7 @@ class RedisServer:
         self._process: subprocess.Popen[bytes] | None = None
         self._lock: IO[bytes] | None = None
         self._paused = False
+        self._die_with_parent = die_with_parent and sys.platform == "linux"
 
     @property
     def pid(self) -> int | None:
@@ -314,6 +323,7 @@ class RedisServer:
                 stderr=subprocess.STDOUT,
                 pass_fds=(self._lock.fileno(),),
                 process_group=0,
+                preexec_fn=_dies_with(os.getpid()) if self._die_with_parent else None,
             )
         assert self._process.stdin is not None
         with contextlib.suppress(BrokenPipeError), self._process.stdin as stdin:
@@ -446,6 +456,24 @@ def _free_port() -> int:
         probe.bind((HOST, 0))
         port: int = probe.getsockname()[1]
         return port
+
+
+def _dies_with(parent: int) -> Callable[[], None]:
+    """What the server's process runs before exec: SIGTERM when ``parent`` dies.
+
+    The kernel's parent-death signal (prctl PR_SET_PDEATHSIG) rather than a watcher
+    process or thread: nothing to keep running, and it fires on SIGKILL too, when no
+    handler of the parent's can. If the parent died before the call, the server must
+    not start orphaned: it terminates itself.
+    """
+
+    def arm() -> None:
+        libc = ctypes.CDLL(None, use_errno=True)
+        libc.prctl(_PR_SET_PDEATHSIG, signal.SIGTERM)
+        if os.getppid() != parent:
+            os.kill(os.getpid(), signal.SIGTERM)
+
+    return arm
 
 
 def _exited_within(process: subprocess.Popen[bytes], timeout: float) -> bool:

@@ -72,7 +72,9 @@ def _private_server(state_dir: Path, crawl: str) -> Iterator[str]:
     directory = state_dir / crawl
     if not (directory / "appendonlydir").is_dir():
         raise ConfigError(f"--state-dir {state_dir}: no crawl named {crawl!r} there")
-    server = RedisServer(directory=directory, unix_socket=True, appendonly=True)
+    server = RedisServer(
+        directory=directory, unix_socket=True, appendonly=True, die_with_parent=True
+    )
     try:
         server.start()
     except ConfigError:  # its crawl is running: use that crawl's own server

@@ -19,6 +19,7 @@ from rich.console import Console, Group
 from rich.table import Table
 from rich.text import Text
 
+from hashcrawl._cli._local import counted
 from hashcrawl._run._metrics import parse_top
 from hashcrawl._run._queue import Queue
 from hashcrawl._store._store import _whole
@@ -39,7 +40,7 @@ def read_view(queue: Queue) -> dict[str, Any]:
         records,
         members=members,
         dead=store.some_dead(DEAD_SCANNED),
-        server=store.server_info(),
+        server={**store.server_info(), "idle_since_ms": store.idle_since_ms()},
     )
 
 
@@ -55,14 +56,17 @@ def build_view(
     now_ms = int(server.get("now_ms", time.time() * 1000))
     live = [_member(m, records.get(m["id"], {}), now_ms) for m in status["members"]]
     totals = _sum(records.values())
+    idle_since = server.get("idle_since_ms")
     return {
         **status,
         "members": live,
         "pages_per_s": round(sum(m["per_minute"] for m in live) / 60, 2),
         "items": totals.get("items", 0),
         "in_flight": sum(m["in_flight"] for m in live),
+        "idle_s": None if idle_since is None else round(max(0, now_ms - idle_since) / 1000, 1),
         "bytes": totals.get("bytes", 0),
         "retries": totals.get("retries", 0),
+        "dead_letters": totals.get("dead_letters", 0),
         "statuses": _prefixed(totals, "status_"),
         "errors": _prefixed(totals, "error_"),
         "busiest_hosts": _top_hosts(records, members, "busiest"),
@@ -161,7 +165,7 @@ def render(view: dict[str, Any]) -> Group:
 
 
 def _headline(view: dict[str, Any]) -> Text:
-    state = "ended" if view["ended"] else f"{view['workers']} workers"
+    state = "ended" if view["ended"] else counted(view["workers"], "worker")
     return Text(
         f"crawl {view['crawl']}: {state}, {view['fetched']:,} fetched "
         f"({view['pages_per_s']:.1f}/s over the last minute), {view['items']:,} items, "
@@ -215,8 +219,8 @@ def _counts(view: dict[str, Any]) -> Text:
     errors = ", ".join(f"{k} {v:,}" for k, v in view["errors"].items()) or "none"
     return Text(
         f"statuses: {statuses}\nerrors: {errors}\n"
-        f"retries {view['retries']:,}, leases reclaimed {view['leases_reclaimed']:,}, "
-        f"queue_bad {view['queue_bad']:,}"
+        f"retries {view['retries']:,}, dead-lettered {view['dead_letters']:,}, "
+        f"leases reclaimed {view['leases_reclaimed']:,}, queue_bad {view['queue_bad']:,}"
     )
 
 

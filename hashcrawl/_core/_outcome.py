@@ -27,6 +27,7 @@ from hashcrawl._exceptions import InvalidURL
 from hashcrawl._store._store import Batch, dead_key
 
 SEEN_CACHE = 200_000  # fingerprints of follows a worker remembers having queued
+PARSE_FAULT = "parse"  # an outcome's fault, and the error kind, of a callback that raised
 
 
 class Kind(enum.Enum):
@@ -45,7 +46,9 @@ class Outcome:
     """What one held entry came to.
 
     ``backoff`` is how long (seconds) the entry's host should wait before its next
-    request; ``found`` and ``dropped`` count the page's links, for the metrics.
+    request; ``found`` and ``dropped`` count the page's links, for the metrics;
+    ``fault`` is ``"parse"`` when the parse callback failed: the page was fetched, and
+    the error is the spider's, not the site's.
     """
 
     kind: Kind
@@ -59,6 +62,7 @@ class Outcome:
     backoff: float | None = None
     found: int = 0
     dropped: int = 0
+    fault: str = ""
 
     @classmethod
     def done(
@@ -91,6 +95,7 @@ class Outcome:
         follows: Iterable[Entry] = (),
         *,
         backoff: float | None = None,
+        fault: str = "",
     ) -> Outcome:
         """A failed try; ``items`` and ``follows`` are what it produced that is kept."""
         return cls(
@@ -101,6 +106,7 @@ class Outcome:
             items=[*items],
             follows=[*follows],
             backoff=backoff,
+            fault=fault,
         )
 
     @classmethod
@@ -184,7 +190,7 @@ class Router:
         if kind is Kind.DEAD:
             batch.dead += dead_letter(held.entry, outcome.error)
         elif kind is Kind.RETRY:
-            once += self._retry(batch, held, outcome.error)
+            once += self._retry(batch, held, outcome.error, outcome.fault)
         for entry in outcome.follows:
             once += self._follow(batch, entry)
         if once:
@@ -192,10 +198,10 @@ class Router:
         else:
             batch.ack.append(eid)
 
-    def _retry(self, batch: Batch, held: Held, error: str) -> list[str]:
+    def _retry(self, batch: Batch, held: Held, error: str, fault: str = "") -> list[str]:
         entry = attrs.evolve(held.entry, attempts=held.entry.attempts + 1)
         if is_last_attempt(held.entry, self.max_attempts):
-            batch.dead += dead_letter(entry, error)
+            batch.dead += dead_letter(entry, error, fault)
             return []
         return [self.target_of(held.host), entry.encode()]
 
@@ -246,15 +252,17 @@ def is_last_attempt(entry: Entry, max_attempts: int) -> bool:
     return entry.attempts + 1 >= max_attempts
 
 
-def dead_letter(entry: Entry, error: str) -> list[str]:
+def dead_letter(entry: Entry, error: str, fault: str = "") -> list[str]:
     """The dead-letter record of an entry out of attempts: its key (the fingerprint of
-    its URL), last error and entry (with the URL)."""
-    record = {
+    its URL), last error and entry (with the URL), and ``fault`` if it has one."""
+    record: dict[str, Any] = {
         "error": error[:500],
         "attempts": entry.attempts,
         "entry": entry.encode(),
         "at": int(time.time()),  # so status can show the most recent
     }
+    if fault:  # "parse": fetched, but the spider failed on it, so a rerun alone cannot help
+        record["fault"] = fault
     return [dead_key(entry.key), json.dumps(record, ensure_ascii=False)]
 
 

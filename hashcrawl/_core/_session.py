@@ -59,19 +59,6 @@ PARK_AT = 16  # with memory full, a host with this many queued parks the rest
 UNPARK_BELOW = 4  # a parked host with fewer queued takes some back
 
 
-@attrs.define
-class Counters:
-    """A worker's own counts, across its memberships."""
-
-    fetched: int = 0
-    failed: int = 0
-    items: int = 0
-    robots_denied: int = 0
-    fenced: int = 0
-    links_dropped: int = 0
-    host_capped: int = 0
-
-
 @attrs.frozen
 class Commit:
     """The oldest outcomes, committed together, and the items they write first."""
@@ -111,7 +98,6 @@ class Session:
         inbox: str,
         refuses: Callable[[Entry], str | None],
         spider_name: str,
-        counters: Counters,
         tally: Tally,
         now: float,
     ) -> None:
@@ -122,10 +108,8 @@ class Session:
         self.stream = stream_of(worker)
         self.refuses = refuses  # why the spider cannot handle an entry, or None
         self.spider_name = spider_name
-        self.counters = counters
-        self.counters_base = attrs.asdict(counters)  # the heartbeat reports this membership's
         self.tally = tally
-        self.tally_base = tally.counts()
+        self.tally_base = tally.counts()  # the heartbeat reports this membership's counts
         self.started = now
         self.frontier = Frontier(delay=settings.delay, per_host=settings.per_host)
         self.ring = self.latest = Ring.of(0, ())
@@ -274,9 +258,7 @@ class Session:
 
     def stats(self, now: float, resident_kib: int) -> dict[str, int | str]:
         """This membership's figures, for the worker's ``w:ID`` hash."""
-        counts = attrs.asdict(self.counters)
         return {
-            **{name: count - self.counters_base[name] for name, count in counts.items()},
             "hosts": len(self.frontier.hosts),
             "in_flight": self.in_flight,
             "held": self.held(),
@@ -293,11 +275,11 @@ class Session:
         """Whether a --max-* limit is reached: then this worker (not the crawl) stops."""
         if self.stopping:
             return False
-        counters, settings = self.counters, self.settings
+        counts, settings = self.tally, self.settings
         reached = (
-            ("--max-pages", settings.max_pages, counters.fetched),
-            ("--max-items", settings.max_items, counters.items + self.items_pending),
-            ("--max-errors", settings.max_errors, counters.failed),
+            ("--max-pages", settings.max_pages, counts.fetched),
+            ("--max-items", settings.max_items, counts.items + self.items_pending),
+            ("--max-errors", settings.max_errors, counts.failed),
             ("--max-time", settings.max_time, now - self.started),
             ("--max-memory", settings.max_memory, resident_mib),
         )
@@ -610,7 +592,7 @@ class Session:
 
     def robots_denied(self, held: Held) -> Outcome:
         self.finish(held, self._last_start(held.host))
-        self.counters.robots_denied += 1
+        self.tally.robots_denied += 1
         return Outcome.done(held, [], [])
 
     def _last_start(self, name: str) -> float:
@@ -624,7 +606,7 @@ class Session:
 
     def host_capped(self, held: Held) -> Outcome:
         self.finish(held, self._last_start(held.host))
-        self.counters.host_capped += 1
+        self.tally.host_capped += 1
         return Outcome.done(held, [], [])
 
     def request_for(self, held: Held) -> Request:
@@ -646,7 +628,7 @@ class Session:
         kind = str(exc) if isinstance(exc, FetchError) else "fetcher"
         if isinstance(exc, Refused):  # a rule said no: trying again cannot help
             self.finish(held, now)
-            self.counters.failed += 1
+            self.tally.failed += 1
             self.tally.error(kind, took)
             return Outcome.dead(held, str(exc))
         return self.failed(held, str(exc) or type(exc).__name__, kind=kind, took=took, now=now)
@@ -654,7 +636,7 @@ class Session:
     def answered(self, held: Held, response: Response, took: float, now: float) -> Origin:
         """A response came; returns what the handler needs to know of its host."""
         self.finish(held, now)
-        self.counters.fetched += 1
+        self.tally.fetched += 1
         self.tally.response(response.status, len(response.body), took)
         if self.settings.cookies and "set-cookie" in response.headers:
             set_cookies = httpx.Headers(response.headers).get_list("set-cookie")
@@ -674,7 +656,7 @@ class Session:
             kind: the error as the metrics count it (see ``_metrics.error_kind``).
         """
         self.finish(held, now)
-        self.counters.failed += 1
+        self.tally.failed += 1
         self.tally.error(kind, took)
         return Outcome.retry(held, reason, backoff=retry_wait(held.entry.attempts, None))
 
@@ -698,10 +680,12 @@ class Session:
 
         Returns whether a commit is due at once (every slot is taken).
         """
+        if outcome is not None and outcome.fault:
+            self.tally.error(outcome.fault)
         if outcome is not None and outcome.kind is Kind.DONE:
             if outcome.found:
                 self.tally.links(outcome.found, len(outcome.follows))
-            self.counters.links_dropped += outcome.dropped
+            self.tally.links_dropped += outcome.dropped
             outcome.follows.extend(self.sitemaps_of(held))
         self.finish(held, now)
         self.in_flight -= 1
@@ -739,7 +723,7 @@ class Session:
         return Commit(outcomes, items)
 
     def items_written(self, count: int) -> None:
-        self.counters.items += count
+        self.tally.items += count
         self.items_pending -= count
 
     def commit_written(self, commit: Commit) -> None:

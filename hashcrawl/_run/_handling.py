@@ -13,8 +13,12 @@ import contextlib
 import datetime
 import inspect
 import logging
+import os
+import sysconfig
 import time
+import traceback
 from collections.abc import AsyncGenerator, Awaitable, Callable, Iterable, Iterator
+from pathlib import Path
 from typing import Any
 
 import attrs
@@ -23,7 +27,7 @@ import trio
 from hashcrawl._core._entry import Entry
 from hashcrawl._core._frontier import Held
 from hashcrawl._core._links import request_url
-from hashcrawl._core._outcome import Kind, Outcome, is_last_attempt
+from hashcrawl._core._outcome import PARSE_FAULT, Kind, Outcome, is_last_attempt
 from hashcrawl._core._urls import canonicalize, host_key
 from hashcrawl._exceptions import ConfigError, HttpError
 from hashcrawl._settings import Settings
@@ -159,14 +163,15 @@ class Handler:
         try:
             await self._timed(self._produce(held, capped, origin, produced))
         except Exception as exc:  # a callback's bug fails its page, not the worker
-            log.exception("parsing %s failed", held.entry.url)
-            error = f"{type(exc).__name__}: {exc}"
+            error = f"the parse callback {self._name_of(held)} {_failure(exc)}"
+            log.error("parsing %s failed: %s\n%s", held.entry.url, error, spider_frames(exc))
             wait = retry_wait(held.entry.attempts, None)
             if not is_last_attempt(held.entry, settings.max_attempts):
-                return Outcome.retry(held, error, backoff=wait)  # the retry produces them again
+                # The retry produces them again.
+                return Outcome.retry(held, error, backoff=wait, fault=PARSE_FAULT)
             # The page goes to the dead letters: what came before the exception is kept.
             kept = self._allowed(produced.follows, held, origin)
-            return Outcome.retry(held, error, produced.items, kept, backoff=wait)
+            return Outcome.retry(held, error, produced.items, kept, backoff=wait, fault=PARSE_FAULT)
         follows = produced.follows + redirect
         return Outcome.done(
             held,
@@ -188,8 +193,7 @@ class Handler:
             with trio.fail_after(limit):
                 await work
         except trio.TooSlowError:
-            error = f"the parse callback ran past --parse-timeout ({limit:g} s)"
-            raise ParseTimeout(error) from None
+            raise ParseTimeout(f"ran past --parse-timeout ({limit:g} s)") from None
 
     def _last_try(self, held: Held) -> bool:
         return is_last_attempt(held.entry, self.settings.max_attempts)
@@ -297,6 +301,11 @@ class Handler:
             return f"no errback {request.errback!r:.80}"
         return None if request.rule is None else f"no rule {request.rule}"
 
+    def _name_of(self, held: Held) -> str:
+        """The callback ``held``'s page went to, as its author knows it."""
+        parse = self._callback_for(held)
+        return str(getattr(parse, "__qualname__", None) or held.entry.callback or "parse")
+
     def _callback_for(self, held: Held) -> Parse | None:
         if self.spider is not None:
             return self.spider.callback(held.entry)
@@ -377,6 +386,34 @@ def page_item(held: Held, response: Response, worker: str) -> dict[str, Any]:
 
 class ParseTimeout(Exception):
     """A parse callback ran past ``--parse-timeout`` and was cancelled."""
+
+
+def _failure(exc: Exception) -> str:
+    if isinstance(exc, ParseTimeout):
+        return str(exc)
+    return f"raised {type(exc).__name__}: {exc}"
+
+
+_NOT_THE_SPIDERS = tuple(
+    str(Path(p).resolve()) + os.sep
+    for p in (
+        Path(__file__).parent.parent,
+        Path(trio.__file__).parent,
+        sysconfig.get_path("stdlib"),
+    )
+)
+
+
+def spider_frames(exc: BaseException) -> str:
+    """The traceback of ``exc`` through the user's code only: hashcrawl's own frames
+    (and trio's, and the standard library's) say nothing about the spider's bug."""
+    frames = [
+        frame
+        for frame in traceback.extract_tb(exc.__traceback__)
+        if not str(Path(frame.filename).resolve()).startswith(_NOT_THE_SPIDERS)
+    ]
+    shown = "".join(traceback.format_list(frames)) if frames else "  (no frame of its own)\n"
+    return "the callback's own frames, innermost last:\n" + shown.rstrip("\n")
 
 
 _DONE = object()

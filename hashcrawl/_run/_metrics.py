@@ -1,10 +1,11 @@
 """What a worker counts as it crawls, and the Prometheus ``/metrics`` that shows it.
 
-A :class:`Tally` is plain Python counting, with no IO: the worker adds to it as pages
-are fetched and commits land, its heartbeat sends :meth:`Tally.beat_fields` to Redis
-(the ``w:ID`` hash, in the heartbeat it sends anyway), and a :class:`WorkerCollector`
-reads it when Prometheus scrapes. Each worker has its own ``CollectorRegistry``, so
-embedded workers and tests never share one.
+A :class:`Tally` is the worker's one count structure, plain Python with no IO: the
+session adds to it as pages are fetched, parsed and committed, the heartbeat sends
+:meth:`Tally.beat_fields` to Redis (the ``w:ID`` hash, in the heartbeat it sends
+anyway), where ``status`` and ``crawl``'s summary sum them over the fleet, and a
+:class:`WorkerCollector` reads it when Prometheus scrapes. Each worker has its own
+``CollectorRegistry``, so embedded workers and tests never share one.
 """
 
 from __future__ import annotations
@@ -19,6 +20,7 @@ from typing import TYPE_CHECKING, Any
 
 import attrs
 
+from hashcrawl._core._outcome import Kind, Outcome, is_last_attempt
 from hashcrawl._exceptions import ConfigError
 
 if TYPE_CHECKING:
@@ -77,8 +79,21 @@ class Histogram:
 
 @attrs.define
 class Tally:
-    """A worker's own counts since it started, across its memberships."""
+    """A worker's own counts since it started, across its memberships.
 
+    ``fetched`` counts responses, ``failed`` fetches that got none; ``errors`` counts
+    both those failures and failed parse callbacks (kind ``parse``), by kind.
+    ``retries`` and ``dead`` count what commits settled: a page put back for another
+    attempt, or dead-lettered.
+    """
+
+    fetched: int = 0
+    failed: int = 0
+    items: int = 0
+    robots_denied: int = 0
+    fenced: int = 0
+    links_dropped: int = 0
+    host_capped: int = 0
     statuses: dict[str, int] = attrs.Factory(dict)
     errors: dict[str, int] = attrs.Factory(dict)
     bytes: int = 0
@@ -113,14 +128,16 @@ class Tally:
         self.links_found += found
         self.links_kept += kept
 
-    def committed(self, outcomes: list[Any], max_attempts: int, seconds: float) -> None:
+    def committed(self, outcomes: list[Outcome], max_attempts: int, seconds: float) -> None:
         """Count what a commit that went through settled: retries, dead letters, bad."""
         self.commit_latency.observe(seconds)
         for o in outcomes:
-            if o.kind == "bad":
+            if o.kind is Kind.BAD:
                 self.queue_bad += 1
-            elif o.kind == "retry" and o.held is not None:
-                if o.held.entry.attempts + 1 >= max_attempts:
+            elif o.kind is Kind.DEAD:
+                self.dead += 1
+            elif o.kind is Kind.RETRY and o.held is not None:
+                if is_last_attempt(o.held.entry, max_attempts):
                     self.dead += 1
                 else:
                     self.retries += 1
@@ -138,6 +155,13 @@ class Tally:
     def counts(self) -> dict[str, int]:
         """Every count, flat, as the heartbeat names them."""
         counts = {
+            "fetched": self.fetched,
+            "failed": self.failed,
+            "items": self.items,
+            "robots_denied": self.robots_denied,
+            "fenced": self.fenced,
+            "links_dropped": self.links_dropped,
+            "host_capped": self.host_capped,
             "bytes": self.bytes,
             "retries": self.retries,
             "dead_letters": self.dead,
@@ -207,7 +231,9 @@ class WorkerCollector:
             pages.add_metric([cls], count)
         yield pages
         errors = CounterMetricFamily(
-            "hashcrawl_fetch_errors", "Fetches that failed, by kind", labels=["kind"]
+            "hashcrawl_fetch_errors",
+            "Fetches that failed, and parse callbacks that raised (kind parse), by kind",
+            labels=["kind"],
         )
         for kind, count in sorted(dict(t.errors).items()):
             errors.add_metric([kind], count)

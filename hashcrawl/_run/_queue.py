@@ -32,8 +32,8 @@ class Queue:
     """
 
     def __init__(self, redis: str | RedisURL, crawl: str, *, timeout: float = 20.0) -> None:
-        url = redis if isinstance(redis, RedisURL) else RedisURL.parse(redis)
-        self._store = Store(url, check_crawl_name(crawl), timeout=timeout)
+        url = redis if isinstance(redis, RedisURL) else RedisURL.parse(redis, name="redis")
+        self._store = Store(url, check_crawl_name(crawl, called="crawl"), timeout=timeout)
 
     def submit(
         self,

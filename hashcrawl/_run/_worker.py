@@ -44,10 +44,10 @@ from hashcrawl._core._session import (
     PARK_AT,
     UNPARK_BELOW,
     Commit,
-    Counters,
     Handoff,
     Session,
 )
+from hashcrawl._core._urls import canonicalize
 from hashcrawl._exceptions import ConfigError, Fenced, FetchError, QueueError, Refused, StateLost
 from hashcrawl._run._handling import Handler, Parse
 from hashcrawl._run._metrics import Tally
@@ -57,6 +57,7 @@ from hashcrawl._store import _crawlconfig
 from hashcrawl._store._crawlconfig import CrawlSettings
 from hashcrawl._store._redisurl import RedisURL, check_crawl_name
 from hashcrawl._store._store import LOST, Beat, Store
+from hashcrawl._web._addresses import PYTHON_ALLOW_HINT, AddressPolicy, url_refusal
 from hashcrawl._web._fetch import Fetcher, HttpxFetcher, NotSent, sending_only_while
 from hashcrawl._web._models import Request, Response
 from hashcrawl._web._robots import Robots, RobotsFetch, Unreachable
@@ -149,8 +150,8 @@ class Worker:
         Raises:
             ConfigError: a bad URL, crawl name or setting, or both parse and spider.
         """
-        self.url = redis if isinstance(redis, RedisURL) else RedisURL.parse(redis)
-        self.crawl = check_crawl_name(crawl)
+        self.url = redis if isinstance(redis, RedisURL) else RedisURL.parse(redis, name="redis")
+        self.crawl = check_crawl_name(crawl, called="crawl")
         settings = {**scrapy_settings(spider), **settings}  # what is given wins
         self.settings = Settings.of(settings)
         # Issue 12: the crawl settings given are checked against the crawl's at the start
@@ -171,8 +172,7 @@ class Worker:
         self.archive = archive_of(self.sink)  # handed every response, when there is one
         if self.archive is not None:
             self.archive.named_for(self.id)
-        self.counters = Counters()  # counts across memberships
-        self.tally = Tally()  # counts across memberships, for /metrics and the heartbeat
+        self.tally = Tally()  # counts across memberships, for status, /metrics and the summary
         self._stop_requested = False
         self.instance = ""  # the crawl's instance marker, learnt at the first join
 
@@ -241,6 +241,8 @@ class Worker:
         reason = "finished"
         try:
             if self.handler.spider is not None:
+                urls = list(getattr(self.spider, "start_urls", None) or ())
+                await trio.to_thread.run_sync(check_start_urls, urls, self.settings)
                 await trio.to_thread.run_sync(self.handler.spider.opened)
                 await trio.to_thread.run_sync(submit_start_requests, store, self.handler.spider)
             while True:
@@ -257,7 +259,7 @@ class Worker:
                         raise StateLost(f"{LOST}; worker {self.id} stops") from None
                     # Others took back what this worker held: start afresh under a new id.
                     log.warning("%s; rejoining as a new member", exc)
-                    self.counters.fenced += 1
+                    self.tally.fenced += 1
                     self.id = new_worker_id()
         except BaseException as exc:
             reason = type(exc).__name__
@@ -286,6 +288,20 @@ class Worker:
         if self._store is None:
             return {}
         return self._store.fleet_counters()
+
+
+def check_start_urls(urls: list[str], settings: Settings) -> None:
+    """Refuse a spider's start URL that this worker would refuse to connect to: left
+    to the fetcher, it would only show as a dead letter after a crawl of nothing.
+
+    Raises:
+        ConfigError: the first such URL, naming the settings that would allow it.
+    """
+    policy = AddressPolicy.of(settings.allow_nets, settings.allow_private)
+    for url in urls:
+        refusal = url_refusal(canonicalize(url), policy, hint=PYTHON_ALLOW_HINT)
+        if refusal is not None:
+            raise ConfigError(f"start URL {url}: {refusal}")
 
 
 def _spider_name(spider: Spider | None, parse: Parse | None) -> str:
@@ -359,7 +375,6 @@ class Driver:
             inbox=store.inbox,
             refuses=worker.handler.refusal,
             spider_name=worker.spider_name,
-            counters=worker.counters,
             tally=worker.tally,
             now=self.now(),
         )

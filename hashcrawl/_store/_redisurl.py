@@ -48,51 +48,52 @@ class RedisURL:
     ca_file: str | None = None
 
     @classmethod
-    def parse(cls, url: str) -> RedisURL:
-        """Parse and check a Redis URL.
+    def parse(cls, url: str, *, name: str = "--redis") -> RedisURL:
+        """Parse and check a Redis URL; messages name it as ``name`` (the flag, or the
+        Python parameter).
 
         Raises:
             InvalidURL: the URL has the wrong scheme, no host or socket path, or a bad port or db.
         """
         scheme, sep, rest = url.partition("://")
         if sep and scheme == "redis+unix":
-            return cls._parse_unix(url)
+            return cls._parse_unix(url, name)
         if not sep or scheme not in ("redis", "rediss"):
             raise InvalidURL(
-                f"--redis must be redis://, rediss:// or redis+unix://, got {_shown(url)}"
+                f"{name} must be redis://, rediss:// or redis+unix://, got {_shown(url)}"
             )
         userinfo, _, location = rest.rpartition("@")
         try:
             parts = urlsplit(f"{scheme}://{location}")
         except ValueError:
-            raise InvalidURL(f"--redis URL cannot be parsed: {_shown(url)}") from None
+            raise InvalidURL(f"{name} URL cannot be parsed: {_shown(url)}") from None
         try:
             port = parts.port
         except ValueError:
-            raise InvalidURL(f"--redis URL has a bad port: {_shown(url)}") from None
+            raise InvalidURL(f"{name} URL has a bad port: {_shown(url)}") from None
         if not parts.hostname:
-            raise InvalidURL(f"--redis URL has no host: {_shown(url)}")
+            raise InvalidURL(f"{name} URL has no host: {_shown(url)}")
         username, colon, password = userinfo.partition(":")
         return cls(
             scheme=scheme,
             host=parts.hostname,
             port=port or 6379,
-            db=_db(parts.path.lstrip("/") or "0", url),
+            db=_db(parts.path.lstrip("/") or "0", url, name),
             username=unquote(username) if username else None,
             password=unquote(password) if colon and password else None,
         )
 
     @classmethod
-    def _parse_unix(cls, url: str) -> RedisURL:
+    def _parse_unix(cls, url: str, name: str) -> RedisURL:
         # User information, if any, runs to the last "@" before the absolute path; the
         # query is everything after the path's first "?", so a raw "#" stays in it.
         rest = url[len("redis+unix://") :]
         if not rest:
-            raise InvalidURL("--redis redis+unix:// URL has no socket path")
+            raise InvalidURL(f"{name} redis+unix:// URL has no socket path")
         split = 0 if rest.startswith("/") else rest.rfind("@/") + 1
         if split == 0 and not rest.startswith("/"):
             raise InvalidURL(
-                f"--redis redis+unix:// URL needs an absolute socket path: {_shown(url)}"
+                f"{name} redis+unix:// URL needs an absolute socket path: {_shown(url)}"
             )
         userinfo = rest[: max(split - 1, 0)]
         path, _, query_text = rest[split:].partition("?")
@@ -100,7 +101,7 @@ class RedisURL:
             # A password holding "@/" would otherwise end early, and its rest be shown
             # as part of the path.
             raise InvalidURL(
-                f"--redis redis+unix:// URL with user information must have no '@' in its "
+                f"{name} redis+unix:// URL with user information must have no '@' in its "
                 f"socket path: {_shown(url)}"
             )
         query = {k: v[-1] for k, v in parse_qs(query_text).items()}
@@ -108,7 +109,7 @@ class RedisURL:
         return cls(
             scheme="redis+unix",
             path=unquote(path),
-            db=_db(query.get("db", "0"), url),
+            db=_db(query.get("db", "0"), url, name),
             username=unquote(username) if username else None,
             password=unquote(password) or query.get("password") or query.get("pass") or None,
         )
@@ -172,6 +173,9 @@ class RedisURL:
                 f"TLS certificate refused ({why}); the server's certificate must be "
                 f"signed by {hint} and name {self.host!r}"
             )
+        elif "Connection refused" in reason or "No such file or directory" in reason:
+            where = self.path if self.scheme == "redis+unix" else f"{self.host}:{self.port}"
+            reason += f" Is a Redis server running at {where}?"
         return reason
 
     def client_kwargs(self) -> dict[str, Any]:
@@ -197,19 +201,20 @@ class RedisURL:
     __str__ = redacted
 
 
-def check_crawl_name(name: str) -> str:
-    """Return ``name`` if it can name a crawl's keys, else raise ConfigError."""
+def check_crawl_name(name: str, *, called: str = "--crawl") -> str:
+    """Return ``name`` if it can name a crawl's keys, else raise ConfigError naming it
+    as ``called`` (the flag, or the Python parameter)."""
     if not _CRAWL_NAME.fullmatch(name):
         raise ConfigError(
-            f"--crawl must be 1-64 letters, digits, '.', '_' or '-' starting with a letter "
+            f"{called} must be 1-64 letters, digits, '.', '_' or '-' starting with a letter "
             f"or digit, got {name!r}"
         )
     return name
 
 
-def _db(text: str, url: str) -> int:
+def _db(text: str, url: str, name: str) -> int:
     if not (text.isascii() and text.isdigit()):
-        raise InvalidURL(f"--redis URL has a bad database number: {_shown(url)}")
+        raise InvalidURL(f"{name} URL has a bad database number: {_shown(url)}")
     return int(text)
 
 

@@ -657,6 +657,13 @@ class Store:
         }
 
     @_translated
+    def idle_since_ms(self) -> int | None:
+        """Server ms since which nothing was outstanding fleet-wide, or None (busy, or
+        never begun): what ``--idle`` counts from."""
+        value = self._redis.get(self.key("idle_since"))
+        return int(value) if value is not None and value.lstrip("-").isdigit() else None
+
+    @_translated
     def worker_records(self) -> dict[str, dict[str, str]]:
         """The ``w:ID`` hash of every worker that ever joined, as its heartbeat last wrote it;
         the counters of pruned workers (``retired``) under the id ``RETIRED``."""

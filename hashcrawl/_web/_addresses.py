@@ -3,8 +3,10 @@
 By default only addresses that ``ipaddress`` calls global are reachable: loopback,
 RFC 1918 private, link-local (169.254.0.0/16, the cloud metadata service), CGNAT
 (100.64.0.0/10), unique-local IPv6, multicast, reserved and unspecified addresses are
-refused, and an IPv4-mapped IPv6 address (``::ffff:10.0.0.1``) is judged as the IPv4
-address it carries. ``allow_nets`` opens given networks; ``allow_private`` opens all.
+refused, and an IPv6 address that carries an IPv4 one (IPv4-mapped ``::ffff:10.0.0.1``,
+6to4, NAT64's ``64:ff9b::/96``, IPv4-compatible ``::10.0.0.1``) is judged as that IPv4
+address (see :func:`embedded_ipv4`). ``allow_nets`` opens given networks;
+``allow_private`` opens all.
 
 The decision is pure; :mod:`hashcrawl._web._fetch` applies it to the address each connection
 actually goes to, after resolving, so that DNS and redirects cannot get round it.
@@ -24,6 +26,9 @@ from hashcrawl._exceptions import ConfigError
 Address = ipaddress.IPv4Address | ipaddress.IPv6Address
 Network = ipaddress.IPv4Network | ipaddress.IPv6Network
 ALLOW_HINT = "allow it with --allow-net CIDR or --allow-private"
+PYTHON_ALLOW_HINT = "allow it with allow_nets=['CIDR'] or allow_private=True"
+NAT64_WELL_KNOWN = ipaddress.IPv6Network("64:ff9b::/96")  # RFC 6052
+NAT64_LOCAL = ipaddress.IPv6Network("64:ff9b:1::/48")  # RFC 8215: local use, not global
 
 
 def parse_net(text: str) -> Network:
@@ -76,14 +81,36 @@ class AddressPolicy:
             return True
         if any(ip in net for net in self.nets):
             return True
-        if isinstance(ip, ipaddress.IPv6Address) and ip.ipv4_mapped is not None:
-            return self._allows(ip.ipv4_mapped)
+        if isinstance(ip, ipaddress.IPv6Address):
+            carried = embedded_ipv4(ip)
+            if carried is not None:
+                return self._allows(carried)
+            if ip in NAT64_LOCAL:  # an operator's own NAT64, to its own networks
+                return False
         return ip.is_global and not ip.is_multicast
 
-    def refusal(self, host: str, addresses: list[str]) -> str:
+    def refusal(self, host: str, addresses: list[str], hint: str = ALLOW_HINT) -> str:
         """The reason given when none of ``host``'s addresses may be reached."""
         shown = host if addresses == [host] else f"{host} ({', '.join(addresses[:3])})"
-        return f"{shown} is not a public address; {ALLOW_HINT}"
+        return f"{shown} is not a public address; {hint}"
+
+
+def embedded_ipv4(ip: ipaddress.IPv6Address) -> ipaddress.IPv4Address | None:
+    """The IPv4 address an IPv6 address carries, which is where a packet to it goes.
+
+    IPv4-mapped (``::ffff:a.b.c.d``), 6to4 (``2002:AABB:CCDD::/48``), NAT64's
+    well-known prefix (``64:ff9b::a.b.c.d``) and the deprecated IPv4-compatible form
+    (``::a.b.c.d``; ``::`` and ``::1`` are IPv6's own) all do, and ``ipaddress``
+    calls every form but the mapped one global, whatever IPv4 address is inside.
+    """
+    if ip.ipv4_mapped is not None:
+        return ip.ipv4_mapped
+    if ip.sixtofour is not None:
+        return ip.sixtofour
+    low = ipaddress.IPv4Address(int(ip) & 0xFFFFFFFF)
+    if ip in NAT64_WELL_KNOWN or (int(ip) >> 32 == 0 and int(ip) > 1):
+        return low
+    return None
 
 
 def literal_address(host: str) -> str | None:
@@ -106,7 +133,9 @@ def resolve(host: str) -> list[str]:
     return list(dict.fromkeys(str(info[4][0]) for info in infos))
 
 
-def url_refusal(canonical_url: str, policy: AddressPolicy, *, look_up: bool = True) -> str | None:
+def url_refusal(
+    canonical_url: str, policy: AddressPolicy, *, look_up: bool = True, hint: str = ALLOW_HINT
+) -> str | None:
     """Why a worker under ``policy`` would refuse ``canonical_url``, or None.
 
     The CLI asks before it submits, so that a private start URL is an error at once
@@ -115,10 +144,11 @@ def url_refusal(canonical_url: str, policy: AddressPolicy, *, look_up: bool = Tr
 
     Args:
         look_up: resolve host names too (blocking); else judge IP literals only.
+        hint: how the refusal says to allow it (the CLI's flags by default).
     """
     host = urlsplit(canonical_url).hostname or ""
     literal = literal_address(host)
     addresses = [literal] if literal is not None else resolve(host) if look_up else []
     if addresses and not any(policy.allows(address) for address in addresses):
-        return policy.refusal(host, addresses)
+        return policy.refusal(host, addresses, hint)
     return None

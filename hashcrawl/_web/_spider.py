@@ -11,6 +11,7 @@ import inspect
 import json
 import logging
 import sys
+import traceback
 from collections.abc import Awaitable, Callable, Iterable, Iterator, Mapping, Sequence
 from pathlib import Path
 from typing import Any, ClassVar
@@ -382,7 +383,11 @@ def load_spider(spec: str) -> type[Spider]:
     assert module_spec is not None and module_spec.loader is not None
     module = importlib.util.module_from_spec(module_spec)
     sys.modules[module_spec.name] = module
-    module_spec.loader.exec_module(module)
+    try:
+        module_spec.loader.exec_module(module)
+    except Exception as exc:  # the user's code: their line and error, not our traceback
+        del sys.modules[module_spec.name]
+        raise ConfigError(f"--spider {path_text}, {_where_it_failed(exc, path)}") from None
     spiders = {
         n: v
         for n, v in vars(module).items()
@@ -397,3 +402,14 @@ def load_spider(spec: str) -> type[Spider]:
             f"--spider: {path_text} defines {len(spiders)} spiders; name one with FILE:ClassName"
         )
     return next(iter(spiders.values()))
+
+
+def _where_it_failed(exc: Exception, path: Path) -> str:
+    """``line N: Kind: message`` of an exception raised loading the spider file."""
+    line = exc.lineno if isinstance(exc, SyntaxError) else None
+    if line is None:
+        frames = [f for f in traceback.extract_tb(exc.__traceback__) if Path(f.filename) == path]
+        line = frames[-1].lineno if frames else None
+    message = exc.msg if isinstance(exc, SyntaxError) else str(exc)
+    where = f"line {line}: " if line is not None else ""
+    return f"{where}{type(exc).__name__}: {message}"

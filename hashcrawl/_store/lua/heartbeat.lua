@@ -9,6 +9,8 @@
 --   P..'outstanding' STRING entries waiting or held, fleet-wide (commit); recounted here
 --   P..'parked', P..'park:'..host  read when recounting
 --   P..'idle_since'  STRING server ms since which nothing was outstanding
+--   P..'seenmeta'    HASH  read: 'queued', entries ever added; a crawl that never had
+--     one has not begun, so it is not idle (workers started before the first submit wait)
 --   P..'stats'       HASH  fleet counters (leases_reclaimed here)
 --   P..'w:'..worker  HASH  the worker's own counters, replaced wholesale
 --   P..'instance'    STRING the crawl's marker: checked against the worker's
@@ -97,7 +99,10 @@ local idle_since = -1
 if outstanding <= 0 and orphans == 0 then
   idle_since = tonumber(redis.call('GET', P .. 'idle_since') or '-1')
 end
-if outstanding <= 0 and orphans == 0 and idle_since < 0 then
+-- A crawl that never queued an entry has not begun: it is not idle, and there is
+-- nothing to count (so its heartbeats stay as cheap as an idle crawl's).
+local begun = tonumber(redis.call('HGET', P .. 'seenmeta', 'queued') or '0') > 0
+if outstanding <= 0 and orphans == 0 and idle_since < 0 and begun then
   -- Before calling the crawl idle, count for real: entries written by hand (or lost
   -- with a Redis that restarted without persistence) must not end a crawl early. Once
   -- idle, it stays idle until a commit adds something, so this count is made once per
