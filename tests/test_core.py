@@ -15,6 +15,7 @@ from hashcrawl._exceptions import Fenced, QueueError
 from hashcrawl._run._metrics import Tally
 from hashcrawl._settings import Settings
 from hashcrawl._store._store import Beat, Committed
+from hashcrawl._web._cookies import Jars
 
 LEASE = 8.0
 
@@ -33,6 +34,7 @@ def session_of(
         spider_name="-",
         counters=Counters(),
         tally=Tally(),
+        jars=Jars(),
         now=0.0,
     )
     session.joined(0.0, 0.0, now_ms=0)
@@ -111,7 +113,7 @@ def test_uncommitted_pages_count_against_concurrency() -> None:
     assert session.fetch_ended(held, Outcome.done(held, [{"x": 1}], []), 0.1) is True
     assert session.next_fetch(0.1) == float("inf")
     commit = session.next_commit()
-    batch = session.commit_batch(commit)
+    batch = session.commit_batch(commit, 0.0)
     assert session.committed(commit, batch, Committed(status="ok"), 0.01) == "ok"
     assert isinstance(session.next_fetch(0.1), Held)
 
@@ -122,7 +124,7 @@ def test_an_entry_of_a_host_another_member_owns_is_forwarded_to_it() -> None:
     other = host_owned_by(session.latest, "w2")
     session.take_in([("1-0", Entry(url=f"http://{other}/").encode().encode())])
     assert [o.kind for o in session.outcomes] == [Kind.FORWARD]
-    batch = session.commit_batch(session.next_commit())
+    batch = session.commit_batch(session.next_commit(), 0.0)
     assert batch.mv == [["1-0", "q:w2", Entry(url=f"http://{other}/").encode()]]
 
 
@@ -130,7 +132,7 @@ def test_an_unreadable_entry_is_acknowledged_as_bad() -> None:
     """A payload that is no entry becomes a bad outcome, nothing else."""
     session = session_of()
     session.take_in([("1-0", b"not json")])
-    batch = session.commit_batch(session.next_commit())
+    batch = session.commit_batch(session.next_commit(), 0.0)
     assert batch.bad and batch.bad[0][0] == "1-0" and not batch.ack
 
 
@@ -144,7 +146,7 @@ def test_committed_follows_skip_the_seen_filter_next_time() -> None:
         assert isinstance(held, Held)
         session.fetch_ended(held, Outcome.done(held, [], [follow]), at)
         commit = session.next_commit()
-        batch = session.commit_batch(commit)
+        batch = session.commit_batch(commit, 0.0)
         assert session.committed(commit, batch, Committed(status="ok"), 0.0) == "ok"
         assert len(batch.add) == (1 if at == 0.0 else 0)
 
@@ -155,7 +157,7 @@ def test_a_commit_takes_at_most_commit_max_outcomes() -> None:
     session.take_in([(f"{n}-0", b"bad") for n in range(COMMIT_MAX + 5)])
     commit = session.next_commit()
     assert len(commit.outcomes) == COMMIT_MAX
-    session.committed(commit, session.commit_batch(commit), Committed(status="ok"), 0.0)
+    session.committed(commit, session.commit_batch(commit, 0.0), Committed(status="ok"), 0.0)
     assert len(session.outcomes) == 5
 
 
@@ -164,7 +166,7 @@ def test_a_refused_commit_keeps_its_outcomes() -> None:
     session = session_of()
     session.take_in([("1-0", b"bad")])
     commit = session.next_commit()
-    batch = session.commit_batch(commit)
+    batch = session.commit_batch(commit, 0.0)
     assert session.committed(commit, batch, Committed(status="stale", epoch=2), 0.0) == "stale"
     assert session.outcomes == commit.outcomes
     with pytest.raises(Fenced):
@@ -286,6 +288,7 @@ def test_heartbeat_reports_this_memberships_counts_only() -> None:
         spider_name="-",
         counters=counters,
         tally=Tally(),
+        jars=Jars(),
         now=0.0,
     )
     counters.fetched += 2

@@ -1,8 +1,8 @@
 """What travels through Redis: one entry per request, as compact JSON.
 
-An :class:`Entry` is made from a spider's :class:`~hashcrawl.Request` (or URL) with
-:meth:`Entry.following`, and turned back into the request to send with
-:meth:`Entry.to_request`: the only two places the one becomes the other.
+An :class:`Entry` is made from a spider's :class:`~hashcrawl.Request` (or URL), and
+turned back into the request to send, in ``hashcrawl._web._requests``: the only two
+places the one becomes the other, outside the core, which knows no request.
 """
 
 from __future__ import annotations
@@ -11,16 +11,12 @@ import base64
 import hashlib
 import json
 import re
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 import attrs
 
-from hashcrawl._core._links import request_url
 from hashcrawl._core._urls import canonicalize
-from hashcrawl._exceptions import ConfigError, HashcrawlError
-
-if TYPE_CHECKING:
-    from hashcrawl._web._models import Request
+from hashcrawl._exceptions import HashcrawlError
 
 #: The largest stream payload read as an entry; a longer one is a bad entry unread.
 MAX_ENTRY_BYTES = 64 * 1024
@@ -128,60 +124,6 @@ class Entry:
             except UnicodeDecodeError:
                 doc["Y"] = base64.b64encode(self.body).decode("ascii")
         return json.dumps(doc, separators=(",", ":"), ensure_ascii=False)
-
-    @classmethod
-    def following(cls, thing: Request | str, base_url: str, depth: int) -> Entry | None:
-        """The entry a page's request (or URL) makes, resolved against the page's URL;
-        None for a URL that cannot be fetched.
-
-        Raises:
-            ConfigError: the request would make an entry too big for the queue.
-        """
-        from hashcrawl._web._models import Request  # _models reads this module's limits
-
-        request = thing if isinstance(thing, Request) else Request(thing)
-        url = request_url(base_url, request.url)
-        if url is None:
-            return None
-        entry = cls(
-            url=url,
-            depth=depth,
-            priority=request.priority,
-            meta=request.meta,
-            callback=request.callback,
-            dont_filter=request.dont_filter,
-            method=request.method,
-            headers=request.headers,
-            body=request.body,
-            timeout=request.timeout,
-            max_redirects=request.max_redirects,
-        )
-        if request.body or request.headers:  # a plain GET's entry is as small as its URL
-            size = len(entry.encode().encode("utf-8"))
-            if size > MAX_ENTRY_BYTES:
-                raise ConfigError(
-                    f"Request {request.method} {url:.100} would be a {size}-byte queue entry, "
-                    f"over the {MAX_ENTRY_BYTES} an entry holds: send a smaller body"
-                )
-        return entry
-
-    def to_request(self, extra_headers: tuple[tuple[str, str], ...] = ()) -> Request:
-        """The request to send for this entry, with ``extra_headers`` (a cookie) added."""
-        from hashcrawl._web._models import Request  # _models reads this module's limits
-
-        return Request(
-            self.url,
-            priority=self.priority,
-            meta=self.meta,
-            callback=self.callback,
-            dont_filter=self.dont_filter,
-            depth=self.depth,
-            method=self.method,
-            headers=(*self.headers, *extra_headers),
-            body=self.body,
-            timeout=self.timeout,
-            max_redirects=self.max_redirects,
-        )
 
     @classmethod
     def decode(cls, data: bytes | str | None) -> Entry:

@@ -22,25 +22,20 @@ from collections.abc import Callable, Iterable
 from typing import Any
 
 import attrs
-import httpx
 
+from hashcrawl._core._batch import LOST, Batch, Beat, Committed
 from hashcrawl._core._entry import BadEntry, Entry
-from hashcrawl._core._faults import FAULTS
+from hashcrawl._core._faults import NO_FAULTS, Faults
 from hashcrawl._core._frontier import Frontier, Held, Host
-from hashcrawl._core._outcome import Kind, Outcome, Router, SeenCache
+from hashcrawl._core._outcome import Kind, Origin, Outcome, Router, SeenCache, failure_wait
 from hashcrawl._core._ring import Ring
+from hashcrawl._core._rules import RULES_TTL, Robots, Unreachable, first_sitemaps
 from hashcrawl._core._scope import Scope
 from hashcrawl._core._scope import members as scope_members
+from hashcrawl._core._seams import CookieJars, Reply, Tally
 from hashcrawl._core._urls import host_key
 from hashcrawl._exceptions import Fenced, FetchError, InvalidURL, QueueError, Refused, StateLost
-from hashcrawl._run._handling import Origin, retry_wait
-from hashcrawl._run._metrics import Tally
 from hashcrawl._settings import Settings
-from hashcrawl._store._store import LOST, Batch, Beat, Committed
-from hashcrawl._web._cookies import Jars
-from hashcrawl._web._models import Request, Response
-from hashcrawl._web._robots import RULES_TTL, Robots, Unreachable
-from hashcrawl._web._sitemaps import first_sitemaps
 
 log = logging.getLogger("hashcrawl")
 # A commit costs ~10 Redis commands however few pages it carries, so waiting 200 ms
@@ -113,7 +108,9 @@ class Session:
         spider_name: str,
         counters: Counters,
         tally: Tally,
+        jars: CookieJars,
         now: float,
+        faults: Faults = NO_FAULTS,
     ) -> None:
         self.id = worker
         self.settings = settings
@@ -125,6 +122,7 @@ class Session:
         self.counters = counters
         self.counters_base = attrs.asdict(counters)  # the heartbeat reports this membership's
         self.tally = tally
+        self.faults = faults
         self.tally_base = tally.counts()
         self.started = now
         self.frontier = Frontier(delay=settings.delay, per_host=settings.per_host)
@@ -148,7 +146,7 @@ class Session:
         self.unpaced: set[str] = set()  # hosts whose pace record is not to be read yet
         self.due_pace: list[str] = []  # hosts whose pace record is to be read now
         self.pace_read: dict[str, str] = {}  # pace records read: the next commit deletes them
-        self.jars = Jars()  # the cookies of the hosts this worker owns
+        self.jars = jars  # the cookies of the hosts this worker owns
         self.last_read = "0"  # the newest entry id this reader has taken in
         self.unsure = False  # a read failed: Redis may have delivered what never came
         self.suspects: set[str] = set()
@@ -211,7 +209,7 @@ class Session:
         return {
             "lease_ms": int(self.settings.lease * 1000),
             # Expiring members that are not silent is a deliberate bug to catch.
-            "expire_ms": 0 if "reclaim_live" in FAULTS else None,
+            "expire_ms": 0 if "reclaim_live" in self.faults else None,
             "applied": self.applied,
             "known_epoch": self.latest.epoch,
             "stats": self.stats(now, resident_kib),
@@ -245,7 +243,7 @@ class Session:
         if beat.members is not None:
             self.members_read(beat.epoch, beat.members)
         # Taking the newest epoch for the settled one is a deliberate bug to catch.
-        settled = beat.epoch if "newest_as_settled" in FAULTS else beat.settled
+        settled = beat.epoch if "newest_as_settled" in self.faults else beat.settled
         if settled != self.settled:
             self.settled = settled
             self.pace_hosts(())
@@ -466,7 +464,7 @@ class Session:
     def pace_records(self, names: list[str], now: float) -> dict[str, str]:
         """The pace records of hosts this worker hands over (see ``apply_pace``)."""
         records: dict[str, str] = {}
-        if "drop_pace" in FAULTS:  # a deliberate bug to catch: the pacing stays behind
+        if "drop_pace" in self.faults:  # a deliberate bug to catch: the pacing stays behind
             return records
         for name in names:
             record = self._pace_record(name, now)
@@ -501,7 +499,7 @@ class Session:
     def fresh(self, now: float) -> bool:
         """Whether a heartbeat Redis answered was sent recently enough to fetch."""
         # A window of the whole lease is a deliberate bug to catch.
-        wide = "wide_fresh_window" in FAULTS
+        wide = "wide_fresh_window" in self.faults
         return now - self.confirmed_at < (self.settings.lease if wide else self.settings.fresh_for)
 
     def saturated(self) -> bool:
@@ -555,7 +553,7 @@ class Session:
     def may_send(self, held: Held, now: float) -> bool:
         """Whether ``held``'s request may leave now: asked right before it does, since
         the request may have waited (a pause, a slow Redis) since it was dispatched."""
-        fresh = "send_stale" in FAULTS or self.fresh(now)  # off: a deliberate bug to catch
+        fresh = "send_stale" in self.faults or self.fresh(now)  # off: a deliberate bug to catch
         return fresh and self.latest.owner_of(held.host) == self.id
 
     # -- one fetch, start to end --------------------------------------------------------------
@@ -627,14 +625,12 @@ class Session:
         self.counters.host_capped += 1
         return Outcome.done(held, [], [])
 
-    def request_for(self, held: Held) -> Request:
-        """The request to send for ``held``, with its host's cookies."""
+    def cookie_for(self, held: Held) -> str | None:
+        """The ``Cookie`` header to send with ``held``'s request: its host's cookies."""
         entry = held.entry
         if self.settings.cookies and not any(n.lower() == "cookie" for n, _ in entry.headers):
-            cookie = self.jars.header(held.host, entry.method, entry.url)
-            if cookie:
-                return entry.to_request((("Cookie", cookie),))
-        return entry.to_request()
+            return self.jars.header(held.host, entry.method, entry.url)
+        return None
 
     def sending(self, held: Held) -> None:
         """``held``'s page request is leaving."""
@@ -651,15 +647,17 @@ class Session:
             return Outcome.dead(held, str(exc))
         return self.failed(held, str(exc) or type(exc).__name__, kind=kind, took=took, now=now)
 
-    def answered(self, held: Held, response: Response, took: float, now: float) -> Origin:
-        """A response came; returns what the handler needs to know of its host."""
+    def answered(
+        self, held: Held, response: Reply, took: float, now: float, set_cookies: list[str]
+    ) -> Origin:
+        """A response came, with ``set_cookies`` (its Set-Cookie headers); returns what the
+        handler needs to know of its host."""
         self.finish(held, now)
         self.counters.fetched += 1
         self.tally.response(response.status, len(response.body), took)
-        if self.settings.cookies and "set-cookie" in response.headers:
-            set_cookies = httpx.Headers(response.headers).get_list("set-cookie")
-            if self.latest.owner_of(held.host) == self.id:  # not once handed over
-                self.jars.take(held.host, held.entry.method, response.url, set_cookies)
+        owned = self.latest.owner_of(held.host) == self.id  # not once handed over
+        if self.settings.cookies and set_cookies and owned:
+            self.jars.take(held.host, held.entry.method, response.url, set_cookies)
         robots = self.robots.get(held.host) if self.settings.obey_robots else None
         return Origin(self.id, robots, self.host_is_full(held.host))
 
@@ -676,7 +674,7 @@ class Session:
         self.finish(held, now)
         self.counters.failed += 1
         self.tally.error(kind, took)
-        return Outcome.retry(held, reason, backoff=retry_wait(held.entry.attempts, None))
+        return Outcome.retry(held, reason, backoff=failure_wait(held.entry.attempts))
 
     def finish(self, held: Held, at: float) -> None:
         """``held``'s request is over (or was never made): count its host free, once."""
@@ -746,12 +744,19 @@ class Session:
         """``commit``'s items are written (or, with a deliberate bug, will be)."""
         self.written.update(id(o) for o in commit.outcomes)
 
-    def router(self, ring: Ring) -> Router:
+    def router(self, ring: Ring, now: float) -> Router:
         return Router(
-            ring, self.stream_of, self.inbox, self.scope, self.seen, self.settings.max_attempts
+            ring,
+            self.stream_of,
+            self.inbox,
+            self.scope,
+            self.seen,
+            self.settings.max_attempts,
+            at=self.server_ms(now) // 1000,
+            faults=self.faults,
         )
 
-    def commit_batch(self, commit: Commit) -> Batch:
+    def commit_batch(self, commit: Commit, now: float) -> Batch:
         """The batch that commits ``commit`` at the newest epoch this worker knows."""
         ring = self.latest
         hosts = {h for o in commit.outcomes for h in o.widen}
@@ -760,7 +765,7 @@ class Session:
         batch = Batch(worker=self.id, epoch=ring.epoch, src=self.stream, scope=self.scope.version)
         batch.widen = sorted(scope_members(hosts=hosts))
         batch.unpace = [x for pair in sorted(self.pace_read.items()) for x in pair]
-        router = self.router(ring)
+        router = self.router(ring, now)
         for outcome in commit.outcomes:
             router.add(batch, outcome)
         return batch
@@ -849,7 +854,7 @@ class Session:
         others = dict.fromkeys(h for h in counted if h not in lost)
         records = self.pace_records([*lost, *others], now)
         batch.pace = [x for pair in records.items() for x in pair]
-        router = self.router(ring)
+        router = self.router(ring, now)
         for name in lost:
             target = router.target_of(name)
             for held in self.frontier.hosts[name].queued():
@@ -898,6 +903,7 @@ class Session:
         got: list[tuple[str, bytes | None]],
         ring: Ring,
         dying: set[str] | None,
+        now: float,
     ) -> Batch:
         """The commit that moves entries left in ``stream`` to their hosts' owners.
 
@@ -907,7 +913,7 @@ class Session:
         """
         own = stream == self.stream
         batch = Batch(worker="" if own else self.id, epoch=ring.epoch, src=stream)
-        self.router(ring).add_orphans(batch, got, dying)
+        self.router(ring, now).add_orphans(batch, got, dying)
         return batch
 
     def departed(self, stream: str) -> bool:

@@ -14,6 +14,7 @@ from hashcrawl._core._links import sendable
 from hashcrawl._core._ring import Ring
 from hashcrawl._core._scope import members as scope_members
 from hashcrawl._core._urls import canonicalize, fingerprint, host_key
+from hashcrawl._store._base import WorkerStore
 from hashcrawl._store._redisurl import RedisURL, check_crawl_name
 from hashcrawl._store._store import Batch, Store
 
@@ -103,7 +104,7 @@ class Queue:
 
 
 def submit_urls(
-    store: Store, urls: Iterable[str], *, priority: int = 0, dont_filter: bool = False
+    store: WorkerStore, urls: Iterable[str], *, priority: int = 0, dont_filter: bool = False
 ) -> int:
     """Route URLs to their host owners' streams (or the inbox), a thousand per commit."""
     added = 0
@@ -117,7 +118,7 @@ def submit_urls(
     return added
 
 
-def _submit_entries(store: Store, entries: list[Entry]) -> int:
+def _submit_entries(store: WorkerStore, entries: list[Entry]) -> int:
     while True:
         ring = Ring.of(*store.members())
         batch = Batch(worker="", epoch=ring.epoch)

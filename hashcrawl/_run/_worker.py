@@ -32,7 +32,7 @@ from typing import Any, TypeVar
 
 import trio
 
-from hashcrawl._core._faults import FAULTS
+from hashcrawl._core._faults import NO_FAULTS, Faults
 from hashcrawl._core._frontier import Held
 from hashcrawl._core._outcome import Outcome
 from hashcrawl._core._ring import Ring
@@ -54,11 +54,14 @@ from hashcrawl._run._metrics import Tally
 from hashcrawl._run._queue import submit_urls
 from hashcrawl._settings import CRAWL, Settings, header_pairs
 from hashcrawl._store import _crawlconfig
+from hashcrawl._store._base import WorkerStore
 from hashcrawl._store._crawlconfig import CrawlSettings
 from hashcrawl._store._redisurl import RedisURL, check_crawl_name
 from hashcrawl._store._store import LOST, Beat, Store
+from hashcrawl._web._cookies import Jars
 from hashcrawl._web._fetch import Fetcher, HttpxFetcher, NotSent, sending_only_while
 from hashcrawl._web._models import Request, Response
+from hashcrawl._web._requests import request_of, set_cookies
 from hashcrawl._web._robots import Robots, RobotsFetch, Unreachable
 from hashcrawl._web._sinks import Sink, sink_for
 from hashcrawl._web._spider import Spider, callback_of
@@ -134,6 +137,7 @@ class Worker:
         parse: Parse | None = None,
         spider: Spider | type[Spider] | None = None,
         sink: Sink | None = None,
+        faults: Faults = NO_FAULTS,
         **settings: Any,
     ) -> None:
         """Args:
@@ -143,6 +147,7 @@ class Worker:
         parse: a callback from a response to items and requests to follow.
         spider: a :class:`Spider` (class or instance) instead of ``parse``.
         sink: where items go (default: JSON Lines on standard output).
+        faults: deliberate bugs to switch on (tests and simulations only).
         settings: any field of :class:`Settings` (delay, per_host, concurrency, ...).
 
         Raises:
@@ -151,13 +156,13 @@ class Worker:
         self.url = redis if isinstance(redis, RedisURL) else RedisURL.parse(redis)
         self.crawl = check_crawl_name(crawl)
         self.settings = Settings.of(settings)
-        # Issue 12: the crawl settings given are checked against the crawl's at the start
-        # of run(), which then adopts the crawl's; a heartbeat may bring new ones.
+        # The crawl settings given are checked against the crawl's at the start of run(),
+        # which then adopts the crawl's: one value per crawl; a heartbeat may bring new ones.
         self.given_crawl = {k: getattr(self.settings, k) for k in settings if k in CRAWL}
         self.crawl_settings: CrawlSettings | None = None
         self.settings_refused: ConfigError | None = None  # why the crawl's stopped it
-        self.following_settings = False
         self.id = new_worker_id()
+        self.faults = faults
         self._fetcher = fetcher
         self.spider = spider() if isinstance(spider, type) else spider
         if parse is not None and self.spider is not None:
@@ -211,7 +216,7 @@ class Worker:
         return self._driver.session if self._driver is not None else None
 
     _driver: Driver | None = None
-    _store: Store | None = None
+    _store: WorkerStore | None = None
 
     async def run(self) -> None:
         """Crawl until the fleet has been idle ``idle`` seconds, or until stopped.
@@ -221,13 +226,14 @@ class Worker:
             ConfigError: a crawl setting given differs from the crawl's, or the crawl's
                 stored settings are not usable (see ``_crawlconfig``).
         """
-        # Issue 12: take the crawl's settings (or record these), before they are used.
+        # Take the crawl's settings (or record these) before they are used.
         settings, self.crawl_settings = await trio.to_thread.run_sync(
             _crawlconfig.adopt_at, self.url, self.crawl, self.settings, self.given_crawl
         )
         self.take_settings(settings)
         metrics = self._serve_metrics()  # a port in use is a bad flag, found at once
-        store = self._store = Store(self.url, self.crawl, timeout=self.settings.answer_timeout)
+        store: WorkerStore = Store(self.url, self.crawl, timeout=self.settings.answer_timeout)
+        self._store = store
         own_fetcher = self._fetcher is None
         fetcher = self._fetcher or HttpxFetcher(
             user_agent=self.settings.user_agent,
@@ -249,7 +255,8 @@ class Worker:
                     return
                 try:
                     await self._driver.run()
-                    _crawlconfig.refused(self)  # issue 12: stopped by the crawl's settings
+                    if self.settings_refused is not None:  # stopped by the crawl's settings
+                        raise self.settings_refused
                     return
                 except Fenced as exc:
                     known = self.instance  # none yet: fenced before its first join
@@ -295,7 +302,7 @@ async def _in_worker_thread(
     return await trio.to_thread.run_sync(fn, *args, limiter=limiter)
 
 
-async def _marker_gone(store: Store, instance: str, lease: float) -> bool:
+async def _marker_gone(store: WorkerStore, instance: str, lease: float) -> bool:
     """Whether the crawl's instance marker is no longer ``instance``, asked for a lease.
 
     Raises:
@@ -327,7 +334,7 @@ class Driver:
     def __init__(
         self,
         worker: Worker,
-        store: Store,
+        store: WorkerStore,
         fetcher: Fetcher,
         *,
         call: Call | None = None,
@@ -352,7 +359,9 @@ class Driver:
             spider_name=worker.spider_name,
             counters=worker.counters,
             tally=worker.tally,
+            jars=Jars(),
             now=self.now(),
+            faults=worker.faults,
         )
         self.scopes: dict[str, trio.CancelScope] = {}  # fetches a handoff may cut short
         self.changed = Signal()
@@ -361,6 +370,7 @@ class Driver:
         self.pace_due = trio.Event()
         self.commit_soon = trio.Event()
         self.flushed = trio.Event()
+        self.settings_due = trio.Event()  # a heartbeat named new crawl settings
 
     # -- plumbing ------------------------------------------------------------------------
 
@@ -444,6 +454,7 @@ class Driver:
                     self.pace_loop,
                     self.unpark_loop,
                     self.forget_loop,
+                    self.settings_loop,
                 ):
                     nursery.start_soon(loop)
             await self.leave()
@@ -548,7 +559,8 @@ class Driver:
             log.info("heartbeat failed: %s", exc)
             return None
         session.beat_answered(beat, sent, self.now())
-        _crawlconfig.on_beat(self, beat)  # issue 12: apply the crawl's settings if changed
+        if _crawlconfig.newer(self.worker.crawl_settings, beat):
+            self.settings_due.set()
         self.wake()
         return beat
 
@@ -569,6 +581,28 @@ class Driver:
         except trio.TooSlowError:
             raise QueueError(f"could not leave the crawl within a lease ({lease:g} s)") from None
         log.info("%s left the crawl", session.id)
+
+    async def settings_loop(self) -> None:
+        """Take on the crawl's settings whenever a heartbeat names a new version."""
+        while True:
+            await self.settings_due.wait()
+            self.settings_due = trio.Event()
+            await self.follow_settings()
+
+    async def follow_settings(self) -> None:
+        """Read the crawl's settings and take them on; stop the worker if they no
+        longer fit it."""
+        worker = self.worker
+        try:
+            new = await self.persist(_crawlconfig.read_running, self.store, worker.settings)
+            taken = _crawlconfig.updated(worker.crawl, worker.crawl_settings, new, worker.settings)
+        except ConfigError as exc:
+            log.error("stopping: %s", exc)
+            worker.refuse(exc)
+            return
+        if taken is not None:
+            worker.take_settings(taken)
+            worker.crawl_settings = new
 
     # -- reading the stream --------------------------------------------------------------------
 
@@ -723,7 +757,7 @@ class Driver:
             return session.robots_denied(held)
         if session.host_is_full(held.host):
             return session.host_capped(held)
-        request = session.request_for(held)
+        request = request_of(held.entry, session.cookie_for(held))
         if not self.may_send(held):
             return session.put_back(held, self.now())
         session.sending(held)
@@ -736,7 +770,9 @@ class Driver:
             if not isinstance(exc, FetchError):
                 log.exception("fetcher failed on %s", held.entry.url)
             return session.send_failed(held, exc, self.now() - sent, self.now())
-        origin = session.answered(held, response, self.now() - sent, self.now())
+        origin = session.answered(
+            held, response, self.now() - sent, self.now(), set_cookies(response)
+        )
         try:
             return await self.worker.handler.handle(held, response, origin)
         except Exception as exc:  # a parse callback's bug fails its page, not the worker
@@ -747,7 +783,7 @@ class Driver:
 
     def may_send(self, held: Held) -> bool:
         """Ask the session, right before a request leaves, whether it still may."""
-        if "send_unchecked" in FAULTS:  # a deliberate bug the end-to-end tests catch
+        if "send_unchecked" in self.worker.faults:  # a deliberate bug the end-to-end tests catch
             return True
         return self.session.may_send(held, self.now())
 
@@ -824,12 +860,12 @@ class Driver:
         commit = session.next_commit()
         if not commit.outcomes:
             return 0
-        write_first = "ack_before_write" not in FAULTS  # off: a deliberate bug to catch
+        write_first = "ack_before_write" not in self.worker.faults  # off: a deliberate bug to catch
         if commit.items and write_first:
             await self.write_items(commit)
         session.commit_written(commit)
         while True:
-            batch = session.commit_batch(commit)
+            batch = session.commit_batch(commit, self.now())
             sent = self.now()
             result = await self.persist(self.store.commit, batch)
             status = session.committed(commit, batch, result, self.now() - sent)
@@ -936,5 +972,5 @@ class Driver:
                     return
                 continue
             epoch, members = await self.persist(self.store.members)
-            batch = session.orphans_batch(stream, got, Ring.of(epoch, members), dying)
+            batch = session.orphans_batch(stream, got, Ring.of(epoch, members), dying, self.now())
             session.drained(await self.persist(self.store.commit, batch))
