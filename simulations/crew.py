@@ -488,6 +488,6 @@ class SimWorker:
             "commit": bool(session.outcomes),
             "apply": session.epoch_waiting,
             "drain": session.orphans_waiting,
-            "load_pace": bool(session.due_pace),
+            "load_pace": bool(session.carry.due),
             "unpark": bool(session.parked),
         }.get(kind, True)

@@ -28,6 +28,7 @@ from hashcrawl._core._entry import BadEntry, Entry
 from hashcrawl._core._faults import NO_FAULTS, Faults
 from hashcrawl._core._frontier import Frontier, Held, Host
 from hashcrawl._core._outcome import Kind, Origin, Outcome, Router, SeenCache, failure_wait
+from hashcrawl._core._pace import Carry, PaceRecord
 from hashcrawl._core._ring import Ring
 from hashcrawl._core._rules import RULES_TTL, Robots, Unreachable, first_sitemaps
 from hashcrawl._core._scope import Scope
@@ -143,9 +144,7 @@ class Session:
         self.in_flight = 0
         self.stopping = False
         self.parked: set[str] = set()
-        self.unpaced: set[str] = set()  # hosts whose pace record is not to be read yet
-        self.due_pace: list[str] = []  # hosts whose pace record is to be read now
-        self.pace_read: dict[str, str] = {}  # pace records read: the next commit deletes them
+        self.carry = Carry()  # previous owners' pace records still to read
         self.jars = jars  # the cookies of the hosts this worker owns
         self.last_read = "0"  # the newest entry id this reader has taken in
         self.unsure = False  # a read failed: Redis may have delivered what never came
@@ -408,22 +407,12 @@ class Session:
     # -- pacing carried over -----------------------------------------------------------------
 
     def pace_hosts(self, names: Iterable[str]) -> None:
-        """Have the pacing state of hosts new to this owner read, once it is there to read.
-
-        The previous owner writes a host's pace record when it applies the epoch that
-        moves the host, so the record is read only once every member has applied the
-        epoch this owner has the host from (``settled``); before, it may be missing.
-        The hosts due go to ``due_pace``, for the driver to read.
-        """
-        self.unpaced.update(names)
-        hosts = self.frontier.hosts
-        due = sorted(n for n in self.unpaced if n in hosts and hosts[n].since <= self.settled)
-        self.unpaced = {n for n in self.unpaced if n in hosts} - set(due)
-        self.due_pace += due
+        """Have the pacing state of hosts new to this owner read, once it is there to
+        read (see ``Carry``); the hosts due go to ``carry.due``, for the driver to read."""
+        self.carry.want(names, self.frontier, self.settled)
 
     def take_due_pace(self) -> list[str]:
-        due, self.due_pace = self.due_pace, []
-        return due
+        return self.carry.take_due()
 
     def pace_loaded(self, hosts: list[str], records: dict[str, str], settled: int) -> None:
         """The pace records of ``hosts`` came, as asked when the fleet had ``settled``."""
@@ -436,49 +425,43 @@ class Session:
                 later.append(name)
                 continue
             if name in records:
-                self.apply_pace(host, records[name])
-                self.pace_read[name] = records[name]
+                self.apply_pace(host, PaceRecord.from_text(records[name]))
+                self.carry.read[name] = records[name]
             host.paced = True
             self.frontier.reschedule(name)
         self.pace_hosts(later)  # at once if the fleet has settled while this read was out
 
-    def apply_pace(self, host: Host, record: str) -> None:
-        """Adopt a previous owner's record: ``last_ms,backoff_ms,crawl_delay[,taken]``,
-        then ``;`` and the host's cookies if it has any (see ``_cookies``)."""
-        pace, _, cookies = record.partition(";")
-        if cookies and self.settings.cookies:
-            self.jars.adopt(host.name, cookies)
-        try:
-            last_ms, backoff_ms, crawl_delay, *more = (float(x) for x in pace.split(","))
-            taken = int(more[0]) if more else 0
-        except (ValueError, OverflowError):
+    def apply_pace(self, host: Host, record: PaceRecord) -> None:
+        """Adopt a previous owner's record of ``host``."""
+        if record.cookies and self.settings.cookies:
+            self.jars.adopt(host.name, record.cookies)
+        if not record.readable:
             return
-        if taken:
-            self.taken[host.name] = max(self.taken.get(host.name, 0), taken)
+        if record.taken:
+            self.taken[host.name] = max(self.taken.get(host.name, 0), record.taken)
         margin = self.rtt + 0.005  # the two clocks agree to within a round trip
-        host.last_end = max(host.last_end, self.local_time(last_ms) + margin)
+        host.last_end = max(host.last_end, self.local_time(record.last_ms) + margin)
         host.last_start = max(host.last_start, host.last_end)
-        host.backoff_until = max(host.backoff_until, self.local_time(backoff_ms) + margin)
-        host.crawl_delay = max(host.crawl_delay, crawl_delay)
+        host.backoff_until = max(host.backoff_until, self.local_time(record.backoff_ms) + margin)
+        host.crawl_delay = max(host.crawl_delay, record.crawl_delay)
 
     def pace_records(self, names: list[str], now: float) -> dict[str, str]:
-        """The pace records of hosts this worker hands over (see ``apply_pace``)."""
+        """The pace records of hosts this worker hands over, as text."""
         records: dict[str, str] = {}
         if "drop_pace" in self.faults:  # a deliberate bug to catch: the pacing stays behind
             return records
         for name in names:
             record = self._pace_record(name, now)
-            if record:
-                records[name] = record
+            if record is not None:
+                records[name] = record.to_text()
         return records
 
-    def _pace_record(self, name: str, now: float) -> str:
+    def _pace_record(self, name: str, now: float) -> PaceRecord | None:
         taken = self.taken.get(name, 0)
         host = self.frontier.hosts.get(name)
-        cookies = self.jars.record(name)
-        tail = ";" + cookies if cookies else ""  # the session goes with the host
+        cookies = self.jars.record(name)  # the session goes with the host
         if host is None:  # forgotten while idle: only its page count is left
-            return f"0,0,0,{taken}{tail}" if taken or cookies else ""
+            return PaceRecord(taken=taken, cookies=cookies) if taken or cookies else None
         gap = max(self.settings.delay, host.crawl_delay)
         if max(host.last_end + gap, host.backoff_until) > now or taken:
             # This worker's clock offset is right to within half its last round trip:
@@ -486,9 +469,14 @@ class Session:
             late = self.rtt / 2
             last = self.server_ms(host.last_end + late) if host.last_end > 0 else 0
             backoff = self.server_ms(host.backoff_until + late) if host.backoff_until > 0 else 0
-            count = f",{taken}" if taken else ""
-            return f"{last},{backoff},{host.crawl_delay}{count}{tail}"
-        return f"0,0,{host.crawl_delay}{tail}" if cookies else ""
+            return PaceRecord(
+                last_ms=last,
+                backoff_ms=backoff,
+                crawl_delay=host.crawl_delay,
+                taken=taken,
+                cookies=cookies,
+            )
+        return PaceRecord(crawl_delay=host.crawl_delay, cookies=cookies) if cookies else None
 
     def leaving_hosts(self) -> list[str]:
         """Every host a leaving worker writes a pace record for, if it has one."""
@@ -764,7 +752,7 @@ class Session:
         self.scope = self.scope.widened(hosts)
         batch = Batch(worker=self.id, epoch=ring.epoch, src=self.stream, scope=self.scope.version)
         batch.widen = sorted(scope_members(hosts=hosts))
-        batch.unpace = [x for pair in sorted(self.pace_read.items()) for x in pair]
+        batch.unpace = [x for pair in sorted(self.carry.read.items()) for x in pair]
         router = self.router(ring, now)
         for outcome in commit.outcomes:
             router.add(batch, outcome)
@@ -784,8 +772,7 @@ class Session:
         self.tally.committed(outcomes, self.settings.max_attempts, took)
         self.scope = attrs.evolve(self.scope, version=result.scope)
         del self.outcomes[: len(outcomes)]
-        for name in batch.unpace[::2]:
-            self.pace_read.pop(name, None)
+        self.carry.committed(batch.unpace)
         slots = [o for o in outcomes if id(o) in self.slotted]
         self.uncommitted -= len(slots)
         self.slotted.difference_update(id(o) for o in slots)
@@ -819,7 +806,7 @@ class Session:
             if skipped or host.revoked:
                 # Someone may have owned it in the epochs skipped: pace it from their record.
                 host.since, host.paced = ring.epoch, False
-                self.unpaced.add(name)
+                self.carry.unpaced.add(name)
             if host.revoked:  # revoked by a handoff that a newer epoch overtook
                 host.revoked = False
                 self.frontier.reschedule(name)

@@ -419,7 +419,7 @@ class Driver:
             self.epoch_changed.set()
         if session.orphans_waiting:
             self.orphans_waiting.set()
-        if session.due_pace:
+        if session.carry.due:
             self.pace_due.set()
         self.changed.notify()
 
