@@ -16,6 +16,7 @@ from the source stream. Each part is checked for membership and epoch on its own
 
 from __future__ import annotations
 
+import enum
 import json
 from collections.abc import Iterable, Iterator, Sequence
 from typing import Any, TypeVar
@@ -34,11 +35,20 @@ CHEAP_PER_UNIT = 10  # acknowledgements, or entries added past the seen filter
 T = TypeVar("T")
 
 
+class Status(enum.StrEnum):
+    """How Redis answered a commit, a handoff, a drain or an unpark."""
+
+    OK = "ok"
+    STALE = "stale"  # a newer epoch: route the batch anew and send it again
+    RESCOPE = "rescope"  # the crawl's scope grew: read it, filter again, send again
+    FENCED = "fenced"  # the worker is no longer a member
+
+
 @attrs.frozen(kw_only=True)
 class Committed:
     """The outcome of a commit: done, or refused as stale, rescope or fenced."""
 
-    status: str
+    status: Status = attrs.field(converter=Status)
     epoch: int = 0
     added: int = 0
     acked: int = 0
@@ -49,12 +59,12 @@ class Committed:
     def from_reply(cls, reply: Sequence[Any]) -> Committed:
         if reply[0] == "ok":
             added, acked, moved, scope = (int(x) for x in reply[1:5])
-            return cls(status="ok", added=added, acked=acked, moved=moved, scope=scope)
+            return cls(status=Status.OK, added=added, acked=acked, moved=moved, scope=scope)
         if reply[0] == "stale":
-            return cls(status="stale", epoch=int(reply[1]))
+            return cls(status=Status.STALE, epoch=int(reply[1]))
         if reply[0] == "rescope":
-            return cls(status="rescope", scope=int(reply[1]))
-        return cls(status="fenced")
+            return cls(status=Status.RESCOPE, scope=int(reply[1]))
+        return cls(status=Status.FENCED)
 
     def __add__(self, other: Committed) -> Committed:
         return attrs.evolve(

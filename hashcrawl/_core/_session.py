@@ -23,10 +23,13 @@ from typing import Any
 
 import attrs
 
-from hashcrawl._core._batch import LOST, Batch, Beat, Committed
+from hashcrawl._core._batch import LOST, Batch, Beat, Committed, Status
 from hashcrawl._core._entry import BadEntry, Entry
 from hashcrawl._core._faults import NO_FAULTS, Faults
 from hashcrawl._core._frontier import Frontier, Held, Host
+from hashcrawl._core._ledger import COMMIT_MAX as COMMIT_MAX
+from hashcrawl._core._ledger import Commit as Commit
+from hashcrawl._core._ledger import Ledger
 from hashcrawl._core._outcome import Kind, Origin, Outcome, Router, SeenCache, failure_wait
 from hashcrawl._core._pace import Carry, PaceRecord
 from hashcrawl._core._ring import Ring
@@ -43,7 +46,6 @@ log = logging.getLogger("hashcrawl")
 # keeps a worker with few hosts near 1 command per page; one whose --concurrency fills
 # up commits at once anyway (saturated() below), so the fetcher never waits on this.
 COMMIT_EVERY = 0.2
-COMMIT_MAX = 200
 HANDOFF_WAIT = 1.0  # seconds a handoff waits for requests out to the hosts it gives away
 # A host with nothing queued or in flight is forgotten after this long idle, and beyond
 # this many such hosts at once, the least recently used: its robots.txt rules (tens of
@@ -66,14 +68,6 @@ class Counters:
     fenced: int = 0
     links_dropped: int = 0
     host_capped: int = 0
-
-
-@attrs.frozen
-class Commit:
-    """The oldest outcomes, committed together, and the items they write first."""
-
-    outcomes: list[Outcome]
-    items: list[Any]
 
 
 @attrs.define
@@ -140,7 +134,7 @@ class Session:
         self.sitemapped: set[str] = set()  # hosts whose sitemaps this session queued
         self.fetching: dict[str, str] = {}  # requests under way: entry id -> host
         self.taken: dict[str, int] = {}  # host -> page requests (with --max-pages-per-host)
-        self.outcomes: list[Outcome] = []
+        self.ledger = Ledger()
         self.in_flight = 0
         self.stopping = False
         self.parked: set[str] = set()
@@ -151,10 +145,6 @@ class Session:
         self.suspects: set[str] = set()
         self.suspects_noted = 0  # records of them made, so a late one loses to a newer
         self.isolating = False
-        self.written: set[int] = set()  # ids of outcomes whose items are written
-        self.uncommitted = 0
-        self.slotted: set[int] = set()  # ids of outcomes counted in uncommitted
-        self.items_pending = 0
 
     # -- time ----------------------------------------------------------------------------
 
@@ -293,7 +283,7 @@ class Session:
         counters, settings = self.counters, self.settings
         reached = (
             ("--max-pages", settings.max_pages, counters.fetched),
-            ("--max-items", settings.max_items, counters.items + self.items_pending),
+            ("--max-items", settings.max_items, counters.items + self.ledger.items_pending),
             ("--max-errors", settings.max_errors, counters.failed),
             ("--max-time", settings.max_time, now - self.started),
             ("--max-memory", settings.max_memory, resident_mib),
@@ -349,19 +339,19 @@ class Session:
                 host = host_key(entry.canonical)
             except (BadEntry, InvalidURL) as exc:
                 log.warning("dropping a bad entry %s: %s", eid, exc)
-                self.outcomes.append(Outcome.bad(eid, str(exc)))
+                self.ledger.add(Outcome.bad(eid, str(exc)))
                 continue
             held = Held(eid, entry, host)
             if self.latest.owner_of(host) != self.id:
-                self.outcomes.append(Outcome.forward(held))
+                self.ledger.add(Outcome.forward(held))
                 continue
             if not self.accepts(entry):
                 why = f"spider {self.spider_name} has no callback {entry.callback!r:.80}"
-                self.outcomes.append(Outcome.dead(held, why))
+                self.ledger.add(Outcome.dead(held, why))
                 continue
             queued = self.frontier.hosts.get(host)
             if parking and queued is not None and len(queued.queue) >= PARK_AT:
-                self.outcomes.append(Outcome.park(held))
+                self.ledger.add(Outcome.park(held))
                 self.parked.add(host)
                 continue
             if queued is None:
@@ -388,9 +378,9 @@ class Session:
         Raises:
             Fenced: the worker lost its membership.
         """
-        if status == "fenced":
+        if status == Status.FENCED:
             raise Fenced(f"worker {self.id} lost its membership while unparking")
-        if status == "ok" and left == 0:
+        if status == Status.OK and left == 0:
             self.parked.discard(name)
 
     def forget_idle(self, now: float) -> list[str]:
@@ -496,7 +486,7 @@ class Session:
         Counting the uncommitted keeps what a killed worker held, and so what is
         fetched twice, within --concurrency.
         """
-        return self.in_flight + self.uncommitted >= self.settings.concurrency
+        return self.in_flight + self.ledger.uncommitted >= self.settings.concurrency
 
     def may_fetch(self, host: Host) -> bool:
         return (
@@ -698,10 +688,7 @@ class Session:
             return False
         if outcome.backoff is not None:
             self.frontier.back_off(held.host, now + outcome.backoff)
-        self.outcomes.append(outcome)
-        self.uncommitted += 1
-        self.slotted.add(id(outcome))
-        self.items_pending += len(outcome.items)
+        self.ledger.add_fetched(outcome)
         return self.saturated()
 
     def sitemaps_of(self, held: Held) -> list[Entry]:
@@ -714,23 +701,20 @@ class Session:
 
     # -- committing ----------------------------------------------------------------------------
 
-    def next_commit(self) -> Commit:
-        """The oldest outcomes to commit, with the items not yet written.
+    @property
+    def outcomes(self) -> list[Outcome]:
+        """What waits to be committed, oldest first (see ``Ledger``)."""
+        return self.ledger.outcomes
 
-        Outcomes leave ``outcomes`` only once committed, so a commit cut short (by a
-        stop, say) is done again by the next one, without writing its items twice.
-        """
-        outcomes = self.outcomes[:COMMIT_MAX]
-        items = [item for o in outcomes if id(o) not in self.written for item in o.items]
-        return Commit(outcomes, items)
+    def next_commit(self) -> Commit:
+        return self.ledger.next_commit()
 
     def items_written(self, count: int) -> None:
         self.counters.items += count
-        self.items_pending -= count
+        self.ledger.items_written(count)
 
     def commit_written(self, commit: Commit) -> None:
-        """``commit``'s items are written (or, with a deliberate bug, will be)."""
-        self.written.update(id(o) for o in commit.outcomes)
+        self.ledger.commit_written(commit)
 
     def router(self, ring: Ring, now: float) -> Router:
         return Router(
@@ -758,27 +742,23 @@ class Session:
             router.add(batch, outcome)
         return batch
 
-    def committed(self, commit: Commit, batch: Batch, result: Committed, took: float) -> str:
-        """Redis answered a commit; returns its status ("ok", "rescope" or "stale").
+    def committed(self, commit: Commit, batch: Batch, result: Committed, took: float) -> Status:
+        """Redis answered a commit; returns its status (OK, RESCOPE or STALE).
 
         Raises:
             Fenced: the worker lost its membership.
         """
-        if result.status == "fenced":
+        if result.status is Status.FENCED:
             raise Fenced(f"worker {self.id} lost its membership before committing")
-        if result.status != "ok":
+        if result.status is not Status.OK:
             return result.status
         outcomes = commit.outcomes
         self.tally.committed(outcomes, self.settings.max_attempts, took)
         self.scope = attrs.evolve(self.scope, version=result.scope)
-        del self.outcomes[: len(outcomes)]
+        self.ledger.committed(commit)
         self.carry.committed(batch.unpace)
-        slots = [o for o in outcomes if id(o) in self.slotted]
-        self.uncommitted -= len(slots)
-        self.slotted.difference_update(id(o) for o in slots)
-        self.written.difference_update(id(o) for o in outcomes)
         self.seen.remember(outcomes, self.scope)
-        return "ok"
+        return Status.OK
 
     # -- membership changes -------------------------------------------------------------------
 
@@ -862,9 +842,9 @@ class Session:
         Raises:
             Fenced: the worker lost its membership.
         """
-        if result.status == "fenced":
+        if result.status is Status.FENCED:
             raise Fenced(f"worker {self.id} lost its membership during a handoff")
-        if result.status == "stale":
+        if result.status is Status.STALE:
             self.epoch_waiting = True
             return False
         for name in handoff.lost:
@@ -910,5 +890,5 @@ class Session:
     def drained(self, result: Committed) -> None:
         """Raises:
         Fenced: the worker lost its membership while draining."""
-        if result.status == "fenced":
+        if result.status is Status.FENCED:
             raise Fenced(f"worker {self.id} lost its membership while draining")

@@ -8,7 +8,7 @@ from typing import Any
 
 import attrs
 
-from hashcrawl._core._batch import chunks
+from hashcrawl._core._batch import Status, chunks
 from hashcrawl._core._entry import Entry
 from hashcrawl._core._links import sendable
 from hashcrawl._core._ring import Ring
@@ -128,7 +128,7 @@ def _submit_entries(store: WorkerStore, entries: list[Entry]) -> int:
             h1, h2 = fingerprint(entry.key)
             batch.add.append([target, entry.encode(), h1, h2, 0 if entry.dont_filter else 1])
         result = store.commit(batch)
-        if result.status == "ok":
+        if result.status is Status.OK:
             return result.added
 
 

@@ -32,6 +32,7 @@ from typing import Any, TypeVar
 
 import trio
 
+from hashcrawl._core._batch import Status
 from hashcrawl._core._faults import NO_FAULTS, Faults
 from hashcrawl._core._frontier import Held
 from hashcrawl._core._outcome import Outcome
@@ -869,9 +870,9 @@ class Driver:
             sent = self.now()
             result = await self.persist(self.store.commit, batch)
             status = session.committed(commit, batch, result, self.now() - sent)
-            if status == "ok":
+            if status is Status.OK:
                 break
-            if status == "rescope":
+            if status is Status.RESCOPE:
                 await self.read_scope()
                 continue
             await self.read_members()
