@@ -32,8 +32,9 @@ from hashcrawl._core._ledger import Commit as Commit
 from hashcrawl._core._ledger import Ledger
 from hashcrawl._core._outcome import Kind, Origin, Outcome, Router, SeenCache, failure_wait
 from hashcrawl._core._pace import Carry, PaceRecord
+from hashcrawl._core._parts import Clock, RobotsCache, Suspects, limit_reached
 from hashcrawl._core._ring import Ring
-from hashcrawl._core._rules import RULES_TTL, Robots, Unreachable, first_sitemaps
+from hashcrawl._core._rules import Robots, Unreachable
 from hashcrawl._core._scope import Scope
 from hashcrawl._core._scope import members as scope_members
 from hashcrawl._core._seams import CookieJars, Reply, Tally
@@ -125,13 +126,12 @@ class Session:
         self.applied = self.settled = 0
         self.epoch_waiting = False  # a new epoch is known and not yet applied
         self.orphans_waiting = False  # a heartbeat said departed workers' streams wait
-        self.offset_ms = self.rtt = 0.0
+        self.clock = Clock()
         self.confirmed_at = -math.inf  # when the last heartbeat Redis answered was sent
         self.joined_ms = 0
-        self.robots: dict[str, Robots] = {}
+        self.robots = RobotsCache()
         self.scope = Scope()
         self.seen = SeenCache()
-        self.sitemapped: set[str] = set()  # hosts whose sitemaps this session queued
         self.fetching: dict[str, str] = {}  # requests under way: entry id -> host
         self.taken: dict[str, int] = {}  # host -> page requests (with --max-pages-per-host)
         self.ledger = Ledger()
@@ -142,22 +142,12 @@ class Session:
         self.jars = jars  # the cookies of the hosts this worker owns
         self.last_read = "0"  # the newest entry id this reader has taken in
         self.unsure = False  # a read failed: Redis may have delivered what never came
-        self.suspects: set[str] = set()
-        self.suspects_noted = 0  # records of them made, so a late one loses to a newer
-        self.isolating = False
+        self.suspects = Suspects()
 
     # -- time ----------------------------------------------------------------------------
 
-    def clock_sample(self, sent: float, received: float, server_ms: int) -> None:
-        """Learn the server clock's offset from one exchange's times and its answer."""
-        self.rtt = received - sent
-        self.offset_ms = server_ms - (sent + received) / 2 * 1000
-
-    def local_time(self, server_ms: float) -> float:
-        return (server_ms - self.offset_ms) / 1000
-
     def server_ms(self, local: float) -> int:
-        return int(local * 1000 + self.offset_ms)
+        return self.clock.server_ms(local)
 
     # -- joining -------------------------------------------------------------------------
 
@@ -169,7 +159,7 @@ class Session:
         self.scope = Scope.from_members(stored)
 
     def joined(self, sent: float, received: float, now_ms: int) -> None:
-        self.clock_sample(sent, received, now_ms)
+        self.clock.sample(sent, received, now_ms)
         self.joined_ms = now_ms
         self.confirmed_at = sent
 
@@ -227,7 +217,7 @@ class Session:
             raise Fenced(
                 f"worker {self.id} was silent longer than its lease and lost its membership"
             )
-        self.clock_sample(sent, received, beat.now_ms)
+        self.clock.sample(sent, received, beat.now_ms)
         self.confirmed_at = sent
         if beat.members is not None:
             self.members_read(beat.epoch, beat.members)
@@ -288,12 +278,11 @@ class Session:
             ("--max-time", settings.max_time, now - self.started),
             ("--max-memory", settings.max_memory, resident_mib),
         )
-        for flag, limit, value in reached:
-            if limit is not None and value >= limit:
-                log.warning("stopping: %s %g reached; handing hosts back", flag, limit)
-                self.stopping = True
-                return True
-        return False
+        hit = limit_reached(reached)
+        if hit is not None:
+            log.warning("stopping: %s %g reached; handing hosts back", *hit)
+            self.stopping = True
+        return hit is not None
 
     # -- reading the stream ----------------------------------------------------------------
 
@@ -390,8 +379,7 @@ class Session:
         hosts free to be fetched now are forgotten)."""
         gone = self.frontier.evict_idle(now, idle_for=IDLE_HOST_SECONDS, keep=IDLE_HOSTS_KEPT)
         for name in gone:
-            self.robots.pop(name, None)
-            self.sitemapped.discard(name)  # queued again if it comes back: the filter drops them
+            self.robots.forget(name)
         return gone
 
     # -- pacing carried over -----------------------------------------------------------------
@@ -429,10 +417,12 @@ class Session:
             return
         if record.taken:
             self.taken[host.name] = max(self.taken.get(host.name, 0), record.taken)
-        margin = self.rtt + 0.005  # the two clocks agree to within a round trip
-        host.last_end = max(host.last_end, self.local_time(record.last_ms) + margin)
+        margin = self.clock.rtt + 0.005  # the two clocks agree to within a round trip
+        host.last_end = max(host.last_end, self.clock.local_time(record.last_ms) + margin)
         host.last_start = max(host.last_start, host.last_end)
-        host.backoff_until = max(host.backoff_until, self.local_time(record.backoff_ms) + margin)
+        host.backoff_until = max(
+            host.backoff_until, self.clock.local_time(record.backoff_ms) + margin
+        )
         host.crawl_delay = max(host.crawl_delay, record.crawl_delay)
 
     def pace_records(self, names: list[str], now: float) -> dict[str, str]:
@@ -456,7 +446,7 @@ class Session:
         if max(host.last_end + gap, host.backoff_until) > now or taken:
             # This worker's clock offset is right to within half its last round trip:
             # the record errs late by that, as the reader's margin errs on its side.
-            late = self.rtt / 2
+            late = self.clock.rtt / 2
             last = self.server_ms(host.last_end + late) if host.last_end > 0 else 0
             backoff = self.server_ms(host.backoff_until + late) if host.backoff_until > 0 else 0
             return PaceRecord(
@@ -490,25 +480,12 @@ class Session:
 
     def may_fetch(self, host: Host) -> bool:
         return (
-            self.suspect_may_start(host)
+            self.suspects.may_start(host)
             and host.paced
             and self.settled >= host.since
             and self.ring.epoch == self.latest.epoch
             and self.latest.owner_of(host.name) == self.id
         )
-
-    def suspect_may_start(self, host: Host) -> bool:
-        """A suspect already blamed for a death is fetched alone among suspects.
-
-        Then if it kills this worker too, the in-flight record names it and no other.
-        """
-        first = host.first()
-        if first is None:
-            return True
-        entry = first.entry
-        if not entry.suspect:
-            return True
-        return not self.isolating and not (entry.attempts and self.suspects)
 
     def next_fetch(self, now: float) -> Held | float:
         """The next entry to fetch (counted in flight), or when to ask again (``inf``:
@@ -538,19 +515,11 @@ class Session:
 
     def fetch_started(self, held: Held) -> tuple[int, list[str]] | None:
         """Note a suspect going out; returns the in-flight record to write first, if any."""
-        if not held.entry.suspect:
-            return None
-        self.suspects.add(held.eid)
-        self.isolating = self.isolating or held.entry.attempts > 0
-        self.suspects_noted += 1
-        return self.suspects_noted, sorted(self.suspects)
+        return self.suspects.started(held)
 
     def robots_wanted(self, held: Held, now: float) -> bool:
         """Whether ``held``'s host's robots.txt must be fetched before the page."""
-        if not self.settings.obey_robots or not held.entry.url.startswith(("http://", "https://")):
-            return False
-        robots = self.robots.get(held.host)
-        return robots is None or robots.expired(now)
+        return self.settings.obey_robots and self.robots.wanted(held, now)
 
     def robots_read(self, held: Held, got: Robots | Unreachable, now: float) -> str | None:
         """Keep what fetching a host's robots.txt gave, per RFC 9309 (see ``_robots``).
@@ -558,20 +527,7 @@ class Session:
         Returns None once rules are kept, or why robots.txt is unreachable: then the
         host is backed off, and its pages wait (or keep the rules they had, if any).
         """
-        stale = self.robots.get(held.host)
-        if isinstance(got, Unreachable):
-            wait = got.wait(held.entry.attempts)
-            self.frontier.back_off(held.host, now + wait)
-            if stale is None:
-                return got.reason
-            # RFC 9309 2.4: a cached copy may serve while unreachable
-            self.robots[held.host] = stale.kept_until(now + wait)
-            return None
-        self.robots[held.host] = got.kept_until(now + RULES_TTL)
-        host = self.frontier.hosts.get(held.host)  # gone if handed over meanwhile
-        if got.crawl_delay and host is not None:
-            host.crawl_delay = min(got.crawl_delay, self.settings.lease / 2)
-        return None
+        return self.robots.read(held, got, now, self.frontier, self.settings.lease)
 
     def robots_fetched(self, held: Held, now: float) -> Outcome | None:
         """The robots.txt request used ``held``'s slot: the page waits its turn again."""
@@ -580,9 +536,7 @@ class Session:
 
     def robots_for(self, held: Held) -> Robots | None:
         """The rules ``held``'s page is checked against, if robots.txt is obeyed."""
-        if not self.settings.obey_robots or not held.entry.url.startswith(("http://", "https://")):
-            return None
-        return self.robots.get(held.host)
+        return self.robots.of(held) if self.settings.obey_robots else None
 
     def robots_denied(self, held: Held) -> Outcome:
         self.finish(held, self._last_start(held.host))
@@ -636,7 +590,7 @@ class Session:
         owned = self.latest.owner_of(held.host) == self.id  # not once handed over
         if self.settings.cookies and set_cookies and owned:
             self.jars.take(held.host, held.entry.method, response.url, set_cookies)
-        robots = self.robots.get(held.host) if self.settings.obey_robots else None
+        robots = self.robots.rules.get(held.host) if self.settings.obey_robots else None
         return Origin(self.id, robots, self.host_is_full(held.host))
 
     def failed(
@@ -681,9 +635,7 @@ class Session:
             outcome.follows.extend(self.sitemaps_of(held))
         self.finish(held, now)
         self.in_flight -= 1
-        self.suspects.discard(held.eid)
-        if held.entry.suspect and held.entry.attempts > 0:
-            self.isolating = False
+        self.suspects.ended(held)
         if outcome is None:
             return False
         if outcome.backoff is not None:
@@ -693,11 +645,7 @@ class Session:
 
     def sitemaps_of(self, held: Held) -> list[Entry]:
         """With --sitemaps, the sitemaps of a host this session has not queued yet."""
-        if not self.settings.sitemaps or held.host in self.sitemapped or held.entry.sitemap:
-            return []
-        self.sitemapped.add(held.host)
-        robots = self.robots.get(held.host)
-        return first_sitemaps(held.entry, robots.sitemaps if robots is not None else ())
+        return self.robots.sitemaps_of(held) if self.settings.sitemaps else []
 
     # -- committing ----------------------------------------------------------------------------
 
@@ -849,8 +797,7 @@ class Session:
             return False
         for name in handoff.lost:
             self.frontier.drop(name)
-            self.robots.pop(name, None)
-            self.sitemapped.discard(name)
+            self.robots.forget(name)
         for name in handoff.counted:
             self.taken.pop(name, None)
             self.jars.pop(name)  # written into its pace record
