@@ -36,6 +36,7 @@ from hashcrawl._core._batch import Status
 from hashcrawl._core._faults import NO_FAULTS, Faults
 from hashcrawl._core._frontier import Held
 from hashcrawl._core._outcome import Outcome
+from hashcrawl._core._page import Page, Step
 from hashcrawl._core._ring import Ring
 from hashcrawl._core._session import (
     COMMIT_EVERY,
@@ -742,45 +743,53 @@ class Driver:
             )
 
     async def fetch_and_handle(self, held: Held) -> Outcome | None:
-        session = self.session
-        if session.robots_wanted(held, self.now()):
-            if not self.may_send(held):
-                return session.put_back(held, self.now())
-            try:
-                unreachable = await self.fetch_robots(held)
-            except NotSent:
-                return session.put_back(held, self.now())
-            if unreachable is not None:  # nothing may be fetched yet: try again later
-                return session.failed(held, unreachable, kind="robots_unreachable", now=self.now())
-            return session.robots_fetched(held, self.now())
-        robots = session.robots_for(held)
-        if robots is not None and not await self.robots_allow(robots, held.entry.url):
-            return session.robots_denied(held)
-        if session.host_is_full(held.host):
-            return session.host_capped(held)
-        request = request_of(held.entry, session.cookie_for(held))
-        if not self.may_send(held):
-            return session.put_back(held, self.now())
-        session.sending(held)
+        """Do the steps the core's :class:`Page` asks for, in its order, until it is done."""
+        page = Page(self.session, held, self.now())
+        response = None  # the page's, from SEND to HANDLE
+        while page.step is not Step.DONE:
+            if page.step is Step.HANDLE:
+                assert response is not None
+                await self.handle(page, response)
+            elif page.step is Step.CHECK_RULES:
+                assert page.rules is not None
+                page.checked(await self.robots_allow(page.rules, held.entry.url))
+            elif not self.may_send(held):
+                page.not_sent(self.now())
+            elif page.step is Step.FETCH_ROBOTS:
+                try:
+                    page.robots_fetched(await self.fetch_robots(held), self.now())
+                except NotSent:
+                    page.not_sent(self.now())
+            else:
+                response = await self.send_page(page)
+        return page.outcome
+
+    async def send_page(self, page: Page) -> Response | None:
+        """Send ``page``'s request; returns the response, if one came."""
+        held = page.held
+        request = request_of(held.entry, page.cookie)
+        page.sending()
         sent = self.now()
         try:
             response = await self.send(held, request)
         except NotSent:
-            return session.put_back(held, self.now())
+            page.not_sent(self.now())
+            return None
         except Exception as exc:  # a user's fetcher may raise anything: a failed page
             if not isinstance(exc, FetchError):
                 log.exception("fetcher failed on %s", held.entry.url)
-            return session.send_failed(held, exc, self.now() - sent, self.now())
-        origin = session.answered(
-            held, response, self.now() - sent, self.now(), set_cookies(response)
-        )
+            page.send_failed(exc, self.now() - sent, self.now())
+            return None
+        page.answered(response, self.now() - sent, self.now(), set_cookies(response))
+        return response
+
+    async def handle(self, page: Page, response: Response) -> None:
+        assert page.origin is not None
         try:
-            return await self.worker.handler.handle(held, response, origin)
+            page.handled(await self.worker.handler.handle(page.held, response, page.origin))
         except Exception as exc:  # a parse callback's bug fails its page, not the worker
-            log.exception("parsing %s failed", held.entry.url)
-            return session.failed(
-                held, f"{type(exc).__name__}: {exc}", kind="parse", now=self.now()
-            )
+            log.exception("parsing %s failed", page.held.entry.url)
+            page.handle_failed(exc, self.now())
 
     def may_send(self, held: Held) -> bool:
         """Ask the session, right before a request leaves, whether it still may."""
@@ -799,12 +808,10 @@ class Driver:
         with sending_only_while(lambda: self.may_send(held)):
             return await self.fetcher.fetch(request)
 
-    async def fetch_robots(self, held: Held) -> str | None:
-        """Fetch and keep a host's robots.txt, per RFC 9309 (see ``_robots``).
-
-        Returns None once rules are kept, or why robots.txt is unreachable (see
-        ``Session.robots_read``). Nothing a robots.txt or its server does raises out of
-        here: a fetcher's failure counts as an unreachable robots.txt.
+    async def fetch_robots(self, held: Held) -> Robots | Unreachable:
+        """Fetch a host's robots.txt, per RFC 9309 (see ``_robots``): the rules, or why
+        it is unreachable. Nothing a robots.txt or its server does raises out of here: a
+        fetcher's failure counts as an unreachable robots.txt.
 
         Raises:
             NotSent: this worker may no longer fetch the host; nothing was asked.
@@ -829,7 +836,7 @@ class Driver:
                 if not isinstance(exc, FetchError):
                     log.exception("fetcher failed on %s", got)
                 got = fetch.failed(f"{type(exc).__name__}: {exc}")
-        return self.session.robots_read(held, got, self.now())
+        return got
 
     async def robots_allow(self, robots: Robots, url: str) -> bool:
         if not robots.heavy:
