@@ -1,6 +1,6 @@
 """Real worker sessions, stepped one turn at a time, with faults between them and Redis.
 
-A :class:`SimWorker` runs one ``hashcrawl._run._worker.Driver``: the driver every worker
+A :class:`SimWorker` runs one ``hashcrawl._run._driver.Driver``: the driver every worker
 runs, around the same ``hashcrawl._core._session.Session``, with its Store (the real scripts, on
 a real server) and a fake fetcher. Each *step* is one turn of one of the driver's loops
 (``beat_once``, ``read_once``, ``dispatch_one``, ``commit_turn``, ``apply_turn``,
@@ -33,7 +33,8 @@ import trio
 from hashcrawl._core._batch import Batch, Beat, Committed
 from hashcrawl._core._frontier import Held
 from hashcrawl._exceptions import QueueError
-from hashcrawl._run._worker import Driver, Worker
+from hashcrawl._run._driver import Driver
+from hashcrawl._run._worker import Worker
 from hashcrawl._store._redisurl import RedisURL
 from hashcrawl._store._store import Store
 from simulations.loop import inline
