@@ -401,8 +401,9 @@ class SimWorker:
         await driver.begin()
         self.state = "member"
         self.last_beat = driver.now()
-        self.confirmed = session.joined_ms / 1000
-        return f"joined at epoch {session.ring.epoch} with {len(session.ring.members)} members"
+        self.confirmed = session.epochs.joined_ms / 1000
+        ring = session.epochs.ring
+        return f"joined at epoch {ring.epoch} with {len(ring.members)} members"
 
     async def beat(self) -> str:
         """A turn of heartbeat_loop: beat; end the membership when the driver would."""
@@ -449,13 +450,13 @@ class SimWorker:
         ring = await self.driver.apply_turn()
         if ring is None:
             return "no new epoch"
-        if self.session.applied < target:
+        if self.session.epochs.applied < target:
             return f"handoff to epoch {target} refused as stale"
-        return f"applied epoch {self.session.applied}"
+        return f"applied epoch {self.session.epochs.applied}"
 
     async def drain(self) -> str:
         """A turn of drain_loop."""
-        if not self.session.orphans_waiting:
+        if not self.session.epochs.orphans_waiting:
             return "no orphans heard of"
         drained = [stream.rsplit(":", 1)[-1] for stream in await self.driver.drain_turn()]
         return f"drained {', '.join(drained) or 'nothing'}"
@@ -487,8 +488,8 @@ class SimWorker:
             return False
         return {
             "commit": bool(session.outcomes),
-            "apply": session.epoch_waiting,
-            "drain": session.orphans_waiting,
+            "apply": session.epochs.waiting,
+            "drain": session.epochs.orphans_waiting,
             "load_pace": bool(session.carry.due),
             "unpark": bool(session.parked),
         }.get(kind, True)

@@ -395,7 +395,7 @@ class World:
         s late (after the fleet expired it), and the fleet runs on."""
         w.paused = True
         self.say(w.name, "paused (SIGSTOP)")
-        until = w.session.confirmed_at + float(self.settings["lease"]) - early
+        until = w.session.epochs.confirmed_at + float(self.settings["lease"]) - early
         while self.now() < until - 1e-9:
             await self.tick(skip=w, seconds=min(BEAT, until - self.now()))
         w.paused = False

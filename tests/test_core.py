@@ -51,7 +51,7 @@ def ready(session: Session, *urls: str, at: float = 0.0) -> None:
     """Read ``urls`` into ``session`` and let it fetch their hosts (settled, paced)."""
     session.take_in([(f"{n}-0", Entry(url=u).encode().encode()) for n, u in enumerate(urls, 1)])
     session.beat_answered(beat(epoch=session.latest.epoch), sent=at, received=at)
-    session.pace_loaded(session.take_due_pace(), {}, session.settled)
+    session.pace_loaded(session.take_due_pace(), {}, session.epochs.settled)
 
 
 def host_owned_by(ring: Ring, worker: str) -> str:
@@ -205,7 +205,7 @@ def test_a_new_epoch_hands_the_lost_hosts_entries_and_pacing_over() -> None:
     assert batch.pace[0] == lost and batch.pace[1].startswith("500,")
     assert session.handoff_committed(handoff, Committed(status="ok"))
     session.handoff_done(handoff)
-    assert session.applied == 2 and lost not in session.frontier.hosts
+    assert session.epochs.applied == 2 and lost not in session.frontier.hosts
 
 
 def test_a_stale_handoff_waits_for_the_newer_epoch() -> None:
@@ -214,7 +214,7 @@ def test_a_stale_handoff_waits_for_the_newer_epoch() -> None:
     session.members_read(2, ("w1", "w2"))
     handoff = session.handoff_begin(session.take_epoch())  # type: ignore[arg-type]
     assert not session.handoff_committed(handoff, Committed(status="stale", epoch=3))
-    assert session.epoch_waiting and session.applied == 1
+    assert session.epochs.waiting and session.epochs.applied == 1
 
 
 def test_an_epoch_without_this_worker_fences_it() -> None:

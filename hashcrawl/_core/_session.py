@@ -25,6 +25,7 @@ import attrs
 
 from hashcrawl._core._batch import LOST, Batch, Beat, Committed, Status
 from hashcrawl._core._entry import BadEntry, Entry
+from hashcrawl._core._epochs import Epochs
 from hashcrawl._core._faults import NO_FAULTS, Faults
 from hashcrawl._core._frontier import Frontier, Held, Host
 from hashcrawl._core._ledger import COMMIT_MAX as COMMIT_MAX
@@ -122,13 +123,8 @@ class Session:
         self.tally_base = tally.counts()
         self.started = now
         self.frontier = Frontier(delay=settings.delay, per_host=settings.per_host)
-        self.ring = self.latest = Ring.of(0, ())
-        self.applied = self.settled = 0
-        self.epoch_waiting = False  # a new epoch is known and not yet applied
-        self.orphans_waiting = False  # a heartbeat said departed workers' streams wait
+        self.epochs = Epochs()
         self.clock = Clock()
-        self.confirmed_at = -math.inf  # when the last heartbeat Redis answered was sent
-        self.joined_ms = 0
         self.robots = RobotsCache()
         self.scope = Scope()
         self.seen = SeenCache()
@@ -143,6 +139,11 @@ class Session:
         self.last_read = "0"  # the newest entry id this reader has taken in
         self.unsure = False  # a read failed: Redis may have delivered what never came
         self.suspects = Suspects()
+
+    @property
+    def latest(self) -> Ring:
+        """The newest ring this worker knows (see ``Epochs``)."""
+        return self.epochs.latest
 
     # -- time ----------------------------------------------------------------------------
 
@@ -160,8 +161,8 @@ class Session:
 
     def joined(self, sent: float, received: float, now_ms: int) -> None:
         self.clock.sample(sent, received, now_ms)
-        self.joined_ms = now_ms
-        self.confirmed_at = sent
+        self.epochs.joined_ms = now_ms
+        self.epochs.confirmed_at = sent
 
     def members_read(self, epoch: int, members: Iterable[str], *, first: bool = False) -> None:
         """Learn the fleet's membership; a new epoch waits to be applied.
@@ -170,16 +171,11 @@ class Session:
         says every member has applied it, a host gained by joining may still be in its
         previous owner's hands.
         """
-        if first:
-            self.ring = self.latest = Ring.of(epoch, tuple(members))
-            self.applied, self.settled = epoch, 0
-        elif epoch != self.latest.epoch:
-            self.latest = Ring.of(epoch, tuple(members))
-            self.epoch_waiting = True
+        self.epochs.members_read(epoch, members, first=first)
 
     def parked_read(self, hosts: Iterable[str]) -> None:
         """Learn which hosts this owner has overflow sets for."""
-        self.parked = {h for h in hosts if self.latest.owner_of(h) == self.id}
+        self.parked = {h for h in hosts if self.epochs.latest.owner_of(h) == self.id}
 
     # -- heartbeat -------------------------------------------------------------------------
 
@@ -189,8 +185,8 @@ class Session:
             "lease_ms": int(self.settings.lease * 1000),
             # Expiring members that are not silent is a deliberate bug to catch.
             "expire_ms": 0 if "reclaim_live" in self.faults else None,
-            "applied": self.applied,
-            "known_epoch": self.latest.epoch,
+            "applied": self.epochs.applied,
+            "known_epoch": self.epochs.latest.epoch,
             "stats": self.stats(now, resident_kib),
         }
 
@@ -201,7 +197,7 @@ class Session:
             QueueError: no heartbeat got through for a whole lease.
         """
         lease = self.settings.lease
-        if sent - self.confirmed_at > lease:
+        if sent - self.epochs.confirmed_at > lease:
             raise QueueError(f"{exc}; gave up after a lease ({lease:g} s) without a heartbeat")
 
     def beat_answered(self, beat: Beat, sent: float, received: float) -> None:
@@ -218,16 +214,16 @@ class Session:
                 f"worker {self.id} was silent longer than its lease and lost its membership"
             )
         self.clock.sample(sent, received, beat.now_ms)
-        self.confirmed_at = sent
+        self.epochs.confirmed_at = sent
         if beat.members is not None:
             self.members_read(beat.epoch, beat.members)
         # Taking the newest epoch for the settled one is a deliberate bug to catch.
         settled = beat.epoch if "newest_as_settled" in self.faults else beat.settled
-        if settled != self.settled:
-            self.settled = settled
+        if settled != self.epochs.settled:
+            self.epochs.settled = settled
             self.pace_hosts(())
         if beat.orphans:
-            self.orphans_waiting = True
+            self.epochs.orphans_waiting = True
 
     def take_settings(self, settings: Settings) -> None:
         """Decide by ``settings`` from now on (the crawl's changed); a host's next
@@ -239,7 +235,7 @@ class Session:
         """Whether the crawl is over: the fleet idle ``--idle`` seconds, this worker too."""
         if self.settings.idle is None or beat.idle_since < 0 or self.busy():
             return False
-        quiet_ms = beat.now_ms - max(beat.idle_since, self.joined_ms)
+        quiet_ms = beat.now_ms - max(beat.idle_since, self.epochs.joined_ms)
         return quiet_ms >= self.settings.idle * 1000
 
     def busy(self) -> bool:
@@ -331,7 +327,7 @@ class Session:
                 self.ledger.add(Outcome.bad(eid, str(exc)))
                 continue
             held = Held(eid, entry, host)
-            if self.latest.owner_of(host) != self.id:
+            if self.epochs.latest.owner_of(host) != self.id:
                 self.ledger.add(Outcome.forward(held))
                 continue
             if not self.accepts(entry):
@@ -345,7 +341,7 @@ class Session:
                 continue
             if queued is None:
                 fresh.append(host)
-            self.frontier.add(held, epoch=self.latest.epoch)
+            self.frontier.add(held, epoch=self.epochs.latest.epoch)
         self.pace_hosts(fresh)
 
     # -- parking and idle hosts --------------------------------------------------------------
@@ -387,7 +383,7 @@ class Session:
     def pace_hosts(self, names: Iterable[str]) -> None:
         """Have the pacing state of hosts new to this owner read, once it is there to
         read (see ``Carry``); the hosts due go to ``carry.due``, for the driver to read."""
-        self.carry.want(names, self.frontier, self.settled)
+        self.carry.want(names, self.frontier, self.epochs.settled)
 
     def take_due_pace(self) -> list[str]:
         return self.carry.take_due()
@@ -468,7 +464,7 @@ class Session:
         """Whether a heartbeat Redis answered was sent recently enough to fetch."""
         # A window of the whole lease is a deliberate bug to catch.
         wide = "wide_fresh_window" in self.faults
-        return now - self.confirmed_at < (self.settings.lease if wide else self.settings.fresh_for)
+        return self.epochs.fresh(now, self.settings.lease if wide else self.settings.fresh_for)
 
     def saturated(self) -> bool:
         """Every slot is taken by a request in flight or a page not yet committed.
@@ -482,9 +478,9 @@ class Session:
         return (
             self.suspects.may_start(host)
             and host.paced
-            and self.settled >= host.since
-            and self.ring.epoch == self.latest.epoch
-            and self.latest.owner_of(host.name) == self.id
+            and self.epochs.settled >= host.since
+            and self.epochs.current()
+            and self.epochs.latest.owner_of(host.name) == self.id
         )
 
     def next_fetch(self, now: float) -> Held | float:
@@ -509,7 +505,7 @@ class Session:
         """Whether ``held``'s request may leave now: asked right before it does, since
         the request may have waited (a pause, a slow Redis) since it was dispatched."""
         fresh = "send_stale" in self.faults or self.fresh(now)  # off: a deliberate bug to catch
-        return fresh and self.latest.owner_of(held.host) == self.id
+        return fresh and self.epochs.latest.owner_of(held.host) == self.id
 
     # -- one fetch, start to end --------------------------------------------------------------
 
@@ -587,7 +583,7 @@ class Session:
         self.finish(held, now)
         self.counters.fetched += 1
         self.tally.response(response.status, len(response.body), took)
-        owned = self.latest.owner_of(held.host) == self.id  # not once handed over
+        owned = self.epochs.latest.owner_of(held.host) == self.id  # not once handed over
         if self.settings.cookies and set_cookies and owned:
             self.jars.take(held.host, held.entry.method, response.url, set_cookies)
         robots = self.robots.rules.get(held.host) if self.settings.obey_robots else None
@@ -678,7 +674,7 @@ class Session:
 
     def commit_batch(self, commit: Commit, now: float) -> Batch:
         """The batch that commits ``commit`` at the newest epoch this worker knows."""
-        ring = self.latest
+        ring = self.epochs.latest
         hosts = {h for o in commit.outcomes for h in o.widen}
         # Filtered by the widened scope; the commit stores the hosts, or is refused.
         self.scope = self.scope.widened(hosts)
@@ -712,10 +708,7 @@ class Session:
 
     def take_epoch(self) -> Ring | None:
         """The newest epoch, if it waits to be applied."""
-        if not self.epoch_waiting:
-            return None
-        self.epoch_waiting = False
-        return self.latest
+        return self.epochs.take()
 
     def handoff_begin(self, ring: Ring) -> Handoff:
         """Adopt ``ring``: stop starting requests to the hosts it takes away.
@@ -725,7 +718,7 @@ class Session:
         """
         if self.id not in ring:
             raise Fenced(f"worker {self.id} is no longer a member at epoch {ring.epoch}")
-        skipped = ring.epoch != self.ring.epoch + 1
+        skipped = ring.epoch != self.epochs.ring.epoch + 1
         lost = [name for name in self.frontier.hosts if ring.owner_of(name) != self.id]
         gone = set(lost)
         for name, host in self.frontier.hosts.items():
@@ -740,7 +733,7 @@ class Session:
                 self.frontier.reschedule(name)
         for name in lost:
             self.frontier.revoke(name)
-        self.ring = ring
+        self.epochs.ring = ring
         return Handoff(ring, lost)
 
     def handoff_busy(self, handoff: Handoff) -> bool:
@@ -793,7 +786,7 @@ class Session:
         if result.status is Status.FENCED:
             raise Fenced(f"worker {self.id} lost its membership during a handoff")
         if result.status is Status.STALE:
-            self.epoch_waiting = True
+            self.epochs.waiting = True
             return False
         for name in handoff.lost:
             self.frontier.drop(name)
@@ -805,10 +798,13 @@ class Session:
 
     def handoff_done(self, handoff: Handoff) -> None:
         """The handoff went through, and the parked hosts are read again."""
-        self.applied = handoff.ring.epoch
+        self.epochs.applied = handoff.ring.epoch
         self.pace_hosts(())
         log.info(
-            "%s applied epoch %d: handed over %d hosts", self.id, self.applied, len(handoff.lost)
+            "%s applied epoch %d: handed over %d hosts",
+            self.id,
+            self.epochs.applied,
+            len(handoff.lost),
         )
 
     def orphans_batch(

@@ -298,7 +298,7 @@ class Driver(Membership):
         session = self.session
         hosts = session.take_due_pace()
         if hosts:
-            settled = session.settled
+            settled = session.epochs.settled
             records = await self.persist(self.store.pace, hosts)
             session.pace_loaded(hosts, records, settled)
             self.wake()

@@ -170,9 +170,9 @@ class Membership:
     def wake(self) -> None:
         """Wake the loops whose turn the session's state now asks for."""
         session = self.session
-        if session.epoch_waiting:
+        if session.epochs.waiting:
             self.epoch_changed.set()
-        if session.orphans_waiting:
+        if session.epochs.orphans_waiting:
             self.orphans_waiting.set()
         if session.carry.due:
             self.pace_due.set()
