@@ -11,12 +11,15 @@ to commit (None: the entry waits for its host's next turn).
 from __future__ import annotations
 
 import enum
+import math
 from typing import TYPE_CHECKING
 
 from hashcrawl._core._frontier import Held
 from hashcrawl._core._outcome import Origin, Outcome
 from hashcrawl._core._rules import Robots, Unreachable
 from hashcrawl._core._seams import Reply
+from hashcrawl._exceptions import FetchError, Refused
+from hashcrawl._settings import Settings
 
 if TYPE_CHECKING:
     from hashcrawl._core._session import Session
@@ -33,28 +36,54 @@ class Step(enum.Enum):
 
 
 class Page:
-    """The steps of ``held``'s fetch, from the moment it is dispatched."""
+    """The steps of ``held``'s fetch, from the moment it is dispatched.
+
+    The page settles its own accounting with the session's parts (the frontier, the
+    counts, the robots.txt cache, the page caps and the cookie jars).
+    """
 
     def __init__(self, session: Session, held: Held, now: float) -> None:
         self.session, self.held = session, held
         self.outcome: Outcome | None = None
         self.rules: Robots | None = None  # the rules to check, at CHECK_RULES
         self.origin: Origin | None = None  # what the handler needs, at HANDLE
-        self.step = Step.FETCH_ROBOTS if session.robots_wanted(held, now) else self._rules()
+        due = self.settings.obey_robots and session.robots.wanted(held, now)
+        self.step = Step.FETCH_ROBOTS if due else self._rules()
+
+    @property
+    def settings(self) -> Settings:
+        return self.session.settings  # as they are now: the crawl's may change meanwhile
 
     @property
     def cookie(self) -> str | None:
-        """The ``Cookie`` header the request carries (asked at SEND)."""
-        return self.session.cookie_for(self.held)
+        """The ``Cookie`` header the request carries (asked at SEND): its host's cookies,
+        unless the request names its own."""
+        entry = self.held.entry
+        if self.settings.cookies and not any(n.lower() == "cookie" for n, _ in entry.headers):
+            return self.session.jars.header(self.held.host, entry.method, entry.url)
+        return None
 
     def _rules(self) -> Step:
-        self.rules = self.session.robots_for(self.held)
+        if self.settings.obey_robots:
+            self.rules = self.session.robots.of(self.held)
         return Step.CHECK_RULES if self.rules is not None else self._cap()
 
     def _cap(self) -> Step:
-        if self.session.host_is_full(self.held.host):
-            return self._done(self.session.host_capped(self.held))
-        return Step.SEND
+        if not self._host_full():
+            return Step.SEND
+        self.session.counters.host_capped += 1
+        return self._skipped()
+
+    def _host_full(self) -> bool:
+        """Whether the host has had its --max-pages-per-host page requests."""
+        cap = self.settings.max_pages_per_host
+        return cap is not None and self.session.taken.get(self.held.host, 0) >= cap
+
+    def _skipped(self) -> Step:
+        """Done without a request: the host is free again as of its last request."""
+        host = self.session.frontier.hosts.get(self.held.host)  # gone if handed over
+        self.session.finish(self.held, host.last_start if host is not None else -math.inf)
+        return self._done(Outcome.done(self.held, [], []))
 
     def _done(self, outcome: Outcome | None) -> Step:
         self.outcome, self.step = outcome, Step.DONE
@@ -66,32 +95,55 @@ class Page:
         return self._done(self.session.put_back(self.held, now))
 
     def robots_fetched(self, got: Robots | Unreachable, now: float) -> Step:
-        """robots.txt gave ``got``; its request used the page's slot, so the page waits
-        its turn again, or fails for now if robots.txt is unreachable."""
-        unreachable = self.session.robots_read(self.held, got, now)
-        if unreachable is not None:  # nothing may be fetched yet: try again later
-            failed = self.session.failed(self.held, unreachable, kind="robots_unreachable", now=now)
-            return self._done(failed)
-        return self._done(self.session.robots_fetched(self.held, now))
+        """robots.txt gave ``got`` (kept per RFC 9309, see ``RobotsCache``); its request
+        used the page's slot, so the page waits its turn again, or fails for now if
+        robots.txt is unreachable (its host is backed off meanwhile)."""
+        session = self.session
+        why = session.robots.read(self.held, got, now, session.frontier, self.settings.lease)
+        if why is not None:  # nothing may be fetched yet: try again later
+            return self._done(session.failed(self.held, why, kind="robots_unreachable", now=now))
+        session.finish(self.held, now)
+        return self._done(session.put_back(self.held, now))
 
     def checked(self, allowed: bool) -> Step:
         """The rules allow the page, or not (then it is done, fetched never)."""
         if not allowed:
-            return self._done(self.session.robots_denied(self.held))
+            self.session.counters.robots_denied += 1
+            return self._skipped()
         self.step = self._cap()
         return self.step
 
     def sending(self) -> None:
         """The request is leaving now (the session said it still may)."""
-        self.session.sending(self.held)
+        if self.settings.max_pages_per_host is not None:
+            taken = self.session.taken
+            taken[self.held.host] = taken.get(self.held.host, 0) + 1
 
     def answered(self, response: Reply, took: float, now: float, set_cookies: list[str]) -> Step:
-        self.origin = self.session.answered(self.held, response, took, now, set_cookies)
+        """A response came, with its Set-Cookie headers: the handler is next."""
+        session, held = self.session, self.held
+        session.finish(held, now)
+        session.counters.fetched += 1
+        session.tally.response(response.status, len(response.body), took)
+        owned = session.epochs.latest.owner_of(held.host) == session.id  # not handed over
+        if self.settings.cookies and set_cookies and owned:
+            session.jars.take(held.host, held.entry.method, response.url, set_cookies)
+        robots = session.robots.rules.get(held.host) if self.settings.obey_robots else None
+        self.origin = Origin(session.id, robots, self._host_full())
         self.step = Step.HANDLE
         return self.step
 
     def send_failed(self, exc: Exception, took: float, now: float) -> Step:
-        return self._done(self.session.send_failed(self.held, exc, took, now))
+        """The fetcher raised: a failed page, or a dead one if a rule refused it."""
+        session, held = self.session, self.held
+        kind = str(exc) if isinstance(exc, FetchError) else "fetcher"
+        if isinstance(exc, Refused):  # a rule said no: trying again cannot help
+            session.finish(held, now)
+            session.counters.failed += 1
+            session.tally.error(kind, took)
+            return self._done(Outcome.dead(held, str(exc)))
+        reason = str(exc) or type(exc).__name__
+        return self._done(session.failed(held, reason, kind=kind, took=took, now=now))
 
     def handled(self, outcome: Outcome | None) -> Step:
         return self._done(outcome)

@@ -31,16 +31,15 @@ from hashcrawl._core._frontier import Frontier, Held, Host
 from hashcrawl._core._ledger import COMMIT_MAX as COMMIT_MAX
 from hashcrawl._core._ledger import Commit as Commit
 from hashcrawl._core._ledger import Ledger
-from hashcrawl._core._outcome import Kind, Origin, Outcome, Router, SeenCache, failure_wait
+from hashcrawl._core._outcome import Kind, Outcome, Router, SeenCache, failure_wait
 from hashcrawl._core._pace import Carry, PaceRecord
 from hashcrawl._core._parts import Clock, RobotsCache, Suspects, limit_reached
 from hashcrawl._core._ring import Ring
-from hashcrawl._core._rules import Robots, Unreachable
 from hashcrawl._core._scope import Scope
 from hashcrawl._core._scope import members as scope_members
-from hashcrawl._core._seams import CookieJars, Reply, Tally
+from hashcrawl._core._seams import CookieJars, Tally
 from hashcrawl._core._urls import host_key
-from hashcrawl._exceptions import Fenced, FetchError, InvalidURL, QueueError, Refused, StateLost
+from hashcrawl._exceptions import Fenced, InvalidURL, QueueError, StateLost
 from hashcrawl._settings import Settings
 
 log = logging.getLogger("hashcrawl")
@@ -512,82 +511,6 @@ class Session:
     def fetch_started(self, held: Held) -> tuple[int, list[str]] | None:
         """Note a suspect going out; returns the in-flight record to write first, if any."""
         return self.suspects.started(held)
-
-    def robots_wanted(self, held: Held, now: float) -> bool:
-        """Whether ``held``'s host's robots.txt must be fetched before the page."""
-        return self.settings.obey_robots and self.robots.wanted(held, now)
-
-    def robots_read(self, held: Held, got: Robots | Unreachable, now: float) -> str | None:
-        """Keep what fetching a host's robots.txt gave, per RFC 9309 (see ``_robots``).
-
-        Returns None once rules are kept, or why robots.txt is unreachable: then the
-        host is backed off, and its pages wait (or keep the rules they had, if any).
-        """
-        return self.robots.read(held, got, now, self.frontier, self.settings.lease)
-
-    def robots_fetched(self, held: Held, now: float) -> Outcome | None:
-        """The robots.txt request used ``held``'s slot: the page waits its turn again."""
-        self.finish(held, now)
-        return self.put_back(held, now)
-
-    def robots_for(self, held: Held) -> Robots | None:
-        """The rules ``held``'s page is checked against, if robots.txt is obeyed."""
-        return self.robots.of(held) if self.settings.obey_robots else None
-
-    def robots_denied(self, held: Held) -> Outcome:
-        self.finish(held, self._last_start(held.host))
-        self.counters.robots_denied += 1
-        return Outcome.done(held, [], [])
-
-    def _last_start(self, name: str) -> float:
-        host = self.frontier.hosts.get(name)  # gone if handed over meanwhile
-        return host.last_start if host is not None else -math.inf
-
-    def host_is_full(self, name: str) -> bool:
-        """Whether a host has had its --max-pages-per-host page requests."""
-        cap = self.settings.max_pages_per_host
-        return cap is not None and self.taken.get(name, 0) >= cap
-
-    def host_capped(self, held: Held) -> Outcome:
-        self.finish(held, self._last_start(held.host))
-        self.counters.host_capped += 1
-        return Outcome.done(held, [], [])
-
-    def cookie_for(self, held: Held) -> str | None:
-        """The ``Cookie`` header to send with ``held``'s request: its host's cookies."""
-        entry = held.entry
-        if self.settings.cookies and not any(n.lower() == "cookie" for n, _ in entry.headers):
-            return self.jars.header(held.host, entry.method, entry.url)
-        return None
-
-    def sending(self, held: Held) -> None:
-        """``held``'s page request is leaving."""
-        if self.settings.max_pages_per_host is not None:
-            self.taken[held.host] = self.taken.get(held.host, 0) + 1
-
-    def send_failed(self, held: Held, exc: Exception, took: float, now: float) -> Outcome:
-        """The fetcher raised: a failed page, or a dead one if a rule refused it."""
-        kind = str(exc) if isinstance(exc, FetchError) else "fetcher"
-        if isinstance(exc, Refused):  # a rule said no: trying again cannot help
-            self.finish(held, now)
-            self.counters.failed += 1
-            self.tally.error(kind, took)
-            return Outcome.dead(held, str(exc))
-        return self.failed(held, str(exc) or type(exc).__name__, kind=kind, took=took, now=now)
-
-    def answered(
-        self, held: Held, response: Reply, took: float, now: float, set_cookies: list[str]
-    ) -> Origin:
-        """A response came, with ``set_cookies`` (its Set-Cookie headers); returns what the
-        handler needs to know of its host."""
-        self.finish(held, now)
-        self.counters.fetched += 1
-        self.tally.response(response.status, len(response.body), took)
-        owned = self.epochs.latest.owner_of(held.host) == self.id  # not once handed over
-        if self.settings.cookies and set_cookies and owned:
-            self.jars.take(held.host, held.entry.method, response.url, set_cookies)
-        robots = self.robots.rules.get(held.host) if self.settings.obey_robots else None
-        return Origin(self.id, robots, self.host_is_full(held.host))
 
     def failed(
         self, held: Held, reason: str, *, kind: str, now: float, took: float | None = None
