@@ -8,6 +8,7 @@ import pytest
 
 from hashcrawl._core._entry import Entry
 from hashcrawl._core._frontier import Held
+from hashcrawl._core._handover import Handover
 from hashcrawl._core._outcome import Kind, Outcome
 from hashcrawl._core._ring import Ring
 from hashcrawl._core._session import COMMIT_MAX, Counters, Session
@@ -197,14 +198,14 @@ def test_a_new_epoch_hands_the_lost_hosts_entries_and_pacing_over() -> None:
     session.members_read(2, ("w1", "w2"))
     ring = session.take_epoch()
     assert ring is not None and session.take_epoch() is None
-    handoff = session.handoff_begin(ring)
-    assert handoff.lost == [lost] and not session.handoff_busy(handoff)
+    handoff = Handover(session).begin(ring)
+    assert handoff.lost == [lost] and not Handover(session).busy(handoff)
     assert not isinstance(session.next_fetch(0.5), Held)  # revoked: nothing starts
-    batch = session.handoff_batch(handoff, 0.6)
+    batch = Handover(session).batch(handoff, 0.6)
     assert batch.mv == [["2-0", "q:w2", Entry(url=f"http://{lost}/2").encode()]]
     assert batch.pace[0] == lost and batch.pace[1].startswith("500,")
-    assert session.handoff_committed(handoff, Committed(status="ok"))
-    session.handoff_done(handoff)
+    assert Handover(session).committed(handoff, Committed(status="ok"))
+    Handover(session).done(handoff)
     assert session.epochs.applied == 2 and lost not in session.frontier.hosts
 
 
@@ -212,8 +213,8 @@ def test_a_stale_handoff_waits_for_the_newer_epoch() -> None:
     """A handoff overtaken by another epoch is not applied; the newer one waits instead."""
     session = session_of(members=("w1",))
     session.members_read(2, ("w1", "w2"))
-    handoff = session.handoff_begin(session.take_epoch())  # type: ignore[arg-type]
-    assert not session.handoff_committed(handoff, Committed(status="stale", epoch=3))
+    handoff = Handover(session).begin(session.take_epoch())  # type: ignore[arg-type]
+    assert not Handover(session).committed(handoff, Committed(status="stale", epoch=3))
     assert session.epochs.waiting and session.epochs.applied == 1
 
 
@@ -221,7 +222,7 @@ def test_an_epoch_without_this_worker_fences_it() -> None:
     """A ring this worker is not in means it lost its membership."""
     session = session_of()
     with pytest.raises(Fenced):
-        session.handoff_begin(Ring.of(2, ("w2",)))
+        Handover(session).begin(Ring.of(2, ("w2",)))
 
 
 def test_a_pace_record_carries_the_last_request_to_the_next_owner() -> None:
@@ -235,7 +236,7 @@ def test_a_pace_record_carries_the_last_request_to_the_next_owner() -> None:
     record = old.pace_records([name], now=10.0)[name]
     new = session_of(worker="w2", members=("w1", "w2"), delay=1.0)
     new.members_read(3, ("w2",))
-    new.handoff_begin(new.take_epoch())  # type: ignore[arg-type]
+    Handover(new).begin(new.take_epoch())  # type: ignore[arg-type]
     new.take_in([("2-0", Entry(url=f"http://{name}/2").encode().encode())])
     new.beat_answered(beat(epoch=3, settled=3, now_ms=10_000), sent=15.0, received=15.0)
     # Its clock runs 5 s ahead of the server's (the heartbeat sent at 15 s came back at 10 s).

@@ -71,16 +71,6 @@ class Counters:
     host_capped: int = 0
 
 
-@attrs.define
-class Handoff:
-    """A new epoch being applied: its ring, the hosts it takes from this worker, and
-    the hosts it takes that only have a page count or cookies left to hand over."""
-
-    ring: Ring
-    lost: list[str]
-    counted: list[str] = attrs.Factory(list)
-
-
 @attrs.frozen
 class Read:
     """One read of the worker's stream, as asked: how many, and after which id."""
@@ -627,134 +617,8 @@ class Session:
         self.seen.remember(outcomes, self.scope)
         return Status.OK
 
-    # -- membership changes -------------------------------------------------------------------
+    # -- membership changes (the handover itself: ``Handover``) ---------------------------
 
     def take_epoch(self) -> Ring | None:
         """The newest epoch, if it waits to be applied."""
         return self.epochs.take()
-
-    def handoff_begin(self, ring: Ring) -> Handoff:
-        """Adopt ``ring``: stop starting requests to the hosts it takes away.
-
-        Raises:
-            Fenced: this worker is not a member at that epoch.
-        """
-        if self.id not in ring:
-            raise Fenced(f"worker {self.id} is no longer a member at epoch {ring.epoch}")
-        skipped = ring.epoch != self.epochs.ring.epoch + 1
-        lost = [name for name in self.frontier.hosts if ring.owner_of(name) != self.id]
-        gone = set(lost)
-        for name, host in self.frontier.hosts.items():
-            if name in gone:
-                continue
-            if skipped or host.revoked:
-                # Someone may have owned it in the epochs skipped: pace it from their record.
-                host.since, host.paced = ring.epoch, False
-                self.carry.unpaced.add(name)
-            if host.revoked:  # revoked by a handoff that a newer epoch overtook
-                host.revoked = False
-                self.frontier.reschedule(name)
-        for name in lost:
-            self.frontier.revoke(name)
-        self.epochs.ring = ring
-        return Handoff(ring, lost)
-
-    def handoff_busy(self, handoff: Handoff) -> bool:
-        """Whether requests are still out to hosts ``handoff`` gives away."""
-        return any(self.frontier.hosts[name].in_flight for name in handoff.lost)
-
-    def cut_short(self, handoff: Handoff, deadline: float) -> list[str]:
-        """Have requests still out to the lost hosts end by ``deadline``: their hosts'
-        pacing says they were busy until then. Returns the requests' entry ids, for the
-        driver to cancel by then."""
-        busy = set(handoff.lost)
-        cut = []
-        for eid, name in self.fetching.items():
-            if name in busy:
-                cut.append(eid)
-                host = self.frontier.hosts[name]
-                host.last_end = max(host.last_end, deadline)
-        return cut
-
-    def handoff_batch(self, handoff: Handoff, now: float) -> Batch:
-        """The commit that moves the lost hosts' entries and pacing, and marks the epoch
-        applied (see docs/design.md)."""
-        ring, lost = handoff.ring, handoff.lost
-        counted = handoff.counted = self._lost_counts(ring)
-        batch = Batch(worker=self.id, epoch=ring.epoch, src=self.stream, applied=ring.epoch)
-        others = dict.fromkeys(h for h in counted if h not in lost)
-        records = self.pace_records([*lost, *others], now)
-        batch.pace = [x for pair in records.items() for x in pair]
-        router = self.router(ring, now)
-        for name in lost:
-            target = router.target_of(name)
-            for held in self.frontier.hosts[name].queued():
-                batch.mv.append([held.eid, target, held.entry.encode()])
-        return batch
-
-    def _lost_counts(self, ring: Ring) -> list[str]:
-        """Hosts ``ring`` takes away that have a page count or cookies to hand over."""
-        counted = [h for h in self.taken if ring.owner_of(h) != self.id]
-        return counted + [h for h in self.jars.hosts() if ring.owner_of(h) != self.id]
-
-    def handoff_committed(self, handoff: Handoff, result: Committed) -> bool:
-        """Redis answered the handoff; returns whether it went through.
-
-        A stale one is overtaken by a newer epoch: that one is applied instead (the
-        driver reads the members, and ``epoch_waiting`` is set).
-
-        Raises:
-            Fenced: the worker lost its membership.
-        """
-        if result.status is Status.FENCED:
-            raise Fenced(f"worker {self.id} lost its membership during a handoff")
-        if result.status is Status.STALE:
-            self.epochs.waiting = True
-            return False
-        for name in handoff.lost:
-            self.frontier.drop(name)
-            self.robots.forget(name)
-        for name in handoff.counted:
-            self.taken.pop(name, None)
-            self.jars.pop(name)  # written into its pace record
-        return True
-
-    def handoff_done(self, handoff: Handoff) -> None:
-        """The handoff went through, and the parked hosts are read again."""
-        self.epochs.applied = handoff.ring.epoch
-        self.pace_hosts(())
-        log.info(
-            "%s applied epoch %d: handed over %d hosts",
-            self.id,
-            self.epochs.applied,
-            len(handoff.lost),
-        )
-
-    def orphans_batch(
-        self,
-        stream: str,
-        got: list[tuple[str, bytes | None]],
-        ring: Ring,
-        dying: set[str] | None,
-        now: float,
-    ) -> Batch:
-        """The commit that moves entries left in ``stream`` to their hosts' owners.
-
-        A departed worker's entries become suspects (``dying``: those it said it was
-        fetching when it died, which use up an attempt). So a page that kills every
-        worker that fetches it ends in the dead letters instead of killing them all.
-        """
-        own = stream == self.stream
-        batch = Batch(worker="" if own else self.id, epoch=ring.epoch, src=stream)
-        self.router(ring, now).add_orphans(batch, got, dying)
-        return batch
-
-    def departed(self, stream: str) -> bool:
-        """Whether ``stream`` is another worker's (not this one's, not the inbox)."""
-        return stream not in (self.stream, self.inbox)
-
-    def drained(self, result: Committed) -> None:
-        """Raises:
-        Fenced: the worker lost its membership while draining."""
-        if result.status is Status.FENCED:
-            raise Fenced(f"worker {self.id} lost its membership while draining")

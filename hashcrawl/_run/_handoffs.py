@@ -7,11 +7,9 @@ import logging
 
 import trio
 
+from hashcrawl._core._handover import Handoff, Handover
 from hashcrawl._core._ring import Ring
-from hashcrawl._core._session import (
-    HANDOFF_WAIT,
-    Handoff,
-)
+from hashcrawl._core._session import HANDOFF_WAIT
 from hashcrawl._run._membership import Membership
 
 log = logging.getLogger("hashcrawl")
@@ -22,6 +20,7 @@ class Handoffs:
 
     def __init__(self, m: Membership) -> None:
         self.m = m
+        self.handover = Handover(m.session)
 
     async def apply_loop(self) -> None:
         await self.m.epoch_changed.turns(self.apply_turn)
@@ -44,27 +43,27 @@ class Handoffs:
         (or, cancelled, forwarded to the new owner). So no slow server holds up the
         fleet's epoch.
         """
-        session, settings = self.m.session, self.m.settings
-        handoff = session.handoff_begin(ring)
+        settings = self.m.settings
+        handoff = self.handover.begin(ring)
         with trio.move_on_after(min(HANDOFF_WAIT, settings.grace)):
-            while session.handoff_busy(handoff):
+            while self.handover.busy(handoff):
                 await self.m.changed.wait()
         # A request outlives neither --grace nor its own --timeout: the sooner bounds how
         # long the new owner must take the host for busy.
         self.cut_short(handoff, self.m.now() + min(settings.grace, settings.timeout))
-        batch = session.handoff_batch(handoff, self.m.now())
+        batch = self.handover.batch(handoff, self.m.now())
         result = await self.m.persist(self.m.store.commit, batch)
-        if not session.handoff_committed(handoff, result):
+        if not self.handover.committed(handoff, result):
             # A newer epoch exists: read it now and apply that one (not this one again).
             await self.m.read_members()
             self.m.wake()
             return
         await self.m.find_parked()
-        session.handoff_done(handoff)
+        self.handover.done(handoff)
         self.m.wake()
 
     def cut_short(self, handoff: Handoff, deadline: float) -> None:
-        for eid in self.m.session.cut_short(handoff, deadline):
+        for eid in self.handover.cut_short(handoff, deadline):
             scope = self.m.scopes.get(eid)
             if scope is not None:
                 scope.deadline = min(scope.deadline, deadline)
@@ -85,9 +84,8 @@ class Handoffs:
 
     async def drain(self, stream: str) -> None:
         """Move every entry left in ``stream`` to its host's owner (see
-        ``Session.orphans_batch``), then release the stream."""
-        session = self.m.session
-        departed = session.departed(stream)
+        ``Handover.orphans_batch``), then release the stream."""
+        departed = self.handover.departed(stream)
         dying = await self.m.persist(self.m.store.in_flight_of, stream) if departed else None
         while True:
             got = await self.m.persist(self.m.store.entries, stream, count=500)
@@ -96,5 +94,7 @@ class Handoffs:
                     return
                 continue
             epoch, members = await self.m.persist(self.m.store.members)
-            batch = session.orphans_batch(stream, got, Ring.of(epoch, members), dying, self.m.now())
-            session.drained(await self.m.persist(self.m.store.commit, batch))
+            batch = self.handover.orphans_batch(
+                stream, got, Ring.of(epoch, members), dying, self.m.now()
+            )
+            self.handover.drained(await self.m.persist(self.m.store.commit, batch))
