@@ -7,8 +7,9 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from hashcrawl._core._entry import Entry
-from hashcrawl._core._frontier import Frontier, Held
+from hashcrawl._core._frontier import Frontier, Held, Host
 from hashcrawl._core._pace import Carry, PaceRecord
+from hashcrawl._core._parts import Clock
 
 records = st.builds(
     PaceRecord,
@@ -82,3 +83,27 @@ def test_a_commit_forgets_the_records_it_deleted() -> None:
     carry = Carry(read={"a.test": "1,0,0", "b.test": "2,0,0"})
     carry.committed(["a.test", "1,0,0"])
     assert carry.read == {"b.test": "2,0,0"}
+
+
+def test_a_host_still_paced_hands_its_last_request_over_in_server_time() -> None:
+    """A host whose delay runs past now carries its last request's end, a little late."""
+    clock = Clock(offset_ms=1_000_000.0, rtt=0.02)
+    host = Host("a.test", since=1, last_end=10.0, last_start=9.5)
+    record = PaceRecord.of(host, 2.0, 11.0, clock, taken=0, cookies="")
+    assert record == PaceRecord(last_ms=clock.server_ms(10.01), crawl_delay=0.0)
+
+
+def test_a_free_host_without_count_or_cookies_hands_nothing_over() -> None:
+    """Past its delay, with no page count and no cookies, a host needs no record."""
+    host = Host("a.test", since=1, last_end=1.0)
+    assert PaceRecord.of(host, 2.0, 10.0, Clock(), taken=0, cookies="") is None
+    assert PaceRecord.of(None, 2.0, 10.0, Clock(), taken=3, cookies="") == PaceRecord(taken=3)
+
+
+def test_the_next_owner_waits_at_least_as_long_as_the_record_says() -> None:
+    """Adopting a record never lets the host go sooner, margin included."""
+    clock = Clock(offset_ms=0.0, rtt=0.1)
+    host = Host("a.test", since=1)
+    PaceRecord(last_ms=5_000, backoff_ms=9_000, crawl_delay=3.0).pace(host, clock)
+    assert host.last_end == host.last_start == 5.0 + 0.105
+    assert (host.backoff_until, host.crawl_delay) == (9.0 + 0.105, 3.0)

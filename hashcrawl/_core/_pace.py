@@ -12,7 +12,8 @@ from collections.abc import Iterable
 
 import attrs
 
-from hashcrawl._core._frontier import Frontier
+from hashcrawl._core._frontier import Frontier, Host
+from hashcrawl._core._parts import Clock
 
 
 @attrs.frozen(kw_only=True)
@@ -52,6 +53,46 @@ class PaceRecord:
             )
         except (ValueError, OverflowError):
             return cls(cookies=cookies, readable=False)
+
+    @classmethod
+    def of(
+        cls, host: Host | None, delay: float, now: float, clock: Clock, *, taken: int, cookies: str
+    ) -> PaceRecord | None:
+        """The record of ``host`` handed over at ``now``, with its page count and
+        cookies; None when there is nothing its next owner needs.
+
+        ``host`` is None for a host forgotten while idle: only its count and cookies are
+        left. Pacing is carried while the host is not free yet (its delay or a backoff
+        runs past ``now``) or has a count.
+        """
+        if host is None:
+            return cls(taken=taken, cookies=cookies) if taken or cookies else None
+        gap = max(delay, host.crawl_delay)
+        if max(host.last_end + gap, host.backoff_until) > now or taken:
+            # This worker's clock offset is right to within half its last round trip:
+            # the record errs late by that, as the reader's margin errs on its side.
+            late = clock.rtt / 2
+            last = clock.server_ms(host.last_end + late) if host.last_end > 0 else 0
+            backoff = clock.server_ms(host.backoff_until + late) if host.backoff_until > 0 else 0
+            return cls(
+                last_ms=last,
+                backoff_ms=backoff,
+                crawl_delay=host.crawl_delay,
+                taken=taken,
+                cookies=cookies,
+            )
+        return cls(crawl_delay=host.crawl_delay, cookies=cookies) if cookies else None
+
+    def pace(self, host: Host, clock: Clock) -> None:
+        """Hold ``host`` back as its previous owner would have: never sooner, with a
+        margin for the two clocks, which agree to within a round trip."""
+        if not self.readable:
+            return
+        margin = clock.rtt + 0.005
+        host.last_end = max(host.last_end, clock.local_time(self.last_ms) + margin)
+        host.last_start = max(host.last_start, host.last_end)
+        host.backoff_until = max(host.backoff_until, clock.local_time(self.backoff_ms) + margin)
+        host.crawl_delay = max(host.crawl_delay, self.crawl_delay)
 
     def to_text(self) -> str:
         """The record as stored; ``taken`` and the cookies only when there are some."""

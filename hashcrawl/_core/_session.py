@@ -395,20 +395,12 @@ class Session:
         self.pace_hosts(later)  # at once if the fleet has settled while this read was out
 
     def apply_pace(self, host: Host, record: PaceRecord) -> None:
-        """Adopt a previous owner's record of ``host``."""
+        """Adopt a previous owner's record of ``host``: its cookies, count and pacing."""
         if record.cookies and self.settings.cookies:
             self.jars.adopt(host.name, record.cookies)
-        if not record.readable:
-            return
-        if record.taken:
+        if record.readable and record.taken:
             self.taken[host.name] = max(self.taken.get(host.name, 0), record.taken)
-        margin = self.clock.rtt + 0.005  # the two clocks agree to within a round trip
-        host.last_end = max(host.last_end, self.clock.local_time(record.last_ms) + margin)
-        host.last_start = max(host.last_start, host.last_end)
-        host.backoff_until = max(
-            host.backoff_until, self.clock.local_time(record.backoff_ms) + margin
-        )
-        host.crawl_delay = max(host.crawl_delay, record.crawl_delay)
+        record.pace(host, self.clock)
 
     def pace_records(self, names: list[str], now: float) -> dict[str, str]:
         """The pace records of hosts this worker hands over, as text."""
@@ -422,26 +414,9 @@ class Session:
         return records
 
     def _pace_record(self, name: str, now: float) -> PaceRecord | None:
-        taken = self.taken.get(name, 0)
-        host = self.frontier.hosts.get(name)
-        cookies = self.jars.record(name)  # the session goes with the host
-        if host is None:  # forgotten while idle: only its page count is left
-            return PaceRecord(taken=taken, cookies=cookies) if taken or cookies else None
-        gap = max(self.settings.delay, host.crawl_delay)
-        if max(host.last_end + gap, host.backoff_until) > now or taken:
-            # This worker's clock offset is right to within half its last round trip:
-            # the record errs late by that, as the reader's margin errs on its side.
-            late = self.clock.rtt / 2
-            last = self.server_ms(host.last_end + late) if host.last_end > 0 else 0
-            backoff = self.server_ms(host.backoff_until + late) if host.backoff_until > 0 else 0
-            return PaceRecord(
-                last_ms=last,
-                backoff_ms=backoff,
-                crawl_delay=host.crawl_delay,
-                taken=taken,
-                cookies=cookies,
-            )
-        return PaceRecord(crawl_delay=host.crawl_delay, cookies=cookies) if cookies else None
+        host, delay = self.frontier.hosts.get(name), self.settings.delay
+        taken, cookies = self.taken.get(name, 0), self.jars.record(name)
+        return PaceRecord.of(host, delay, now, self.clock, taken=taken, cookies=cookies)
 
     def leaving_hosts(self) -> list[str]:
         """Every host a leaving worker writes a pace record for, if it has one."""
