@@ -17,7 +17,6 @@ sent is asked separately (:meth:`Session.may_send`), right before it leaves.
 from __future__ import annotations
 
 import logging
-import math
 from collections.abc import Callable, Iterable
 from typing import Any
 
@@ -28,6 +27,7 @@ from hashcrawl._core._entry import BadEntry, Entry
 from hashcrawl._core._epochs import Epochs
 from hashcrawl._core._faults import NO_FAULTS, Faults
 from hashcrawl._core._frontier import Frontier, Held, Host
+from hashcrawl._core._gate import Gate
 from hashcrawl._core._ledger import COMMIT_MAX as COMMIT_MAX
 from hashcrawl._core._ledger import Commit as Commit
 from hashcrawl._core._ledger import Ledger
@@ -128,6 +128,7 @@ class Session:
         self.last_read = "0"  # the newest entry id this reader has taken in
         self.unsure = False  # a read failed: Redis may have delivered what never came
         self.suspects = Suspects()
+        self.gate = Gate(self)
 
     @property
     def latest(self) -> Ring:
@@ -424,52 +425,16 @@ class Session:
 
     # -- dispatching ---------------------------------------------------------------------------
 
-    def fresh(self, now: float) -> bool:
-        """Whether a heartbeat Redis answered was sent recently enough to fetch."""
-        # A window of the whole lease is a deliberate bug to catch.
-        wide = "wide_fresh_window" in self.faults
-        return self.epochs.fresh(now, self.settings.lease if wide else self.settings.fresh_for)
-
-    def saturated(self) -> bool:
-        """Every slot is taken by a request in flight or a page not yet committed.
-
-        Counting the uncommitted keeps what a killed worker held, and so what is
-        fetched twice, within --concurrency.
-        """
-        return self.in_flight + self.ledger.uncommitted >= self.settings.concurrency
-
-    def may_fetch(self, host: Host) -> bool:
-        return (
-            self.suspects.may_start(host)
-            and host.paced
-            and self.epochs.settled >= host.since
-            and self.epochs.current()
-            and self.epochs.latest.owner_of(host.name) == self.id
-        )
-
     def next_fetch(self, now: float) -> Held | float:
-        """The next entry to fetch (counted in flight), or when to ask again (``inf``:
-        when something changes)."""
-        wake = math.inf
-        if self.stopping:
-            return wake
-        if not self.saturated() and self.fresh(now):
-            got = self.frontier.take(now, self.may_fetch)
-            if isinstance(got, Held):
-                self.in_flight += 1
-                self.fetching[got.eid] = got.host
-                return got
-            if got is not None:
-                wake = got
-        if not self.fresh(now):
-            wake = min(wake, now + self.settings.beat_interval)
-        return wake
+        """The next entry to fetch (counted in flight), or when to ask again (see ``Gate``)."""
+        return self.gate.next_fetch(now)
 
     def may_send(self, held: Held, now: float) -> bool:
-        """Whether ``held``'s request may leave now: asked right before it does, since
-        the request may have waited (a pause, a slow Redis) since it was dispatched."""
-        fresh = "send_stale" in self.faults or self.fresh(now)  # off: a deliberate bug to catch
-        return fresh and self.epochs.latest.owner_of(held.host) == self.id
+        """Whether ``held``'s request may leave now (see ``Gate``)."""
+        return self.gate.may_send(held, now)
+
+    def saturated(self) -> bool:
+        return self.gate.saturated()
 
     # -- one fetch, start to end --------------------------------------------------------------
 
