@@ -427,7 +427,7 @@ class SimWorker:
         session = self.session
         if session.stopping:
             return "stopping: reads no more"
-        if not session.unsure and not self.env.observer.undelivered(session.stream):
+        if not session.intake.unsure and not self.env.observer.undelivered(session.stream):
             return "nothing new in its stream"
         try:
             got = await self.driver.read_once(block_ms=1)
@@ -491,5 +491,5 @@ class SimWorker:
             "apply": session.epochs.waiting,
             "drain": session.epochs.orphans_waiting,
             "load_pace": bool(session.carry.due),
-            "unpark": bool(session.parked),
+            "unpark": bool(session.intake.parked),
         }.get(kind, True)

@@ -28,6 +28,9 @@ from hashcrawl._core._epochs import Epochs
 from hashcrawl._core._faults import NO_FAULTS, Faults
 from hashcrawl._core._frontier import Frontier, Held, Host
 from hashcrawl._core._gate import Gate
+from hashcrawl._core._intake import PARK_AT as PARK_AT
+from hashcrawl._core._intake import UNPARK_BELOW as UNPARK_BELOW
+from hashcrawl._core._intake import Intake, Read
 from hashcrawl._core._ledger import COMMIT_MAX as COMMIT_MAX
 from hashcrawl._core._ledger import Commit as Commit
 from hashcrawl._core._ledger import Ledger
@@ -54,8 +57,6 @@ HANDOFF_WAIT = 1.0  # seconds a handoff waits for requests out to the hosts it g
 IDLE_HOST_SECONDS = 300.0
 IDLE_HOSTS_KEPT = 1000
 FORGET_EVERY = 2.0
-PARK_AT = 16  # with memory full, a host with this many queued parks the rest
-UNPARK_BELOW = 4  # a parked host with fewer queued takes some back
 
 
 @attrs.define
@@ -69,15 +70,6 @@ class Counters:
     fenced: int = 0
     links_dropped: int = 0
     host_capped: int = 0
-
-
-@attrs.frozen
-class Read:
-    """One read of the worker's stream, as asked: how many, and after which id."""
-
-    count: int
-    after: str | None
-    parking: bool
 
 
 class Session:
@@ -122,11 +114,9 @@ class Session:
         self.ledger = Ledger()
         self.in_flight = 0
         self.stopping = False
-        self.parked: set[str] = set()
+        self.intake = Intake()  # reading the stream, and the hosts parked
         self.carry = Carry()  # previous owners' pace records still to read
         self.jars = jars  # the cookies of the hosts this worker owns
-        self.last_read = "0"  # the newest entry id this reader has taken in
-        self.unsure = False  # a read failed: Redis may have delivered what never came
         self.suspects = Suspects()
         self.gate = Gate(self)
 
@@ -164,8 +154,7 @@ class Session:
         self.epochs.members_read(epoch, members, first=first)
 
     def parked_read(self, hosts: Iterable[str]) -> None:
-        """Learn which hosts this owner has overflow sets for."""
-        self.parked = {h for h in hosts if self.epochs.latest.owner_of(h) == self.id}
+        self.intake.parked_read(hosts, self.epochs.latest, self.id)
 
     # -- heartbeat -------------------------------------------------------------------------
 
@@ -278,27 +267,15 @@ class Session:
         return len(self.outcomes) >= 2 * COMMIT_MAX
 
     def read_request(self) -> Read:
-        """The next read of this worker's stream.
-
-        A read that fails may still have delivered entries, which are then pending for
-        this reader and never delivered again. So after a failure the reader reads its
-        own pending entries past the newest one it took in (entries come in id order),
-        until none is left, and only then reads new ones again.
-        """
-        size, most = self.frontier.size, self.settings.max_buffer
-        full = size >= most
-        count = 100 if full else min(200, most - size)
-        return Read(count=count, after=self.last_read if self.unsure else None, parking=full)
+        """The next read of this worker's stream (see ``Intake``)."""
+        return self.intake.request(self.frontier, self.settings.max_buffer)
 
     def read_failed(self) -> None:
-        self.unsure = True
+        self.intake.failed()
 
     def read_answered(self, read: Read, got: list[tuple[str, bytes | None]]) -> None:
-        if got:
-            self.last_read = got[-1][0]
+        if self.intake.answered(read, got):
             self.take_in(got, parking=read.parking)
-        elif read.after is not None:
-            self.unsure = False
 
     def take_in(self, got: list[tuple[str, bytes | None]], *, parking: bool = False) -> None:
         """Queue what was read; with memory full, park what a host has enough of.
@@ -327,36 +304,14 @@ class Session:
             queued = self.frontier.hosts.get(host)
             if parking and queued is not None and len(queued.queue) >= PARK_AT:
                 self.ledger.add(Outcome.park(held))
-                self.parked.add(host)
+                self.intake.parked.add(host)
                 continue
             if queued is None:
                 fresh.append(host)
             self.frontier.add(held, epoch=self.epochs.latest.epoch)
         self.pace_hosts(fresh)
 
-    # -- parking and idle hosts --------------------------------------------------------------
-
-    def unpark_wanted(self) -> list[str]:
-        """Parked hosts, in the order their entries are asked back."""
-        return sorted(self.parked)
-
-    def may_unpark(self, name: str) -> bool | None:
-        """Whether ``name`` should take parked entries back; None: memory is full, stop."""
-        if self.frontier.size >= self.settings.max_buffer:
-            return None
-        host = self.frontier.hosts.get(name)
-        return host is None or len(host.queue) < UNPARK_BELOW
-
-    def unparked(self, name: str, status: str, left: int) -> None:
-        """Redis answered an unpark of ``name``.
-
-        Raises:
-            Fenced: the worker lost its membership.
-        """
-        if status == Status.FENCED:
-            raise Fenced(f"worker {self.id} lost its membership while unparking")
-        if status == Status.OK and left == 0:
-            self.parked.discard(name)
+    # -- idle hosts --------------------------------------------------------------
 
     def forget_idle(self, now: float) -> list[str]:
         """Drop the state of hosts idle a while, or beyond the most idle hosts kept, so

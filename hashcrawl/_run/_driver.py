@@ -270,8 +270,9 @@ class Driver(Membership):
     async def unpark_turn(self) -> list[str]:
         """One pass over the parked hosts; returns the hosts that took entries back."""
         session, took = self.session, []
-        for name in session.unpark_wanted():
-            wanted = session.may_unpark(name)
+        intake, most = session.intake, self.settings.max_buffer
+        for name in intake.unpark_wanted():
+            wanted = intake.may_unpark(name, session.frontier, most)
             if wanted is None:
                 break
             if not wanted:
@@ -279,7 +280,7 @@ class Driver(Membership):
             status, moved, left = await self.persist(
                 self.store.unpark, session.id, session.latest.epoch, name, PARK_AT - UNPARK_BELOW
             )
-            session.unparked(name, status, left)
+            intake.unparked(name, status, left, session.id)
             if moved:
                 took.append(name)
         return took
