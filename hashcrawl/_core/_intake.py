@@ -8,14 +8,21 @@ and only then reads new ones again.
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+import logging
+from collections.abc import Callable, Iterable
 
 import attrs
 
 from hashcrawl._core._batch import Status
-from hashcrawl._core._frontier import Frontier
+from hashcrawl._core._entry import BadEntry, Entry
+from hashcrawl._core._frontier import Frontier, Held
+from hashcrawl._core._ledger import Ledger
+from hashcrawl._core._outcome import Outcome
 from hashcrawl._core._ring import Ring
-from hashcrawl._exceptions import Fenced
+from hashcrawl._core._urls import host_key
+from hashcrawl._exceptions import Fenced, InvalidURL
+
+log = logging.getLogger("hashcrawl")
 
 PARK_AT = 16  # with memory full, a host with this many queued parks the rest
 UNPARK_BELOW = 4  # a parked host with fewer queued takes some back
@@ -28,6 +35,16 @@ class Read:
     count: int
     after: str | None
     parking: bool
+
+
+@attrs.frozen
+class Mine:
+    """What makes an entry this worker's to fetch: its id owns the host in the ring,
+    and its spider has the entry's callback."""
+
+    worker: str
+    accepts: Callable[[Entry], bool]
+    spider: str  # its name, for the dead letter of an entry it cannot handle
 
 
 @attrs.define
@@ -82,3 +99,46 @@ class Intake:
             raise Fenced(f"worker {worker} lost its membership while unparking")
         if status == Status.OK and left == 0:
             self.parked.discard(name)
+
+    def take_in(
+        self,
+        got: list[tuple[str, bytes | None]],
+        parking: bool,
+        frontier: Frontier,
+        ring: Ring,
+        mine: Mine,
+        ledger: Ledger,
+    ) -> list[str]:
+        """Queue what was read; with memory full, park what a host has enough of.
+
+        An entry for another owner's host goes there whatever it names; one this owner
+        cannot read is counted as bad, and one naming a callback its spider lacks is
+        dead-lettered with the reason (another worker's spider may know it). Returns the
+        hosts new to the frontier.
+        """
+        fresh: list[str] = []
+        for eid, payload in got:
+            try:
+                entry = Entry.decode(payload)
+                host = host_key(entry.canonical)
+            except (BadEntry, InvalidURL) as exc:
+                log.warning("dropping a bad entry %s: %s", eid, exc)
+                ledger.add(Outcome.bad(eid, str(exc)))
+                continue
+            held = Held(eid, entry, host)
+            if ring.owner_of(host) != mine.worker:
+                ledger.add(Outcome.forward(held))
+                continue
+            if not mine.accepts(entry):
+                why = f"spider {mine.spider} has no callback {entry.callback!r:.80}"
+                ledger.add(Outcome.dead(held, why))
+                continue
+            queued = frontier.hosts.get(host)
+            if parking and queued is not None and len(queued.queue) >= PARK_AT:
+                ledger.add(Outcome.park(held))
+                self.parked.add(host)
+                continue
+            if queued is None:
+                fresh.append(host)
+            frontier.add(held, epoch=ring.epoch)
+        return fresh

@@ -8,7 +8,7 @@ any (see ``_web._cookies``). Times are the server's clock, in milliseconds.
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 
 import attrs
 
@@ -125,6 +125,32 @@ class Carry:
     def take_due(self) -> list[str]:
         due, self.due = self.due, []
         return due
+
+    def loaded(
+        self,
+        hosts: list[str],
+        records: dict[str, str],
+        settled: int,
+        frontier: Frontier,
+        adopt: Callable[[Host, PaceRecord], None],
+    ) -> list[str]:
+        """The records of ``hosts`` came, as asked when the fleet had ``settled``: each is
+        adopted and its host may be fetched. Returns the hosts that changed hands again
+        meanwhile, whose records are to be read again."""
+        later = []
+        for name in hosts:
+            host = frontier.hosts.get(name)
+            if host is None:
+                continue
+            if host.since > settled:
+                later.append(name)
+                continue
+            if name in records:
+                adopt(host, PaceRecord.from_text(records[name]))
+                self.read[name] = records[name]
+            host.paced = True
+            frontier.reschedule(name)
+        return later
 
     def committed(self, unpace: list[str]) -> None:
         """A commit deleted the records it names (``Batch.unpace``: host, record, ...)."""

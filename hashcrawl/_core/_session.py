@@ -22,15 +22,16 @@ from typing import Any
 
 import attrs
 
-from hashcrawl._core._batch import LOST, Batch, Beat, Committed, Status
-from hashcrawl._core._entry import BadEntry, Entry
+from hashcrawl._core._batch import Batch, Beat, Committed, Status
+from hashcrawl._core._beats import Heartbeat
+from hashcrawl._core._entry import Entry
 from hashcrawl._core._epochs import Epochs
 from hashcrawl._core._faults import NO_FAULTS, Faults
 from hashcrawl._core._frontier import Frontier, Held, Host
 from hashcrawl._core._gate import Gate
 from hashcrawl._core._intake import PARK_AT as PARK_AT
 from hashcrawl._core._intake import UNPARK_BELOW as UNPARK_BELOW
-from hashcrawl._core._intake import Intake, Read
+from hashcrawl._core._intake import Intake, Mine, Read
 from hashcrawl._core._ledger import COMMIT_MAX as COMMIT_MAX
 from hashcrawl._core._ledger import Commit as Commit
 from hashcrawl._core._ledger import Ledger
@@ -41,8 +42,7 @@ from hashcrawl._core._ring import Ring
 from hashcrawl._core._scope import Scope
 from hashcrawl._core._scope import members as scope_members
 from hashcrawl._core._seams import CookieJars, Tally
-from hashcrawl._core._urls import host_key
-from hashcrawl._exceptions import Fenced, InvalidURL, QueueError, StateLost
+from hashcrawl._exceptions import Fenced, QueueError
 from hashcrawl._settings import Settings
 
 log = logging.getLogger("hashcrawl")
@@ -119,6 +119,7 @@ class Session:
         self.jars = jars  # the cookies of the hosts this worker owns
         self.suspects = Suspects()
         self.gate = Gate(self)
+        self.heartbeat = Heartbeat(self)
 
     @property
     def latest(self) -> Ring:
@@ -159,50 +160,16 @@ class Session:
     # -- heartbeat -------------------------------------------------------------------------
 
     def beat_request(self, now: float, *, resident_kib: int) -> dict[str, Any]:
-        """What a heartbeat sent at ``now`` tells Redis (``Store.heartbeat``'s arguments)."""
-        return {
-            "lease_ms": int(self.settings.lease * 1000),
-            # Expiring members that are not silent is a deliberate bug to catch.
-            "expire_ms": 0 if "reclaim_live" in self.faults else None,
-            "applied": self.epochs.applied,
-            "known_epoch": self.epochs.latest.epoch,
-            "stats": self.stats(now, resident_kib),
-        }
+        return self.heartbeat.request(now, resident_kib=resident_kib)
 
     def beat_failed(self, sent: float, exc: QueueError) -> None:
-        """A heartbeat sent at ``sent`` got no answer.
-
-        Raises:
-            QueueError: no heartbeat got through for a whole lease.
-        """
-        lease = self.settings.lease
-        if sent - self.epochs.confirmed_at > lease:
-            raise QueueError(f"{exc}; gave up after a lease ({lease:g} s) without a heartbeat")
+        self.heartbeat.failed(sent, exc)
 
     def beat_answered(self, beat: Beat, sent: float, received: float) -> None:
-        """The reply to a heartbeat sent at ``sent`` arrived at ``received``.
+        self.heartbeat.answered(beat, sent, received)
 
-        Raises:
-            StateLost: the crawl's state is gone from Redis.
-            Fenced: the worker is no longer a member.
-        """
-        if beat.lost:
-            raise StateLost(f"{LOST}; worker {self.id} stops")
-        if not beat.alive:
-            raise Fenced(
-                f"worker {self.id} was silent longer than its lease and lost its membership"
-            )
-        self.clock.sample(sent, received, beat.now_ms)
-        self.epochs.confirmed_at = sent
-        if beat.members is not None:
-            self.members_read(beat.epoch, beat.members)
-        # Taking the newest epoch for the settled one is a deliberate bug to catch.
-        settled = beat.epoch if "newest_as_settled" in self.faults else beat.settled
-        if settled != self.epochs.settled:
-            self.epochs.settled = settled
-            self.pace_hosts(())
-        if beat.orphans:
-            self.epochs.orphans_waiting = True
+    def finished(self, beat: Beat) -> bool:
+        return self.heartbeat.finished(beat)
 
     def take_settings(self, settings: Settings) -> None:
         """Decide by ``settings`` from now on (the crawl's changed); a host's next
@@ -210,32 +177,12 @@ class Session:
         self.settings = settings
         self.frontier.delay = settings.delay
 
-    def finished(self, beat: Beat) -> bool:
-        """Whether the crawl is over: the fleet idle ``--idle`` seconds, this worker too."""
-        if self.settings.idle is None or beat.idle_since < 0 or self.busy():
-            return False
-        quiet_ms = beat.now_ms - max(beat.idle_since, self.epochs.joined_ms)
-        return quiet_ms >= self.settings.idle * 1000
-
     def busy(self) -> bool:
         return bool(self.frontier.size or self.in_flight or self.outcomes)
 
     def flushed(self) -> bool:
         """Stopping, with nothing in flight or left to commit: ready to leave."""
         return self.stopping and not self.outcomes and self.in_flight == 0
-
-    def stats(self, now: float, resident_kib: int) -> dict[str, int | str]:
-        """This membership's figures, for the worker's ``w:ID`` hash."""
-        counts = attrs.asdict(self.counters)
-        return {
-            **{name: count - self.counters_base[name] for name, count in counts.items()},
-            "hosts": len(self.frontier.hosts),
-            "in_flight": self.in_flight,
-            "held": self.held(),
-            "frontier": self.frontier.size,
-            "rss_kib": resident_kib,
-            **self.tally.beat_fields(now, self.frontier, since=self.tally_base),
-        }
 
     def held(self) -> int:
         """Entries read from this worker's stream and not yet committed."""
@@ -278,38 +225,10 @@ class Session:
             self.take_in(got, parking=read.parking)
 
     def take_in(self, got: list[tuple[str, bytes | None]], *, parking: bool = False) -> None:
-        """Queue what was read; with memory full, park what a host has enough of.
-
-        An entry for another owner's host goes there whatever it names; one this owner
-        cannot read is counted as bad, and one naming a callback its spider lacks is
-        dead-lettered with the reason (another worker's spider may know it).
-        """
-        fresh: list[str] = []
-        for eid, payload in got:
-            try:
-                entry = Entry.decode(payload)
-                host = host_key(entry.canonical)
-            except (BadEntry, InvalidURL) as exc:
-                log.warning("dropping a bad entry %s: %s", eid, exc)
-                self.ledger.add(Outcome.bad(eid, str(exc)))
-                continue
-            held = Held(eid, entry, host)
-            if self.epochs.latest.owner_of(host) != self.id:
-                self.ledger.add(Outcome.forward(held))
-                continue
-            if not self.accepts(entry):
-                why = f"spider {self.spider_name} has no callback {entry.callback!r:.80}"
-                self.ledger.add(Outcome.dead(held, why))
-                continue
-            queued = self.frontier.hosts.get(host)
-            if parking and queued is not None and len(queued.queue) >= PARK_AT:
-                self.ledger.add(Outcome.park(held))
-                self.intake.parked.add(host)
-                continue
-            if queued is None:
-                fresh.append(host)
-            self.frontier.add(held, epoch=self.epochs.latest.epoch)
-        self.pace_hosts(fresh)
+        """Queue what was read (see ``Intake.take_in``); hosts new here get their pacing."""
+        ring, frontier = self.epochs.latest, self.frontier
+        mine = Mine(self.id, self.accepts, self.spider_name)
+        self.pace_hosts(self.intake.take_in(got, parking, frontier, ring, mine, self.ledger))
 
     # -- idle hosts --------------------------------------------------------------
 
@@ -335,19 +254,7 @@ class Session:
 
     def pace_loaded(self, hosts: list[str], records: dict[str, str], settled: int) -> None:
         """The pace records of ``hosts`` came, as asked when the fleet had ``settled``."""
-        later = []
-        for name in hosts:
-            host = self.frontier.hosts.get(name)
-            if host is None:
-                continue
-            if host.since > settled:  # it changed hands again meanwhile: read it again
-                later.append(name)
-                continue
-            if name in records:
-                self.apply_pace(host, PaceRecord.from_text(records[name]))
-                self.carry.read[name] = records[name]
-            host.paced = True
-            self.frontier.reschedule(name)
+        later = self.carry.loaded(hosts, records, settled, self.frontier, self.apply_pace)
         self.pace_hosts(later)  # at once if the fleet has settled while this read was out
 
     def apply_pace(self, host: Host, record: PaceRecord) -> None:
@@ -469,16 +376,10 @@ class Session:
         self.ledger.commit_written(commit)
 
     def router(self, ring: Ring, now: float) -> Router:
-        return Router(
-            ring,
-            self.stream_of,
-            self.inbox,
-            self.scope,
-            self.seen,
-            self.settings.max_attempts,
-            at=self.server_ms(now) // 1000,
-            faults=self.faults,
-        )
+        """Where entries go at ``ring``'s epoch; dead letters dated by the server's clock."""
+        at, most = self.server_ms(now) // 1000, self.settings.max_attempts
+        route = (ring, self.stream_of, self.inbox, self.scope, self.seen, most)
+        return Router(*route, at=at, faults=self.faults)
 
     def commit_batch(self, commit: Commit, now: float) -> Batch:
         """The batch that commits ``commit`` at the newest epoch this worker knows."""
