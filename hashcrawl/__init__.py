@@ -17,6 +17,8 @@ TYPE_CHECKING = False  # typing itself is not imported: it would lengthen the st
 
 _HOMES = {
     "ConfigError": "_exceptions",
+    "DropItem": "_exceptions",
+    "HttpError": "_exceptions",
     "Fenced": "_exceptions",
     "FetchError": "_exceptions",
     "HashcrawlError": "_exceptions",
@@ -34,6 +36,13 @@ _HOMES = {
     "JsonLinesSink": "_web._sinks",
     "Sink": "_web._sinks",
     "Spider": "_web._spider",
+    "CrawlSpider": "_web._spider",
+    "Failure": "_web._spider",
+    "FormRequest": "_web._forms",
+    "Link": "_web._rules",
+    "LinkExtractor": "_web._rules",
+    "Rule": "_web._rules",
+    "WarcSink": "_web._warc",
     "Worker": "_run._worker",
 }
 
@@ -43,15 +52,20 @@ if TYPE_CHECKING:
     from hashcrawl._run._queue import Queue
     from hashcrawl._run._worker import Worker
     from hashcrawl._web._fetch import Fetcher, HttpxFetcher
+    from hashcrawl._web._forms import FormRequest
     from hashcrawl._web._models import Request, Response
+    from hashcrawl._web._rules import Link, LinkExtractor, Rule
     from hashcrawl._web._sinks import CsvSink, JsonLinesSink, Sink
-    from hashcrawl._web._spider import Spider
+    from hashcrawl._web._spider import CrawlSpider, Failure, Spider
+    from hashcrawl._web._warc import WarcSink
 
     from ._exceptions import (
         ConfigError,
+        DropItem,
         Fenced,
         FetchError,
         HashcrawlError,
+        HttpError,
         InvalidURL,
         QueueError,
         Refused,
@@ -75,23 +89,32 @@ def __dir__() -> list[str]:
 
 __all__ = [
     "ConfigError",
+    "CrawlSpider",
     "CsvSink",
+    "DropItem",
+    "Failure",
     "Fenced",
     "FetchError",
     "Fetcher",
+    "FormRequest",
     "HashcrawlError",
+    "HttpError",
     "HttpxFetcher",
     "InvalidURL",
     "JsonLinesSink",
+    "Link",
+    "LinkExtractor",
     "Queue",
     "QueueError",
     "Refused",
     "Request",
     "Response",
+    "Rule",
     "Settings",
     "Sink",
     "Spider",
     "StateLost",
+    "WarcSink",
     "Worker",
     "__version__",
 ]

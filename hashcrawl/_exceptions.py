@@ -8,15 +8,20 @@ The tree::
     ├── QueueError (also ConnectionError) Redis unreachable, hanging or refusing: exit 1
     │   ├── Fenced                        this worker lost its membership (a lease passed)
     │   └── StateLost                     the crawl's keys are gone (Redis lost its data)
-    └── FetchError                        a page could not be fetched (network, timeout)
-        └── Refused                       fetching it breaks a rule (a private address):
-                                          retrying cannot help, so it is not retried
+    ├── FetchError                        a page could not be fetched (network, timeout)
+    │   └── Refused                       fetching it breaks a rule (a private address):
+    │                                     retrying cannot help, so it is not retried
+    ├── HttpError                         an answer whose status the callback does not
+    │                                     take: what an errback's failure holds
+    └── DropItem                          raised by an item pipeline to drop an item
 
 Errors from redis-py and httpx are translated into these at the adapter that calls them,
 and no message ever carries a password.
 """
 
 from __future__ import annotations
+
+from typing import Any
 
 
 class HashcrawlError(Exception):
@@ -53,3 +58,16 @@ class Refused(FetchError):
     A private address not allowed by ``allow_nets``/``allow_private``, or a body in
     stacked or unknown content encodings. The message names the rule and how to allow it.
     """
+
+
+class HttpError(HashcrawlError):
+    """A response whose status its callback does not take (not 2xx, and not listed in
+    ``handle_httpstatus_list``): an errback's ``failure.value``, with the ``response``."""
+
+    def __init__(self, response: Any) -> None:
+        super().__init__(f"HTTP {response.status} is not handled: {response.url}")
+        self.response = response
+
+
+class DropItem(HashcrawlError):
+    """Raise it in an item pipeline's ``process_item`` to drop the item, as in Scrapy."""

@@ -25,6 +25,8 @@ from ._exceptions import ConfigError
 from ._version import DEFAULT_USER_AGENT
 
 NONE = "none"
+#: The default --warc-max-size: a new WARC file before one would pass 1 GB (StormCrawler's).
+WARC_MAX_SIZE = 1_000_000_000
 
 
 def _number(text: str) -> float:
@@ -364,6 +366,20 @@ class Settings:
         parse=None,
         name="--no-fsync",
         negate=True,
+    )
+    warc_max_size: int = _setting(
+        WARC_MAX_SIZE,
+        "with -o NAME.warc.gz (or .warc): start a new WARC file before one would pass "
+        "this many bytes",
+        check=_positive,
+        parse=_whole,
+        metavar="BYTES",
+    )
+    warc_revisits: bool = _setting(
+        False,
+        "with -o NAME.warc.gz (or .warc): write a response whose payload this worker has "
+        "archived already as a revisit record (identical payload digest), headers only",
+        parse=None,
     )
     max_links: int = _setting(
         5000,

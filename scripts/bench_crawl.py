@@ -196,19 +196,28 @@ def measure(
 
 
 def hashcrawl_launcher(
-    seeds: list[str], workers: int, extra: Sequence[str] = (), wrap: Sequence[str] = ()
+    seeds: list[str],
+    workers: int,
+    extra: Sequence[str] = (),
+    wrap: Sequence[str] = (),
+    *,
+    warc: bool = False,
 ) -> Launch:
     """Submit the seeds, then start ``workers`` ``hashcrawl join`` processes.
 
-    ``wrap`` goes before each command (a profiler, say).
+    ``wrap`` goes before each command (a profiler, say); with ``warc`` each worker also
+    archives every fetch (``-o pages.warc.gz``) beside its items.
     """
 
     def launch(url: str, run_dir: Path) -> tuple[list[int], Callable[[str], int], list[Path]]:
         with Queue(url, CRAWL) as queue:
             queue.submit(seeds)
         outputs = [run_dir / f"items-{i}.jsonl" for i in range(workers)]
+        archive = ["-o", str(run_dir / "pages.warc.gz")] if warc else []
         pids = [
-            _spawn([*wrap, *_join_command(url, out, extra)], run_dir / f"worker-{i}.err")
+            _spawn(
+                [*wrap, *_join_command(url, out, [*extra, *archive])], run_dir / f"worker-{i}.err"
+            )
             for i, out in enumerate(outputs)
         ]
         return pids, _hashcrawl_seen, outputs

@@ -38,6 +38,7 @@ import bench_site
 
 REPO = Path(__file__).resolve().parent.parent
 MB = 1024
+WARC_RUN = "hashcrawl x1 +warc"  # the same crawl, archiving every fetch too
 
 
 def main() -> int:
@@ -100,6 +101,8 @@ def main() -> int:
 
 def _contenders(args: argparse.Namespace, seeds: list[str]) -> list[tuple[str, Any]]:
     runs: list[tuple[str, Any]] = [("hashcrawl x1", bench_crawl.hashcrawl_launcher(seeds, 1))]
+    if args.warc:
+        runs.append((WARC_RUN, bench_crawl.hashcrawl_launcher(seeds, 1, warc=True)))
     if not args.no_scrapy:
         runs.append(("scrapy-redis x1", bench_crawl.scrapy_launcher(seeds)))
     for n in args.scale:
@@ -197,9 +200,16 @@ def _ratios(results: list[Any]) -> list[str]:
             f"  Redis bytes per URL     {_ratio(hc.memory_per_url, peer.memory_per_url)}",
             f"  peak RSS                {_ratio(hc.rss_kb, peer.rss_kb)}",
         ]
+    warc = by_name.get(WARC_RUN)
+    if hc is not None and warc is not None:
+        lines.append(
+            f"WARC output: {WARC_RUN} / hashcrawl x1 pages/s "
+            f"{_ratio(warc.pages_per_s, hc.pages_per_s)}   (target >= 0.85x); "
+            f"CPU s per 1k pages {_ratio(warc.cpu_per_1k, hc.cpu_per_1k)}"
+        )
     if hc is not None:
         for r in results:
-            if r.name.startswith("hashcrawl x") and r is not hc:
+            if r.name.startswith("hashcrawl x") and r not in (hc, warc):
                 speedup = r.pages_per_s / hc.pages_per_s if hc.pages_per_s else 0.0
                 lines.append(f"scaling: {r.name} is {speedup:.2f}x hashcrawl x1's pages/s")
     return lines
@@ -319,6 +329,9 @@ def _parser() -> argparse.ArgumentParser:
     p.add_argument("--hosts", type=int, default=50, help="loopback hosts (at most 250)")
     p.add_argument("--scale", type=int, nargs="*", default=[2, 4], help="more worker counts")
     p.add_argument("--no-scrapy", action="store_true", help="skip the scrapy-redis crawl")
+    p.add_argument(
+        "--warc", action="store_true", help="also crawl with -o pages.warc.gz beside the items"
+    )
     p.add_argument("--no-nginx", action="store_true", help="serve with the fallback server")
     p.add_argument("--timeout", type=float, default=240.0, help="seconds allowed per crawl")
     p.add_argument(

@@ -130,7 +130,7 @@ class Block:
 
 
 _MARKER = re.compile(r"^<!-- doctest: (.*) -->$")
-_MARKERS = re.compile(r"^(skip because \S.*|background|excerpt of docs/examples/\w+\.py)$")
+_MARKERS = re.compile(r"^(skip because \S.*|background|excerpt of docs/examples/[\w/]+\.py)$")
 _LANGUAGES = {"sh": SHELL, "python": PYTHON, "": OUTPUT}
 
 

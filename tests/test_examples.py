@@ -222,3 +222,28 @@ def test_api_reference_snippets_run(tmp_path: Path, monkeypatch: pytest.MonkeyPa
     for block in python_blocks("api.md"):
         if "redis://" not in block:
             exec(block, {"hashcrawl": hashcrawl})
+
+
+@pytest.mark.parametrize(
+    ("name", "items"), [("books.py", 21), ("login.py", 7), ("catalogue.py", 16)]
+)
+def test_a_scrapy_port_runs_with_hashcrawl_crawl_as_the_tutorial_says(
+    tmp_path: Path, name: str, items: int
+) -> None:
+    """``hashcrawl crawl --spider from_scrapy/NAME`` (two workers) gives the port's items;
+    tests/test_scrapy_ports.py checks what they are."""
+    from testing.scrapysite import ScrapySite
+
+    with ScrapySite() as site:
+        done = subprocess.run(
+            [sys.executable, "-m", "hashcrawl", "crawl", "--spider",
+             str(EXAMPLES / "from_scrapy" / name), "-o", "items.jsonl", "--workers", "2",
+             "--allow-net", "127.0.0.2", "--delay", "0.02", "--idle", "0.5"],
+            cwd=tmp_path,
+            env={**os.environ, "DEMO_SITE": site.root},
+            capture_output=True,
+            text=True,
+            timeout=TIMEOUT,
+        )  # fmt: skip
+    assert done.returncode == 0, done.stderr
+    assert len((tmp_path / "items.jsonl").read_text().splitlines()) == items

@@ -41,8 +41,8 @@ from hashcrawl._store._redisurl import ENV_VAR as REDIS_ENV_VAR
 from hashcrawl._store._redisurl import RedisURL, check_crawl_name, masked
 from hashcrawl._version import __version__
 from hashcrawl._web._addresses import AddressPolicy, url_refusal
-from hashcrawl._web._sinks import sink_for
-from hashcrawl._web._spider import load_spider
+from hashcrawl._web._sinks import sinks_for
+from hashcrawl._web._spider import load_spider, scrapy_settings
 
 log = logging.getLogger("hashcrawl")
 DEFAULT_CRAWL = "default"
@@ -111,8 +111,11 @@ def _crawler_flags(p: argparse.ArgumentParser) -> None:
         "-o",
         "--output",
         metavar="FILE",
-        help="append items to FILE (JSON Lines; CSV if it ends in .csv); "
-        "without -o, items go to standard output",
+        action="append",
+        help="append items to FILE (JSON Lines; CSV if it ends in .csv), or archive every "
+        "fetch to WARC files NAME-TIME-SEQ-WORKER.warc.gz if it is NAME.warc.gz (or "
+        ".warc); repeatable, e.g. -o items.jsonl -o pages.warc.gz; without an items "
+        "file, items go to standard output",
     )
     p.add_argument("--spider", metavar="FILE", help="run a Spider: path/to/file.py[:ClassName]")
     add_flags(p)
@@ -288,22 +291,37 @@ def _seconds(text: str) -> float:
     return value
 
 
-def _checked_output(path: str | None) -> None:
+def _checked_output(paths: list[str] | None) -> None:
     """Refuse an -o FILE that cannot be written, before anything starts.
 
     Raises:
         ConfigError: no such directory, no permission, or not a file.
     """
-    if path is None or path == "-":
-        return
-    try:
-        os.close(os.open(path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644))
-    except OSError as exc:
-        raise ConfigError(f"-o cannot write {path!r}: {exc.strerror or exc}") from None
+    for path in paths or ():
+        if path == "-":
+            continue
+        if path.endswith((".warc.gz", ".warc")):  # the files are named later, beside it
+            where = os.path.dirname(path) or "."
+            if not (os.path.isdir(where) and os.access(where, os.W_OK | os.X_OK)):
+                raise ConfigError(
+                    f"-o cannot write WARC files in {where!r}: not a writable directory"
+                )
+            continue
+        try:
+            os.close(os.open(path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644))
+        except OSError as exc:
+            raise ConfigError(f"-o cannot write {path!r}: {exc.strerror or exc}") from None
 
 
 def _spider_of(args: argparse.Namespace) -> Any:
     return load_spider(args.spider) if args.spider else None
+
+
+def _starts_itself(spider: Any) -> bool:
+    """Whether a --spider gives its own start_requests() (each worker submits them)."""
+    from hashcrawl._web._spider import Spider
+
+    return spider is not None and spider.start_requests is not Spider.start_requests
 
 
 def _check_reachable(url: RedisURL, crawl: str) -> None:
@@ -337,8 +355,13 @@ def cmd_join(args: argparse.Namespace) -> int:
         url,
         args.crawl,
         spider=spider,
-        sink=sink_for(args.output, fsync=settings.fsync),
-        **_worker_settings(args, settings),
+        sink=sinks_for(
+            args.output,
+            fsync=settings.fsync,
+            max_size=settings.warc_max_size,
+            revisits=settings.warc_revisits,
+        ),
+        **_worker_settings(args, settings, spider),
     )
 
     async def main() -> None:
@@ -359,11 +382,14 @@ def cmd_join(args: argparse.Namespace) -> int:
     return 0
 
 
-def _worker_settings(args: argparse.Namespace, settings: Settings) -> dict[str, Any]:
-    """A worker's own settings, and only those crawl settings its flags gave: it takes
-    the crawl's others (see ``_crawlconfig``)."""
+def _worker_settings(args: argparse.Namespace, settings: Settings, spider: Any) -> dict[str, Any]:
+    """A worker's own settings, and only those crawl settings its flags (or its spider's
+    ``custom_settings``) gave: it takes the crawl's others (see ``_crawlconfig``). A flag
+    given wins over the spider's; an own flag left at its default does not."""
     own = {k: v for k, v in attrs.asdict(settings, recurse=False).items() if k not in CRAWL}
-    return {**own, **given_flags(args)}
+    defaults = {f.name: f.default for f in attrs.fields(Settings)}
+    changed = {k: v for k, v in own.items() if v != defaults[k]}
+    return {**own, **scrapy_settings(spider), **changed, **given_flags(args)}
 
 
 async def _stop_on_signals(
@@ -583,7 +609,7 @@ def cmd_crawl(args: argparse.Namespace) -> int:
     settings = settings_from(args)  # check the flags before starting anything
     spider = _spider_of(args)
     urls = list(args.urls) or list(getattr(spider, "start_urls", None) or ())
-    if not urls:
+    if not urls and not _starts_itself(spider):
         raise ConfigError("crawl needs a start URL (or a --spider with start_urls)")
     _check_start_urls(urls, AddressPolicy.of(settings.allow_nets, settings.allow_private))
     _checked_output(args.output)
@@ -609,7 +635,9 @@ def _crawl_on(
         if args.fresh:
             store.clear()
         expire_previous_members(store)
-        change(store, given_flags(args))  # the crawl's settings: its workers take them
+        # The crawl's settings (the spider's custom ones, then the flags): its workers take them.
+        spiders = {k: v for k, v in scrapy_settings(_spider_of(args)).items() if k in CRAWL}
+        change(store, {**spiders, **given_flags(args)})
         added, before = submit_start_urls(store, urls)
         log.info("submitted %s; starting %d workers", plural(added, "new URL"), args.workers)
         command = _child_command(args)
@@ -652,8 +680,8 @@ def _headers_env(settings: Settings) -> dict[str, str]:
 def _child_command(args: argparse.Namespace) -> list[str]:
     command = [sys.executable, "-m", "hashcrawl", "join", "--child", "--crawl", args.crawl]
     command += settings_from(args).to_flags(worker_only=True)  # crawl settings: in Redis
-    if args.output is not None:
-        command += ["-o", args.output]
+    for path in args.output or ():
+        command += ["-o", path]
     if args.spider is not None:
         command += ["--spider", args.spider]
     if args.verbose:

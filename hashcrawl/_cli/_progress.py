@@ -145,7 +145,7 @@ def summary(view: dict[str, Any], *, elapsed: float, args: argparse.Namespace) -
     if view["dead"]:
         lines.append(f"    see them: hashcrawl dead {where}")
         lines.append(f"    try them again: hashcrawl retry-dead {where}, then crawl again")
-    output = getattr(args, "output", None)
+    output = ", ".join(getattr(args, "output", None) or ())
     lines.append(f"  items in: {output}" if output else "  items: not written (no -o FILE)")
     left = view["waiting"] + view["held"]
     if left:

@@ -1,8 +1,10 @@
 """What travels through Redis: one entry per request, as compact JSON.
 
-An :class:`Entry` is made from a spider's :class:`~hashcrawl.Request` (or URL), and
-turned back into the request to send, in ``hashcrawl._web._requests``: the only two
-places the one becomes the other, outside the core, which knows no request.
+An :class:`Entry` is made from a spider's :class:`~hashcrawl.Request` (or URL) by
+``Request.to_entry``, and turned back into the request to send by
+``Request.from_entry`` (in ``_web._models``): the fields both declare are copied as they
+are, so a field added to both travels without another line. This module imports nothing
+of the web layer.
 """
 
 from __future__ import annotations
@@ -23,6 +25,11 @@ MAX_ENTRY_BYTES = 64 * 1024
 #: How deep ``meta`` may nest lists and objects.
 MAX_META_DEPTH = 32
 MAX_CALLBACK = 200
+#: The largest ``cb_kwargs`` a request may carry, as compact JSON: the arguments of a
+#: callback are a few ids and names, and every worker that reads the entry parses them.
+MAX_CB_KWARGS = 16 * 1024
+MAX_RULE = 1_000  # the highest rule index an entry may name ("R")
+MAX_STATUSES = 64  # statuses one request may list for its callback ("S")
 # Each number's range: wide enough for any real crawl, narrow enough that an entry written
 # by hand cannot be retried for ever or slip past --max-depth.
 RANGES = {
@@ -39,7 +46,10 @@ MAX_HEADERS = 64  # headers one entry may carry ("H")
 TOKEN = re.compile(r"[!#$%&'*+\-.^_`|~0-9A-Za-z]{1,64}", re.ASCII)
 #: A header value: visible ASCII, spaces and tabs; no CR, LF or NUL to split a request.
 HEADER_VALUE = re.compile(r"[\t\x20-\x7e]{0,8192}", re.ASCII)
-_FULL_KEYS = frozenset("MHBYtr")  # the keys of a full request's fields
+_FULL_KEYS = frozenset("MHBYtr")
+_SCRAPY_KEYS = frozenset(
+    "ekSR"
+)  # errback, cb_kwargs, statuses, rule  # the keys of a full request's fields
 
 
 class BadEntry(HashcrawlError, ValueError):
@@ -52,7 +62,11 @@ class Entry:
 
     ``url`` is the URL to request, as the page wrote it (made fit to send);
     :attr:`canonical` is its canonical form, which dedupe and routing use.
-    ``meta`` is JSON; ``callback`` names a spider method. ``sitemap`` is 0 for a page,
+    ``meta`` is JSON; ``callback`` and ``errback`` name spider methods; ``cb_kwargs``
+    are the callback's keyword arguments (any JSON here: the spider checks them before
+    the entry is fetched, so a bad one is dead-lettered with the reason);
+    ``handle_httpstatus_list`` are the non-2xx statuses the callback takes; ``rule`` is
+    the index of the spider's rule that led here. ``sitemap`` is 0 for a page,
     or how deep in sitemap indexes a sitemap is (1: named by robots.txt or /sitemap.xml).
     ``suspect`` marks an entry that a worker died holding: its owner records it as in
     flight before fetching it, so a page that kills workers is counted and parked dead.
@@ -78,6 +92,10 @@ class Entry:
     body: bytes = b""
     timeout: float | None = None
     max_redirects: int | None = None
+    errback: str | None = None
+    cb_kwargs: Any = None
+    handle_httpstatus_list: tuple[int, ...] = ()
+    rule: int | None = None
 
     @property
     def key(self) -> str:
@@ -115,6 +133,10 @@ class Entry:
             ("H", [list(pair) for pair in self.headers], []),
             ("t", self.timeout, None),
             ("r", self.max_redirects, None),
+            ("e", self.errback, None),
+            ("k", self.cb_kwargs, None),
+            ("S", list(self.handle_httpstatus_list), []),
+            ("R", self.rule, None),
         ):
             if value != default:
                 doc[key] = value
@@ -164,6 +186,8 @@ class Entry:
         if _depth(doc.get("m")) > MAX_META_DEPTH:
             raise BadEntry(f"entry meta nests deeper than {MAX_META_DEPTH}: {_clip(data)}")
         full = _full_request(doc, data)
+        if not _SCRAPY_KEYS.isdisjoint(doc):
+            full.update(_scrapy_fields(doc, data))
         return cls(
             url=doc["u"],
             depth=numbers["d"],
@@ -217,6 +241,32 @@ def _full_request(doc: dict[str, Any], data: bytes | str | None) -> dict[str, An
         raise BadEntry(f"entry redirect limit is not in [0, {MAX_REDIRECTS}]: {_clip(data)}")
     full["max_redirects"] = redirects
     return full
+
+
+def _scrapy_fields(doc: dict[str, Any], data: bytes | str | None) -> dict[str, Any]:
+    """The errback, cb_kwargs, statuses and rule index of an entry, as far as they can be
+    checked without the spider (which checks the names, the index and the arguments)."""
+    errback = doc.get("e")
+    if not (errback is None or (isinstance(errback, str) and len(errback) <= MAX_CALLBACK)):
+        raise BadEntry(f"entry errback is not a name: {_clip(data)}")
+    if _depth(doc.get("k")) > MAX_META_DEPTH:
+        raise BadEntry(f"entry cb_kwargs nest deeper than {MAX_META_DEPTH}: {_clip(data)}")
+    statuses = doc.get("S", [])
+    if not (
+        isinstance(statuses, list)
+        and len(statuses) <= MAX_STATUSES
+        and all(type(s) is int and 100 <= s <= 599 for s in statuses)
+    ):
+        raise BadEntry(f"entry statuses are not up to {MAX_STATUSES} HTTP statuses: {_clip(data)}")
+    rule = doc.get("R")
+    if not (rule is None or (type(rule) is int and 0 <= rule <= MAX_RULE)):
+        raise BadEntry(f"entry rule is not an index in [0, {MAX_RULE}]: {_clip(data)}")
+    return {
+        "errback": errback,
+        "cb_kwargs": doc.get("k"),
+        "handle_httpstatus_list": tuple(statuses),
+        "rule": rule,
+    }
 
 
 def _is_header(pair: Any) -> bool:

@@ -40,11 +40,10 @@ class Read:
 @attrs.frozen
 class Mine:
     """What makes an entry this worker's to fetch: its id owns the host in the ring,
-    and its spider has the entry's callback."""
+    and its spider has what the entry names (``refuses`` says why not, or None)."""
 
     worker: str
-    accepts: Callable[[Entry], bool]
-    spider: str  # its name, for the dead letter of an entry it cannot handle
+    refuses: Callable[[Entry], str | None]
 
 
 @attrs.define
@@ -112,7 +111,8 @@ class Intake:
         """Queue what was read; with memory full, park what a host has enough of.
 
         An entry for another owner's host goes there whatever it names; one this owner
-        cannot read is counted as bad, and one naming a callback its spider lacks is
+        cannot read is counted as bad, and one naming a callback, errback or rule its spider
+        lacks is
         dead-lettered with the reason (another worker's spider may know it). Returns the
         hosts new to the frontier.
         """
@@ -129,8 +129,8 @@ class Intake:
             if ring.owner_of(host) != mine.worker:
                 ledger.add(Outcome.forward(held))
                 continue
-            if not mine.accepts(entry):
-                why = f"spider {mine.spider} has no callback {entry.callback!r:.80}"
+            why = mine.refuses(entry)
+            if why is not None:
                 ledger.add(Outcome.dead(held, why))
                 continue
             queued = frontier.hosts.get(host)

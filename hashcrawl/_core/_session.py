@@ -82,7 +82,7 @@ class Session:
         settings: Settings,
         stream_of: Callable[[str], str],
         inbox: str,
-        accepts: Callable[[Entry], bool],
+        refuses: Callable[[Entry], str | None],
         spider_name: str,
         counters: Counters,
         tally: Tally,
@@ -95,7 +95,7 @@ class Session:
         self.stream_of = stream_of
         self.inbox = inbox
         self.stream = stream_of(worker)
-        self.accepts = accepts
+        self.refuses = refuses  # why the spider cannot handle an entry, or None
         self.spider_name = spider_name
         self.counters = counters
         self.counters_base = attrs.asdict(counters)  # the heartbeat reports this membership's
@@ -227,7 +227,7 @@ class Session:
     def take_in(self, got: list[tuple[str, bytes | None]], *, parking: bool = False) -> None:
         """Queue what was read (see ``Intake.take_in``); hosts new here get their pacing."""
         ring, frontier = self.epochs.latest, self.frontier
-        mine = Mine(self.id, self.accepts, self.spider_name)
+        mine = Mine(self.id, self.refuses)
         self.pace_hosts(self.intake.take_in(got, parking, frontier, ring, mine, self.ledger))
 
     # -- idle hosts --------------------------------------------------------------

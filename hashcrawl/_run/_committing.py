@@ -14,6 +14,7 @@ from hashcrawl._core._session import (
     Commit,
 )
 from hashcrawl._run._membership import Membership
+from hashcrawl._web._models import Response
 
 log = logging.getLogger("hashcrawl")
 
@@ -49,7 +50,9 @@ class Committer:
         write_first = (
             "ack_before_write" not in self.m.worker.faults
         )  # off: a deliberate bug to catch
-        if commit.items and write_first:
+        # An archive holds records of pages with no items too: it is flushed every time.
+        written = commit.items or self.m.worker.archive is not None
+        if written and write_first:
             await self.write_items(commit)
         session.commit_written(commit)
         while True:
@@ -64,17 +67,30 @@ class Committer:
                 continue
             await self.m.read_members()
             self.m.wake()
-        if commit.items and not write_first:
+        if written and not write_first:
             await self.write_items(commit)
         self.m.wake()
         return len(commit.outcomes)
 
     async def write_items(self, commit: Commit) -> None:
-        sink = self.m.worker.sink
+        sink, responses = self.m.worker.sink, self.take_archive()
 
         def write() -> None:
-            sink.write(commit.items)
+            self.write_archive(responses)
+            if commit.items:
+                sink.write(commit.items)
             sink.flush()
 
         await self.m.offload(write)
         self.m.session.items_written(len(commit.items))
+
+    def take_archive(self) -> list[Response]:
+        """The responses not yet archived (every one of the pages being committed)."""
+        responses, self.m.to_archive = self.m.to_archive, []
+        return responses
+
+    def write_archive(self, responses: list[Response]) -> None:
+        archive = self.m.worker.archive
+        if archive is not None:
+            for response in responses:
+                archive.archive(response)

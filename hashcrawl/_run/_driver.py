@@ -115,6 +115,7 @@ class Driver(Membership):
                     nursery.start_soon(loop)
             await self.leave()
         finally:
+            self.committer.write_archive(self.committer.take_archive())
             self.worker.sink.flush()
 
     async def begin(self) -> None:

@@ -16,7 +16,7 @@ from hashcrawl._exceptions import FetchError, Refused
 from hashcrawl._run._membership import Membership
 from hashcrawl._web._fetch import Fetcher, NotSent, sending_only_while
 from hashcrawl._web._models import Request, Response
-from hashcrawl._web._requests import request_of, set_cookies
+from hashcrawl._web._requests import set_cookies
 from hashcrawl._web._robots import Robots, RobotsFetch, Unreachable
 
 log = logging.getLogger("hashcrawl")
@@ -114,7 +114,8 @@ class Dispatcher:
     async def send_page(self, page: Page) -> Response | None:
         """Send ``page``'s request; returns the response, if one came."""
         held = page.held
-        request = request_of(held.entry, page.cookie)
+        cookie = page.cookie
+        request = Request.from_entry(held.entry, (("Cookie", cookie),) if cookie else ())
         page.sending()
         sent = self.m.now()
         try:
@@ -126,6 +127,8 @@ class Dispatcher:
             if not isinstance(exc, FetchError):
                 log.exception("fetcher failed on %s", held.entry.url)
             page.send_failed(exc, self.m.now() - sent, self.m.now())
+            if page.outcome is not None:  # the request's errback, if it has one, has its say
+                page.outcome = await self.m.worker.handler.failed(held, page.outcome, exc)
             return None
         page.answered(response, self.m.now() - sent, self.m.now(), set_cookies(response))
         return response
@@ -153,7 +156,10 @@ class Dispatcher:
             NotSent: the check said no; nothing reached the host.
         """
         with sending_only_while(lambda: self.may_send(held)):
-            return await self.fetcher.fetch(request)
+            response = await self.fetcher.fetch(request)
+        if self.m.worker.archive is not None:  # before the page's outcome exists
+            self.m.to_archive.append(response)
+        return response
 
     async def fetch_robots(self, held: Held) -> Robots | Unreachable:
         """Fetch a host's robots.txt, per RFC 9309 (see ``_robots``): the rules, or why

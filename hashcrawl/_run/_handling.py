@@ -14,7 +14,7 @@ import datetime
 import inspect
 import logging
 import time
-from collections.abc import AsyncGenerator, Callable, Iterable, Iterator
+from collections.abc import AsyncGenerator, Awaitable, Callable, Iterable, Iterator
 from typing import Any
 
 import attrs
@@ -23,16 +23,16 @@ import trio
 from hashcrawl._core._entry import Entry
 from hashcrawl._core._frontier import Held
 from hashcrawl._core._links import request_url
+from hashcrawl._core._outcome import Kind, Outcome, failure_wait, is_last_attempt
 from hashcrawl._core._outcome import Origin as Origin
-from hashcrawl._core._outcome import Outcome, failure_wait, is_last_attempt
 from hashcrawl._core._urls import canonicalize, host_key
-from hashcrawl._exceptions import ConfigError
+from hashcrawl._exceptions import ConfigError, HttpError
 from hashcrawl._settings import Settings
 from hashcrawl._web._models import Request, Response
-from hashcrawl._web._requests import entry_following
 from hashcrawl._web._robots import parse_retry_after
 from hashcrawl._web._sinks import as_dict
 from hashcrawl._web._sitemaps import sitemap_entries
+from hashcrawl._web._spider import Calls, Failure
 
 Parse = Callable[[Response], Any]
 MAX_REDIRECTS = 5  # hops in one chain, as RFC 9309 asks of robots.txt and browsers allow
@@ -78,45 +78,73 @@ class Handler:
         self,
         parse: Parse | None = None,
         *,
-        callbacks: Callable[[str], Parse] | None = None,
+        spider: Calls | None = None,
         blocking: bool = False,
         settings: Settings | None = None,
+        name: str = "-",
     ):
         self.parse = parse
-        self.callbacks = callbacks
-        self.blocking = blocking  # run synchronous callbacks in a thread
+        self.spider = spider
+        self.name = name  # the spider's, or the parse function's, for dead letters' reasons
+        self.blocking = blocking or (spider is not None and spider.blocking)
         self.settings = settings if settings is not None else Settings()
 
     async def handle(self, held: Held, response: Response, origin: Origin) -> Outcome:
         """The outcome of a response: retried if the server is overloaded, dead-lettered
-        if it redirects once too often, else the items and follows it gives."""
-        if is_overloaded(response.status):
-            wait = retry_wait(held.entry.attempts, response.headers.get("retry-after"))
-            return Outcome.retry(held, f"HTTP {response.status}", backoff=wait)
-        redirect = self._redirect(held, response)
-        most = MAX_REDIRECTS if held.entry.max_redirects is None else held.entry.max_redirects
-        if redirect and held.entry.hops >= most:
+        if it redirects once too often, else the items and follows it gives.
+
+        A spider's callback sees 2xx responses and the statuses it lists; a redirect is
+        followed, never passed to it; any other status goes to the request's errback.
+        The default parse (none given) writes an item for every response not retried;
+        a ``parse`` function sees every response but a followed redirect.
+        """
+        entry = held.entry
+        listed = self.spider is not None and self.spider.takes(entry, response.status)
+        if is_overloaded(response.status) and not (listed and self._last_try(held)):
+            wait = retry_wait(entry.attempts, response.headers.get("retry-after"))
+            outcome = Outcome.retry(held, f"HTTP {response.status}", backoff=wait)
+            if self._last_try(held):
+                return await self.failed(held, outcome, HttpError(response))
+            return outcome
+        redirect = [] if listed else self._redirect(held, response)
+        most = MAX_REDIRECTS if entry.max_redirects is None else entry.max_redirects
+        if redirect and entry.hops >= most:
             reason = f"more than {most} redirects (next: {redirect[0].url})"
-            return Outcome.dead(held, reason)
-        if held.entry.sitemap:  # hashcrawl's own request: no item, no parse callback
+            return await self.failed(held, Outcome.dead(held, reason), HttpError(response))
+        if entry.sitemap:  # hashcrawl's own request: no item, no parse callback
             # Up to 50,000 URLs to read and escape: a thread's work, not the event loop's.
             found = await trio.to_thread.run_sync(
-                sitemap_entries, held.entry, response.body, response.url
+                sitemap_entries, entry, response.body, response.url
             )
             follows = found if 200 <= response.status < 300 else []
             follows += redirect
             return Outcome.done(held, [], self._allowed(follows, held, origin))
+        # A submitted URL that redirects (http to https, a bare domain to www.) brings
+        # its target's host into the scope, as wget takes the start URL's redirect.
+        widen = [host_key(e.canonical) for e in redirect if entry.depth == 0]
+        if redirect and (self.parse is not None or self.spider is not None):
+            follows = self._allowed(redirect, held, origin)
+            return Outcome.done(held, [], follows, widen, found=len(redirect))
+        if self.spider is not None and not listed:
+            outcome = Outcome.done(held, [], [])
+            return await self.failed(held, outcome, HttpError(response), origin)
+        return await self._parsed(held, response, origin, redirect, widen)
+
+    async def _parsed(
+        self,
+        held: Held,
+        response: Response,
+        origin: Origin,
+        redirect: list[Entry],
+        widen: list[str],
+    ) -> Outcome:
+        """The outcome of parsing ``response``: its callback's items and follows (and
+        the redirect's target), or a retry if the callback raised."""
         settings = self.settings
         capped = attrs.evolve(response, max_links=settings.max_links)
         produced = _Produced()
         try:
-            limit = settings.parse_timeout
-            try:
-                with trio.fail_after(limit):
-                    await self._produce(held, capped, origin, produced)
-            except trio.TooSlowError:
-                error = f"the parse callback ran past --parse-timeout ({limit:g} s)"
-                raise ParseTimeout(error) from None
+            await self._timed(self._produce(held, capped, origin, produced))
         except Exception as exc:  # a callback's bug fails its page, not the worker
             log.exception("parsing %s failed", held.entry.url)
             error = f"{type(exc).__name__}: {exc}"
@@ -126,9 +154,6 @@ class Handler:
             # The page goes to the dead letters: what came before the exception is kept.
             kept = self._allowed(produced.follows, held, origin)
             return Outcome.retry(held, error, produced.items, kept, backoff=wait)
-        # A submitted URL that redirects (http to https, a bare domain to www.) brings
-        # its target's host into the scope, as wget takes the start URL's redirect.
-        widen = [host_key(e.canonical) for e in redirect if held.entry.depth == 0]
         follows = produced.follows + redirect
         return Outcome.done(
             held,
@@ -137,6 +162,46 @@ class Handler:
             widen,
             found=len(follows),
             dropped=produced.dropped + _unread_links(capped),
+        )
+
+    async def _timed(self, work: Awaitable[None]) -> None:
+        """``work``, cancelled past ``--parse-timeout``.
+
+        Raises:
+            ParseTimeout: it ran past the limit.
+        """
+        limit = self.settings.parse_timeout
+        try:
+            with trio.fail_after(limit):
+                await work
+        except trio.TooSlowError:
+            error = f"the parse callback ran past --parse-timeout ({limit:g} s)"
+            raise ParseTimeout(error) from None
+
+    def _last_try(self, held: Held) -> bool:
+        return is_last_attempt(held.entry, self.settings.max_attempts)
+
+    async def failed(
+        self, held: Held, outcome: Outcome, error: BaseException, origin: Origin | None = None
+    ) -> Outcome:
+        """``outcome`` of a page that failed for good (or whose status its callback does
+        not take), with what the request's errback gives added; unchanged without one,
+        or if it was to be tried again. An errback's own error is logged, and what it
+        gave before is kept."""
+        errback = self.spider.errback(held.entry) if self.spider is not None else None
+        if errback is None or (outcome.kind is Kind.RETRY and not self._last_try(held)):
+            return outcome
+        response = getattr(error, "response", None)
+        sent = response.request if response is not None else Request.from_entry(held.entry)
+        failure = Failure(error, sent)
+        produced = _Produced()
+        try:
+            await self._timed(self._run(errback, failure, held, produced, held.entry.url))
+        except Exception:
+            log.exception("the errback of %s failed", held.entry.url)
+        kept = self._allowed(produced.follows, held, origin or Origin(""))
+        return attrs.evolve(
+            outcome, items=[*outcome.items, *produced.items], follows=[*outcome.follows, *kept]
         )
 
     async def _produce(
@@ -152,26 +217,35 @@ class Handler:
                 was produced before stays in ``produced``.
         """
         parse = self._callback_for(held)
-        follows = produced.follows
         if parse is None:
             links = response.links() if 200 <= response.status < 300 else []
             produced.items.append(page_item(held, response, origin.worker))
-            follows += [Entry(url=u, depth=held.entry.depth + 1) for u in links]
+            produced.follows += [Entry(url=u, depth=held.entry.depth + 1) for u in links]
             return
+        await self._run(parse, response, held, produced, response.url)
+
+    async def _run(
+        self, call: Callable[[Any], Any], arg: Any, held: Held, produced: _Produced, base: str
+    ) -> None:
+        """Add what ``call(arg)`` (a callback or an errback) produces to ``produced``."""
         most = self.settings.max_links
-        steps = _Steps(parse, response, self.blocking)
+        follows = produced.follows
+        steps = _Steps(call, arg, self.blocking)
         async with contextlib.aclosing(steps.each()) as things:
             async for thing in things:
                 if isinstance(thing, Request | str) and len(follows) >= most:
                     produced.dropped += 1  # past --max-links: not even read
                 elif isinstance(thing, Request | str):
-                    if isinstance(thing, Request) and not self._knows(thing.callback):
-                        raise ConfigError(f"Request names an unknown callback {thing.callback!r}")
-                    follow = entry_following(thing, response.url, held.entry.depth + 1)
+                    if isinstance(thing, Request) and (why := self._unknown(thing)) is not None:
+                        raise ConfigError(f"Request names an unknown {why.removeprefix('no ')}")
+                    request = thing if isinstance(thing, Request) else Request(thing)
+                    follow = request.to_entry(base, held.entry.depth + 1)
                     if follow is not None:
                         follows.append(follow)
                 elif thing is not None:
-                    produced.items.append(as_dict(thing))
+                    item = thing if self.spider is None else await self._piped(thing)
+                    if item is not None:
+                        produced.items.append(as_dict(item))
         if steps.held_loop > LOOP_HOLD_WARNING:
             log.warning(
                 "the parse callback held the event loop %.1f s on %s: set blocking = True "
@@ -180,24 +254,39 @@ class Handler:
                 held.entry.url,
             )
 
-    def accepts(self, entry: Entry) -> bool:
-        """Whether an entry's callback (if any) names a method this handler may call."""
-        return self._knows(entry.callback)
+    async def _piped(self, item: Any) -> Any:
+        """``item`` through the spider's pipelines (None if one dropped it)."""
+        assert self.spider is not None
+        if not self.spider.pipelines:
+            return item
+        return await self.spider.process_item(item, self._step)
 
-    def _knows(self, name: str | None) -> bool:
-        if name is None:
-            return True
-        if self.callbacks is None:
-            return False
-        try:
-            self.callbacks(name)
-        except ConfigError:
-            return False
-        return True
+    async def _step(self, call: Callable[..., Any], *args: Any) -> Any:
+        """``call(*args)``: in a thread for a blocking spider, else here."""
+        if self.blocking:
+            return await trio.to_thread.run_sync(call, *args)
+        return call(*args)
+
+    def refusal(self, entry: Entry) -> str | None:
+        """Why this handler cannot take an entry read from Redis (a callback, errback or
+        rule its spider lacks, unusable cb_kwargs), or None."""
+        if self.spider is not None:
+            return self.spider.refusal(entry)
+        why = self._unknown(entry)
+        return None if why is None else f"spider {self.name} has {why}"
+
+    def _unknown(self, request: Request | Entry) -> str | None:
+        if self.spider is not None:
+            return self.spider.unknown(request)
+        if request.callback is not None:
+            return f"no callback {request.callback!r:.80}"
+        if request.errback is not None:
+            return f"no errback {request.errback!r:.80}"
+        return None if request.rule is None else f"no rule {request.rule}"
 
     def _callback_for(self, held: Held) -> Parse | None:
-        if held.entry.callback and self.callbacks is not None:
-            return self.callbacks(held.entry.callback)
+        if self.spider is not None:
+            return self.spider.callback(held.entry)
         return self.parse
 
     @staticmethod
@@ -288,7 +377,7 @@ class _Steps:
     and ``held_loop`` adds up how long they held it.
     """
 
-    def __init__(self, parse: Parse, response: Response, blocking: bool) -> None:
+    def __init__(self, parse: Callable[[Any], Any], response: Any, blocking: bool) -> None:
         self.parse = parse
         self.response = response
         self.blocking = blocking

@@ -24,7 +24,8 @@ from hashcrawl._settings import Settings
 from hashcrawl._store._base import WorkerStore
 from hashcrawl._store._crawlconfig import CrawlSettings
 from hashcrawl._web._cookies import Jars
-from hashcrawl._web._sinks import Sink
+from hashcrawl._web._models import Response
+from hashcrawl._web._sinks import Archive, Sink
 
 log = logging.getLogger("hashcrawl")
 T = TypeVar("T")
@@ -83,6 +84,7 @@ class Member(Protocol):
     spider_name: str
     handler: Handler
     sink: Sink
+    archive: Archive | None  # the part of the sink that keeps every response, if any
     counters: Counters
     tally: Tally
     crawl_settings: CrawlSettings | None
@@ -121,6 +123,9 @@ class Membership:
         self.settings = worker.settings
         self.store = store
         self.limiter = trio.CapacityLimiter(4)
+        # Responses for the archive, written by the next commit before it acknowledges:
+        # one thread's turn per commit, not per page.
+        self.to_archive: list[Response] = []
         self.call: Call = call if call is not None else self._in_thread
         self.caller = StoreCaller(self.call, lambda: self.settings.lease, self.now)
         self._spawn = spawn
@@ -130,7 +135,7 @@ class Membership:
             settings=worker.settings,
             stream_of=store.stream_of,
             inbox=store.inbox,
-            accepts=worker.handler.accepts,
+            refuses=worker.handler.refusal,
             spider_name=worker.spider_name,
             counters=worker.counters,
             tally=worker.tally,

@@ -14,9 +14,12 @@ from hashcrawl._core._links import sendable
 from hashcrawl._core._ring import Ring
 from hashcrawl._core._scope import members as scope_members
 from hashcrawl._core._urls import canonicalize, fingerprint, host_key
+from hashcrawl._exceptions import ConfigError
 from hashcrawl._store._base import WorkerStore
 from hashcrawl._store._redisurl import RedisURL, check_crawl_name
 from hashcrawl._store._store import Batch, Store
+from hashcrawl._web._models import Request
+from hashcrawl._web._spider import Calls
 
 BATCH = 1000
 
@@ -88,7 +91,7 @@ class Queue:
         retried = 0
         for chunk in chunks(iter(dead), BATCH):
             entries = [_dead_record(dead[key], key)[0] for key in chunk]
-            _submit_entries(self._store, entries)
+            _submit_entries(self._store, entries)  # their hosts are in the scope already
             self._store.forget_dead(chunk)
             retried += len(chunk)
         return retried
@@ -112,10 +115,35 @@ def submit_urls(
         entries = [
             Entry(url=_to_request(u), priority=priority, dont_filter=dont_filter) for u in chunk
         ]
-        # The hosts enter the scope before their URLs enter the queue (see _scope).
-        store.widen_scope(scope_members(hosts={host_key(e.canonical) for e in entries}))
-        added += _submit_entries(store, entries)
+        added += submit_entries(store, entries)
     return added
+
+
+def submit_entries(store: WorkerStore, entries: list[Entry]) -> int:
+    """Route entries to their host owners' streams (or the inbox); their hosts join the
+    scope first (see ``_scope``)."""
+    added = 0
+    for chunk in chunks(entries, BATCH):
+        store.widen_scope(scope_members(hosts={host_key(e.canonical) for e in chunk}))
+        added += _submit_entries(store, chunk)
+    return added
+
+
+def submit_start_requests(store: WorkerStore, spider: Calls) -> int:
+    """The spider's ``start_requests()`` in the queue (those seen before left out).
+
+    Raises:
+        ConfigError: a start request names what the spider lacks, or is no http(s) URL.
+    """
+    entries = []
+    for thing in spider.spider.start_requests() or ():
+        request = thing if isinstance(thing, Request) else Request(_to_request(thing))
+        entry = request.to_entry(_to_request(request.url), 0)
+        why = spider.refusal(entry) if entry is not None else "a URL that cannot be fetched"
+        if entry is None or why is not None:
+            raise ConfigError(f"start_requests gave {request.url!r:.100}: {why}")
+        entries.append(entry)
+    return submit_entries(store, entries)
 
 
 def _submit_entries(store: WorkerStore, entries: list[Entry]) -> int:

@@ -8,12 +8,11 @@ id), each a :class:`~hashcrawl._run._driver.Driver` around a
 
 from __future__ import annotations
 
-import functools
 import logging
 import os
 import secrets
 import socket
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Sequence
 from typing import Any, TypeVar
 
 import trio
@@ -30,7 +29,7 @@ from hashcrawl._run._handling import Handler, Parse
 from hashcrawl._run._membership import _in_worker_thread
 from hashcrawl._run._membership import unwrapped as unwrapped
 from hashcrawl._run._metrics import Tally
-from hashcrawl._run._queue import submit_urls
+from hashcrawl._run._queue import submit_start_requests
 from hashcrawl._settings import CRAWL, Settings, header_pairs
 from hashcrawl._store import _crawlconfig
 from hashcrawl._store._base import WorkerStore
@@ -38,8 +37,8 @@ from hashcrawl._store._crawlconfig import CrawlSettings
 from hashcrawl._store._redisurl import RedisURL, check_crawl_name
 from hashcrawl._store._store import LOST, Store
 from hashcrawl._web._fetch import Fetcher, HttpxFetcher
-from hashcrawl._web._sinks import Sink, sink_for
-from hashcrawl._web._spider import Spider, callback_of
+from hashcrawl._web._sinks import Sink, archive_of, one_sink, sink_for
+from hashcrawl._web._spider import Calls, Spider, scrapy_settings
 
 log = logging.getLogger("hashcrawl")
 T = TypeVar("T")
@@ -63,7 +62,7 @@ class Worker:
         fetcher: Fetcher | None = None,
         parse: Parse | None = None,
         spider: Spider | type[Spider] | None = None,
-        sink: Sink | None = None,
+        sink: Sink | Sequence[Sink] | None = None,
         faults: Faults = NO_FAULTS,
         **settings: Any,
     ) -> None:
@@ -73,7 +72,8 @@ class Worker:
         fetcher: fetches requests (default: httpx); pacing and robots.txt still apply.
         parse: a callback from a response to items and requests to follow.
         spider: a :class:`Spider` (class or instance) instead of ``parse``.
-        sink: where items go (default: JSON Lines on standard output).
+        sink: where items go (default: JSON Lines on standard output); several sinks
+            as a list, such as a ``JsonLinesSink`` and a ``WarcSink``.
         faults: deliberate bugs to switch on (tests and simulations only).
         settings: any field of :class:`Settings` (delay, per_host, concurrency, ...).
 
@@ -82,6 +82,7 @@ class Worker:
         """
         self.url = redis if isinstance(redis, RedisURL) else RedisURL.parse(redis)
         self.crawl = check_crawl_name(crawl)
+        settings = {**scrapy_settings(spider), **settings}  # what is given wins
         self.settings = Settings.of(settings)
         # The crawl settings given are checked against the crawl's at the start of run(),
         # which then adopts the crawl's: one value per crawl; a heartbeat may bring new ones.
@@ -94,21 +95,17 @@ class Worker:
         self.spider = spider() if isinstance(spider, type) else spider
         if parse is not None and self.spider is not None:
             raise ConfigError("give a Worker either parse or spider, not both")
-        if self.spider is not None:
-            self.handler = Handler(
-                self.spider.parse,
-                callbacks=functools.partial(callback_of, self.spider),
-                blocking=bool(self.spider.blocking),
-                settings=self.settings,
-            )
-        else:
-            self.handler = Handler(parse, settings=self.settings)
-        self.sink = sink if sink is not None else sink_for("-", fsync=self.settings.fsync)
+        self.spider_name = _spider_name(self.spider, parse)
+        calls = Calls(self.spider) if self.spider is not None else None
+        self.handler = Handler(parse, spider=calls, settings=self.settings, name=self.spider_name)
+        self.sink = one_sink(sink) if sink is not None else sink_for("-", fsync=self.settings.fsync)
+        self.archive = archive_of(self.sink)  # handed every response, when there is one
+        if self.archive is not None:
+            self.archive.named_for(self.id)
         self.counters = Counters()  # counts across memberships
         self.tally = Tally()  # counts across memberships, for /metrics and the heartbeat
         self._stop_requested = False
         self.instance = ""  # the crawl's instance marker, learnt at the first join
-        self.spider_name = _spider_name(self.spider, parse)
 
     def run_sync(self) -> None:
         """Run until the crawl ends or a stop is requested (blocking)."""
@@ -171,11 +168,13 @@ class Worker:
             headers=header_pairs(self.settings.headers),
             allow_nets=self.settings.allow_nets,
             allow_private=self.settings.allow_private,
+            keep_raw=self.archive is not None,
         )
+        reason = "finished"
         try:
-            if self.spider is not None and self.spider.start_urls:
-                urls = list(self.spider.start_urls)
-                await trio.to_thread.run_sync(submit_urls, store, urls)
+            if self.handler.spider is not None:
+                await trio.to_thread.run_sync(self.handler.spider.opened)
+                await trio.to_thread.run_sync(submit_start_requests, store, self.handler.spider)
             while True:
                 self._driver = Driver(self, store, fetcher)
                 if self._stop_requested:
@@ -193,8 +192,14 @@ class Worker:
                     log.warning("%s; rejoining as a new member", exc)
                     self.counters.fenced += 1
                     self.id = new_worker_id()
+        except BaseException as exc:
+            reason = type(exc).__name__
+            raise
         finally:
             self._driver = None
+            if self.handler.spider is not None:
+                stopped = self._stop_requested and reason == "finished"
+                self.handler.spider.closed("shutdown" if stopped else reason)
             if metrics is not None:
                 metrics.shutdown()
                 metrics.server_close()

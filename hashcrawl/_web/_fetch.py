@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import contextlib
 import contextvars
+import datetime
 import functools
 import http.cookiejar
 import io
@@ -34,7 +35,7 @@ import trio
 from hashcrawl._exceptions import FetchError, Refused
 from hashcrawl._version import DEFAULT_USER_AGENT
 from hashcrawl._web._addresses import AddressPolicy, literal_address
-from hashcrawl._web._models import Request, Response
+from hashcrawl._web._models import Exchange, Request, Response
 
 log = logging.getLogger("hashcrawl")
 #: The content codings the default fetcher decodes under its body cap, and so asks for.
@@ -133,6 +134,9 @@ class HttpxFetcher:
             read, and the response says ``truncated``.
         allow_nets: networks (CIDR) that may be reached besides public addresses.
         allow_private: reach any address, loopback and private networks included.
+        keep_raw: also keep each exchange as it went over the wire (``response.exchange``,
+            for an archive): the body as received is kept under ``max_body`` too, and
+            costs memory only when it was content-encoded (otherwise it is the body).
     """
 
     def __init__(
@@ -147,8 +151,9 @@ class HttpxFetcher:
         allow_private: bool = False,
         transport: httpx.AsyncBaseTransport | None = None,
         headers: Iterable[tuple[str, str]] = (),
+        keep_raw: bool = False,
     ) -> None:
-        self.max_body, self.timeout = max_body, timeout
+        self.max_body, self.timeout, self.keep_raw = max_body, timeout, keep_raw
         policy = AddressPolicy.of(allow_nets, allow_private)
         if transport is None and not _environment_proxies():
             transport = OriginPools.of(
@@ -158,8 +163,11 @@ class HttpxFetcher:
             max_connections=max_connections, max_keepalive_connections=max_connections
         )
         every = httpx.Headers({"User-Agent": user_agent, "Accept-Encoding": ACCEPT_ENCODING})
+        headers = list(headers)
         for name, value in headers:
             every[name] = value
+        # The --header values are credentials: an archive shows that they were sent, not them.
+        self._hidden = frozenset(name.lower().encode() for name, _ in headers)
         # Cookies are the worker's, kept per host by its owner (see _cookies): this
         # client's own jar, one for every host, accepts none.
         refusing = http.cookiejar.CookieJar(http.cookiejar.DefaultCookiePolicy(allowed_domains=[]))
@@ -173,6 +181,7 @@ class HttpxFetcher:
         )
 
     async def fetch(self, request: Request) -> Response:
+        started = datetime.datetime.now(datetime.UTC)
         try:
             deadline = self.timeout if request.timeout is None else request.timeout
             with trio.fail_after(deadline):
@@ -183,11 +192,15 @@ class HttpxFetcher:
                     content=request.body or None,
                     timeout=deadline,
                 ) as answer:
-                    body, truncated = await self._read(answer)
+                    address = _peer_address(answer) if self.keep_raw else None
+                    body, raw, truncated = await self._read(answer)
         except trio.TooSlowError:
             raise FetchError(f"no whole answer within the timeout ({deadline:g} s)") from None
         except httpx.HTTPError as exc:
             raise FetchError(fetch_failure(exc)[:300]) from None
+        exchange = None
+        if raw is not None:
+            exchange = _exchange(answer, request.body, raw, started, address, self._hidden)
         return Response(
             url=str(answer.url),
             status=answer.status_code,
@@ -195,32 +208,51 @@ class HttpxFetcher:
             body=body,
             request=request,
             truncated=truncated,
+            exchange=exchange,
         )
 
-    async def _read(self, answer: httpx.Response) -> tuple[bytes, bool]:
-        """The body, decoded, cut at ``max_body``; and whether it was cut."""
+    async def _read(self, answer: httpx.Response) -> tuple[bytes, bytes | None, bool]:
+        """The body decoded, and as received (with ``keep_raw``), each cut at
+        ``max_body``; and whether it was cut."""
         if answer.is_stream_consumed:  # a given transport's response, in memory already
-            return answer.content[: self.max_body], len(answer.content) > self.max_body
+            # Decoded already: what was received is not known, so nothing claims to be it.
+            return answer.content[: self.max_body], None, len(answer.content) > self.max_body
         decode = _decoder(answer.headers.get_list("content-encoding", split_commas=True))
         # BytesIO hands its buffer over at getvalue() where bytearray would be copied:
-        # a body at the cap costs its size once, not twice.
+        # a body at the cap costs its size once, not twice. Unencoded, the body as
+        # received is the body itself, not a second copy.
         body, truncated = io.BytesIO(), False
+        raw = io.BytesIO() if self.keep_raw and decode is not _as_received else None
         try:
-            async for raw in answer.aiter_raw():
-                for piece in () if truncated else decode(raw):
-                    room = self.max_body - body.tell()
-                    if len(piece) > room:
-                        body.write(piece[:room])
-                        truncated = True
-                        # Closing reads no more; iterating on then ends httpx's
-                        # generators (a ReadError, or the end): none is left unfinished.
-                        await answer.aclose()
-                        break
-                    body.write(piece)
+            async for chunk in answer.aiter_raw():
+                if truncated:
+                    continue  # iterating on ends httpx's generators (a ReadError, or the end)
+                cut = False
+                if raw is not None:
+                    # Bytes that inflate to nothing must not grow the kept copy unbounded.
+                    room = self.max_body - raw.tell()
+                    cut, chunk = len(chunk) > room, chunk[:room]
+                    raw.write(chunk)
+                truncated = self._keep(body, decode(chunk)) or cut
+                if truncated:
+                    await answer.aclose()  # reads no more
         except httpx.HTTPError:
             if not truncated:
                 raise
-        return body.getvalue(), truncated
+        decoded = body.getvalue()
+        if raw is None:
+            return decoded, decoded if self.keep_raw else None, truncated
+        return decoded, raw.getvalue(), truncated
+
+    def _keep(self, body: io.BytesIO, pieces: Iterable[bytes]) -> bool:
+        """Write ``pieces`` to ``body`` up to ``max_body``; whether one had to be cut."""
+        for piece in pieces:
+            room = self.max_body - body.tell()
+            if len(piece) > room:
+                body.write(piece[:room])
+                return True
+            body.write(piece)
+        return False
 
     async def aclose(self) -> None:
         """Close the client, and with it every pool it opened."""
@@ -236,12 +268,64 @@ def _decoder(codings: list[str]) -> Callable[[bytes], Iterable[bytes]]:
     """
     names = [c.strip().lower() for c in codings if c.strip().lower() not in ("", "identity")]
     if not names:
-        return lambda raw: (raw,)
+        return _as_received
     if len(names) > 1:
         raise Refused(f"Content-Encoding {', '.join(names)!r}: stacked encodings are refused")
     if names[0] not in ("gzip", "x-gzip", "deflate"):
         raise Refused(f"Content-Encoding {names[0]!r} was not asked for ({ACCEPT_ENCODING})")
     return _Inflater(raw_fallback=names[0] == "deflate").pieces
+
+
+def _as_received(raw: bytes) -> tuple[bytes]:
+    """The decoder of a body with no content coding."""
+    return (raw,)
+
+
+def _exchange(
+    answer: httpx.Response,
+    body_sent: bytes,
+    body: bytes,
+    started: datetime.datetime,
+    address: str | None,
+    hidden: frozenset[bytes],
+) -> Exchange:
+    """The exchange behind ``answer`` as it went over the wire (``body``: as received)."""
+    sent = answer.request
+    version = answer.http_version.encode("ascii", "replace")
+    request_line = b"%s %s %s" % (sent.method.encode("ascii"), sent.url.raw_path, version)
+    asked = [(n, b"redacted" if n.lower() in hidden else v) for n, v in sent.headers.raw]
+    reason = answer.extensions.get("reason_phrase", b"")
+    status_line = b"%s %d %s" % (version, answer.status_code, reason)
+    # httpx hands the body over with its chunking removed: a reader that saw
+    # "Transfer-Encoding: chunked" would look for chunks that are not there. The
+    # header is kept under StormCrawler's name for headers a crawler changed.
+    told = [
+        (b"X-Crawler-" + n if n.lower() == b"transfer-encoding" else n, v)
+        for n, v in answer.headers.raw
+    ]
+    return Exchange(
+        request_head=_head(request_line, asked),
+        request_body=body_sent,
+        response_head=_head(status_line, told),
+        body=body,
+        started=started,
+        address=address,
+    )
+
+
+def _head(first: bytes, headers: Iterable[tuple[bytes, bytes]]) -> bytes:
+    lines = [first, *(name + b": " + value for name, value in headers)]
+    return b"\r\n".join(lines) + b"\r\n\r\n"
+
+
+def _peer_address(answer: httpx.Response) -> str | None:
+    """The IP address ``answer`` came from (through a proxy: the proxy's), if known."""
+    stream = answer.extensions.get("network_stream")
+    try:
+        peer = stream.get_extra_info("server_addr") if stream is not None else None
+    except OSError:
+        return None
+    return str(peer[0]) if isinstance(peer, tuple) and peer else None
 
 
 class _Inflater:

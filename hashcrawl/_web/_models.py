@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import datetime
 import inspect
 import json
 from collections.abc import Iterable, Mapping
@@ -12,12 +13,16 @@ import httpx
 
 from hashcrawl._core._entry import (
     HEADER_VALUE,
+    MAX_CB_KWARGS,
     MAX_ENTRY_BYTES,
     MAX_HEADERS,
     MAX_REDIRECTS,
+    MAX_STATUSES,
     MAX_TIMEOUT,
     TOKEN,
+    Entry,
 )
+from hashcrawl._core._links import request_url
 from hashcrawl._exceptions import ConfigError
 
 if TYPE_CHECKING:
@@ -65,13 +70,43 @@ def _body(value: bytes | str | None) -> bytes:
 
 
 def _callback_name(value: Any) -> str | None:
-    """A callback's name: given as a name, or as the spider's bound method (Scrapy's
-    ``callback=self.parse_item``), since only a name can travel through Redis."""
+    """A callback's (or errback's) name: given as a name, or as the spider's bound method
+    (Scrapy's ``callback=self.parse_item``), since only a name can travel through Redis."""
     if value is None or isinstance(value, str):
         return value
     if inspect.ismethod(value):
         return value.__name__
     raise ConfigError(f"Request.callback must be a spider method or its name, got {value!r:.80}")
+
+
+def _cb_kwargs(_: object, attribute: attrs.Attribute[Any], value: Any) -> None:
+    if value is None:
+        return
+    if not isinstance(value, dict) or not all(isinstance(k, str) for k in value):
+        raise ConfigError(f"Request.cb_kwargs must be a dict of names to values, got {value!r:.80}")
+    try:
+        size = len(json.dumps(value, separators=(",", ":")).encode("utf-8"))
+    except (TypeError, ValueError):
+        raise ConfigError(
+            f"Request.cb_kwargs must be JSON-serialisable, got {value!r:.80}"
+        ) from None
+    if size > MAX_CB_KWARGS:
+        raise ConfigError(
+            f"Request.cb_kwargs is {size} bytes as JSON, over the {MAX_CB_KWARGS} a request "
+            "carries: pass an id and look the rest up"
+        )
+
+
+def _statuses(value: Iterable[int] | None) -> tuple[int, ...]:
+    statuses = tuple(value or ())
+    if len(statuses) > MAX_STATUSES or not all(
+        type(s) is int and 100 <= s <= 599 for s in statuses
+    ):
+        raise ConfigError(
+            f"Request.handle_httpstatus_list must be up to {MAX_STATUSES} HTTP statuses "
+            f"(100-599), got {value!r:.80}"
+        )
+    return statuses
 
 
 def _method(_: object, attribute: attrs.Attribute[Any], value: str) -> None:
@@ -109,9 +144,17 @@ class Request:
         meta: JSON-serialisable data handed to the callback with the response.
         callback: the spider method that parses the response, or its name.
         dont_filter: enqueue even if the request was seen before.
+        errback: the spider method (or its name) called with a :class:`Failure` when
+            the fetch fails for good or the answer's status is not one the callback takes.
+        cb_kwargs: keyword arguments for the callback: a dict, JSON, at most 16 KiB.
+        handle_httpstatus_list: statuses besides 2xx that go to the callback (a 3xx
+            listed here is not followed), as Scrapy's meta key of that name.
+        rule: the index of the spider's rule that led here (set by :class:`CrawlSpider`).
     """
 
     url: str
+    # The one argument after the URL, as in Scrapy: Request(url, self.parse_item).
+    callback: str | None = attrs.field(default=None, converter=_callback_name)
     method: str = attrs.field(default="GET", kw_only=True, validator=_method)
     headers: Headers = attrs.field(default=(), kw_only=True, converter=_headers)
     body: bytes = attrs.field(default=b"", kw_only=True, converter=_body)
@@ -119,14 +162,82 @@ class Request:
     max_redirects: int | None = attrs.field(default=None, kw_only=True, validator=_redirects)
     priority: int = attrs.field(default=0, kw_only=True)
     meta: Any = attrs.field(default=None, kw_only=True, validator=_json_meta)
-    callback: str | None = attrs.field(default=None, kw_only=True, converter=_callback_name)
     dont_filter: bool = attrs.field(default=False, kw_only=True)
     depth: int = attrs.field(default=0, kw_only=True)
+    errback: str | None = attrs.field(default=None, kw_only=True, converter=_callback_name)
+    cb_kwargs: dict[str, Any] | None = attrs.field(default=None, kw_only=True, validator=_cb_kwargs)
+    handle_httpstatus_list: tuple[int, ...] = attrs.field(
+        default=(), kw_only=True, converter=_statuses
+    )
+    rule: int | None = attrs.field(default=None, kw_only=True)
+
+    def replace(self, **changes: Any) -> Request:
+        """This request with ``changes`` (any of its arguments), as Scrapy's ``replace``."""
+        return attrs.evolve(self, **changes)
+
+    def to_entry(self, base_url: str, depth: int) -> Entry | None:
+        """The queue entry of this request, its URL resolved against ``base_url``; None
+        for a URL that cannot be fetched.
+
+        Raises:
+            ConfigError: the entry would be too big for the queue.
+        """
+        url = request_url(base_url, self.url)
+        if url is None:
+            return None
+        entry = Entry(url=url, depth=depth, **{name: getattr(self, name) for name in CARRIED})
+        if self.body or self.headers or self.cb_kwargs:  # a plain GET's entry is its URL
+            size = len(entry.encode().encode("utf-8"))
+            if size > MAX_ENTRY_BYTES:
+                raise ConfigError(
+                    f"Request {self.method} {url:.100} would be a {size}-byte queue entry, "
+                    f"over the {MAX_ENTRY_BYTES} an entry holds: send a smaller body"
+                )
+        return entry
+
+    @classmethod
+    def from_entry(cls, entry: Entry, extra_headers: Headers = ()) -> Request:
+        """The request to send for ``entry``, with ``extra_headers`` (a cookie) added."""
+        carried = {name: getattr(entry, name) for name in CARRIED}
+        carried["headers"] = (*entry.headers, *extra_headers)
+        return cls(entry.url, depth=entry.depth, **carried)
+
+
+#: The fields a Request and an Entry both declare, copied as they are either way (the
+#: URL is resolved, and the depth is the page's, so those two are set by hand).
+CARRIED = tuple(
+    name for name in attrs.fields_dict(Request) if name in attrs.fields_dict(Entry)
+    and name not in ("url", "depth")
+)  # fmt: skip
 
 
 def _response_headers(given: Mapping[str, str]) -> httpx.Headers:
     # UTF-8, not httpx's ASCII, for str values: a user's fetcher may pass any text.
     return given if isinstance(given, httpx.Headers) else httpx.Headers(given, encoding="utf-8")
+
+
+@attrs.frozen(kw_only=True)
+class Exchange:
+    """One HTTP exchange as it went over the wire, kept for an archive (see ``WarcSink``).
+
+    Args:
+        request_head: the request line and header lines as sent, ending in a blank line.
+        request_body: the request's body as sent.
+        response_head: the status line and header lines as received (a
+            ``Transfer-Encoding`` line renamed, since ``body`` is no longer chunked),
+            ending in a blank line.
+        body: the body as received, content coding kept and chunking removed; cut where
+            the response says ``truncated``.
+        started: when the request was sent (UTC).
+        address: the IP address the response came from, if known.
+    """
+
+    request_head: bytes
+    request_body: bytes
+    response_head: bytes
+    body: bytes
+    started: datetime.datetime
+    address: str | None = None
 
 
 @attrs.frozen
@@ -139,6 +250,8 @@ class Response:
     ``max_links`` caps what :meth:`links` returns (the worker sets its ``--max-links``).
     ``truncated`` says the body is only the first part of what the server had: the
     default fetcher keeps at most ``max_body`` bytes (after decoding) and reads no more.
+    ``exchange`` is the exchange as it went over the wire, when the fetcher kept it (the
+    default one does when the worker writes an archive).
     """
 
     url: str
@@ -148,8 +261,19 @@ class Response:
     request: Request
     max_links: int | None = attrs.field(default=None, kw_only=True)
     truncated: bool = attrs.field(default=False, kw_only=True)
+    exchange: Exchange | None = attrs.field(default=None, kw_only=True, eq=False, repr=False)
     _parsed: list[Page | None] = attrs.field(factory=list, init=False, eq=False, repr=False)
     _cache: dict[str, Any] = attrs.field(factory=dict, init=False, eq=False, repr=False)
+
+    @property
+    def meta(self) -> Any:
+        """The request's ``meta``, as Scrapy's ``response.meta``."""
+        return self.request.meta
+
+    @property
+    def cb_kwargs(self) -> dict[str, Any]:
+        """The request's ``cb_kwargs`` (empty if none), as Scrapy's ``response.cb_kwargs``."""
+        return dict(self.request.cb_kwargs or {})
 
     @property
     def text(self) -> str:

@@ -1,5 +1,8 @@
 """Sinks: where items go. JSON Lines (default) and CSV built in; a protocol for your own.
 
+A sink that also archives (:class:`Archive`, as ``WarcSink`` in ``_warc``) is handed
+every response the worker gets, and its ``flush`` joins the same commit as the items'.
+
 The worker writes a batch of items, then flushes, and only then acknowledges the batch's
 entries in Redis: what the fleet counts as done is in the sink. The built-in sinks'
 ``flush`` ends with an fsync (one per commit, not per item), so the items of every
@@ -16,9 +19,12 @@ import json
 import os
 import stat
 from collections.abc import Mapping, Sequence
-from typing import Any, Protocol, runtime_checkable
+from typing import TYPE_CHECKING, Any, Protocol, runtime_checkable
 
 import attrs
+
+if TYPE_CHECKING:
+    from hashcrawl._web._models import Response
 
 
 @runtime_checkable
@@ -36,6 +42,60 @@ class Sink(Protocol):
     def flush(self) -> None: ...
 
     def close(self) -> None: ...
+
+
+@runtime_checkable
+class Archive(Protocol):
+    """A sink that also keeps every response the worker gets (``WarcSink``).
+
+    ``archive`` is called from the commit's thread, for every response fetched since
+    the last commit, right before ``flush``; the worker acknowledges the pages once
+    ``flush`` returns, so what ``archive`` wrote must survive it. ``named_for`` is
+    called once before the worker fetches, with its id, for the names of the files.
+    """
+
+    def named_for(self, worker: str) -> None: ...
+
+    def archive(self, response: Response) -> None: ...
+
+
+class AllSinks:
+    """Several sinks as one: items to each, responses to each that archives."""
+
+    def __init__(self, sinks: Sequence[Sink]) -> None:
+        self.sinks = tuple(sinks)
+        self._archives = [s for s in self.sinks if isinstance(s, Archive)]
+
+    @property
+    def archives(self) -> bool:
+        return bool(self._archives)
+
+    def write(self, items: Sequence[Mapping[str, Any]]) -> None:
+        for sink in self.sinks:
+            sink.write(items)
+
+    def flush(self) -> None:
+        for sink in self.sinks:
+            sink.flush()
+
+    def close(self) -> None:
+        for sink in self.sinks:
+            sink.close()
+
+    def named_for(self, worker: str) -> None:
+        for archive in self._archives:
+            archive.named_for(worker)
+
+    def archive(self, response: Response) -> None:
+        for archive in self._archives:
+            archive.archive(response)
+
+
+def archive_of(sink: Sink) -> Archive | None:
+    """The part of ``sink`` that archives responses, if any."""
+    if isinstance(sink, AllSinks):
+        return sink if sink.archives else None
+    return sink if isinstance(sink, Archive) else None
 
 
 def as_dict(item: Any) -> Mapping[str, Any]:
@@ -130,13 +190,39 @@ class CsvSink:
         os.close(self._fd)
 
 
-def sink_for(path: str | None, *, fsync: bool = True) -> Sink:
-    """The built-in sink for an output path: CSV for ``.csv``, JSON Lines otherwise.
+def sink_for(path: str | None, *, fsync: bool = True, **warc: Any) -> Sink:
+    """The built-in sink for an output path: CSV for ``.csv``, WARC for ``.warc.gz`` and
+    ``.warc`` (``warc`` holds ``WarcSink``'s options), JSON Lines otherwise.
 
     Without a path, items go to standard output as JSON Lines.
     """
+    from hashcrawl._web._warc import WarcSink, is_warc_path
+
     if path is None:
         return JsonLinesSink("-", fsync=fsync)
     if path.endswith(".csv"):
         return CsvSink(path, fsync=fsync)
+    if is_warc_path(path):
+        return WarcSink(path, fsync=fsync, **warc)
     return JsonLinesSink(path, fsync=fsync)
+
+
+def sinks_for(paths: Sequence[str] | None, *, fsync: bool = True, **warc: Any) -> Sink:
+    """The sink for every ``-o`` path at once (see :func:`sink_for`).
+
+    Items go to standard output when no path takes them (none given, or only WARC).
+    """
+    from hashcrawl._web._warc import is_warc_path
+
+    paths = list(paths or ())
+    if all(is_warc_path(path) for path in paths):
+        paths.insert(0, "-")
+    sinks = [sink_for(None if p == "-" else p, fsync=fsync, **warc) for p in paths]
+    return sinks[0] if len(sinks) == 1 else AllSinks(sinks)
+
+
+def one_sink(sink: Sink | Sequence[Sink]) -> Sink:
+    """A sink, or several given as a list or tuple, as one sink."""
+    if isinstance(sink, Sink):
+        return sink
+    return AllSinks(sink)

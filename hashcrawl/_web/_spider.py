@@ -1,26 +1,51 @@
-"""Spiders: a class bundling start URLs and parse callbacks that requests name."""
+"""Spiders: a class bundling start requests and the callbacks, errbacks and rules that
+requests name; and :class:`Calls`, what the worker's handler calls on one."""
 
 from __future__ import annotations
 
+import builtins
+import functools
+import importlib
 import importlib.util
 import inspect
+import json
+import logging
 import sys
-from collections.abc import Callable, Sequence
+from collections.abc import Awaitable, Callable, Iterable, Iterator, Mapping, Sequence
 from pathlib import Path
 from typing import Any, ClassVar
 
-from hashcrawl._exceptions import ConfigError
-from hashcrawl._web._models import Response
+import attrs
+
+from hashcrawl._core._entry import MAX_CB_KWARGS, Entry
+from hashcrawl._exceptions import ConfigError, DropItem
+from hashcrawl._settings import Settings
+from hashcrawl._web._models import Request, Response
+from hashcrawl._web._rules import Rule
+
+log = logging.getLogger("hashcrawl")
 
 
 class Spider:
-    """Subclass to crawl with your own callbacks.
+    """Subclass to crawl with your own callbacks, the way a Scrapy spider is written.
 
-    ``start_urls`` are submitted when a worker starts (URLs seen before are left out).
+    ``start_requests()`` gives the first requests (by default one per ``start_urls``);
+    every worker calls it when it starts, and requests seen before are left out.
     ``parse`` handles every response whose request names no callback; a request may
-    name another method of the subclass with ``Request(url, callback="parse_item")``.
-    Only methods the subclass defines itself can be named: an entry in Redis can never
-    call a dunder or one of hashcrawl's own methods.
+    name another method of the subclass with ``Request(url, callback="parse_item")``,
+    and an ``errback`` for when it fails. Only methods the subclass defines itself can
+    be named: an entry in Redis can never call a dunder or one of hashcrawl's methods.
+
+    Only 2xx responses reach a callback, and redirects are followed, never passed to
+    one; statuses in ``handle_httpstatus_list`` (the spider's, or the request's) reach
+    it too. Any other status, and a fetch that failed for good, go to the request's
+    errback (see :class:`Failure`).
+
+    ``custom_settings`` maps Scrapy's setting names (or hashcrawl's) to values; a flag
+    or a ``Worker`` argument given wins over them, and a crawl setting is the crawl's
+    (see ``scrapy_settings``). ``ITEM_PIPELINES`` there lists item pipelines.
+    ``closed(reason)`` is called when the worker stops: ``"finished"`` when the crawl
+    ended, ``"shutdown"`` when the worker was stopped, else the error's name.
 
     ``blocking = True`` says the spider's callbacks block (a synchronous database call,
     heavy computation): each is then run in a thread (``trio.to_thread``) so the worker
@@ -31,34 +56,316 @@ class Spider:
 
     start_urls: ClassVar[Sequence[str]] = ()
     blocking: ClassVar[bool] = False
+    custom_settings: ClassVar[Mapping[str, Any] | None] = None
+    handle_httpstatus_list: ClassVar[Sequence[int]] = ()
+
+    def start_requests(self) -> Iterable[Request | str]:
+        """The first requests: by default a GET of each of ``start_urls``."""
+        return list(self.start_urls)
 
     def parse(self, response: Response) -> Any:
         """Default: one item per page, and follow every link."""
         yield {"url": response.request.url, "status": response.status, "title": response.title()}
         yield from response.links()
 
+    def closed(self, reason: str) -> None:
+        """Called once when this worker stops; ``reason`` says why."""
 
-def callback_of(spider: Spider, name: str) -> Callable[[Response], Any]:
-    """The method of ``spider`` an entry names, if it may be named.
+    @property
+    def logger(self) -> logging.Logger:
+        """A logger named after the spider, as Scrapy's ``self.logger``."""
+        return logging.getLogger(spider_name(self))
 
-    Raises:
-        ConfigError: the name is not a callback of this spider.
+
+class CrawlSpider(Spider):
+    """Scrapy's ``CrawlSpider``: ``rules`` say which links to follow and which callback
+    parses the pages they lead to. Start pages go through ``parse_start_url`` and every
+    rule; do not override ``parse``. A request a rule made carries the rule's index, so
+    every worker must run the same rules in the same order.
     """
-    if name == "parse" or name in _own_methods(type(spider)):
-        return getattr(spider, name)  # type: ignore[no-any-return]
-    raise ConfigError(f"callback {name!r} is not a method of {type(spider).__name__}")
+
+    rules: ClassVar[Sequence[Rule]] = ()
+
+    def parse(self, response: Response) -> Any:
+        return self._parse_response(response, self.parse_start_url, {}, follow=True)
+
+    def parse_start_url(self, response: Response) -> Any:
+        """What a start page gives besides the links the rules follow: nothing here."""
+        return ()
+
+    def process_results(self, response: Response, results: Any) -> Any:
+        """Each rule callback's output passes through here, as in Scrapy."""
+        return results
+
+    def _rule_response(self, index: int, response: Response, **cb_kwargs: Any) -> Any:
+        rule = self.rules[index]
+        callback = getattr(self, rule.callback) if rule.callback else None
+        return self._parse_response(
+            response, callback, {**rule.cb_kwargs, **cb_kwargs}, rule.follows
+        )
+
+    def _parse_response(
+        self,
+        response: Response,
+        callback: Callable[..., Any] | None,
+        cb_kwargs: dict[str, Any],
+        follow: bool,
+    ) -> Iterator[Any]:
+        if callback is not None:
+            results = self.process_results(response, callback(response, **cb_kwargs))
+            if isinstance(results, dict) or attrs.has(type(results)):
+                results = [results]
+            yield from results or ()
+        if follow:
+            yield from self._requests_to_follow(response)
+
+    def _requests_to_follow(self, response: Response) -> Iterator[Request]:
+        seen: set[str] = set()
+        for index, rule in enumerate(self.rules):
+            links = [link for link in rule.link_extractor.extract_links(response)
+                     if link.url not in seen]  # fmt: skip
+            if rule.process_links:
+                links = list(getattr(self, rule.process_links)(links))
+            for link in links:
+                seen.add(link.url)
+                request: Request | None = Request(link.url, rule=index, errback=rule.errback)
+                if rule.process_request:
+                    request = getattr(self, rule.process_request)(request, response)
+                if request is not None:
+                    yield request
 
 
 def _own_methods(cls: type) -> set[str]:
-    """Public methods defined by ``cls`` and its bases below :class:`Spider`."""
+    """Public methods defined by ``cls`` and its bases, hashcrawl's own classes left out."""
     names: set[str] = set()
     for klass in cls.__mro__:
-        if klass is Spider or klass is object:
+        if klass.__module__ == __name__ or klass is object:
             continue
         for name, value in vars(klass).items():
             if not name.startswith("_") and inspect.isfunction(value) and not hasattr(Spider, name):
                 names.add(name)
     return names
+
+
+def spider_name(spider: Spider) -> str:
+    """The spider's ``name`` if it has one, else its class's."""
+    return str(getattr(spider, "name", "") or type(spider).__qualname__)
+
+
+class Failure:
+    """What an errback is called with, as Twisted's ``Failure`` in Scrapy: ``value`` is
+    the exception (an :class:`~hashcrawl.HttpError` holding the ``response`` for a status
+    the callback does not take, else the fetch's error), ``request`` the request."""
+
+    def __init__(self, value: BaseException, request: Request) -> None:
+        self.value = value
+        self.request = request
+
+    @property
+    def type(self) -> type[BaseException]:
+        return type(self.value)
+
+    def check(self, *kinds: builtins.type[BaseException]) -> builtins.type[BaseException] | None:
+        """The first of ``kinds`` the exception is an instance of, or None."""
+        return next((kind for kind in kinds if isinstance(self.value, kind)), None)
+
+    def getErrorMessage(self) -> str:  # noqa: N802: Twisted's name, which ports call
+        return str(self.value)
+
+    def __repr__(self) -> str:
+        return f"<Failure {type(self.value).__name__}: {self.value}>"
+
+
+class Calls:
+    """What a handler calls on a spider: callbacks and errbacks by name, rules by index,
+    item pipelines; and which statuses its callbacks take.
+
+    Raises:
+        ConfigError: a rule names a method the spider lacks, or a pipeline is unusable.
+    """
+
+    def __init__(self, spider: Spider) -> None:
+        self.spider = spider
+        self.name = spider_name(spider)
+        self.blocking = bool(spider.blocking)
+        self.methods = _own_methods(type(spider)) | {"parse"}
+        self.rules: tuple[Rule, ...] = (
+            tuple(spider.rules) if isinstance(spider, CrawlSpider) else ()
+        )
+        for index, rule in enumerate(self.rules):
+            for kind in ("callback", "errback", "process_links", "process_request"):
+                name = getattr(rule, kind)
+                if name is not None and name not in self.methods:
+                    raise ConfigError(
+                        f"{self.name}.rules[{index}]: {kind} {name!r} is not a method of the spider"
+                    )
+        self.statuses = frozenset(spider.handle_httpstatus_list)
+        self.pipelines = pipelines_of(spider)
+
+    def unknown(self, wanted: Request | Entry) -> str | None:
+        """What a request or entry names that the spider lacks, said as "no ... 'x'"."""
+        for kind, name in (("callback", wanted.callback), ("errback", wanted.errback)):
+            if name is not None and name not in self.methods:
+                return f"no {kind} {name!r:.80}"
+        if wanted.rule is not None and wanted.rule >= len(self.rules):
+            return f"no rule {wanted.rule} (it has {len(self.rules)})"
+        return None
+
+    def refusal(self, entry: Entry) -> str | None:
+        """Why the spider cannot handle ``entry`` (read from Redis), or None."""
+        unknown = self.unknown(entry)
+        if unknown is not None:
+            return f"spider {self.name} has {unknown}"
+        kwargs = entry.cb_kwargs
+        if kwargs is not None and not (
+            isinstance(kwargs, dict)
+            and len(json.dumps(kwargs, separators=(",", ":")).encode("utf-8")) <= MAX_CB_KWARGS
+        ):
+            shown = json.dumps(kwargs)[:80]
+            return f"cb_kwargs are not a JSON object of at most {MAX_CB_KWARGS} bytes: {shown}"
+        return None
+
+    def callback(self, entry: Entry) -> Callable[[Response], Any]:
+        """The callback for ``entry``'s response, its cb_kwargs bound."""
+        kwargs = dict(entry.cb_kwargs or {})
+        if entry.callback:
+            method = getattr(self.spider, entry.callback)
+        elif entry.rule is not None:
+            assert isinstance(self.spider, CrawlSpider)  # refusal() saw the rule index
+            method = functools.partial(self.spider._rule_response, entry.rule)
+        else:
+            method = self.spider.parse
+        return functools.partial(method, **kwargs) if kwargs else method
+
+    def errback(self, entry: Entry) -> Callable[[Failure], Any] | None:
+        return getattr(self.spider, entry.errback) if entry.errback else None
+
+    def takes(self, entry: Entry, status: int) -> bool:
+        """Whether a response of ``status`` goes to ``entry``'s callback: a 2xx, or one
+        the spider or the request lists (also by Scrapy's meta keys, when they are of
+        the right types)."""
+        if 200 <= status < 300 or status in self.statuses or status in entry.handle_httpstatus_list:
+            return True
+        meta = entry.meta if isinstance(entry.meta, dict) else {}
+        if meta.get("handle_httpstatus_all") is True:
+            return True
+        listed = meta.get("handle_httpstatus_list")
+        return isinstance(listed, list) and status in [s for s in listed if type(s) is int]
+
+    def opened(self) -> None:
+        for pipeline in self.pipelines:
+            opening = getattr(pipeline, "open_spider", None)
+            if opening is not None:
+                opening(self.spider)
+
+    def closed(self, reason: str) -> None:
+        """The pipelines' ``close_spider``, then the spider's ``closed(reason)``; an error
+        in one is logged and the others still run."""
+        for step in [getattr(p, "close_spider", None) for p in self.pipelines]:
+            if step is not None:
+                try:
+                    step(self.spider)
+                except Exception:
+                    log.exception("an item pipeline's close_spider failed")
+        try:
+            self.spider.closed(reason)
+        except Exception:
+            log.exception("%s.closed(%r) failed", self.name, reason)
+
+    async def process_item(self, item: Any, call: Callable[..., Awaitable[Any]]) -> Any:
+        """``item`` through each pipeline's ``process_item`` in turn, each made by
+        ``call(method, item, spider)``; None if one raised :class:`~hashcrawl.DropItem`."""
+        for pipeline in self.pipelines:
+            step = getattr(pipeline, "process_item", None)
+            if step is None:
+                continue
+            try:
+                item = await call(step, item, self.spider)
+                if inspect.isawaitable(item):
+                    item = await item
+            except DropItem as exc:
+                log.info("dropped an item: %s", exc)
+                return None
+        return item
+
+
+#: Scrapy's settings and the hashcrawl setting each sets (with how its value maps).
+SCRAPY_SETTINGS: dict[str, tuple[str, Callable[[Any], Any]]] = {
+    "DOWNLOAD_DELAY": ("delay", float),
+    "CONCURRENT_REQUESTS": ("concurrency", int),
+    "CONCURRENT_REQUESTS_PER_DOMAIN": ("per_host", int),
+    "ROBOTSTXT_OBEY": ("obey_robots", bool),
+    "USER_AGENT": ("user_agent", str),
+    "DOWNLOAD_TIMEOUT": ("timeout", float),
+    "DEPTH_LIMIT": ("max_depth", lambda v: int(v) or None),  # 0: no limit, as in Scrapy
+    "COOKIES_ENABLED": ("cookies", bool),
+    "RETRY_TIMES": ("max_attempts", lambda v: int(v) + 1),  # retries after the first try
+    "DOWNLOAD_MAXSIZE": ("max_body", int),
+    "CLOSESPIDER_PAGECOUNT": ("max_pages", lambda v: int(v) or None),
+    "CLOSESPIDER_ITEMCOUNT": ("max_items", lambda v: int(v) or None),
+    "CLOSESPIDER_TIMEOUT": ("max_time", lambda v: float(v) or None),
+    "CLOSESPIDER_ERRORCOUNT": ("max_errors", lambda v: int(v) or None),
+}
+
+
+def scrapy_settings(spider: Spider | type[Spider] | None) -> dict[str, Any]:
+    """The hashcrawl settings a spider's ``custom_settings`` give (by Scrapy's names or
+    hashcrawl's own; ``ITEM_PIPELINES`` is the spider's, not a setting), and its
+    ``allowed_domains`` as ``allow_domains``.
+
+    Raises:
+        ConfigError: a name with no hashcrawl equivalent, or a value it cannot take.
+    """
+    given = dict((spider.custom_settings if spider is not None else None) or {})
+    given.pop("ITEM_PIPELINES", None)
+    known = {f.name for f in attrs.fields(Settings)}
+    settings: dict[str, Any] = {}
+    domains = getattr(spider, "allowed_domains", None)
+    if domains:  # Scrapy's offsite filter: here, the crawl's scope
+        settings["allow_domains"] = (domains,) if isinstance(domains, str) else tuple(domains)
+    for name, value in given.items():
+        if name in known:
+            settings[name] = value
+        elif name in SCRAPY_SETTINGS:
+            field, convert = SCRAPY_SETTINGS[name]
+            try:
+                settings[field] = convert(value)
+            except (TypeError, ValueError):
+                raise ConfigError(f"custom_settings: {name} cannot be {value!r:.80}") from None
+        else:
+            raise ConfigError(
+                f"custom_settings: {name!r} has no hashcrawl equivalent; it knows "
+                f"{', '.join(sorted(SCRAPY_SETTINGS))}, ITEM_PIPELINES and its own settings"
+            )
+    return settings
+
+
+def pipelines_of(spider: Spider) -> list[Any]:
+    """The spider's item pipelines, in the order of their ``ITEM_PIPELINES`` numbers.
+
+    A pipeline is given as its class or as ``"module.Class"`` (a bare class name is
+    looked up in the spider's own module).
+
+    Raises:
+        ConfigError: a name that cannot be imported.
+    """
+    listed = dict((spider.custom_settings or {}).get("ITEM_PIPELINES") or {})
+    pipelines = []
+    for given, _ in sorted(listed.items(), key=lambda pair: pair[1]):
+        cls = _class_of(given, type(spider)) if isinstance(given, str) else given
+        pipelines.append(cls())
+    return pipelines
+
+
+def _class_of(path: str, spider: type) -> Any:
+    module_name, _, name = path.rpartition(".")
+    try:
+        module = (
+            importlib.import_module(module_name) if module_name else sys.modules[spider.__module__]
+        )
+        return getattr(module, name)
+    except (ImportError, AttributeError, KeyError):
+        raise ConfigError(f"ITEM_PIPELINES: cannot import {path!r}") from None
 
 
 def load_spider(spec: str) -> type[Spider]:
@@ -79,7 +386,7 @@ def load_spider(spec: str) -> type[Spider]:
     spiders = {
         n: v
         for n, v in vars(module).items()
-        if isinstance(v, type) and issubclass(v, Spider) and v is not Spider
+        if isinstance(v, type) and issubclass(v, Spider) and v.__module__ == module.__name__
     }
     if name:
         if name not in spiders:
