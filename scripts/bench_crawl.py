@@ -202,11 +202,13 @@ def hashcrawl_launcher(
     wrap: Sequence[str] = (),
     *,
     warc: bool = False,
+    checkout: Path | None = None,
 ) -> Launch:
     """Submit the seeds, then start ``workers`` ``hashcrawl join`` processes.
 
     ``wrap`` goes before each command (a profiler, say); with ``warc`` each worker also
-    archives every fetch (``-o pages.warc.gz``) beside its items.
+    archives every fetch (``-o pages.warc.gz``) beside its items; ``checkout`` is another
+    checkout of hashcrawl to run instead of this one (an earlier commit, say).
     """
 
     def launch(url: str, run_dir: Path) -> tuple[list[int], Callable[[str], int], list[Path]]:
@@ -216,7 +218,9 @@ def hashcrawl_launcher(
         archive = ["-o", str(run_dir / "pages.warc.gz")] if warc else []
         pids = [
             _spawn(
-                [*wrap, *_join_command(url, out, [*extra, *archive])], run_dir / f"worker-{i}.err"
+                [*wrap, *_join_command(url, out, [*extra, *archive])],
+                run_dir / f"worker-{i}.err",
+                checkout,
             )
             for i, out in enumerate(outputs)
         ]
@@ -238,6 +242,18 @@ def _hashcrawl_seen(url: str) -> int:
         return int(queue.status()["seen"])
 
 
+def bare_launcher(seeds: list[str]) -> Launch:
+    """The bare trio + httpx + lxml loop (``bench_bare.py``): no Redis, a set for dedupe."""
+
+    def launch(url: str, run_dir: Path) -> tuple[list[int], Callable[[str], int], list[Path]]:
+        output = run_dir / "pages.jsonl"
+        command = [sys.executable, str(SCRIPTS / "bench_bare.py"), "--concurrency", "64"]
+        command += ["--per-host", "1", "-o", str(output), *seeds]
+        return [_spawn(command, run_dir / "bare.err")], lambda _: 0, [output]
+
+    return launch
+
+
 def scrapy_launcher(seeds: list[str]) -> Launch:
     def launch(url: str, run_dir: Path) -> tuple[list[int], Callable[[str], int], list[Path]]:
         output = run_dir / "items.jsonl"
@@ -256,9 +272,16 @@ def _scrapy_seen(url: str) -> int:
         client.close()
 
 
-def _spawn(command: list[str], err: Path) -> int:
-    """Start a crawler; its pid is reaped by ``wait_all`` (for the rusage)."""
+def _spawn(command: list[str], err: Path, checkout: Path | None = None) -> int:
+    """Start a crawler; its pid is reaped by ``wait_all`` (for the rusage).
+
+    With ``checkout``, ``python -m hashcrawl`` imports hashcrawl from there: it goes
+    first on PYTHONPATH, and is the working directory (which ``-m`` puts first of all).
+    """
+    env = None if checkout is None else os.environ | {"PYTHONPATH": str(checkout)}
     with open(err, "wb") as stderr:
-        process = subprocess.Popen(command, stdout=stderr, stderr=subprocess.STDOUT)
+        process = subprocess.Popen(
+            command, stdout=stderr, stderr=subprocess.STDOUT, env=env, cwd=checkout
+        )
     process.returncode = 0  # reaped by wait4 in wait_all: keep Popen from reaping it
     return process.pid

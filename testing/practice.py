@@ -7,18 +7,21 @@ and `tests/test_practice.py` runs a small one.
 
 from __future__ import annotations
 
+import contextlib
 import os
 import signal
 import subprocess
 import sys
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from pathlib import Path
 from typing import IO
 
 import attrs
+from redis import Redis
 
 from hashcrawl._cli._server import RedisServer
+from testing.cluster import Cluster
 from testing.testsite import SITE_FLAGS, SiteServer, Verdict, generate_site, judge
 
 REPO = Path(__file__).resolve().parent.parent
@@ -57,6 +60,8 @@ def run_practice(
     tolerance: float = 0.0,
     verbose: bool = False,
     progress: Progress = print,
+    cluster: bool = False,
+    fail_primary: bool = False,
 ) -> tuple[Verdict, list[WorkerExit]]:
     """Crawl a generated site with `workers` processes, SIGKILL one a third of the way in.
 
@@ -66,20 +71,24 @@ def run_practice(
         timeout: seconds the whole crawl may take; then every worker is killed.
         tolerance: seconds a per-host gap may fall short of `delay` (clock jitter).
         verbose: workers log their progress (to worker-N.log in `workdir`).
+        cluster: the crawl's Redis is a 3-primary Redis Cluster (`testing.cluster`), its
+            URL naming a node that does not hold the crawl's slot.
+        fail_primary: on a cluster, SIGKILL the primary holding the crawl's slot half-way
+            through the crawl; the run goes on once its replica is promoted.
     """
     workdir.mkdir(parents=True, exist_ok=True)
     site = generate_site(pages=pages, hosts=hosts, seed=seed, port=0)
     log_path = workdir / "requests.jsonl"
     with (
         SiteServer(site, latency=latency, log_path=log_path) as server,
-        RedisServer(directory=workdir / "redis") as redis,
+        _store(workdir, cluster=cluster) as (redis_url, failover, commands),
     ):
         expected = len(server.site.expected())
         progress(f"site: {expected} expected URLs on {hosts} hosts at {server.site.root}")
         flags = ["--delay", str(delay), "--lease", str(lease), "--idle", str(idle), *SITE_FLAGS]
         flags.append("--span-hosts")  # the site's hosts are linked from the first one's root
         flags += ["-v"] if verbose else []
-        pool = _Workers(redis.url, workdir, flags, progress)
+        pool = _Workers(redis_url, workdir, flags, progress)
         try:
             _crawl(
                 server,
@@ -89,13 +98,56 @@ def run_practice(
                 replace_after=replace_after,
                 target=expected // 3,
                 deadline=time.monotonic() + timeout,
+                failover=failover if fail_primary else None,
             )
         finally:
             pool.kill_remaining()
-        _report_status(redis.url, progress)
+        _report_status(redis_url, progress)
         requests = server.requests()
+        progress(
+            f"Redis commands per request logged: {commands() / max(len(requests), 1):.2f} "
+            f"({commands()} commands on the primaries, scripts' inner calls included; "
+            f"{len(requests)} requests; a failed primary's own count is lost with it)"
+        )
     verdict = judge(server.site, requests, pool.outputs, delay=delay, tolerance=tolerance)
     return verdict, pool.exits
+
+
+@contextlib.contextmanager
+def _store(
+    workdir: Path, *, cluster: bool
+) -> Iterator[tuple[str, Callable[[Progress], None], Callable[[], int]]]:
+    """The crawl's Redis URL, how to fail the primary holding its slot (a cluster's), and
+    how many commands the primaries have run so far."""
+    if not cluster:
+        with RedisServer(directory=workdir / "redis") as redis:
+            yield redis.url, lambda progress: None, lambda: _commands_run(redis.url)
+        return
+    key = f"hc:{{{CRAWL}}}:epoch"
+    with Cluster(workdir / "cluster") as nodes:
+        holder = nodes.primary_of(key)
+        url = next(n.url for n in nodes.primaries() if n is not holder)
+
+        def failover(progress: Progress) -> None:
+            started = time.monotonic()
+            dead = nodes.kill_primary_of(key)
+            took = time.monotonic() - started
+            progress(
+                f"killed the crawl's primary (port {dead.port}) with SIGKILL; its replica "
+                f"(port {nodes.primary_of(key).port}) took over in {took:.1f} s"
+            )
+
+        def commands() -> int:
+            return sum(_commands_run(node.url) for node in nodes.primaries())
+
+        yield url, failover, commands
+
+
+def _commands_run(url: str) -> int:
+    """Commands a server has run since it started (``INFO commandstats``)."""
+    with Redis.from_url(url) as client:
+        stats = client.info("commandstats")
+    return sum(int(entry["calls"]) for entry in stats.values())
 
 
 def practice_failures(
@@ -139,6 +191,7 @@ def _crawl(
     replace_after: float,
     target: int,
     deadline: float,
+    failover: Callable[[Progress], None] | None = None,
 ) -> None:
     for _ in range(workers):
         pool.start()
@@ -147,6 +200,11 @@ def _crawl(
         pool.kill_one()
         time.sleep(replace_after)  # the run's specified pause, not a wait for a condition
         pool.start()
+    step = "the primary's death"
+    if failover is not None and _wait_for_requests(
+        server, pool, target * 3 // 2, deadline, step=step
+    ):
+        failover(pool.progress)
     pool.wait_all(deadline, lambda: f"{len(server.requests())} requests so far")
 
 

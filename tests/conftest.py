@@ -18,6 +18,9 @@ from pathlib import Path
 import pytest
 
 from hashcrawl._cli._server import RedisServer
+from testing.cluster import Cluster
+
+CLUSTER_PASSWORD = "s3cr#t/pw"  # characters a URL must carry escaped or raw
 
 # The modules that take minutes each (the crash simulation is CPU-bound; test_cli starts
 # a process per test): handed out first, so that neither ends the run alone on one
@@ -85,3 +88,13 @@ def redis_url(shared_redis: RedisServer) -> str:
 def crawl_name() -> str:
     """A crawl name no other test uses, so its keys on the shared server are its own."""
     return "t" + uuid.uuid4().hex[:10]
+
+
+@pytest.fixture(scope="module")
+def redis_cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Cluster]:
+    """A 3-primary Redis Cluster with a replica each, for one module (it takes seconds to
+    form). Its node timeout is long enough that a test pausing a node briefly causes no
+    failover; tests that kill a primary start a cluster of their own."""
+    directory = tmp_path_factory.mktemp("cluster")
+    with Cluster(directory, node_timeout_ms=5000, password=CLUSTER_PASSWORD) as cluster:
+        yield cluster

@@ -75,6 +75,27 @@ hrefs = st.one_of(
     st.sampled_from(["#top", "", " ", "mailto:a@b.c", "javascript:void(0)", "//cdn.example/x"]),
 )
 
+# Pieces of links where joining rules differ: dot segments, escapes, "//", params,
+# brackets, schemes, whitespace and non-ASCII.
+_LINK_PIECES = st.sampled_from(
+    [*"abH/.?#=&;:%@!$()*+,-_~[]' \t\\é", "..", "./", "../", "%2e", "%2E", "%41", "%zz",
+     "x:", "http://", "https://", "HTTP://", "//", "[::1]", ":80", ":0", "user@", "0x7f.1"]
+)  # fmt: skip
+
+#: Links built of those pieces, and the bases they are resolved against.
+tricky_hrefs = st.lists(_LINK_PIECES, min_size=1, max_size=10).map("".join)
+tricky_bases = st.one_of(
+    http_urls,
+    st.sampled_from(
+        [
+            "http://example.com/a/b/c.html", "https://h.example:8443/x/y?q=1", "http://h/a;p/b;q?x",
+            "http://0x7f.1/a/", "http://h:80/a", "http://h/./a/../b/c", "http://h/a/b?x=1&y=/.",
+            "http://h/..a/.b/c.", "http://h/a/[b]/c", "http://h/a?", "http://h/@a/b:c/",
+            "http://H/A", "ftp://f/x", "mailto:a@b.c", "",
+        ]
+    ),
+)  # fmt: skip
+
 _TAGS = st.sampled_from(
     ["<a href='", "<area href=", "<base href=", "<title>", "</title>", "'>", "<", ">", "<!--"]
 )

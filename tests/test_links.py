@@ -2,12 +2,16 @@
 
 from __future__ import annotations
 
+from urllib.parse import urljoin
+
 import pytest
+from hypothesis import given, settings
 
 from hashcrawl._core._entry import Entry
-from hashcrawl._core._links import header_links, request_url
+from hashcrawl._core._links import header_links, request_url, sendable
 from hashcrawl._core._urls import canonicalize
 from hashcrawl._web._models import Request, Response
+from tests.strategies import hrefs, tricky_bases, tricky_hrefs
 
 BASE = "http://example.com/dir/page.html"
 
@@ -75,3 +79,47 @@ def test_an_entry_stores_one_url_and_derives_the_canonical_form() -> None:
     assert entry.canonical == canonicalize(url) != url
     assert Entry.decode(entry.encode()) == entry
     assert entry.encode() == '{"u":"http://example.com/index.html?java/lang/String.html"}'
+
+
+def _joined_by_urllib(base: str, href: str) -> str | None:
+    """request_url as it was before its fast paths: urljoin, sendable, canonicalize."""
+    href = href.strip()
+    if not href or href.startswith("#"):
+        return None
+    try:
+        url = sendable(urljoin(base, href))
+        canonicalize(url)
+    except ValueError:
+        return None
+    return url
+
+
+@settings(max_examples=1000, deadline=None)  # no timed assertion: the machine may be busy
+@given(tricky_bases, tricky_hrefs)
+def test_fast_joins_send_what_urljoin_sends(base: str, href: str) -> None:
+    """ada-url's fast path and the absolute-link cache give urljoin's URL, quirks and all."""
+    assert request_url(base, href) == _joined_by_urllib(base, href)
+
+
+@settings(deadline=None)
+@given(tricky_bases, hrefs)
+def test_fast_joins_agree_on_ordinary_links(base: str, href: str) -> None:
+    """On the links pages write, the fast path and urljoin agree too."""
+    assert request_url(base, href) == _joined_by_urllib(base, href)
+
+
+@pytest.mark.parametrize(
+    ("href", "sent"),
+    [
+        ("../../java/lang/String.html#m()", "http://h/api/java/lang/String.html"),
+        ("a//b", "http://h/api/java/io/a/b"),  # urljoin merges the empty segment
+        ("%2e%2e/x", "http://h/api/java/io/%2e%2e/x"),  # WHATWG would read a dot segment
+        ("x?a='1'", "http://h/api/java/io/x?a='1'"),  # WHATWG would escape the quotes
+        ("?", "http://h/api/java/io/X.html"),  # urljoin keeps the page's own URL
+        ("http://H:80/a#f", "http://h/a"),
+        ("http://h/" + "a" * 2000, "http://h/" + "a" * 2000),  # too long to cache: resolved
+    ],
+)
+def test_links_are_joined_as_urljoin_joins_them(href: str, sent: str) -> None:
+    """Where WHATWG and urljoin part, a link is still sent the way urljoin resolves it."""
+    assert request_url("http://h/api/java/io/X.html", href) == sent

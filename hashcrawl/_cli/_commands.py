@@ -16,6 +16,7 @@ import logging
 import os
 import signal
 import sys
+import time
 from collections.abc import Callable, Iterator, Sequence
 from pathlib import Path
 from typing import Any, NoReturn
@@ -33,7 +34,7 @@ from hashcrawl._cli._local import (
     verdict,
 )
 from hashcrawl._cli._statedir import add_state_dir, opened_queue, redis_of
-from hashcrawl._exceptions import ConfigError, HashcrawlError
+from hashcrawl._exceptions import ConfigError, HashcrawlError, QueueError
 from hashcrawl._run._queue import Queue
 from hashcrawl._settings import ADDRESSES, CRAWL, SCOPE, Settings, _number, add_flags, given_flags
 from hashcrawl._store._crawlconfig import view_lines
@@ -333,8 +334,17 @@ def _check_reachable(url: RedisURL, crawl: str) -> None:
     from hashcrawl._store._store import Store
 
     store = Store(url, crawl, timeout=START_PATIENCE)
+    deadline = time.monotonic() + START_PATIENCE
     try:
-        store.ping()
+        while True:
+            try:
+                return store.ping()
+            except QueueError:
+                # A cluster may be promoting a replica of the crawl's primary: that is
+                # worth the patience, where one server refusing connections is not.
+                if not store.in_cluster() or time.monotonic() > deadline:
+                    raise
+                time.sleep(0.25)
     finally:
         store.close()
 

@@ -64,6 +64,9 @@ def canonicalize(url: str) -> str:
     return canonical
 
 
+# Asked of each link three times (robots, scope and routing, the seen cache) within one
+# commit's time: a cache of a few commits' links makes it once, for a few MiB at most.
+@functools.lru_cache(maxsize=16384)
 def host_key(canonical_url: str) -> str:
     """Return the routing key of a URL: its host, plus ":port" when not the default.
 
@@ -78,6 +81,7 @@ def host_key(canonical_url: str) -> str:
     return _authority(canonical_url, parts)
 
 
+@functools.lru_cache(maxsize=16384)  # as host_key: routing, then the seen cache
 def fingerprint(canonical_url: str) -> tuple[int, int]:
     """Return two unsigned 32-bit hashes of a URL, seeds for a Bloom filter's double hashing.
 

@@ -48,6 +48,11 @@ Time in every lease and liveness decision is the Redis server's (``TIME`` in scr
 so clock skew between machines changes nothing. The Lua scripts live in ``lua/``, each
 opening with the keys it touches.
 
+On a Redis Cluster the keys live on the primary of the crawl's slot, found and followed
+by ``_nodes``; there every write returns only once that primary's replicas confirm it,
+and after the slot moves the epoch is raised (``lua/failover.lua``; docs/design.md, "On
+a Redis Cluster", says why both are needed).
+
 The methods here are blocking; the worker calls them from a thread (see ``_worker``).
 redis-py errors never leave this module untranslated: they become ``QueueError``.
 Stream payloads are read as bytes (a client without ``decode_responses``), so that an
@@ -59,6 +64,7 @@ from __future__ import annotations
 import contextlib
 import functools
 import json
+import logging
 import secrets
 from collections.abc import Callable, Mapping, Sequence
 from importlib import resources
@@ -66,6 +72,7 @@ from typing import Any, ParamSpec, TypeVar
 
 import redis
 from redis.backoff import NoBackoff
+from redis.exceptions import RedisClusterException
 from redis.retry import Retry
 
 from hashcrawl._core._batch import LOST as LOST
@@ -75,8 +82,10 @@ from hashcrawl._core._batch import Committed as Committed
 from hashcrawl._core._batch import chunks
 from hashcrawl._core._batch import dead_key as dead_key
 from hashcrawl._exceptions import ConfigError, Fenced, InvalidURL, QueueError, StateLost
+from hashcrawl._store._nodes import Nodes
 from hashcrawl._store._redisurl import RedisURL, check_crawl_name
 
+log = logging.getLogger(__name__)
 P = ParamSpec("P")
 T = TypeVar("T")
 GROUP = "g"
@@ -100,9 +109,10 @@ def _translated(method: Callable[P, T]) -> Callable[P, T]:
     def call(*args: P.args, **kwargs: P.kwargs) -> T:
         try:
             return method(*args, **kwargs)
-        except redis.RedisError as exc:
+        except (redis.RedisError, RedisClusterException) as exc:
             store = args[0]
             assert isinstance(store, Store)
+            store._nodes.failed(exc)
             if "DB index is out of range" in str(exc):  # a flag's mistake, not an outage
                 raise InvalidURL(
                     f"--redis names database {store.url.db}, which Redis at "
@@ -115,10 +125,19 @@ def _translated(method: Callable[P, T]) -> Callable[P, T]:
     return call
 
 
-def _reason(exc: redis.RedisError) -> str:
+def _reason(exc: redis.RedisError | RedisClusterException) -> str:
     text = str(exc).splitlines()[0] if str(exc) else type(exc).__name__
     if isinstance(exc, redis.TimeoutError):
         return f"no answer in time ({text})"
+    if isinstance(exc, redis.exceptions.AskError):  # MOVED or ASK
+        where = f"{exc.host}:{exc.port}"
+        return f"the crawl's slot is served by {where} now (a failover or reshard): {text}"
+    if isinstance(exc, redis.exceptions.ClusterDownError):
+        return f"the cluster cannot serve the crawl's slot now (a failover under way?): {text}"
+    if isinstance(exc, redis.exceptions.TryAgainError):
+        return f"the crawl's slot is being migrated (a reshard): {text}"
+    if isinstance(exc, redis.exceptions.ReadOnlyError):
+        return f"the node is a replica now (a failover): {text}"
     return text
 
 
@@ -142,30 +161,64 @@ class Store:
         self.crawl = crawl
         self.prefix = f"hc:{{{crawl}}}:"
         self._timeout = timeout
-        # redis-py's annotations cannot know that decode_responses=True makes every
-        # reply a str, so the clients are typed loosely here and replies checked in use.
-        self._redis: Any = self._client(timeout)
-        self._bytes: Any = None  # stream reads: payloads as bytes
-        self._blocking: Any = None
         self.marker = secrets.token_hex(8)  # the instance marker if this store sets it
-        self._scripts = {
-            name: self._redis.register_script(_script(name))
-            for name in (
-                *("heartbeat", "join", "leave", "commit", "release", "unpark", "inflight"),
-                "settings",
-            )
+        options = {
+            "retry": Retry(NoBackoff(), 0),  # hashcrawl retries itself, at most a second apart
+            "protocol": 2,
+            "health_check_interval": 0,
         }
+        self._nodes = Nodes(url, self.key("epoch"), options, timeout=timeout)
 
-    def _client(self, timeout: float, *, decode: bool = True) -> Any:
-        return redis.Redis(
-            **self.url.client_kwargs(),
-            socket_timeout=timeout,
-            socket_connect_timeout=timeout,
-            retry=Retry(NoBackoff(), 0),  # hashcrawl retries itself, at most a second apart
-            decode_responses=decode,
-            protocol=2,
-            health_check_interval=0,
-        )
+    @property
+    def _redis(self) -> Any:
+        """The client of the server holding the crawl's keys (a cluster's primary for its
+        slot, found at first use). redis-py's annotations cannot know that
+        decode_responses=True makes every reply a str, so it is typed loosely here."""
+        self._nodes.moved(self._after_failover, self._timeout)
+        return self._nodes.client("main", self._timeout)
+
+    @functools.cached_property
+    def _scripts(self) -> dict[str, Any]:
+        client = self._nodes.client("main", self._timeout)
+        names = ("heartbeat", "join", "leave", "commit", "release", "unpark", "inflight")
+        return {name: client.register_script(_script(name)) for name in (*names, "settings")}
+
+    def _after_failover(self, client: Any) -> None:
+        """Raise the epoch past any the old primary of the slot may have issued and lost
+        (see ``lua/failover.lua``), before this store writes anything to the new one."""
+        ratchet = client.register_script(_script("failover"))
+        epoch = ratchet(keys=[self.key("epoch")], args=[self.prefix, self._now()])
+        if int(epoch):
+            log.warning("crawl %s: its slot moved, epoch raised to %s", self.crawl, epoch)
+
+    def _run(
+        self, name: str, args: Sequence[Any], keys: Sequence[str] = (), *, read_only: bool = False
+    ) -> Any:
+        """Run a script; one that writes, in a cluster whose primary has replicas, returns
+        only once they confirm it (``Nodes.confirmed``)."""
+        script = self._scripts[name]
+        # A declared key makes a node that does not hold the crawl's slot answer MOVED,
+        # ASK or TRYAGAIN before the script runs; the scripts themselves read only ARGV.
+        keys = keys or [self.key("epoch")]
+        client = self._redis
+        if read_only or not self._nodes.replicas:
+            return script(keys=list(keys), args=list(args), client=client)
+        call = ("EVALSHA", script.sha, len(keys), *keys, *args)
+        [reply] = self._nodes.confirmed(client, [call])
+        if isinstance(reply, redis.exceptions.NoScriptError):  # a promoted node's empty cache
+            client.script_load(script.script)
+            [reply] = self._nodes.confirmed(client, [call])
+        if isinstance(reply, Exception):
+            raise reply
+        return reply
+
+    def _write(self, *commands: tuple[Any, ...]) -> list[Any]:
+        """Run plain write commands in one pipeline, confirmed as ``_run``'s scripts."""
+        replies = self._nodes.confirmed(self._redis, list(commands))
+        for reply in replies:
+            if isinstance(reply, Exception):
+                raise reply
+        return replies
 
     def _now(self) -> str | int:
         return "" if self.clock is None else self.clock()
@@ -181,16 +234,18 @@ class Store:
         return self.prefix + "inbox"
 
     def close(self) -> None:
-        self._redis.close()
-        for client in (self._bytes, self._blocking):
-            if client is not None:
-                client.close()
+        self._nodes.close()
 
     # -- membership ---------------------------------------------------------------
 
     @_translated
     def ping(self) -> None:
         self._redis.ping()
+
+    @_translated
+    def in_cluster(self) -> bool:
+        """Whether the crawl's keys are on a Redis Cluster (found at first use)."""
+        return self._nodes.cluster
 
     @_translated
     def join(
@@ -209,7 +264,7 @@ class Store:
             StateLost: ``instance`` is no longer the crawl's marker.
         """
         args = [self.prefix, worker, self._now(), instance, self.marker, *_flat(info)]
-        reply = self._scripts["join"](args=args)
+        reply = self._run("join", args)
         if int(reply[1]) == -2:
             raise StateLost(f"{LOST}; worker {worker} stops")
         if int(reply[1]) < 0:
@@ -261,7 +316,7 @@ class Store:
         forget = lease_ms * FORGET_LEASES if forget_ms is None else forget_ms
         args = [self.prefix, worker, lease_ms, applied, known_epoch, self._now(), expire]
         args += [instance, forget, *_flat(stats)]
-        return Beat.from_reply(self._scripts["heartbeat"](args=args))
+        return Beat.from_reply(self._run("heartbeat", args))
 
     @_translated
     def leave(self, worker: str, pace: Mapping[str, str]) -> int:
@@ -273,7 +328,9 @@ class Store:
         records = list(pace.items())
         for start in range(0, len(records), PACE_CHUNK):
             self._redis.hset(self.key("pace"), mapping=dict(records[start : start + PACE_CHUNK]))
-        return int(self._scripts["leave"](args=[self.prefix, worker]))
+        # The leave's confirmation covers the pace records too: a replica applies writes
+        # in the order the primary made them.
+        return int(self._run("leave", [self.prefix, worker]))
 
     @_translated
     def members(self) -> tuple[int, tuple[str, ...]]:
@@ -297,9 +354,7 @@ class Store:
             batch.instance = self.marker
         total = Committed(status="ok")
         for part in batch.parts():
-            result = Committed.from_reply(
-                self._scripts["commit"](args=[self.prefix, part.to_json()])
-            )
+            result = Committed.from_reply(self._run("commit", [self.prefix, part.to_json()]))
             total += result
             if result.status != "ok":
                 break
@@ -314,9 +369,11 @@ class Store:
         With ``after``, ``worker``'s own pending entries with greater ids instead (at
         once: Redis does not block such a read).
         """
-        if self._blocking is None:
-            self._blocking = self._client(self._timeout + block_ms / 1000, decode=False)
-        reply = self._blocking.xreadgroup(
+        # Its own connection, whose socket timeout outlasts the block.
+        blocking: Any = self._nodes.client(
+            "blocking", self._timeout + block_ms / 1000, decode=False
+        )
+        reply = blocking.xreadgroup(
             GROUP, worker, {self.stream_of(worker): after or ">"}, count=count, block=block_ms
         )
         return [_payload(eid, fields) for _, entries in reply or () for eid, fields in entries]
@@ -332,14 +389,13 @@ class Store:
     @_translated
     def entries(self, stream: str, *, count: int) -> list[tuple[str, bytes | None]]:
         """The first ``count`` entries still in ``stream``, pending or not."""
-        if self._bytes is None:
-            self._bytes = self._client(self._timeout, decode=False)
-        return [_payload(eid, fields) for eid, fields in self._bytes.xrange(stream, count=count)]
+        raw: Any = self._nodes.client("bytes", self._timeout, decode=False)
+        return [_payload(eid, fields) for eid, fields in raw.xrange(stream, count=count)]
 
     @_translated
     def release(self, stream: str) -> bool:
         """Delete a drained orphan stream; False if entries arrived meanwhile."""
-        return bool(self._scripts["release"](keys=[stream], args=[self.prefix, self._now()]))
+        return bool(self._run("release", [self.prefix, self._now()], keys=[stream]))
 
     @_translated
     def unpark(self, worker: str, epoch: int, host: str, count: int) -> tuple[str, int, int]:
@@ -348,7 +404,7 @@ class Store:
         Returns (status, moved, left); status is ok, stale or fenced.
         """
         args = [self.prefix, worker, epoch, host, count]
-        reply = self._scripts["unpark"](keys=[self.stream_of(worker)], args=args)
+        reply = self._run("unpark", args, keys=[self.stream_of(worker)])
         if reply[0] != "ok":
             return reply[0], 0, 0
         return "ok", int(reply[1]), int(reply[2])
@@ -361,7 +417,7 @@ class Store:
         call was held up) is dropped, and False returned.
         """
         args = [self.prefix, worker, seq, ",".join(eids)]
-        return bool(self._scripts["inflight"](args=args))
+        return bool(self._run("inflight", args))
 
     @_translated
     def in_flight_of(self, stream: str) -> set[str]:
@@ -374,7 +430,7 @@ class Store:
     def widen_scope(self, members: set[str]) -> None:
         """Add members (``_scope.members``) to the crawl's scope."""
         if members:
-            self._redis.sadd(self.key("scope"), *members)
+            self._write(("SADD", self.key("scope"), *members))
 
     @_translated
     def scope(self) -> set[str]:
@@ -390,13 +446,13 @@ class Store:
         """Record ``texts`` for each setting the crawl has none for; the scope members
         too if this starts the crawl's settings. The reply of ``lua/settings.lua``."""
         args = [self.prefix, "start", max_text, len(texts), *_flat(texts), *scope]
-        return list(self._scripts["settings"](args=args))
+        return list(self._run("settings", args))
 
     @_translated
     def read_settings(self, fields: Sequence[str], *, max_text: int) -> list[Any]:
         """The crawl's settings record as ``start_settings`` replies, writing nothing."""
         args = [self.prefix, "read", max_text, len(fields), *_flat(dict.fromkeys(fields, ""))]
-        return list(self._scripts["settings"](args=args))
+        return list(self._run("settings", args, read_only=True))
 
     @_translated
     def change_settings(
@@ -411,7 +467,7 @@ class Store:
         the scope. The reply of ``lua/settings.lua``."""
         args = [self.prefix, "change", 0, len(texts), *_flat(texts), expected]
         args += [int(needs_empty), *scope]
-        return list(self._scripts["settings"](args=args))
+        return list(self._run("settings", args))
 
     @_translated
     def scope_domains(self, *, scan_at_most: int = 100_000) -> tuple[list[str], bool]:
@@ -504,13 +560,17 @@ class Store:
     def other_crawls(self, *, scan_at_most: int = 10_000) -> list[str]:
         """Names of the crawls with keys on this server, from one bounded SCAN."""
         names: set[str] = set()
-        cursor, scanned = 0, 0
-        while True:
-            cursor, keys = self._redis.scan(cursor, match="hc:{*}:*", count=1000)
-            scanned += 1000
-            names.update(_crawl_of(key) for key in keys)
-            if cursor == 0 or scanned >= scan_at_most:
-                return sorted(names - {self.crawl, ""})
+        clients: list[Any] = self._nodes.primaries(self._timeout)
+        for client in clients:  # a cluster's keys are spread over its primaries
+            with client:
+                cursor, scanned = 0, 0
+                while True:
+                    cursor, keys = client.scan(cursor, match="hc:{*}:*", count=1000)
+                    scanned += 1000
+                    names.update(_crawl_of(key) for key in keys)
+                    if cursor == 0 or scanned >= scan_at_most:
+                        break
+        return sorted(names - {self.crawl, ""})
 
     def _totals(self, workers: set[str]) -> dict[str, int]:
         """Counters summed over every worker, pruned ones (``retired``) included."""

@@ -82,7 +82,8 @@ def parse_html(
         return Page(None, ())
     base = _base_url(root, url)
     targets = link_targets(root)
-    links = _unique((u for t in targets if (u := request_url(base, t)) is not None), max_links)
+    resolved = (u for t in _written_once(targets) if (u := request_url(base, t)) is not None)
+    links = _unique(resolved, max_links)
     dropped = sum(1 for _ in targets)  # counted as written, not resolved: cheap
     return Page(_title(root), links, canonical_link(root, base), dropped, root, base)
 
@@ -145,6 +146,16 @@ def _base_url(root: lxml.html.HtmlElement, url: str) -> str:
         if href is not None:
             return request_url(url, href) or url
     return url
+
+
+def _written_once(targets: Iterator[str]) -> Iterator[str]:
+    """Each target as first written: a page repeats its links (navigation bars, tables
+    of contents), and the same href against the same base resolves the same."""
+    seen: set[str] = set()
+    for target in targets:
+        if target not in seen:
+            seen.add(target)
+            yield target
 
 
 def _unique(links: Iterator[str], most: int | None) -> tuple[str, ...]:

@@ -1,0 +1,267 @@
+"""Where a crawl's keys are served: one Redis server, or the Redis Cluster primary that
+holds the crawl's hash slot, and the clients that reach it.
+
+Every key of a crawl shares one hash tag, so in a cluster one node serves all of them. The
+``--redis`` URL may name any node: the first use asks it ``INFO cluster``; with
+``cluster_enabled:1``, redis-py's ``RedisCluster`` learns the slot map and the clients here
+talk to the primary of the crawl's slot directly. A direct client keeps what the store
+relies on: a pipeline runs on one connection (so ``WAIT`` covers the write before it),
+``MULTI`` works, and a script's ``NOSCRIPT`` is answered by loading it on that node.
+
+After an error that may mean the slot has moved (a dead or hung primary, ``MOVED``,
+``ASK``, ``CLUSTERDOWN``, ``TRYAGAIN``, a write refused by a demoted node), the slot map is
+read again; the store learns from ``moved`` that another node now serves the slot.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+from collections.abc import Callable
+from typing import Any
+
+import redis
+from redis.cluster import RedisCluster
+from redis.exceptions import RedisClusterException
+
+from hashcrawl._exceptions import InvalidURL
+from hashcrawl._store._redisurl import RedisURL
+
+log = logging.getLogger(__name__)
+# How long a write waits at most for the crawl's primary's replicas to confirm it
+# (``WAIT``); one not confirmed in time is a failed call, which its caller retries (see
+# docs/design.md). Never more than half the answer timeout, so the reply comes in time.
+REPLICA_WAIT_MS = 2000
+
+
+class Unconfirmed(redis.RedisError):
+    """A write that the crawl's primary made but its replicas did not confirm in time."""
+
+
+# Errors after which the crawl's slot may be served elsewhere, or its replicas have
+# changed: read the slot map again.
+MAP_MAY_CHANGE = (
+    redis.ConnectionError,
+    redis.TimeoutError,
+    redis.exceptions.MovedError,  # ASK too (AskError is its parent)
+    redis.exceptions.ClusterDownError,  # MASTERDOWN too
+    redis.exceptions.TryAgainError,
+    redis.exceptions.ReadOnlyError,
+    RedisClusterException,
+    Unconfirmed,
+)
+# A script's access to a key of a slot the node does not serve.
+NOT_LOCAL = "non local key"
+TOPOLOGY_TIMEOUT = 5.0  # seconds a slot-map read may wait on one node (a hung one, say)
+
+
+class Nodes:
+    """The server that holds one crawl's keys, found at first use and again after errors."""
+
+    def __init__(
+        self, url: RedisURL, slot_key: str, options: dict[str, Any], *, timeout: float
+    ) -> None:
+        """Args:
+        slot_key: a key of the crawl: its slot is the crawl's.
+        options: keyword arguments for every client (retries, protocol, ...).
+        timeout: the seconds a client waits for an answer (see ``REPLICA_WAIT_MS``).
+        """
+        self.wait_ms = max(1, min(REPLICA_WAIT_MS, int(timeout * 500)))
+        self._timeout = timeout
+        self.url = url
+        self.slot_key = slot_key
+        self._options = options
+        self._lock = threading.Lock()
+        self._cluster: RedisCluster | None = None
+        self._found = False
+        self._owner: tuple[str, int] | None = None  # a cluster primary's host and port
+        self._replicas = 0
+        self._moved = False
+        self._clients: dict[tuple[Any, ...], redis.Redis] = {}
+
+    @property
+    def cluster(self) -> bool:
+        """Whether the URL names a node of a Redis Cluster (discovered at first use)."""
+        self._discover()
+        return self._cluster is not None
+
+    @property
+    def replicas(self) -> int:
+        """How many replicas the slot map lists for the crawl's primary (0: one server)."""
+        self._discover()
+        return self._replicas
+
+    @property
+    def owner(self) -> str:
+        """``host:port`` of the cluster node serving the crawl's slot ("" for one server)."""
+        self._discover()
+        return "" if self._owner is None else f"{self._owner[0]}:{self._owner[1]}"
+
+    def client(self, kind: str, timeout: float, *, decode: bool = True) -> redis.Redis:
+        """A client of the server holding the crawl's keys, made once per ``kind`` and
+        server (with the first ``timeout`` asked for)."""
+        self._discover()
+        with self._lock:
+            key = (self._owner, kind)
+            found = self._clients.get(key)
+            if found is None:
+                found = self._clients[key] = self._new_client(self._owner, timeout, decode)
+            return found
+
+    def confirmed(self, client: Any, commands: list[tuple[Any, ...]]) -> list[Any]:
+        """Run write ``commands`` in one pipeline on ``client``; with replicas, ``WAIT``
+        for all of them in the same round trip, on the connection that wrote.
+
+        Returns the replies, errors in place: a reply that is an error is the caller's to
+        raise or answer (a ``NOSCRIPT``), and the confirmation is then not checked.
+
+        Raises:
+            Unconfirmed: fewer replicas than the slot map lists had the writes in time.
+        """
+        replicas = self.replicas
+        with client.pipeline(transaction=False) as pipe:
+            for command in commands:
+                pipe.execute_command(*command)
+            if replicas:
+                pipe.execute_command("WAIT", replicas, self.wait_ms)
+            replies = list(pipe.execute(raise_on_error=False))
+        if not replicas:
+            return replies
+        acked = replies.pop()
+        if isinstance(acked, Exception):
+            raise acked
+        if any(isinstance(reply, Exception) for reply in replies):
+            return replies
+        if int(acked) < replicas:
+            raise Unconfirmed(
+                f"node {self.owner} made a write that {replicas - int(acked)} of its "
+                f"{replicas} replicas did not confirm within {self.wait_ms} ms"
+            )
+        return replies
+
+    def primaries(self, timeout: float) -> list[redis.Redis]:
+        """A new client of every primary (one server: just it), for scans over all keys;
+        the caller closes them."""
+        self._discover()
+        if self._cluster is None:
+            return [self._new_client(None, timeout, True)]
+        nodes = [(n.host, int(n.port)) for n in self._cluster.get_primaries()]  # type: ignore[no-untyped-call]
+        return [self._new_client(node, timeout, True) for node in sorted(nodes)]
+
+    def moved(self, settle: Callable[[redis.Redis], object], timeout: float) -> None:
+        """If the crawl's slot changed nodes since the last call, call ``settle`` with a
+        client of the new node first; the change counts as settled once it returns."""
+        with self._lock:
+            if not self._moved:
+                return
+        settle(self.client("main", timeout))
+        with self._lock:
+            self._moved = False
+
+    def failed(self, exc: BaseException) -> None:
+        """Note an error: after one that may mean the slot moved, read the slot map again."""
+        if self._cluster is None:
+            return
+        if not isinstance(exc, MAP_MAY_CHANGE) and NOT_LOCAL not in str(exc):
+            return
+        try:
+            with self._lock:
+                self._cluster.nodes_manager.initialize()
+                self._take_slot_map()
+        except (redis.RedisError, RedisClusterException) as again:
+            # The store's caller retries; the next failure reads the map again.
+            log.debug("Redis Cluster slot map not read: %s", again)
+
+    def close(self) -> None:
+        with self._lock:
+            for client in self._clients.values():
+                client.close()
+            self._clients.clear()
+            if self._cluster is not None:
+                self._cluster.close()
+
+    # -- discovery ------------------------------------------------------------------------
+
+    def _discover(self) -> None:
+        with self._lock:
+            if self._found:
+                return
+            # One server keeps the probe as its main client: no extra connection.
+            probe = self._new_client(None, self._timeout, True)
+            try:
+                enabled = _cluster_enabled(probe)
+            except BaseException:
+                probe.close()
+                raise
+            if enabled:
+                probe.close()
+                self._cluster = self._new_cluster()
+                self._take_slot_map()
+            else:
+                self._clients[None, "main"] = probe
+            self._found = True
+
+    def _new_cluster(self) -> RedisCluster:
+        url = self.url
+        if url.scheme == "redis+unix":
+            raise InvalidURL(
+                f"--redis {url.redacted()} is a Redis Cluster node: name a node by "
+                "redis:// or rediss:// host and port, as the cluster's nodes announce them"
+            )
+        if url.db != 0:
+            raise InvalidURL(
+                f"--redis names database {url.db}, but {url.redacted()} is a Redis Cluster "
+                "node, which has database 0 only"
+            )
+        kwargs = {k: v for k, v in url.client_kwargs().items() if k != "db"}
+        options = self._options | {
+            "socket_timeout": TOPOLOGY_TIMEOUT,
+            "socket_connect_timeout": TOPOLOGY_TIMEOUT,
+        }
+        options.pop("health_check_interval", None)
+        return RedisCluster(**kwargs, **options, require_full_coverage=False)
+
+    def _take_slot_map(self) -> None:
+        """Learn the crawl's primary and its replicas from the cluster client's map."""
+        assert self._cluster is not None
+        manager = self._cluster.nodes_manager
+        slot = self._cluster.keyslot(self.slot_key)  # type: ignore[no-untyped-call]
+        serving = manager.slots_cache.get(slot) or []
+        if not serving:
+            return
+        owner = (serving[0].host, int(serving[0].port))
+        self._replicas = len(serving) - 1
+        if self._owner is not None and owner != self._owner:
+            log.warning(
+                "the crawl's slot moved from %s:%d to %s:%d (a failover or a reshard)",
+                *self._owner,
+                *owner,
+            )
+            self._moved = True
+            for key in [k for k in self._clients if k[0] == self._owner]:
+                self._clients.pop(key).close()
+        self._owner = owner
+
+    def _new_client(
+        self, node: tuple[str, int] | None, timeout: float, decode: bool
+    ) -> redis.Redis:
+        kwargs = self.url.client_kwargs()
+        if node is not None:
+            kwargs.pop("db")
+            kwargs.update(host=node[0], port=node[1])
+        options = self._options | {
+            "socket_timeout": timeout,
+            "socket_connect_timeout": timeout,
+            "decode_responses": decode,
+        }
+        return redis.Redis(**kwargs, **options)
+
+
+def _cluster_enabled(client: redis.Redis) -> bool:
+    try:
+        info = client.info("cluster")
+    except redis.ResponseError as exc:
+        # A URL naming a database makes the client SELECT it first, which a cluster
+        # refuses; otherwise INFO is renamed away or refused (managed services).
+        return "not allowed in cluster mode" in str(exc)
+    return bool(int(info.get("cluster_enabled", 0)))
