@@ -305,3 +305,59 @@ def test_a_read_that_failed_is_followed_by_rereading_pending_entries() -> None:
     assert read.after == "5-0"
     session.read_answered(read, [])
     assert session.read_request().after is None
+
+
+def test_a_read_asks_for_no_more_than_the_buffer_has_room_for() -> None:
+    """Memory stays bounded: a read asks for what --max-buffer leaves room for; with the
+    buffer full it reads on only to park."""
+    session = session_of(max_buffer=50)
+    assert (session.read_request().count, session.read_request().parking) == (50, False)
+    session.take_in(
+        [(f"{n}-0", Entry(url=f"http://a.test/{n}").encode().encode()) for n in range(10)]
+    )
+    assert session.read_request().count == 40
+    session.take_in(
+        [(f"{n}-1", Entry(url=f"http://a.test/x{n}").encode().encode()) for n in range(40)]
+    )
+    assert session.read_request().parking
+
+
+def test_a_suspect_blamed_before_is_fetched_alone_until_it_ends() -> None:
+    """A suspect with an attempt used (its last worker died fetching it) isolates: no
+    other suspect starts until it ends; a fresh suspect ending does not end that."""
+    session = session_of()
+    blamed = Held("1-0", Entry(url="http://a.test/1", suspect=True, attempts=1), "a.test")
+    fresh = Held("2-0", Entry(url="http://b.test/2", suspect=True), "b.test")
+    assert session.fetch_started(fresh) is not None and not session.isolating
+    session.in_flight += 2
+    assert session.fetch_started(blamed) is not None and session.isolating
+    session.fetch_ended(fresh, None, 1.0)
+    assert session.isolating
+    session.fetch_ended(blamed, None, 2.0)
+    assert not session.isolating
+
+
+def test_max_pages_per_host_counts_every_request_sent() -> None:
+    """A host is full after exactly --max-pages-per-host requests left for it."""
+    session = session_of(max_pages_per_host=2)
+    page = Held("1-0", Entry(url="http://a.test/"), "a.test")
+    session.sending(page)
+    assert not session.host_is_full("a.test")
+    session.sending(page)
+    assert session.host_is_full("a.test") and not session.host_is_full("b.test")
+
+
+def test_a_request_put_back_unsent_leaves_its_hosts_pacing_as_it_was() -> None:
+    """A request the check before sending held back was never made: its host's next
+    start is still the delay after the last one that was, and a host handed over
+    meanwhile sends it to its new owner."""
+    session = session_of()
+    ready(session, "http://a.test/1")
+    held = session.next_fetch(0.0)
+    assert isinstance(held, Held)
+    assert session.put_back(held, 0.5) is None
+    assert session.next_fetch(0.5) == 1.0
+    assert session.next_fetch(1.0) == held
+    session.frontier.drop("a.test")  # handed over while the request waited
+    outcome = session.put_back(held, 1.5)
+    assert outcome is not None and outcome.kind is Kind.FORWARD

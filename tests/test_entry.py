@@ -163,3 +163,28 @@ def test_a_payload_over_the_size_cap_is_a_bad_entry_unparsed():
     meta = "x" * MAX_ENTRY_BYTES
     with pytest.raises(BadEntry, match="bytes, over"):
         Entry.decode(json.dumps({"u": "http://a.example/", "m": meta}).encode())
+
+
+def test_a_followed_request_whose_entry_would_outgrow_the_queue_is_refused():
+    """A body that fits a Request but not an entry once encoded (base64 grows it by a
+    third) is a ConfigError naming the sizes, not an entry Redis would carry."""
+    from hashcrawl._exceptions import ConfigError
+    from hashcrawl._web._models import Request
+
+    request = Request("/big", method="POST", body=b"\xff" * (MAX_ENTRY_BYTES - 10))
+    with pytest.raises(ConfigError, match="-byte queue entry, over the"):
+        request.to_entry("http://a.example/", 1)
+    small = Request("/a", method="POST", body=b"x=1").to_entry("http://a.example/", 1)
+    assert small is not None and small.body == b"x=1"
+
+
+def test_meta_nested_to_the_limit_is_read_and_one_level_more_is_a_bad_entry():
+    """MAX_META_DEPTH lists deep is still an entry; one more is refused as too deep."""
+    from hashcrawl._core._entry import MAX_META_DEPTH
+
+    def nested(n: int) -> bytes:
+        return b'{"u":"http://a.example/","m":' + b"[" * n + b"]" * n + b"}"
+
+    assert Entry.decode(nested(MAX_META_DEPTH)).url == "http://a.example/"
+    with pytest.raises(BadEntry, match="deeper"):
+        Entry.decode(nested(MAX_META_DEPTH + 1))

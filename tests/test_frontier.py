@@ -82,3 +82,56 @@ def test_idle_hosts_are_forgotten_only_once_their_pacing_has_run_out() -> None:
     assert frontier.evict_idle(0.5, idle_for=0.0, keep=0) == []  # its delay runs until 1.0
     assert frontier.evict_idle(5.0, idle_for=10.0, keep=10) == []
     assert frontier.evict_idle(10.0, idle_for=10.0, keep=10) == ["a.test"]
+
+
+def test_size_counts_the_entries_queued_not_those_taken_or_dropped() -> None:
+    """size is what the reader may still add to: queued entries only."""
+    frontier = frontier_with(held(1), held(2), held(3, host="b.test"), delay=0.0)
+    assert frontier.size == 3
+    assert frontier.take(0.0) == held(1)
+    assert frontier.size == 2
+    frontier.revoke("a.test")
+    assert [h.eid for h in frontier.drop("a.test")] == ["2-0"]
+    assert frontier.size == 1
+
+
+def test_a_host_with_work_or_state_to_hand_on_is_never_forgotten() -> None:
+    """Queued, in flight, unpaced or revoked: each keeps a host, however idle the rest."""
+    frontier = frontier_with(held(1), held(2, host="b.test"), held(3, host="c.test"), delay=0.0)
+    for name in ("a.test", "b.test", "c.test"):
+        frontier.hosts[name].paced = True
+    assert frontier.take(0.0) == held(1)  # a.test: in flight
+    frontier.hosts["c.test"].paced = False  # c.test: queued and unpaced
+    frontier.add(held(4, host="d.test"), epoch=0)
+    frontier.hosts["d.test"].paced = True
+    frontier.revoke("d.test")  # d.test: queued and revoked
+    assert frontier.evict_idle(100.0, idle_for=0.0, keep=0) == []
+    assert set(frontier.hosts) == {"a.test", "b.test", "c.test", "d.test"}
+
+
+def test_beyond_keep_idle_hosts_the_least_recently_used_go_first() -> None:
+    """With more idle hosts than keep, the oldest go at once, before idle_for is up."""
+    frontier = Frontier(delay=0.0, per_host=1)
+    for n, name in enumerate(("a.test", "b.test", "c.test")):
+        frontier.add(held(n, host=name), epoch=0)
+        got = frontier.take(float(n))
+        assert isinstance(got, Held)
+        frontier.done(name, float(n))
+        frontier.hosts[name].paced = True
+    assert frontier.evict_idle(3.0, idle_for=60.0, keep=1) == ["a.test", "b.test"]
+    assert list(frontier.hosts) == ["c.test"]
+
+
+def test_a_hosts_own_crawl_delay_wins_over_a_shorter_setting_and_backoff_only_grows() -> None:
+    """The gap is the larger of --delay and Crawl-delay; a later, shorter backoff keeps
+    the longer one."""
+    frontier = frontier_with(held(1), held(2), delay=1.0)
+    frontier.hosts["a.test"].crawl_delay = 3.0
+    assert frontier.take(0.0) == held(1)
+    frontier.done("a.test", 0.0)
+    assert frontier.take(0.0) == 3.0
+    frontier.back_off("a.test", 10.0)
+    frontier.back_off("a.test", 5.0)
+    assert frontier.take(3.0) == 10.0
+    frontier.done("a.test", 20.0)  # nothing of it is in flight: a late answer changes nothing
+    assert frontier.take(10.0) == held(2)

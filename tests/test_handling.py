@@ -139,3 +139,44 @@ def test_a_callback_that_succeeds_on_retry_writes_its_items_once(
     assert sorted(item["title"] for item in crawled.crew.items()) == ["a", "b", "root"]
     assert max(request_counts(crawled.requests).values()) == 2
     assert status_of(redis_url, crawled.crew.crawl)["dead"] == 0
+
+
+async def test_a_redirect_within_the_limit_is_followed_and_one_past_it_dead_lettered() -> None:
+    """A 301 with hops to spare gives its target as a follow; at the limit it is dead."""
+    from hashcrawl._core._entry import Entry
+    from hashcrawl._core._frontier import Held
+    from hashcrawl._core._outcome import Kind
+    from hashcrawl._run._handling import Handler, Origin
+    from hashcrawl._web._models import Request, Response
+
+    def moved(hops: int) -> Held:
+        return Held("1-0", Entry(url="http://a.test/old", hops=hops, max_redirects=2), "a.test")
+
+    response = Response(
+        "http://a.test/old", 301, {"location": "/new"}, b"", Request("http://a.test/old")
+    )
+    origin = Origin("w1", None, False)
+    followed = await Handler().handle(moved(1), response, origin)
+    assert followed.kind is Kind.DONE
+    assert [e.url for e in followed.follows] == ["http://a.test/new"]
+    dead = await Handler().handle(moved(2), response, origin)
+    assert dead.kind is Kind.DEAD and "more than 2 redirects" in dead.error
+
+
+async def test_a_page_whose_callback_never_asks_for_links_counts_none_dropped() -> None:
+    """A callback that yields items only leaves no parse behind: nothing was dropped."""
+    from hashcrawl._core._entry import Entry
+    from hashcrawl._core._frontier import Held
+    from hashcrawl._core._outcome import Kind
+    from hashcrawl._run._handling import Handler, Origin
+    from hashcrawl._web._models import Request, Response
+
+    def items_only(response: hashcrawl.Response) -> Iterator[Any]:
+        yield {"url": response.url}
+
+    held = Held("1-0", Entry(url="http://a.test/"), "a.test")
+    page = b"<a href='/1'>1</a>"
+    response = Response("http://a.test/", 200, {}, page, Request("http://a.test/"))
+    outcome = await Handler(items_only).handle(held, response, Origin("w1"))
+    assert outcome.kind is Kind.DONE and outcome.items == [{"url": "http://a.test/"}]
+    assert outcome.dropped == 0

@@ -89,3 +89,63 @@ def test_a_dead_workers_entries_become_suspects_and_its_last_fetch_uses_an_attem
     assert moved[0] == "1-0" and Entry.decode(moved[2]).suspect
     assert into.ack == ["2-0"] and into.dead
     assert into.bad[0][0] == "3-0"
+
+
+def test_the_overflow_set_orders_by_priority_then_age_within_bounds() -> None:
+    """Higher priority first; equal priorities oldest first; priorities past 500 rank as
+    500, so no score outgrows a double's exact integers."""
+    from hashcrawl._core._outcome import park_score
+
+    def at(eid: str, priority: int = 0) -> float:
+        return park_score(Held(eid, Entry(url="http://a.test/", priority=priority), "a.test"))
+
+    assert at("9-0", priority=1) < at("1-0") < at("2-0") < at("1-0", priority=-1)
+    assert at("5-0", priority=10_000) == at("5-0", priority=500) < at("4-0", priority=499)
+    assert at("5-0", priority=-10_000) == at("5-0", priority=-500)
+
+
+def test_the_seen_cache_forgets_its_oldest_beyond_its_size_and_never_notes_unfiltered() -> None:
+    """A bounded cache: the oldest fingerprint goes first; dont_filter and out-of-scope
+    follows are never noted (the filter never saw them)."""
+    seen = SeenCache(size=2)
+    scope = Scope(hosts=frozenset({"a.test"}))
+    entries = [Entry(url=f"http://a.test/{n}") for n in range(3)]
+    for e in entries:
+        seen.remember([Outcome.done(held(), [], [e])], scope)
+    assert len(seen) == 2
+    assert fingerprint(entries[0].key) not in seen and fingerprint(entries[2].key) in seen
+    skipped = [Entry(url="http://a.test/x", dont_filter=True), Entry(url="http://b.test/")]
+    seen.remember([Outcome.done(held(), [], skipped)], scope)
+    assert all(fingerprint(e.key) not in seen for e in skipped)
+
+
+def test_an_unreadable_entry_is_acknowledged_as_bad_with_a_bounded_sample() -> None:
+    """A bad entry's sample names its id and is cut at 300 characters."""
+    into = batch()
+    router().add(into, Outcome.bad("5-0", "x" * 1000))
+    assert into.bad[0][0] == "5-0" and len(into.bad[0][1]) == 300
+    assert into.bad[0][1].startswith("5-0: x")
+    assert not into.ack and not into.mv
+
+
+def test_an_orphan_is_dead_lettered_only_when_its_death_used_up_its_last_attempt() -> None:
+    """With max_attempts 3: a suspect at 1 attempt that was in flight moves on at 2; at
+    2 it is dead; one not in flight keeps its count."""
+    payloads = [
+        ("1-0", Entry(url="http://a.test/1", attempts=1).encode().encode()),
+        ("2-0", Entry(url="http://a.test/2", attempts=2).encode().encode()),
+    ]
+    into = batch()
+    router(max_attempts=3).add_orphans(into, payloads, dying={"1-0"})
+    assert [Entry.decode(m[2]).attempts for m in into.mv] == [2, 2]
+    assert not into.ack and not into.dead
+    dead = batch()
+    router(max_attempts=3).add_orphans(dead, payloads[1:], dying={"2-0"})
+    assert dead.ack == ["2-0"] and json.loads(dead.dead[1])["attempts"] == 3
+
+
+def test_a_dead_letters_error_is_cut_at_500_characters() -> None:
+    """A hostile page's error text cannot grow a dead letter without bound."""
+    into = batch()
+    router(max_attempts=1).add(into, Outcome.retry(held(), "e" * 2000))
+    assert json.loads(into.dead[1])["error"] == "e" * 500
