@@ -10,6 +10,7 @@ from hashcrawl._core._entry import Entry
 from hashcrawl._core._frontier import Held
 from hashcrawl._core._handover import Handover
 from hashcrawl._core._outcome import Kind, Outcome
+from hashcrawl._core._page import Page, Step
 from hashcrawl._core._ring import Ring
 from hashcrawl._core._session import COMMIT_MAX, Counters, Session
 from hashcrawl._exceptions import Fenced, QueueError
@@ -328,23 +329,25 @@ def test_a_suspect_blamed_before_is_fetched_alone_until_it_ends() -> None:
     session = session_of()
     blamed = Held("1-0", Entry(url="http://a.test/1", suspect=True, attempts=1), "a.test")
     fresh = Held("2-0", Entry(url="http://b.test/2", suspect=True), "b.test")
-    assert session.fetch_started(fresh) is not None and not session.isolating
+    assert session.fetch_started(fresh) is not None and not session.suspects.isolating
     session.in_flight += 2
-    assert session.fetch_started(blamed) is not None and session.isolating
+    assert session.fetch_started(blamed) is not None and session.suspects.isolating
     session.fetch_ended(fresh, None, 1.0)
-    assert session.isolating
+    assert session.suspects.isolating
     session.fetch_ended(blamed, None, 2.0)
-    assert not session.isolating
+    assert not session.suspects.isolating
 
 
 def test_max_pages_per_host_counts_every_request_sent() -> None:
     """A host is full after exactly --max-pages-per-host requests left for it."""
     session = session_of(max_pages_per_host=2)
-    page = Held("1-0", Entry(url="http://a.test/"), "a.test")
-    session.sending(page)
-    assert not session.host_is_full("a.test")
-    session.sending(page)
-    assert session.host_is_full("a.test") and not session.host_is_full("b.test")
+    held = Held("1-0", Entry(url="http://a.test/"), "a.test")
+    Page(session, held, 0.0).sending()
+    assert Page(session, held, 0.0).step is Step.SEND
+    Page(session, held, 0.0).sending()
+    assert Page(session, held, 0.0).step is Step.DONE  # full: done without a request
+    other = Held("2-0", Entry(url="http://b.test/"), "b.test")
+    assert Page(session, other, 0.0).step is Step.SEND
 
 
 def test_a_request_put_back_unsent_leaves_its_hosts_pacing_as_it_was() -> None:
