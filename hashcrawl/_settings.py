@@ -19,7 +19,7 @@ from typing import Any
 
 import attrs
 
-from hashcrawl._web._addresses import parse_net
+from hashcrawl._core._nets import parse_net
 
 from ._exceptions import ConfigError
 from ._version import DEFAULT_USER_AGENT
@@ -151,12 +151,12 @@ def _networks(_: object, field: attrs.Attribute[Any], value: tuple[str, ...]) ->
 def _user_agent(_: object, field: attrs.Attribute[Any], value: str) -> None:
     """One line of ASCII text that starts with a product token (robots.txt matches it)."""
     from hashcrawl._core._entry import HEADER_VALUE
-    from hashcrawl._web._robots import _product_token
+    from hashcrawl._core._rules import product_token
 
     if not HEADER_VALUE.fullmatch(value):
         raise ConfigError(f"{flag_name(field)} must be one line of ASCII text up to 8 KiB")
     try:
-        _product_token(value)
+        product_token(value)
     except ConfigError:
         raise ConfigError(
             f"{flag_name(field)} must start with a product token like 'hashcrawl/0.1', "

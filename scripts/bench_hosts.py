@@ -28,7 +28,8 @@ import trio.testing
 from hashcrawl._core import _session as _core
 from hashcrawl._core._entry import Entry
 from hashcrawl._core._frontier import Held
-from hashcrawl._run._worker import Driver, Worker
+from hashcrawl._run._driver import Driver
+from hashcrawl._run._worker import Worker
 from hashcrawl._store._store import Store
 from hashcrawl._web._robots import Robots
 

@@ -20,6 +20,7 @@ from pathlib import Path
 
 import attrs
 
+from hashcrawl._core._faults import Faults
 from simulations import known, profiles
 
 
@@ -35,7 +36,7 @@ def main(argv: list[str] | None = None) -> int:
     profile = attrs.evolve(
         profile, examples=args.examples or profile.examples, steps=args.steps or profile.steps
     )
-    faults = _faults(args.fault)
+    faults = Faults.of(args.fault)
     print(f"profile {profile.name}: up to {profile.examples} examples of {profile.steps} steps")
     try:
         # One failure, shrunk: shrinking a second distinct one too would double the wait.
@@ -45,6 +46,7 @@ def main(argv: list[str] | None = None) -> int:
             shrink=not args.no_shrink,
             progress=args.progress,
             report_multiple_bugs=False,
+            faults=faults,
         )
     except (AssertionError, ExceptionGroup) as exc:
         for failure in _failures(exc):
@@ -53,8 +55,6 @@ def main(argv: list[str] | None = None) -> int:
             print("\n".join(n for n in notes if not n.startswith("Failing test")))
             print(f"\nAN INVARIANT BROKE:\n{failure}\n", file=sys.stderr)
         return 1
-    finally:
-        faults.clear()
     print("\n".join(report.lines()))
     print("every invariant held")
     return 0
@@ -88,15 +88,6 @@ def _parser() -> argparse.ArgumentParser:
     parser.add_argument("--replay", metavar="FILE", help="run a printed failing example")
     parser.add_argument("--known", action="store_true", help="replay the bugs it found")
     return parser
-
-
-def _faults(names: list[str]) -> set[str]:
-    if not names:
-        return set()
-    from hashcrawl._core._faults import FAULTS
-
-    FAULTS.update(names)
-    return FAULTS
 
 
 def _replay(path: Path) -> int:

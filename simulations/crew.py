@@ -1,6 +1,6 @@
 """Real worker sessions, stepped one turn at a time, with faults between them and Redis.
 
-A :class:`SimWorker` runs one ``hashcrawl._run._worker.Driver``: the driver every worker
+A :class:`SimWorker` runs one ``hashcrawl._run._driver.Driver``: the driver every worker
 runs, around the same ``hashcrawl._core._session.Session``, with its Store (the real scripts, on
 a real server) and a fake fetcher. Each *step* is one turn of one of the driver's loops
 (``beat_once``, ``read_once``, ``dispatch_one``, ``commit_turn``, ``apply_turn``,
@@ -24,24 +24,22 @@ what it waits for happens, just as the loop would.
 
 from __future__ import annotations
 
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Mapping, Sequence
 from typing import Any
 
 import attrs
 import trio
 
+from hashcrawl._core._batch import Batch, Beat, Committed
 from hashcrawl._core._frontier import Held
 from hashcrawl._exceptions import QueueError
-from hashcrawl._run._worker import Driver, Worker
+from hashcrawl._run._driver import Driver
+from hashcrawl._run._worker import Worker
 from hashcrawl._store._redisurl import RedisURL
 from hashcrawl._store._store import Store
 from simulations.loop import inline
 from simulations.web import SimFetcher
 
-REDIS_METHODS = frozenset(
-    {"ping", "join", "heartbeat", "leave", "members", "commit", "read", "orphan", "entries"}
-    | {"release", "unpark", "parked_hosts", "pace", "note_in_flight", "in_flight_of"}
-)
 LIVE = ("joining", "member", "stopping", "leaving")
 
 
@@ -76,7 +74,11 @@ class Link:
 
 
 class FaultyStore:
-    """A Store seen through a :class:`Link`: cut off, losing replies, or dying mid-call."""
+    """A Store seen through a :class:`Link`: cut off, losing replies, or dying mid-call.
+
+    It implements the worker's half of the store (``hashcrawl._store._base.WorkerStore``),
+    which mypy checks where the driver is given it.
+    """
 
     def __init__(
         self, store: Store, link: Link, ran: Callable[[str, Any], None] | None = None
@@ -100,16 +102,131 @@ class FaultyStore:
         orphans: set[str] = self._store._redis.smembers(self._store.key("orphans"))
         return min(orphans or {chosen})
 
-    def __getattr__(self, name: str) -> Any:
-        value = getattr(self._store, name)
-        if name not in REDIS_METHODS:
-            return value
+    # What a worker's driver asks of the store (``WorkerStore``): each call through the
+    # link, as Redis would run it, but for the few that only name keys.
 
-        def through(*args: Any, **kwargs: Any) -> Any:
-            return self._through(name, value, *args, **kwargs)
+    @property
+    def crawl(self) -> str:
+        return self._store.crawl
 
-        through.__name__ = name
-        return through
+    @property
+    def inbox(self) -> str:
+        return self._store.inbox
+
+    def stream_of(self, worker: str) -> str:
+        return self._store.stream_of(worker)
+
+    def close(self) -> None:
+        self._store.close()
+
+    def instance(self) -> str | None:
+        return self._store.instance()
+
+    def durability_warning(self) -> str | None:
+        return self._store.durability_warning()
+
+    def ping(self) -> None:
+        self._through("ping", self._store.ping)
+
+    def join(
+        self, worker: str, info: Mapping[str, str | int], *, instance: str = ""
+    ) -> tuple[int, int, str]:
+        joined: tuple[int, int, str] = self._through(
+            "join", self._store.join, worker, info, instance=instance
+        )
+        return joined
+
+    def heartbeat(
+        self,
+        worker: str,
+        *,
+        lease_ms: int,
+        applied: int,
+        known_epoch: int,
+        stats: Mapping[str, str | int] = {},
+        expire_ms: int | None = None,
+        instance: str = "",
+        forget_ms: int | None = None,
+    ) -> Beat:
+        beat: Beat = self._through(
+            "heartbeat",
+            self._store.heartbeat,
+            worker,
+            lease_ms=lease_ms,
+            applied=applied,
+            known_epoch=known_epoch,
+            stats=stats,
+            expire_ms=expire_ms,
+            instance=instance,
+            forget_ms=forget_ms,
+        )
+        return beat
+
+    def leave(self, worker: str, pace: Mapping[str, str]) -> int:
+        left: int = self._through("leave", self._store.leave, worker, pace)
+        return left
+
+    def members(self) -> tuple[int, tuple[str, ...]]:
+        members: tuple[int, tuple[str, ...]] = self._through("members", self._store.members)
+        return members
+
+    def commit(self, batch: Batch) -> Committed:
+        committed: Committed = self._through("commit", self._store.commit, batch)
+        return committed
+
+    def read(
+        self, worker: str, *, count: int, block_ms: int, after: str | None = None
+    ) -> list[tuple[str, bytes | None]]:
+        got: list[tuple[str, bytes | None]] = self._through(
+            "read", self._store.read, worker, count=count, block_ms=block_ms, after=after
+        )
+        return got
+
+    def entries(self, stream: str, *, count: int) -> list[tuple[str, bytes | None]]:
+        got: list[tuple[str, bytes | None]] = self._through(
+            "entries", self._store.entries, stream, count=count
+        )
+        return got
+
+    def release(self, stream: str) -> bool:
+        released: bool = self._through("release", self._store.release, stream)
+        return released
+
+    def unpark(self, worker: str, epoch: int, host: str, count: int) -> tuple[str, int, int]:
+        got: tuple[str, int, int] = self._through(
+            "unpark", self._store.unpark, worker, epoch, host, count
+        )
+        return got
+
+    def note_in_flight(self, worker: str, seq: int, eids: Sequence[str]) -> bool:
+        noted: bool = self._through("note_in_flight", self._store.note_in_flight, worker, seq, eids)
+        return noted
+
+    def in_flight_of(self, stream: str) -> set[str]:
+        eids: set[str] = self._through("in_flight_of", self._store.in_flight_of, stream)
+        return eids
+
+    def widen_scope(self, members: set[str]) -> None:
+        self._store.widen_scope(members)
+
+    def scope(self) -> set[str]:
+        return self._store.scope()
+
+    def parked_hosts(self) -> set[str]:
+        hosts: set[str] = self._through("parked_hosts", self._store.parked_hosts)
+        return hosts
+
+    def pace(self, hosts: Sequence[str]) -> dict[str, str]:
+        records: dict[str, str] = self._through("pace", self._store.pace, hosts)
+        return records
+
+    def start_settings(
+        self, texts: Mapping[str, str], scope: Sequence[str], *, max_text: int
+    ) -> list[Any]:
+        return self._store.start_settings(texts, scope, max_text=max_text)
+
+    def fleet_counters(self) -> dict[str, int]:
+        return self._store.fleet_counters()
 
     def _through(self, name: str, method: Callable[..., Any], *args: Any, **kwargs: Any) -> Any:
         link = self.link
@@ -185,13 +302,18 @@ class SimWorker:
             gap=env.send_gap if env.gap else None,
         )
         worker = Worker(
-            env.url, env.crawl, fetcher=self.fetcher, sink=SimSink(env.done, name), **settings
+            env.url,
+            env.crawl,
+            fetcher=self.fetcher,
+            sink=SimSink(env.done, name),
+            faults=env.faults,
+            **settings,
         )
         worker.id = name
         store = FaultyStore(self.store, self.link, ran=self._ran)
         self.driver = Driver(
             worker,
-            store,  # type: ignore[arg-type]
+            store,
             self.fetcher,
             call=self._call,
             spawn=self._start_fetch,
@@ -279,8 +401,9 @@ class SimWorker:
         await driver.begin()
         self.state = "member"
         self.last_beat = driver.now()
-        self.confirmed = session.joined_ms / 1000
-        return f"joined at epoch {session.ring.epoch} with {len(session.ring.members)} members"
+        self.confirmed = session.epochs.joined_ms / 1000
+        ring = session.epochs.ring
+        return f"joined at epoch {ring.epoch} with {len(ring.members)} members"
 
     async def beat(self) -> str:
         """A turn of heartbeat_loop: beat; end the membership when the driver would."""
@@ -304,7 +427,7 @@ class SimWorker:
         session = self.session
         if session.stopping:
             return "stopping: reads no more"
-        if not session.unsure and not self.env.observer.undelivered(session.stream):
+        if not session.intake.unsure and not self.env.observer.undelivered(session.stream):
             return "nothing new in its stream"
         try:
             got = await self.driver.read_once(block_ms=1)
@@ -327,13 +450,13 @@ class SimWorker:
         ring = await self.driver.apply_turn()
         if ring is None:
             return "no new epoch"
-        if self.session.applied < target:
+        if self.session.epochs.applied < target:
             return f"handoff to epoch {target} refused as stale"
-        return f"applied epoch {self.session.applied}"
+        return f"applied epoch {self.session.epochs.applied}"
 
     async def drain(self) -> str:
         """A turn of drain_loop."""
-        if not self.session.orphans_waiting:
+        if not self.session.epochs.orphans_waiting:
             return "no orphans heard of"
         drained = [stream.rsplit(":", 1)[-1] for stream in await self.driver.drain_turn()]
         return f"drained {', '.join(drained) or 'nothing'}"
@@ -365,8 +488,8 @@ class SimWorker:
             return False
         return {
             "commit": bool(session.outcomes),
-            "apply": session.epoch_waiting,
-            "drain": session.orphans_waiting,
-            "load_pace": bool(session.due_pace),
-            "unpark": bool(session.parked),
+            "apply": session.epochs.waiting,
+            "drain": session.epochs.orphans_waiting,
+            "load_pace": bool(session.carry.due),
+            "unpark": bool(session.intake.parked),
         }.get(kind, True)

@@ -35,8 +35,9 @@ import trio.testing
 
 from hashcrawl._cli._server import RedisServer
 from hashcrawl._core._ring import Ring
+from hashcrawl._run._driver import Driver
 from hashcrawl._run._queue import submit_urls
-from hashcrawl._run._worker import Driver, Worker
+from hashcrawl._run._worker import Worker
 from hashcrawl._store._redisurl import RedisURL
 from hashcrawl._store._store import Store
 from simulations.figures import Figures

@@ -23,6 +23,7 @@ from hypothesis.stateful import (
     rule,
 )
 
+from hashcrawl._core._faults import NO_FAULTS, Faults
 from simulations import verdict
 from simulations.crew import SimWorker
 from simulations.web import Site
@@ -78,6 +79,7 @@ class CrawlModel(RuleBasedStateMachine):
     """Workers of one crawl against a real Redis, a fake web and a clock the model moves."""
 
     report: Any = None  # a profiles.Report to add this example's figures to
+    bugs: Faults = NO_FAULTS  # the deliberate bugs the workers run with
 
     def __init__(self) -> None:
         super().__init__()
@@ -113,7 +115,7 @@ class CrawlModel(RuleBasedStateMachine):
         suffer ``faults`` faults; heartbeats take up to ``latency`` s each way, and a
         request waits up to ``gap`` s to leave."""
         settings = {**SETTINGS, "delay": delay}
-        self.world = World(site, settings=settings, latency=latency, gap=gap)
+        self.world = World(site, settings=settings, latency=latency, gap=gap, faults=self.bugs)
         self.faults = faults
         self.timed = TIMED_FAULTS
         if self.report is not None:

@@ -15,6 +15,7 @@ import attrs
 from hypothesis import HealthCheck, Phase, seed, settings
 from hypothesis.stateful import run_state_machine_as_test
 
+from hashcrawl._core._faults import NO_FAULTS, Faults
 from simulations.model import CrawlModel
 
 
@@ -90,15 +91,17 @@ def run(
     seed_value: int | None = None,
     shrink: bool = True,
     progress: int = 0,
+    faults: Faults = NO_FAULTS,
     **more: Any,
 ) -> Report:
     """Run the state machine under ``profile``; raises the first violation it finds.
 
-    With ``progress``, a line is printed every that many examples.
+    With ``progress``, a line is printed every that many examples; ``faults`` are the
+    deliberate bugs every worker of every example runs with.
     """
     global LAST
     report = LAST = Report(progress=progress)
-    machine = type("CrawlModel", (CrawlModel,), {"report": report})
+    machine = type("CrawlModel", (CrawlModel,), {"report": report, "bugs": faults})
     if seed_value is not None:
         machine = seed(seed_value)(machine)
     started = time.monotonic()

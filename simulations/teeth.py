@@ -13,26 +13,27 @@ import argparse
 import sys
 import time
 
+from hashcrawl._core._faults import Faults
 from simulations import profiles
 
 
 def catch(fault: str, seed: int, examples: int) -> tuple[str, int, float]:
     """One quick run with ``fault`` on: (the violation, or "" if none; examples started;
     seconds)."""
-    from hashcrawl._core._faults import FAULTS
-
     profile = profiles.Profile("teeth", examples=examples, steps=profiles.QUICK.steps)
     report = profiles.Report()
-    FAULTS.add(fault)
     started = time.monotonic()
     try:
         report = profiles.run(
-            profile, seed_value=seed, shrink=False, database=None, print_blob=False
+            profile,
+            faults=Faults.of([fault]),
+            seed_value=seed,
+            shrink=False,
+            database=None,
+            print_blob=False,
         )
     except AssertionError as exc:
         return str(exc).splitlines()[0], profiles.LAST.examples, time.monotonic() - started
-    finally:
-        FAULTS.discard(fault)
     return "", report.examples, time.monotonic() - started
 
 

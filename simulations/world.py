@@ -25,6 +25,7 @@ from pathlib import Path
 from typing import Any
 
 from hashcrawl._cli._server import RedisServer
+from hashcrawl._core._faults import NO_FAULTS, Faults
 from hashcrawl._core._ring import Ring
 from hashcrawl._exceptions import Fenced, QueueError
 from hashcrawl._run._queue import Queue
@@ -80,12 +81,15 @@ class World:
         settings: dict[str, Any] | None = None,
         latency: float = 0.0,
         gap: float = 0.0,
+        faults: Faults = NO_FAULTS,
     ) -> None:
         """Args:
         latency: the most a heartbeat takes to reach Redis, and its reply to come back.
         gap: the most a request waits (for a connection) before it may leave.
+        faults: the deliberate bugs every worker runs with.
         """
         self.latency, self.gap = latency, gap
+        self.faults = faults
         self.rng = random.Random(site.seed)  # the same draws each time a script replays
         self.redis = server()
         self.url = self.redis.url
@@ -391,7 +395,7 @@ class World:
         s late (after the fleet expired it), and the fleet runs on."""
         w.paused = True
         self.say(w.name, "paused (SIGSTOP)")
-        until = w.session.confirmed_at + float(self.settings["lease"]) - early
+        until = w.session.epochs.confirmed_at + float(self.settings["lease"]) - early
         while self.now() < until - 1e-9:
             await self.tick(skip=w, seconds=min(BEAT, until - self.now()))
         w.paused = False

@@ -1,4 +1,4 @@
-"""The churn run (issue 3): the fleet changes under a crawl, and Redis restarts once.
+"""The churn run: the fleet changes under a crawl, and Redis restarts once.
 
 Two workers start on the practice site. At set shares of the expected URLs three more join,
 two are stopped with SIGTERM (one of the first two, one of the joiners), one is paused with

@@ -8,13 +8,16 @@ import pytest
 
 from hashcrawl._core._entry import Entry
 from hashcrawl._core._frontier import Held
+from hashcrawl._core._handover import Handover
 from hashcrawl._core._outcome import Kind, Outcome
+from hashcrawl._core._page import Page, Step
 from hashcrawl._core._ring import Ring
 from hashcrawl._core._session import COMMIT_MAX, Session
 from hashcrawl._exceptions import Fenced, QueueError
 from hashcrawl._run._metrics import Tally
 from hashcrawl._settings import Settings
 from hashcrawl._store._store import Beat, Committed
+from hashcrawl._web._cookies import Jars
 
 LEASE = 8.0
 
@@ -32,6 +35,7 @@ def session_of(
         refuses=lambda entry: None,
         spider_name="-",
         tally=Tally(),
+        jars=Jars(),
         now=0.0,
     )
     session.joined(0.0, 0.0, now_ms=0)
@@ -48,7 +52,7 @@ def ready(session: Session, *urls: str, at: float = 0.0) -> None:
     """Read ``urls`` into ``session`` and let it fetch their hosts (settled, paced)."""
     session.take_in([(f"{n}-0", Entry(url=u).encode().encode()) for n, u in enumerate(urls, 1)])
     session.beat_answered(beat(epoch=session.latest.epoch), sent=at, received=at)
-    session.pace_loaded(session.take_due_pace(), {}, session.settled)
+    session.pace_loaded(session.take_due_pace(), {}, session.epochs.settled)
 
 
 def host_owned_by(ring: Ring, worker: str) -> str:
@@ -110,7 +114,7 @@ def test_uncommitted_pages_count_against_concurrency() -> None:
     assert session.fetch_ended(held, Outcome.done(held, [{"x": 1}], []), 0.1) is True
     assert session.next_fetch(0.1) == float("inf")
     commit = session.next_commit()
-    batch = session.commit_batch(commit)
+    batch = session.commit_batch(commit, 0.0)
     assert session.committed(commit, batch, Committed(status="ok"), 0.01) == "ok"
     assert isinstance(session.next_fetch(0.1), Held)
 
@@ -121,7 +125,7 @@ def test_an_entry_of_a_host_another_member_owns_is_forwarded_to_it() -> None:
     other = host_owned_by(session.latest, "w2")
     session.take_in([("1-0", Entry(url=f"http://{other}/").encode().encode())])
     assert [o.kind for o in session.outcomes] == [Kind.FORWARD]
-    batch = session.commit_batch(session.next_commit())
+    batch = session.commit_batch(session.next_commit(), 0.0)
     assert batch.mv == [["1-0", "q:w2", Entry(url=f"http://{other}/").encode()]]
 
 
@@ -129,7 +133,7 @@ def test_an_unreadable_entry_is_acknowledged_as_bad() -> None:
     """A payload that is no entry becomes a bad outcome, nothing else."""
     session = session_of()
     session.take_in([("1-0", b"not json")])
-    batch = session.commit_batch(session.next_commit())
+    batch = session.commit_batch(session.next_commit(), 0.0)
     assert batch.bad and batch.bad[0][0] == "1-0" and not batch.ack
 
 
@@ -143,7 +147,7 @@ def test_committed_follows_skip_the_seen_filter_next_time() -> None:
         assert isinstance(held, Held)
         session.fetch_ended(held, Outcome.done(held, [], [follow]), at)
         commit = session.next_commit()
-        batch = session.commit_batch(commit)
+        batch = session.commit_batch(commit, 0.0)
         assert session.committed(commit, batch, Committed(status="ok"), 0.0) == "ok"
         assert len(batch.add) == (1 if at == 0.0 else 0)
 
@@ -154,7 +158,7 @@ def test_a_commit_takes_at_most_commit_max_outcomes() -> None:
     session.take_in([(f"{n}-0", b"bad") for n in range(COMMIT_MAX + 5)])
     commit = session.next_commit()
     assert len(commit.outcomes) == COMMIT_MAX
-    session.committed(commit, session.commit_batch(commit), Committed(status="ok"), 0.0)
+    session.committed(commit, session.commit_batch(commit, 0.0), Committed(status="ok"), 0.0)
     assert len(session.outcomes) == 5
 
 
@@ -163,7 +167,7 @@ def test_a_refused_commit_keeps_its_outcomes() -> None:
     session = session_of()
     session.take_in([("1-0", b"bad")])
     commit = session.next_commit()
-    batch = session.commit_batch(commit)
+    batch = session.commit_batch(commit, 0.0)
     assert session.committed(commit, batch, Committed(status="stale", epoch=2), 0.0) == "stale"
     assert session.outcomes == commit.outcomes
     with pytest.raises(Fenced):
@@ -194,31 +198,31 @@ def test_a_new_epoch_hands_the_lost_hosts_entries_and_pacing_over() -> None:
     session.members_read(2, ("w1", "w2"))
     ring = session.take_epoch()
     assert ring is not None and session.take_epoch() is None
-    handoff = session.handoff_begin(ring)
-    assert handoff.lost == [lost] and not session.handoff_busy(handoff)
+    handoff = Handover(session).begin(ring)
+    assert handoff.lost == [lost] and not Handover(session).busy(handoff)
     assert not isinstance(session.next_fetch(0.5), Held)  # revoked: nothing starts
-    batch = session.handoff_batch(handoff, 0.6)
+    batch = Handover(session).batch(handoff, 0.6)
     assert batch.mv == [["2-0", "q:w2", Entry(url=f"http://{lost}/2").encode()]]
     assert batch.pace[0] == lost and batch.pace[1].startswith("500,")
-    assert session.handoff_committed(handoff, Committed(status="ok"))
-    session.handoff_done(handoff)
-    assert session.applied == 2 and lost not in session.frontier.hosts
+    assert Handover(session).committed(handoff, Committed(status="ok"))
+    Handover(session).done(handoff)
+    assert session.epochs.applied == 2 and lost not in session.frontier.hosts
 
 
 def test_a_stale_handoff_waits_for_the_newer_epoch() -> None:
     """A handoff overtaken by another epoch is not applied; the newer one waits instead."""
     session = session_of(members=("w1",))
     session.members_read(2, ("w1", "w2"))
-    handoff = session.handoff_begin(session.take_epoch())  # type: ignore[arg-type]
-    assert not session.handoff_committed(handoff, Committed(status="stale", epoch=3))
-    assert session.epoch_waiting and session.applied == 1
+    handoff = Handover(session).begin(session.take_epoch())  # type: ignore[arg-type]
+    assert not Handover(session).committed(handoff, Committed(status="stale", epoch=3))
+    assert session.epochs.waiting and session.epochs.applied == 1
 
 
 def test_an_epoch_without_this_worker_fences_it() -> None:
     """A ring this worker is not in means it lost its membership."""
     session = session_of()
     with pytest.raises(Fenced):
-        session.handoff_begin(Ring.of(2, ("w2",)))
+        Handover(session).begin(Ring.of(2, ("w2",)))
 
 
 def test_a_pace_record_carries_the_last_request_to_the_next_owner() -> None:
@@ -232,7 +236,7 @@ def test_a_pace_record_carries_the_last_request_to_the_next_owner() -> None:
     record = old.pace_records([name], now=10.0)[name]
     new = session_of(worker="w2", members=("w1", "w2"), delay=1.0)
     new.members_read(3, ("w2",))
-    new.handoff_begin(new.take_epoch())  # type: ignore[arg-type]
+    Handover(new).begin(new.take_epoch())  # type: ignore[arg-type]
     new.take_in([("2-0", Entry(url=f"http://{name}/2").encode().encode())])
     new.beat_answered(beat(epoch=3, settled=3, now_ms=10_000), sent=15.0, received=15.0)
     # Its clock runs 5 s ahead of the server's (the heartbeat sent at 15 s came back at 10 s).
@@ -284,6 +288,7 @@ def test_heartbeat_reports_this_memberships_counts_only() -> None:
         refuses=lambda entry: None,
         spider_name="-",
         tally=tally,
+        jars=Jars(),
         now=0.0,
     )
     tally.fetched += 2
@@ -322,23 +327,25 @@ def test_a_suspect_blamed_before_is_fetched_alone_until_it_ends() -> None:
     session = session_of()
     blamed = Held("1-0", Entry(url="http://a.test/1", suspect=True, attempts=1), "a.test")
     fresh = Held("2-0", Entry(url="http://b.test/2", suspect=True), "b.test")
-    assert session.fetch_started(fresh) is not None and not session.isolating
+    assert session.fetch_started(fresh) is not None and not session.suspects.isolating
     session.in_flight += 2
-    assert session.fetch_started(blamed) is not None and session.isolating
+    assert session.fetch_started(blamed) is not None and session.suspects.isolating
     session.fetch_ended(fresh, None, 1.0)
-    assert session.isolating
+    assert session.suspects.isolating
     session.fetch_ended(blamed, None, 2.0)
-    assert not session.isolating
+    assert not session.suspects.isolating
 
 
 def test_max_pages_per_host_counts_every_request_sent() -> None:
     """A host is full after exactly --max-pages-per-host requests left for it."""
     session = session_of(max_pages_per_host=2)
-    page = Held("1-0", Entry(url="http://a.test/"), "a.test")
-    session.sending(page)
-    assert not session.host_is_full("a.test")
-    session.sending(page)
-    assert session.host_is_full("a.test") and not session.host_is_full("b.test")
+    held = Held("1-0", Entry(url="http://a.test/"), "a.test")
+    Page(session, held, 0.0).sending()
+    assert Page(session, held, 0.0).step is Step.SEND
+    Page(session, held, 0.0).sending()
+    assert Page(session, held, 0.0).step is Step.DONE  # full: done without a request
+    other = Held("2-0", Entry(url="http://b.test/"), "b.test")
+    assert Page(session, other, 0.0).step is Step.SEND
 
 
 def test_a_request_put_back_unsent_leaves_its_hosts_pacing_as_it_was() -> None:

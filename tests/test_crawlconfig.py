@@ -1,4 +1,4 @@
-"""A crawl's settings live with the crawl (issue 12 point 4): recorded, taken, refused,
+"""A crawl's settings live with the crawl: recorded, taken, refused,
 changed by ``configure``, applied by running workers, and read as hostile input."""
 
 from __future__ import annotations

@@ -1,5 +1,5 @@
 """Fleets of ``hashcrawl join`` processes and the crawl's settings, judged from the server's
-log (issue 12 point 4's acceptance): a worker started with another --delay is refused, and
+log: a worker started with another --delay is refused, and
 a --delay changed by ``configure`` holds for every host from the moment it is applied."""
 
 from __future__ import annotations

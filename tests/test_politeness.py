@@ -10,7 +10,7 @@ import trio
 
 from hashcrawl import HttpxFetcher, JsonLinesSink, QueueError, Request, Response
 from hashcrawl._cli._server import RedisServer
-from hashcrawl._core._faults import FAULTS
+from hashcrawl._core._faults import NO_FAULTS, Faults
 from hashcrawl._core._urls import host_key
 from hashcrawl._run._worker import Worker
 from testing.fleet import (
@@ -313,16 +313,13 @@ async def test_the_stale_request_test_catches_a_driver_that_sends_unchecked(
 ) -> None:
     """With the deliberate bug ``send_unchecked`` on (the trio driver no longer asks the
     session right before a request leaves), the test above sees both requests sent."""
-    FAULTS.add("send_unchecked")
-    try:
-        logged = await requests_sent_by_a_worker_gone_stale(redis_server, tmp_path, "unchecked")
-    finally:
-        FAULTS.discard("send_unchecked")
+    faults = Faults.of(["send_unchecked"])
+    logged = await requests_sent_by_a_worker_gone_stale(redis_server, tmp_path, "unchecked", faults)
     assert len(logged) == 2, logged
 
 
 async def requests_sent_by_a_worker_gone_stale(
-    redis_server: RedisServer, tmp_path: Path, crawl: str
+    redis_server: RedisServer, tmp_path: Path, crawl: str, faults: Faults = NO_FAULTS
 ) -> list[tuple[str, str]]:
     """Two pages, one connection, a slow server, then Redis paused: the requests the
     site received, as (host, path)."""
@@ -333,6 +330,7 @@ async def requests_sent_by_a_worker_gone_stale(
         crawl,
         fetcher=fetcher,
         sink=JsonLinesSink(tmp_path / f"{crawl}.jsonl"),
+        faults=faults,
         concurrency=2,
         obey_robots=False,
         delay=0,

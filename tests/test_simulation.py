@@ -3,11 +3,9 @@ replays the bugs it found as listed (see docs/simulation.md)."""
 
 from __future__ import annotations
 
-import contextlib
-from collections.abc import Iterator
-
 import pytest
 
+from hashcrawl._core._faults import Faults
 from simulations import known, profiles
 from simulations.fleet import Fleet, hosts_moved_per_join
 
@@ -34,17 +32,6 @@ TIMING = {
 }
 
 
-@contextlib.contextmanager
-def fault_on(fault: str) -> Iterator[None]:
-    from hashcrawl._core._faults import FAULTS
-
-    FAULTS.add(fault)
-    try:
-        yield
-    finally:
-        FAULTS.discard(fault)
-
-
 def test_quick_profile_keeps_every_invariant() -> None:
     """Random crashes, pauses, cut-offs, joins, leaves and Redis restarts break nothing."""
     # The same examples on every run (derandomize): CI fails only when the code does.
@@ -61,8 +48,15 @@ def test_simulation_catches_deliberate_bug(fault: str) -> None:
     if fault in SEEDED:
         run = {"seed_value": SEEDED[fault]}
         profile = profiles.Profile("teeth", examples=QUICK_EXAMPLES, steps=TEETH.steps)
-    with fault_on(fault), pytest.raises(AssertionError, match=CAUGHT_AS[fault]):
-        profiles.run(profile, shrink=False, database=None, print_blob=False, **run)  # type: ignore[arg-type]
+    with pytest.raises(AssertionError, match=CAUGHT_AS[fault]):
+        profiles.run(
+            profile,
+            faults=Faults.of([fault]),
+            shrink=False,
+            database=None,
+            print_blob=False,
+            **run,  # type: ignore[arg-type]
+        )
 
 
 @pytest.mark.parametrize("fault", sorted(TIMING))
@@ -70,8 +64,15 @@ def test_simulation_catches_deliberate_timing_bug(fault: str) -> None:
     """A timing bug (an epoch, a lease window, a check before sending) breaks politeness."""
     caught_as, seed = TIMING[fault]
     profile = profiles.Profile("timing", examples=QUICK_EXAMPLES, steps=profiles.QUICK.steps)
-    with fault_on(fault), pytest.raises(AssertionError, match=caught_as):
-        profiles.run(profile, seed_value=seed, shrink=False, database=None, print_blob=False)
+    with pytest.raises(AssertionError, match=caught_as):
+        profiles.run(
+            profile,
+            faults=Faults.of([fault]),
+            seed_value=seed,
+            shrink=False,
+            database=None,
+            print_blob=False,
+        )
 
 
 def test_cli_prints_every_script_when_hypothesis_finds_several(

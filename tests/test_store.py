@@ -272,7 +272,7 @@ def test_dead_letters_are_keyed_by_fingerprint_and_listed_by_url(redis_url, craw
     store = Store(RedisURL.parse(redis_url), crawl_name)
     try:
         store.join("w1", {})
-        batch = Batch(worker="w1", epoch=1, dead=dead_letter(Entry(url=url, attempts=4), "boom"))
+        batch = Batch(worker="w1", epoch=1, dead=dead_letter(Entry(url=url, attempts=4), "boom", 0))
         assert store.commit(batch).status == "ok"
         assert [len(key) for key in store.dead()] == [16]
         with Queue(redis_url, crawl_name) as queue:

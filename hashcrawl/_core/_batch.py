@@ -1,4 +1,5 @@
-"""One commit's contents, and how a big one is split so no script call blocks Redis long.
+"""One commit's contents, how a big one is split so no script call blocks Redis long, and
+what a heartbeat brings back: the values the core and the store exchange, with no IO.
 
 A commit script's cost grows with what it carries: each new entry costs a few dozen
 seen-filter bit operations, each move three commands. A page that keeps 100,000 links
@@ -15,11 +16,14 @@ from the source stream. Each part is checked for membership and epoch on its own
 
 from __future__ import annotations
 
+import enum
 import json
 from collections.abc import Iterable, Iterator, Sequence
 from typing import Any, TypeVar
 
 import attrs
+
+from hashcrawl._core._urls import fingerprint
 
 #: The most work one script call carries, in entries added (each costs a few dozen
 #: seen-filter bit operations), moved or parked, and pace records, with ten
@@ -31,11 +35,20 @@ CHEAP_PER_UNIT = 10  # acknowledgements, or entries added past the seen filter
 T = TypeVar("T")
 
 
+class Status(enum.StrEnum):
+    """How Redis answered a commit, a handoff, a drain or an unpark."""
+
+    OK = "ok"
+    STALE = "stale"  # a newer epoch: route the batch anew and send it again
+    RESCOPE = "rescope"  # the crawl's scope grew: read it, filter again, send again
+    FENCED = "fenced"  # the worker is no longer a member
+
+
 @attrs.frozen(kw_only=True)
 class Committed:
     """The outcome of a commit: done, or refused as stale, rescope or fenced."""
 
-    status: str
+    status: Status = attrs.field(converter=Status)
     epoch: int = 0
     added: int = 0
     acked: int = 0
@@ -46,12 +59,12 @@ class Committed:
     def from_reply(cls, reply: Sequence[Any]) -> Committed:
         if reply[0] == "ok":
             added, acked, moved, scope = (int(x) for x in reply[1:5])
-            return cls(status="ok", added=added, acked=acked, moved=moved, scope=scope)
+            return cls(status=Status.OK, added=added, acked=acked, moved=moved, scope=scope)
         if reply[0] == "stale":
-            return cls(status="stale", epoch=int(reply[1]))
+            return cls(status=Status.STALE, epoch=int(reply[1]))
         if reply[0] == "rescope":
-            return cls(status="rescope", scope=int(reply[1]))
-        return cls(status="fenced")
+            return cls(status=Status.RESCOPE, scope=int(reply[1]))
+        return cls(status=Status.FENCED)
 
     def __add__(self, other: Committed) -> Committed:
         return attrs.evolve(
@@ -176,3 +189,46 @@ def chunks(items: Iterable[T], size: int) -> Iterator[list[T]]:
             chunk = []
     if chunk:
         yield chunk
+
+
+LOST = (
+    "the crawl's state in Redis is gone (Redis restarted without persistence, "
+    "FLUSHALL, or `hashcrawl clear`)"
+)
+
+
+@attrs.frozen(kw_only=True)
+class Beat:
+    """What a heartbeat learned: the fleet as the server sees it now."""
+
+    alive: bool
+    now_ms: int
+    lost: bool = False
+    epoch: int = 0
+    settled: int = 0
+    idle_since: int = -1
+    orphans: int = 0
+    settings: str = ""  # the version of the crawl's settings (see _crawlconfig)
+    members: tuple[str, ...] | None = None
+
+    @classmethod
+    def from_reply(cls, reply: Sequence[Any]) -> Beat:
+        if reply[0] != "ok":
+            return cls(alive=False, now_ms=int(reply[1]), lost=reply[0] == "lost")
+        members = tuple(sorted(reply[7:])) if len(reply) > 7 else None
+        return cls(
+            alive=True,
+            now_ms=int(reply[1]),
+            epoch=int(reply[2]),
+            settled=int(reply[3]),
+            idle_since=int(reply[4]),
+            orphans=int(reply[5]),
+            settings=str(reply[6]),
+            members=members,
+        )
+
+
+def dead_key(url: str) -> str:
+    """A dead letter's field in ``dead``: the URL's fingerprint, short whatever its length."""
+    h1, h2 = fingerprint(url)
+    return f"{h1:08x}{h2:08x}"

@@ -1,7 +1,9 @@
 """Deliberate bugs, switched on by name, for the simulations to show they catch them.
 
 Each name turns on one small wrong step in the coordination code; the switches sit where
-docs/simulation.md says. Only the tests add to this set:
+docs/simulation.md says. A :class:`Faults` value is passed in (``Worker(faults=...)``,
+``Session(faults=...)``), never read from a global: production code only ever sees
+``NO_FAULTS``, and only the tests and simulations name any:
 
 - ``ack_before_write``: commit (acknowledge) a batch before writing its items;
 - ``reclaim_live``: a heartbeat expires members without checking they fell silent;
@@ -25,4 +27,47 @@ docs/simulation.md says. Only the tests add to this set:
 
 from __future__ import annotations
 
-FAULTS: set[str] = set()
+from collections.abc import Iterable
+
+import attrs
+
+from hashcrawl._exceptions import ConfigError
+
+KNOWN = frozenset(
+    {
+        "ack_before_write",
+        "reclaim_live",
+        "skip_seen_filter",
+        "drop_pace",
+        "send_unchecked",
+        "newest_as_settled",
+        "wide_fresh_window",
+        "send_stale",
+    }
+)
+
+
+@attrs.frozen
+class Faults:
+    """The deliberate bugs switched on, by name (none by default)."""
+
+    names: frozenset[str] = frozenset()
+
+    @classmethod
+    def of(cls, names: Iterable[str]) -> Faults:
+        """The faults ``names`` name.
+
+        Raises:
+            ConfigError: a name is not one of ``KNOWN``.
+        """
+        chosen = frozenset(names)
+        unknown = sorted(chosen - KNOWN)
+        if unknown:
+            raise ConfigError(f"no deliberate bug is called {', '.join(unknown)}: {sorted(KNOWN)}")
+        return cls(chosen)
+
+    def __contains__(self, name: str) -> bool:
+        return name in self.names
+
+
+NO_FAULTS = Faults()

@@ -19,13 +19,17 @@ from __future__ import annotations
 import functools
 import re
 from collections.abc import Iterator
+from typing import TYPE_CHECKING
 from urllib.parse import urljoin, urlsplit, urlunsplit
 
 import ada_url
-from lxml import html as lxml_html
 from w3lib.url import safe_url_string
 
 from hashcrawl._core._urls import canonicalize
+
+if TYPE_CHECKING:
+    # Only the elements' type: the caller (``_web._html``) parses, so the core loads no lxml.
+    from lxml import html as lxml_html
 
 _DEFAULT_PORTS = {"http": 80, "https": 443}
 _FOLLOWED_RELS = frozenset({"next", "prev", "previous", "alternate"})

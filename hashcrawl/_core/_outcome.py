@@ -11,20 +11,20 @@ from __future__ import annotations
 
 import enum
 import json
-import time
 from collections.abc import Callable, Iterable
 from typing import Any
 
 import attrs
 
+from hashcrawl._core._batch import Batch, dead_key
 from hashcrawl._core._entry import BadEntry, Entry
-from hashcrawl._core._faults import FAULTS
+from hashcrawl._core._faults import NO_FAULTS, Faults
 from hashcrawl._core._frontier import Held
 from hashcrawl._core._ring import Ring
+from hashcrawl._core._rules import Robots
 from hashcrawl._core._scope import Scope
 from hashcrawl._core._urls import fingerprint, host_key
 from hashcrawl._exceptions import InvalidURL
-from hashcrawl._store._store import Batch, dead_key
 
 SEEN_CACHE = 200_000  # fingerprints of follows a worker remembers having queued
 PARSE_FAULT = "parse"  # an outcome's fault, and the error kind, of a callback that raised
@@ -166,6 +166,9 @@ class Router:
     scope: Scope = attrs.Factory(Scope)
     seen: SeenCache = attrs.Factory(SeenCache)
     max_attempts: int = 3
+    #: The UNIX time written into dead letters (so status can show the most recent).
+    at: int = 0
+    faults: Faults = NO_FAULTS
 
     def target_of(self, host: str) -> str:
         """The stream of ``host``'s owner, or the inbox while nobody is alive."""
@@ -188,7 +191,7 @@ class Router:
         # What the seen filter would not stop twice goes with the acknowledgement, once.
         once: list[str] = []
         if kind is Kind.DEAD:
-            batch.dead += dead_letter(held.entry, outcome.error)
+            batch.dead += dead_letter(held.entry, outcome.error, self.at)
         elif kind is Kind.RETRY:
             once += self._retry(batch, held, outcome.error, outcome.fault)
         for entry in outcome.follows:
@@ -201,7 +204,7 @@ class Router:
     def _retry(self, batch: Batch, held: Held, error: str, fault: str = "") -> list[str]:
         entry = attrs.evolve(held.entry, attempts=held.entry.attempts + 1)
         if is_last_attempt(held.entry, self.max_attempts):
-            batch.dead += dead_letter(entry, error, fault)
+            batch.dead += dead_letter(entry, error, self.at, fault)
             return []
         return [self.target_of(held.host), entry.encode()]
 
@@ -215,7 +218,7 @@ class Router:
         if entry.dont_filter:
             return [self.target_of(host), entry.encode()]
         h1, h2 = fingerprint(entry.key)
-        skip_filter = "skip_seen_filter" in FAULTS  # a deliberate bug to catch: duplicates
+        skip_filter = "skip_seen_filter" in self.faults  # a deliberate bug to catch: duplicates
         if skip_filter or (h1, h2) not in self.seen:
             batch.add.append(
                 [self.target_of(host), entry.encode(), h1, h2, 0 if skip_filter else 1]
@@ -242,9 +245,28 @@ class Router:
                 entry = attrs.evolve(entry, suspect=True, attempts=attempts)
                 if attempts >= self.max_attempts:
                     batch.ack.append(eid)
-                    batch.dead += dead_letter(entry, "its worker died while fetching it")
+                    batch.dead += dead_letter(entry, "its worker died while fetching it", self.at)
                     continue
             batch.mv.append([eid, self.target_of(host), entry.encode()])
+
+
+def failure_wait(attempts: int) -> float:
+    """Seconds a host waits after a failure with no Retry-After: 1, 2, 4... at most 60."""
+    return min(60.0, 2.0**attempts)
+
+
+@attrs.frozen
+class Origin:
+    """What a handler needs to know of where a page came from.
+
+    ``robots`` are the page's host's rules when links back to that host are checked
+    here (None: not checked); ``host_full`` says the host has had its
+    --max-pages-per-host; ``worker`` is the id written into default items.
+    """
+
+    worker: str
+    robots: Robots | None = None
+    host_full: bool = False
 
 
 def is_last_attempt(entry: Entry, max_attempts: int) -> bool:
@@ -252,14 +274,15 @@ def is_last_attempt(entry: Entry, max_attempts: int) -> bool:
     return entry.attempts + 1 >= max_attempts
 
 
-def dead_letter(entry: Entry, error: str, fault: str = "") -> list[str]:
+def dead_letter(entry: Entry, error: str, at: int, fault: str = "") -> list[str]:
     """The dead-letter record of an entry out of attempts: its key (the fingerprint of
-    its URL), last error and entry (with the URL), and ``fault`` if it has one."""
+    its URL), last error and entry (with the URL), ``at`` (the UNIX time), and ``fault``
+    if it has one."""
     record: dict[str, Any] = {
         "error": error[:500],
         "attempts": entry.attempts,
         "entry": entry.encode(),
-        "at": int(time.time()),  # so status can show the most recent
+        "at": at,  # so status can show the most recent
     }
     if fault:  # "parse": fetched, but the spider failed on it, so a rerun alone cannot help
         record["fault"] = fault

@@ -17,37 +17,39 @@ sent is asked separately (:meth:`Session.may_send`), right before it leaves.
 from __future__ import annotations
 
 import logging
-import math
 from collections.abc import Callable, Iterable
 from typing import Any
 
 import attrs
-import httpx
 
-from hashcrawl._core._entry import BadEntry, Entry
-from hashcrawl._core._faults import FAULTS
+from hashcrawl._core._batch import Batch, Beat, Committed, Status
+from hashcrawl._core._beats import Heartbeat
+from hashcrawl._core._entry import Entry
+from hashcrawl._core._epochs import Epochs
+from hashcrawl._core._faults import NO_FAULTS, Faults
 from hashcrawl._core._frontier import Frontier, Held, Host
-from hashcrawl._core._outcome import Kind, Outcome, Router, SeenCache
+from hashcrawl._core._gate import Gate
+from hashcrawl._core._intake import PARK_AT as PARK_AT
+from hashcrawl._core._intake import UNPARK_BELOW as UNPARK_BELOW
+from hashcrawl._core._intake import Intake, Mine, Read
+from hashcrawl._core._ledger import COMMIT_MAX as COMMIT_MAX
+from hashcrawl._core._ledger import Commit as Commit
+from hashcrawl._core._ledger import Ledger
+from hashcrawl._core._outcome import Kind, Outcome, Router, SeenCache, failure_wait
+from hashcrawl._core._pace import Carry, PaceRecord
+from hashcrawl._core._parts import Clock, RobotsCache, Suspects, limit_reached
 from hashcrawl._core._ring import Ring
 from hashcrawl._core._scope import Scope
 from hashcrawl._core._scope import members as scope_members
-from hashcrawl._core._urls import host_key
-from hashcrawl._exceptions import Fenced, FetchError, InvalidURL, QueueError, Refused, StateLost
-from hashcrawl._run._handling import Origin, retry_wait
-from hashcrawl._run._metrics import Tally
+from hashcrawl._core._seams import CookieJars, Tally
+from hashcrawl._exceptions import Fenced, QueueError
 from hashcrawl._settings import Settings
-from hashcrawl._store._store import LOST, Batch, Beat, Committed
-from hashcrawl._web._cookies import Jars
-from hashcrawl._web._models import Request, Response
-from hashcrawl._web._robots import RULES_TTL, Robots, Unreachable
-from hashcrawl._web._sitemaps import first_sitemaps
 
 log = logging.getLogger("hashcrawl")
 # A commit costs ~10 Redis commands however few pages it carries, so waiting 200 ms
 # keeps a worker with few hosts near 1 command per page; one whose --concurrency fills
 # up commits at once anyway (saturated() below), so the fetcher never waits on this.
 COMMIT_EVERY = 0.2
-COMMIT_MAX = 200
 HANDOFF_WAIT = 1.0  # seconds a handoff waits for requests out to the hosts it gives away
 # A host with nothing queued or in flight is forgotten after this long idle, and beyond
 # this many such hosts at once, the least recently used: its robots.txt rules (tens of
@@ -55,35 +57,6 @@ HANDOFF_WAIT = 1.0  # seconds a handoff waits for requests out to the hosts it g
 IDLE_HOST_SECONDS = 300.0
 IDLE_HOSTS_KEPT = 1000
 FORGET_EVERY = 2.0
-PARK_AT = 16  # with memory full, a host with this many queued parks the rest
-UNPARK_BELOW = 4  # a parked host with fewer queued takes some back
-
-
-@attrs.frozen
-class Commit:
-    """The oldest outcomes, committed together, and the items they write first."""
-
-    outcomes: list[Outcome]
-    items: list[Any]
-
-
-@attrs.define
-class Handoff:
-    """A new epoch being applied: its ring, the hosts it takes from this worker, and
-    the hosts it takes that only have a page count or cookies left to hand over."""
-
-    ring: Ring
-    lost: list[str]
-    counted: list[str] = attrs.Factory(list)
-
-
-@attrs.frozen
-class Read:
-    """One read of the worker's stream, as asked: how many, and after which id."""
-
-    count: int
-    after: str | None
-    parking: bool
 
 
 class Session:
@@ -99,7 +72,9 @@ class Session:
         refuses: Callable[[Entry], str | None],
         spider_name: str,
         tally: Tally,
+        jars: CookieJars,
         now: float,
+        faults: Faults = NO_FAULTS,
     ) -> None:
         self.id = worker
         self.settings = settings
@@ -109,52 +84,36 @@ class Session:
         self.refuses = refuses  # why the spider cannot handle an entry, or None
         self.spider_name = spider_name
         self.tally = tally
+        self.faults = faults
         self.tally_base = tally.counts()  # the heartbeat reports this membership's counts
         self.started = now
         self.frontier = Frontier(delay=settings.delay, per_host=settings.per_host)
-        self.ring = self.latest = Ring.of(0, ())
-        self.applied = self.settled = 0
-        self.epoch_waiting = False  # a new epoch is known and not yet applied
-        self.orphans_waiting = False  # a heartbeat said departed workers' streams wait
-        self.offset_ms = self.rtt = 0.0
-        self.confirmed_at = -math.inf  # when the last heartbeat Redis answered was sent
-        self.joined_ms = 0
-        self.robots: dict[str, Robots] = {}
+        self.epochs = Epochs()
+        self.clock = Clock()
+        self.robots = RobotsCache()
         self.scope = Scope()
         self.seen = SeenCache()
-        self.sitemapped: set[str] = set()  # hosts whose sitemaps this session queued
         self.fetching: dict[str, str] = {}  # requests under way: entry id -> host
         self.taken: dict[str, int] = {}  # host -> page requests (with --max-pages-per-host)
-        self.outcomes: list[Outcome] = []
+        self.ledger = Ledger()
         self.in_flight = 0
         self.stopping = False
-        self.parked: set[str] = set()
-        self.unpaced: set[str] = set()  # hosts whose pace record is not to be read yet
-        self.due_pace: list[str] = []  # hosts whose pace record is to be read now
-        self.pace_read: dict[str, str] = {}  # pace records read: the next commit deletes them
-        self.jars = Jars()  # the cookies of the hosts this worker owns
-        self.last_read = "0"  # the newest entry id this reader has taken in
-        self.unsure = False  # a read failed: Redis may have delivered what never came
-        self.suspects: set[str] = set()
-        self.suspects_noted = 0  # records of them made, so a late one loses to a newer
-        self.isolating = False
-        self.written: set[int] = set()  # ids of outcomes whose items are written
-        self.uncommitted = 0
-        self.slotted: set[int] = set()  # ids of outcomes counted in uncommitted
-        self.items_pending = 0
+        self.intake = Intake()  # reading the stream, and the hosts parked
+        self.carry = Carry()  # previous owners' pace records still to read
+        self.jars = jars  # the cookies of the hosts this worker owns
+        self.suspects = Suspects()
+        self.gate = Gate(self)
+        self.heartbeat = Heartbeat(self)
+
+    @property
+    def latest(self) -> Ring:
+        """The newest ring this worker knows (see ``Epochs``)."""
+        return self.epochs.latest
 
     # -- time ----------------------------------------------------------------------------
 
-    def clock_sample(self, sent: float, received: float, server_ms: int) -> None:
-        """Learn the server clock's offset from one exchange's times and its answer."""
-        self.rtt = received - sent
-        self.offset_ms = server_ms - (sent + received) / 2 * 1000
-
-    def local_time(self, server_ms: float) -> float:
-        return (server_ms - self.offset_ms) / 1000
-
     def server_ms(self, local: float) -> int:
-        return int(local * 1000 + self.offset_ms)
+        return self.clock.server_ms(local)
 
     # -- joining -------------------------------------------------------------------------
 
@@ -166,9 +125,9 @@ class Session:
         self.scope = Scope.from_members(stored)
 
     def joined(self, sent: float, received: float, now_ms: int) -> None:
-        self.clock_sample(sent, received, now_ms)
-        self.joined_ms = now_ms
-        self.confirmed_at = sent
+        self.clock.sample(sent, received, now_ms)
+        self.epochs.joined_ms = now_ms
+        self.epochs.confirmed_at = sent
 
     def members_read(self, epoch: int, members: Iterable[str], *, first: bool = False) -> None:
         """Learn the fleet's membership; a new epoch waits to be applied.
@@ -177,64 +136,24 @@ class Session:
         says every member has applied it, a host gained by joining may still be in its
         previous owner's hands.
         """
-        if first:
-            self.ring = self.latest = Ring.of(epoch, tuple(members))
-            self.applied, self.settled = epoch, 0
-        elif epoch != self.latest.epoch:
-            self.latest = Ring.of(epoch, tuple(members))
-            self.epoch_waiting = True
+        self.epochs.members_read(epoch, members, first=first)
 
     def parked_read(self, hosts: Iterable[str]) -> None:
-        """Learn which hosts this owner has overflow sets for."""
-        self.parked = {h for h in hosts if self.latest.owner_of(h) == self.id}
+        self.intake.parked_read(hosts, self.epochs.latest, self.id)
 
     # -- heartbeat -------------------------------------------------------------------------
 
     def beat_request(self, now: float, *, resident_kib: int) -> dict[str, Any]:
-        """What a heartbeat sent at ``now`` tells Redis (``Store.heartbeat``'s arguments)."""
-        return {
-            "lease_ms": int(self.settings.lease * 1000),
-            # Expiring members that are not silent is a deliberate bug to catch.
-            "expire_ms": 0 if "reclaim_live" in FAULTS else None,
-            "applied": self.applied,
-            "known_epoch": self.latest.epoch,
-            "stats": self.stats(now, resident_kib),
-        }
+        return self.heartbeat.request(now, resident_kib=resident_kib)
 
     def beat_failed(self, sent: float, exc: QueueError) -> None:
-        """A heartbeat sent at ``sent`` got no answer.
-
-        Raises:
-            QueueError: no heartbeat got through for a whole lease.
-        """
-        lease = self.settings.lease
-        if sent - self.confirmed_at > lease:
-            raise QueueError(f"{exc}; gave up after a lease ({lease:g} s) without a heartbeat")
+        self.heartbeat.failed(sent, exc)
 
     def beat_answered(self, beat: Beat, sent: float, received: float) -> None:
-        """The reply to a heartbeat sent at ``sent`` arrived at ``received``.
+        self.heartbeat.answered(beat, sent, received)
 
-        Raises:
-            StateLost: the crawl's state is gone from Redis.
-            Fenced: the worker is no longer a member.
-        """
-        if beat.lost:
-            raise StateLost(f"{LOST}; worker {self.id} stops")
-        if not beat.alive:
-            raise Fenced(
-                f"worker {self.id} was silent longer than its lease and lost its membership"
-            )
-        self.clock_sample(sent, received, beat.now_ms)
-        self.confirmed_at = sent
-        if beat.members is not None:
-            self.members_read(beat.epoch, beat.members)
-        # Taking the newest epoch for the settled one is a deliberate bug to catch.
-        settled = beat.epoch if "newest_as_settled" in FAULTS else beat.settled
-        if settled != self.settled:
-            self.settled = settled
-            self.pace_hosts(())
-        if beat.orphans:
-            self.orphans_waiting = True
+    def finished(self, beat: Beat) -> bool:
+        return self.heartbeat.finished(beat)
 
     def take_settings(self, settings: Settings) -> None:
         """Decide by ``settings`` from now on (the crawl's changed); a host's next
@@ -242,30 +161,12 @@ class Session:
         self.settings = settings
         self.frontier.delay = settings.delay
 
-    def finished(self, beat: Beat) -> bool:
-        """Whether the crawl is over: the fleet idle ``--idle`` seconds, this worker too."""
-        if self.settings.idle is None or beat.idle_since < 0 or self.busy():
-            return False
-        quiet_ms = beat.now_ms - max(beat.idle_since, self.joined_ms)
-        return quiet_ms >= self.settings.idle * 1000
-
     def busy(self) -> bool:
         return bool(self.frontier.size or self.in_flight or self.outcomes)
 
     def flushed(self) -> bool:
         """Stopping, with nothing in flight or left to commit: ready to leave."""
         return self.stopping and not self.outcomes and self.in_flight == 0
-
-    def stats(self, now: float, resident_kib: int) -> dict[str, int | str]:
-        """This membership's figures, for the worker's ``w:ID`` hash."""
-        return {
-            "hosts": len(self.frontier.hosts),
-            "in_flight": self.in_flight,
-            "held": self.held(),
-            "frontier": self.frontier.size,
-            "rss_kib": resident_kib,
-            **self.tally.beat_fields(now, self.frontier, since=self.tally_base),
-        }
 
     def held(self) -> int:
         """Entries read from this worker's stream and not yet committed."""
@@ -278,17 +179,16 @@ class Session:
         counts, settings = self.tally, self.settings
         reached = (
             ("--max-pages", settings.max_pages, counts.fetched),
-            ("--max-items", settings.max_items, counts.items + self.items_pending),
+            ("--max-items", settings.max_items, counts.items + self.ledger.items_pending),
             ("--max-errors", settings.max_errors, counts.failed),
             ("--max-time", settings.max_time, now - self.started),
             ("--max-memory", settings.max_memory, resident_mib),
         )
-        for flag, limit, value in reached:
-            if limit is not None and value >= limit:
-                log.warning("stopping: %s %g reached; handing hosts back", flag, limit)
-                self.stopping = True
-                return True
-        return False
+        hit = limit_reached(reached)
+        if hit is not None:
+            log.warning("stopping: %s %g reached; handing hosts back", *hit)
+            self.stopping = True
+        return hit is not None
 
     # -- reading the stream ----------------------------------------------------------------
 
@@ -298,85 +198,23 @@ class Session:
         return len(self.outcomes) >= 2 * COMMIT_MAX
 
     def read_request(self) -> Read:
-        """The next read of this worker's stream.
-
-        A read that fails may still have delivered entries, which are then pending for
-        this reader and never delivered again. So after a failure the reader reads its
-        own pending entries past the newest one it took in (entries come in id order),
-        until none is left, and only then reads new ones again.
-        """
-        size, most = self.frontier.size, self.settings.max_buffer
-        full = size >= most
-        count = 100 if full else min(200, most - size)
-        return Read(count=count, after=self.last_read if self.unsure else None, parking=full)
+        """The next read of this worker's stream (see ``Intake``)."""
+        return self.intake.request(self.frontier, self.settings.max_buffer)
 
     def read_failed(self) -> None:
-        self.unsure = True
+        self.intake.failed()
 
     def read_answered(self, read: Read, got: list[tuple[str, bytes | None]]) -> None:
-        if got:
-            self.last_read = got[-1][0]
+        if self.intake.answered(read, got):
             self.take_in(got, parking=read.parking)
-        elif read.after is not None:
-            self.unsure = False
 
     def take_in(self, got: list[tuple[str, bytes | None]], *, parking: bool = False) -> None:
-        """Queue what was read; with memory full, park what a host has enough of.
+        """Queue what was read (see ``Intake.take_in``); hosts new here get their pacing."""
+        ring, frontier = self.epochs.latest, self.frontier
+        mine = Mine(self.id, self.refuses)
+        self.pace_hosts(self.intake.take_in(got, parking, frontier, ring, mine, self.ledger))
 
-        An entry for another owner's host goes there whatever it names; one this owner
-        cannot read is counted as bad, and one naming a callback, errback or rule its spider
-        lacks is dead-lettered with the reason (another worker's spider may know it).
-        """
-        fresh: list[str] = []
-        for eid, payload in got:
-            try:
-                entry = Entry.decode(payload)
-                host = host_key(entry.canonical)
-            except (BadEntry, InvalidURL) as exc:
-                log.warning("dropping a bad entry %s: %s", eid, exc)
-                self.outcomes.append(Outcome.bad(eid, str(exc)))
-                continue
-            held = Held(eid, entry, host)
-            if self.latest.owner_of(host) != self.id:
-                self.outcomes.append(Outcome.forward(held))
-                continue
-            why = self.refuses(entry)
-            if why is not None:
-                self.outcomes.append(Outcome.dead(held, why))
-                continue
-            queued = self.frontier.hosts.get(host)
-            if parking and queued is not None and len(queued.queue) >= PARK_AT:
-                self.outcomes.append(Outcome.park(held))
-                self.parked.add(host)
-                continue
-            if queued is None:
-                fresh.append(host)
-            self.frontier.add(held, epoch=self.latest.epoch)
-        self.pace_hosts(fresh)
-
-    # -- parking and idle hosts --------------------------------------------------------------
-
-    def unpark_wanted(self) -> list[str]:
-        """Parked hosts, in the order their entries are asked back."""
-        return sorted(self.parked)
-
-    def may_unpark(self, name: str) -> bool | None:
-        """Whether ``name`` should take parked entries back; None: memory is full, stop."""
-        if self.frontier.size >= self.settings.max_buffer:
-            return None
-        host = self.frontier.hosts.get(name)
-        return host is None or len(host.queue) < UNPARK_BELOW
-
-    def unparked(self, name: str, status: str, left: int) -> None:
-        """Redis answered an unpark of ``name``.
-
-        Raises:
-            Fenced: the worker lost its membership.
-        """
-        if status == "fenced":
-            raise Fenced(f"worker {self.id} lost its membership while unparking")
-        if status == "ok" and left == 0:
-            self.parked.discard(name)
+    # -- idle hosts --------------------------------------------------------------
 
     def forget_idle(self, now: float) -> list[str]:
         """Drop the state of hosts idle a while, or beyond the most idle hosts kept, so
@@ -385,94 +223,47 @@ class Session:
         hosts free to be fetched now are forgotten)."""
         gone = self.frontier.evict_idle(now, idle_for=IDLE_HOST_SECONDS, keep=IDLE_HOSTS_KEPT)
         for name in gone:
-            self.robots.pop(name, None)
-            self.sitemapped.discard(name)  # queued again if it comes back: the filter drops them
+            self.robots.forget(name)
         return gone
 
     # -- pacing carried over -----------------------------------------------------------------
 
     def pace_hosts(self, names: Iterable[str]) -> None:
-        """Have the pacing state of hosts new to this owner read, once it is there to read.
-
-        The previous owner writes a host's pace record when it applies the epoch that
-        moves the host, so the record is read only once every member has applied the
-        epoch this owner has the host from (``settled``); before, it may be missing.
-        The hosts due go to ``due_pace``, for the driver to read.
-        """
-        self.unpaced.update(names)
-        hosts = self.frontier.hosts
-        due = sorted(n for n in self.unpaced if n in hosts and hosts[n].since <= self.settled)
-        self.unpaced = {n for n in self.unpaced if n in hosts} - set(due)
-        self.due_pace += due
+        """Have the pacing state of hosts new to this owner read, once it is there to
+        read (see ``Carry``); the hosts due go to ``carry.due``, for the driver to read."""
+        self.carry.want(names, self.frontier, self.epochs.settled)
 
     def take_due_pace(self) -> list[str]:
-        due, self.due_pace = self.due_pace, []
-        return due
+        return self.carry.take_due()
 
     def pace_loaded(self, hosts: list[str], records: dict[str, str], settled: int) -> None:
         """The pace records of ``hosts`` came, as asked when the fleet had ``settled``."""
-        later = []
-        for name in hosts:
-            host = self.frontier.hosts.get(name)
-            if host is None:
-                continue
-            if host.since > settled:  # it changed hands again meanwhile: read it again
-                later.append(name)
-                continue
-            if name in records:
-                self.apply_pace(host, records[name])
-                self.pace_read[name] = records[name]
-            host.paced = True
-            self.frontier.reschedule(name)
+        later = self.carry.loaded(hosts, records, settled, self.frontier, self.apply_pace)
         self.pace_hosts(later)  # at once if the fleet has settled while this read was out
 
-    def apply_pace(self, host: Host, record: str) -> None:
-        """Adopt a previous owner's record: ``last_ms,backoff_ms,crawl_delay[,taken]``,
-        then ``;`` and the host's cookies if it has any (see ``_cookies``)."""
-        pace, _, cookies = record.partition(";")
-        if cookies and self.settings.cookies:
-            self.jars.adopt(host.name, cookies)
-        try:
-            last_ms, backoff_ms, crawl_delay, *more = (float(x) for x in pace.split(","))
-            taken = int(more[0]) if more else 0
-        except (ValueError, OverflowError):
-            return
-        if taken:
-            self.taken[host.name] = max(self.taken.get(host.name, 0), taken)
-        margin = self.rtt + 0.005  # the two clocks agree to within a round trip
-        host.last_end = max(host.last_end, self.local_time(last_ms) + margin)
-        host.last_start = max(host.last_start, host.last_end)
-        host.backoff_until = max(host.backoff_until, self.local_time(backoff_ms) + margin)
-        host.crawl_delay = max(host.crawl_delay, crawl_delay)
+    def apply_pace(self, host: Host, record: PaceRecord) -> None:
+        """Adopt a previous owner's record of ``host``: its cookies, count and pacing."""
+        if record.cookies and self.settings.cookies:
+            self.jars.adopt(host.name, record.cookies)
+        if record.readable and record.taken:
+            self.taken[host.name] = max(self.taken.get(host.name, 0), record.taken)
+        record.pace(host, self.clock)
 
     def pace_records(self, names: list[str], now: float) -> dict[str, str]:
-        """The pace records of hosts this worker hands over (see ``apply_pace``)."""
+        """The pace records of hosts this worker hands over, as text."""
         records: dict[str, str] = {}
-        if "drop_pace" in FAULTS:  # a deliberate bug to catch: the pacing stays behind
+        if "drop_pace" in self.faults:  # a deliberate bug to catch: the pacing stays behind
             return records
         for name in names:
             record = self._pace_record(name, now)
-            if record:
-                records[name] = record
+            if record is not None:
+                records[name] = record.to_text()
         return records
 
-    def _pace_record(self, name: str, now: float) -> str:
-        taken = self.taken.get(name, 0)
-        host = self.frontier.hosts.get(name)
-        cookies = self.jars.record(name)
-        tail = ";" + cookies if cookies else ""  # the session goes with the host
-        if host is None:  # forgotten while idle: only its page count is left
-            return f"0,0,0,{taken}{tail}" if taken or cookies else ""
-        gap = max(self.settings.delay, host.crawl_delay)
-        if max(host.last_end + gap, host.backoff_until) > now or taken:
-            # This worker's clock offset is right to within half its last round trip:
-            # the record errs late by that, as the reader's margin errs on its side.
-            late = self.rtt / 2
-            last = self.server_ms(host.last_end + late) if host.last_end > 0 else 0
-            backoff = self.server_ms(host.backoff_until + late) if host.backoff_until > 0 else 0
-            count = f",{taken}" if taken else ""
-            return f"{last},{backoff},{host.crawl_delay}{count}{tail}"
-        return f"0,0,{host.crawl_delay}{tail}" if cookies else ""
+    def _pace_record(self, name: str, now: float) -> PaceRecord | None:
+        host, delay = self.frontier.hosts.get(name), self.settings.delay
+        taken, cookies = self.taken.get(name, 0), self.jars.record(name)
+        return PaceRecord.of(host, delay, now, self.clock, taken=taken, cookies=cookies)
 
     def leaving_hosts(self) -> list[str]:
         """Every host a leaving worker writes a pace record for, if it has one."""
@@ -480,170 +271,22 @@ class Session:
 
     # -- dispatching ---------------------------------------------------------------------------
 
-    def fresh(self, now: float) -> bool:
-        """Whether a heartbeat Redis answered was sent recently enough to fetch."""
-        # A window of the whole lease is a deliberate bug to catch.
-        wide = "wide_fresh_window" in FAULTS
-        return now - self.confirmed_at < (self.settings.lease if wide else self.settings.fresh_for)
-
-    def saturated(self) -> bool:
-        """Every slot is taken by a request in flight or a page not yet committed.
-
-        Counting the uncommitted keeps what a killed worker held, and so what is
-        fetched twice, within --concurrency.
-        """
-        return self.in_flight + self.uncommitted >= self.settings.concurrency
-
-    def may_fetch(self, host: Host) -> bool:
-        return (
-            self.suspect_may_start(host)
-            and host.paced
-            and self.settled >= host.since
-            and self.ring.epoch == self.latest.epoch
-            and self.latest.owner_of(host.name) == self.id
-        )
-
-    def suspect_may_start(self, host: Host) -> bool:
-        """A suspect already blamed for a death is fetched alone among suspects.
-
-        Then if it kills this worker too, the in-flight record names it and no other.
-        """
-        first = host.first()
-        if first is None:
-            return True
-        entry = first.entry
-        if not entry.suspect:
-            return True
-        return not self.isolating and not (entry.attempts and self.suspects)
-
     def next_fetch(self, now: float) -> Held | float:
-        """The next entry to fetch (counted in flight), or when to ask again (``inf``:
-        when something changes)."""
-        wake = math.inf
-        if self.stopping:
-            return wake
-        if not self.saturated() and self.fresh(now):
-            got = self.frontier.take(now, self.may_fetch)
-            if isinstance(got, Held):
-                self.in_flight += 1
-                self.fetching[got.eid] = got.host
-                return got
-            if got is not None:
-                wake = got
-        if not self.fresh(now):
-            wake = min(wake, now + self.settings.beat_interval)
-        return wake
+        """The next entry to fetch (counted in flight), or when to ask again (see ``Gate``)."""
+        return self.gate.next_fetch(now)
 
     def may_send(self, held: Held, now: float) -> bool:
-        """Whether ``held``'s request may leave now: asked right before it does, since
-        the request may have waited (a pause, a slow Redis) since it was dispatched."""
-        fresh = "send_stale" in FAULTS or self.fresh(now)  # off: a deliberate bug to catch
-        return fresh and self.latest.owner_of(held.host) == self.id
+        """Whether ``held``'s request may leave now (see ``Gate``)."""
+        return self.gate.may_send(held, now)
+
+    def saturated(self) -> bool:
+        return self.gate.saturated()
 
     # -- one fetch, start to end --------------------------------------------------------------
 
     def fetch_started(self, held: Held) -> tuple[int, list[str]] | None:
         """Note a suspect going out; returns the in-flight record to write first, if any."""
-        if not held.entry.suspect:
-            return None
-        self.suspects.add(held.eid)
-        self.isolating = self.isolating or held.entry.attempts > 0
-        self.suspects_noted += 1
-        return self.suspects_noted, sorted(self.suspects)
-
-    def robots_wanted(self, held: Held, now: float) -> bool:
-        """Whether ``held``'s host's robots.txt must be fetched before the page."""
-        if not self.settings.obey_robots or not held.entry.url.startswith(("http://", "https://")):
-            return False
-        robots = self.robots.get(held.host)
-        return robots is None or robots.expired(now)
-
-    def robots_read(self, held: Held, got: Robots | Unreachable, now: float) -> str | None:
-        """Keep what fetching a host's robots.txt gave, per RFC 9309 (see ``_robots``).
-
-        Returns None once rules are kept, or why robots.txt is unreachable: then the
-        host is backed off, and its pages wait (or keep the rules they had, if any).
-        """
-        stale = self.robots.get(held.host)
-        if isinstance(got, Unreachable):
-            wait = got.wait(held.entry.attempts)
-            self.frontier.back_off(held.host, now + wait)
-            if stale is None:
-                return got.reason
-            # RFC 9309 2.4: a cached copy may serve while unreachable
-            self.robots[held.host] = stale.kept_until(now + wait)
-            return None
-        self.robots[held.host] = got.kept_until(now + RULES_TTL)
-        host = self.frontier.hosts.get(held.host)  # gone if handed over meanwhile
-        if got.crawl_delay and host is not None:
-            host.crawl_delay = min(got.crawl_delay, self.settings.lease / 2)
-        return None
-
-    def robots_fetched(self, held: Held, now: float) -> Outcome | None:
-        """The robots.txt request used ``held``'s slot: the page waits its turn again."""
-        self.finish(held, now)
-        return self.put_back(held, now)
-
-    def robots_for(self, held: Held) -> Robots | None:
-        """The rules ``held``'s page is checked against, if robots.txt is obeyed."""
-        if not self.settings.obey_robots or not held.entry.url.startswith(("http://", "https://")):
-            return None
-        return self.robots.get(held.host)
-
-    def robots_denied(self, held: Held) -> Outcome:
-        self.finish(held, self._last_start(held.host))
-        self.tally.robots_denied += 1
-        return Outcome.done(held, [], [])
-
-    def _last_start(self, name: str) -> float:
-        host = self.frontier.hosts.get(name)  # gone if handed over meanwhile
-        return host.last_start if host is not None else -math.inf
-
-    def host_is_full(self, name: str) -> bool:
-        """Whether a host has had its --max-pages-per-host page requests."""
-        cap = self.settings.max_pages_per_host
-        return cap is not None and self.taken.get(name, 0) >= cap
-
-    def host_capped(self, held: Held) -> Outcome:
-        self.finish(held, self._last_start(held.host))
-        self.tally.host_capped += 1
-        return Outcome.done(held, [], [])
-
-    def request_for(self, held: Held) -> Request:
-        """The request to send for ``held``, with its host's cookies."""
-        entry = held.entry
-        if self.settings.cookies and not any(n.lower() == "cookie" for n, _ in entry.headers):
-            cookie = self.jars.header(held.host, entry.method, entry.url)
-            if cookie:
-                return Request.from_entry(entry, (("Cookie", cookie),))
-        return Request.from_entry(entry)
-
-    def sending(self, held: Held) -> None:
-        """``held``'s page request is leaving."""
-        if self.settings.max_pages_per_host is not None:
-            self.taken[held.host] = self.taken.get(held.host, 0) + 1
-
-    def send_failed(self, held: Held, exc: Exception, took: float, now: float) -> Outcome:
-        """The fetcher raised: a failed page, or a dead one if a rule refused it."""
-        kind = str(exc) if isinstance(exc, FetchError) else "fetcher"
-        if isinstance(exc, Refused):  # a rule said no: trying again cannot help
-            self.finish(held, now)
-            self.tally.failed += 1
-            self.tally.error(kind, took)
-            return Outcome.dead(held, str(exc))
-        return self.failed(held, str(exc) or type(exc).__name__, kind=kind, took=took, now=now)
-
-    def answered(self, held: Held, response: Response, took: float, now: float) -> Origin:
-        """A response came; returns what the handler needs to know of its host."""
-        self.finish(held, now)
-        self.tally.fetched += 1
-        self.tally.response(response.status, len(response.body), took)
-        if self.settings.cookies and "set-cookie" in response.headers:
-            set_cookies = httpx.Headers(response.headers).get_list("set-cookie")
-            if self.latest.owner_of(held.host) == self.id:  # not once handed over
-                self.jars.take(held.host, held.entry.method, response.url, set_cookies)
-        robots = self.robots.get(held.host) if self.settings.obey_robots else None
-        return Origin(self.id, robots, self.host_is_full(held.host))
+        return self.suspects.started(held)
 
     def failed(
         self, held: Held, reason: str, *, kind: str, now: float, took: float | None = None
@@ -658,7 +301,7 @@ class Session:
         self.finish(held, now)
         self.tally.failed += 1
         self.tally.error(kind, took)
-        return Outcome.retry(held, reason, backoff=retry_wait(held.entry.attempts, None))
+        return Outcome.retry(held, reason, backoff=failure_wait(held.entry.attempts))
 
     def finish(self, held: Held, at: float) -> None:
         """``held``'s request is over (or was never made): count its host free, once."""
@@ -689,217 +332,75 @@ class Session:
             outcome.follows.extend(self.sitemaps_of(held))
         self.finish(held, now)
         self.in_flight -= 1
-        self.suspects.discard(held.eid)
-        if held.entry.suspect and held.entry.attempts > 0:
-            self.isolating = False
+        self.suspects.ended(held)
         if outcome is None:
             return False
         if outcome.backoff is not None:
             self.frontier.back_off(held.host, now + outcome.backoff)
-        self.outcomes.append(outcome)
-        self.uncommitted += 1
-        self.slotted.add(id(outcome))
-        self.items_pending += len(outcome.items)
+        self.ledger.add_fetched(outcome)
         return self.saturated()
 
     def sitemaps_of(self, held: Held) -> list[Entry]:
         """With --sitemaps, the sitemaps of a host this session has not queued yet."""
-        if not self.settings.sitemaps or held.host in self.sitemapped or held.entry.sitemap:
-            return []
-        self.sitemapped.add(held.host)
-        robots = self.robots.get(held.host)
-        return first_sitemaps(held.entry, robots.sitemaps if robots is not None else ())
+        return self.robots.sitemaps_of(held) if self.settings.sitemaps else []
 
     # -- committing ----------------------------------------------------------------------------
 
-    def next_commit(self) -> Commit:
-        """The oldest outcomes to commit, with the items not yet written.
+    @property
+    def outcomes(self) -> list[Outcome]:
+        """What waits to be committed, oldest first (see ``Ledger``)."""
+        return self.ledger.outcomes
 
-        Outcomes leave ``outcomes`` only once committed, so a commit cut short (by a
-        stop, say) is done again by the next one, without writing its items twice.
-        """
-        outcomes = self.outcomes[:COMMIT_MAX]
-        items = [item for o in outcomes if id(o) not in self.written for item in o.items]
-        return Commit(outcomes, items)
+    def next_commit(self) -> Commit:
+        return self.ledger.next_commit()
 
     def items_written(self, count: int) -> None:
         self.tally.items += count
-        self.items_pending -= count
+        self.ledger.items_written(count)
 
     def commit_written(self, commit: Commit) -> None:
-        """``commit``'s items are written (or, with a deliberate bug, will be)."""
-        self.written.update(id(o) for o in commit.outcomes)
+        self.ledger.commit_written(commit)
 
-    def router(self, ring: Ring) -> Router:
-        return Router(
-            ring, self.stream_of, self.inbox, self.scope, self.seen, self.settings.max_attempts
-        )
+    def router(self, ring: Ring, now: float) -> Router:
+        """Where entries go at ``ring``'s epoch; dead letters dated by the server's clock."""
+        at, most = self.server_ms(now) // 1000, self.settings.max_attempts
+        route = (ring, self.stream_of, self.inbox, self.scope, self.seen, most)
+        return Router(*route, at=at, faults=self.faults)
 
-    def commit_batch(self, commit: Commit) -> Batch:
+    def commit_batch(self, commit: Commit, now: float) -> Batch:
         """The batch that commits ``commit`` at the newest epoch this worker knows."""
-        ring = self.latest
+        ring = self.epochs.latest
         hosts = {h for o in commit.outcomes for h in o.widen}
         # Filtered by the widened scope; the commit stores the hosts, or is refused.
         self.scope = self.scope.widened(hosts)
         batch = Batch(worker=self.id, epoch=ring.epoch, src=self.stream, scope=self.scope.version)
         batch.widen = sorted(scope_members(hosts=hosts))
-        batch.unpace = [x for pair in sorted(self.pace_read.items()) for x in pair]
-        router = self.router(ring)
+        batch.unpace = [x for pair in sorted(self.carry.read.items()) for x in pair]
+        router = self.router(ring, now)
         for outcome in commit.outcomes:
             router.add(batch, outcome)
         return batch
 
-    def committed(self, commit: Commit, batch: Batch, result: Committed, took: float) -> str:
-        """Redis answered a commit; returns its status ("ok", "rescope" or "stale").
+    def committed(self, commit: Commit, batch: Batch, result: Committed, took: float) -> Status:
+        """Redis answered a commit; returns its status (OK, RESCOPE or STALE).
 
         Raises:
             Fenced: the worker lost its membership.
         """
-        if result.status == "fenced":
+        if result.status is Status.FENCED:
             raise Fenced(f"worker {self.id} lost its membership before committing")
-        if result.status != "ok":
+        if result.status is not Status.OK:
             return result.status
         outcomes = commit.outcomes
         self.tally.committed(outcomes, self.settings.max_attempts, took)
         self.scope = attrs.evolve(self.scope, version=result.scope)
-        del self.outcomes[: len(outcomes)]
-        for name in batch.unpace[::2]:
-            self.pace_read.pop(name, None)
-        slots = [o for o in outcomes if id(o) in self.slotted]
-        self.uncommitted -= len(slots)
-        self.slotted.difference_update(id(o) for o in slots)
-        self.written.difference_update(id(o) for o in outcomes)
+        self.ledger.committed(commit)
+        self.carry.committed(batch.unpace)
         self.seen.remember(outcomes, self.scope)
-        return "ok"
+        return Status.OK
 
-    # -- membership changes -------------------------------------------------------------------
+    # -- membership changes (the handover itself: ``Handover``) ---------------------------
 
     def take_epoch(self) -> Ring | None:
         """The newest epoch, if it waits to be applied."""
-        if not self.epoch_waiting:
-            return None
-        self.epoch_waiting = False
-        return self.latest
-
-    def handoff_begin(self, ring: Ring) -> Handoff:
-        """Adopt ``ring``: stop starting requests to the hosts it takes away.
-
-        Raises:
-            Fenced: this worker is not a member at that epoch.
-        """
-        if self.id not in ring:
-            raise Fenced(f"worker {self.id} is no longer a member at epoch {ring.epoch}")
-        skipped = ring.epoch != self.ring.epoch + 1
-        lost = [name for name in self.frontier.hosts if ring.owner_of(name) != self.id]
-        gone = set(lost)
-        for name, host in self.frontier.hosts.items():
-            if name in gone:
-                continue
-            if skipped or host.revoked:
-                # Someone may have owned it in the epochs skipped: pace it from their record.
-                host.since, host.paced = ring.epoch, False
-                self.unpaced.add(name)
-            if host.revoked:  # revoked by a handoff that a newer epoch overtook
-                host.revoked = False
-                self.frontier.reschedule(name)
-        for name in lost:
-            self.frontier.revoke(name)
-        self.ring = ring
-        return Handoff(ring, lost)
-
-    def handoff_busy(self, handoff: Handoff) -> bool:
-        """Whether requests are still out to hosts ``handoff`` gives away."""
-        return any(self.frontier.hosts[name].in_flight for name in handoff.lost)
-
-    def cut_short(self, handoff: Handoff, deadline: float) -> list[str]:
-        """Have requests still out to the lost hosts end by ``deadline``: their hosts'
-        pacing says they were busy until then. Returns the requests' entry ids, for the
-        driver to cancel by then."""
-        busy = set(handoff.lost)
-        cut = []
-        for eid, name in self.fetching.items():
-            if name in busy:
-                cut.append(eid)
-                host = self.frontier.hosts[name]
-                host.last_end = max(host.last_end, deadline)
-        return cut
-
-    def handoff_batch(self, handoff: Handoff, now: float) -> Batch:
-        """The commit that moves the lost hosts' entries and pacing, and marks the epoch
-        applied (see docs/design.md)."""
-        ring, lost = handoff.ring, handoff.lost
-        counted = handoff.counted = self._lost_counts(ring)
-        batch = Batch(worker=self.id, epoch=ring.epoch, src=self.stream, applied=ring.epoch)
-        others = dict.fromkeys(h for h in counted if h not in lost)
-        records = self.pace_records([*lost, *others], now)
-        batch.pace = [x for pair in records.items() for x in pair]
-        router = self.router(ring)
-        for name in lost:
-            target = router.target_of(name)
-            for held in self.frontier.hosts[name].queued():
-                batch.mv.append([held.eid, target, held.entry.encode()])
-        return batch
-
-    def _lost_counts(self, ring: Ring) -> list[str]:
-        """Hosts ``ring`` takes away that have a page count or cookies to hand over."""
-        counted = [h for h in self.taken if ring.owner_of(h) != self.id]
-        return counted + [h for h in self.jars.hosts() if ring.owner_of(h) != self.id]
-
-    def handoff_committed(self, handoff: Handoff, result: Committed) -> bool:
-        """Redis answered the handoff; returns whether it went through.
-
-        A stale one is overtaken by a newer epoch: that one is applied instead (the
-        driver reads the members, and ``epoch_waiting`` is set).
-
-        Raises:
-            Fenced: the worker lost its membership.
-        """
-        if result.status == "fenced":
-            raise Fenced(f"worker {self.id} lost its membership during a handoff")
-        if result.status == "stale":
-            self.epoch_waiting = True
-            return False
-        for name in handoff.lost:
-            self.frontier.drop(name)
-            self.robots.pop(name, None)
-            self.sitemapped.discard(name)
-        for name in handoff.counted:
-            self.taken.pop(name, None)
-            self.jars.pop(name)  # written into its pace record
-        return True
-
-    def handoff_done(self, handoff: Handoff) -> None:
-        """The handoff went through, and the parked hosts are read again."""
-        self.applied = handoff.ring.epoch
-        self.pace_hosts(())
-        log.info(
-            "%s applied epoch %d: handed over %d hosts", self.id, self.applied, len(handoff.lost)
-        )
-
-    def orphans_batch(
-        self,
-        stream: str,
-        got: list[tuple[str, bytes | None]],
-        ring: Ring,
-        dying: set[str] | None,
-    ) -> Batch:
-        """The commit that moves entries left in ``stream`` to their hosts' owners.
-
-        A departed worker's entries become suspects (``dying``: those it said it was
-        fetching when it died, which use up an attempt). So a page that kills every
-        worker that fetches it ends in the dead letters instead of killing them all.
-        """
-        own = stream == self.stream
-        batch = Batch(worker="" if own else self.id, epoch=ring.epoch, src=stream)
-        self.router(ring).add_orphans(batch, got, dying)
-        return batch
-
-    def departed(self, stream: str) -> bool:
-        """Whether ``stream`` is another worker's (not this one's, not the inbox)."""
-        return stream not in (self.stream, self.inbox)
-
-    def drained(self, result: Committed) -> None:
-        """Raises:
-        Fenced: the worker lost its membership while draining."""
-        if result.status == "fenced":
-            raise Fenced(f"worker {self.id} lost its membership while draining")
+        return self.epochs.take()

@@ -27,12 +27,13 @@ import trio
 from hashcrawl._core._entry import Entry
 from hashcrawl._core._frontier import Held
 from hashcrawl._core._links import request_url
-from hashcrawl._core._outcome import PARSE_FAULT, Kind, Outcome, is_last_attempt
+from hashcrawl._core._outcome import PARSE_FAULT, Kind, Outcome, failure_wait, is_last_attempt
+from hashcrawl._core._outcome import Origin as Origin
 from hashcrawl._core._urls import canonicalize, host_key
 from hashcrawl._exceptions import ConfigError, HttpError
 from hashcrawl._settings import Settings
 from hashcrawl._web._models import Request, Response
-from hashcrawl._web._robots import Robots, parse_retry_after
+from hashcrawl._web._robots import parse_retry_after
 from hashcrawl._web._sinks import as_dict
 from hashcrawl._web._sitemaps import sitemap_entries
 from hashcrawl._web._spider import Calls, Failure
@@ -53,24 +54,10 @@ def retry_wait(attempts: int, retry_after: str | None) -> float:
     asked = parse_retry_after(retry_after, _unix_now())
     if asked is not None:
         return min(asked, RETRY_AFTER_CAP)
-    return min(60.0, 2.0**attempts)
+    return failure_wait(attempts)
 
 
 log = logging.getLogger("hashcrawl")
-
-
-@attrs.frozen
-class Origin:
-    """What a handler needs to know of where a page came from.
-
-    ``robots`` are the page's host's rules when links back to that host are checked
-    here (None: not checked); ``host_full`` says the host has had its
-    --max-pages-per-host; ``worker`` is the id written into default items.
-    """
-
-    worker: str
-    robots: Robots | None = None
-    host_full: bool = False
 
 
 @attrs.define

@@ -16,7 +16,7 @@ import heapq
 import math
 import re
 from collections.abc import Iterator
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Protocol
 
 import attrs
 
@@ -25,7 +25,7 @@ from hashcrawl._exceptions import ConfigError
 
 if TYPE_CHECKING:
     from hashcrawl._core._frontier import Frontier
-    from hashcrawl._run._worker import Worker
+    from hashcrawl._core._session import Session
 
 # Seconds: loopback pages take a millisecond, slow origins many seconds.
 LATENCY_BUCKETS = (0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0)
@@ -212,6 +212,18 @@ def parse_top(text: str) -> list[tuple[str, int]]:
 
 
 # -- Prometheus ----------------------------------------------------------------------
+
+
+class Worker(Protocol):
+    """What a scrape reads of a worker (a ``hashcrawl.Worker``): named here, not imported,
+    so that the worker may import this module."""
+
+    tally: Tally
+
+    @property
+    def session(self) -> Session | None: ...
+
+    def fleet_counters(self) -> dict[str, int]: ...
 
 
 class WorkerCollector:

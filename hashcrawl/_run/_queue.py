@@ -8,13 +8,14 @@ from typing import Any
 
 import attrs
 
-from hashcrawl._core._batch import chunks
+from hashcrawl._core._batch import Status, chunks
 from hashcrawl._core._entry import Entry
 from hashcrawl._core._links import sendable
 from hashcrawl._core._ring import Ring
 from hashcrawl._core._scope import members as scope_members
 from hashcrawl._core._urls import canonicalize, fingerprint, host_key
 from hashcrawl._exceptions import ConfigError
+from hashcrawl._store._base import WorkerStore
 from hashcrawl._store._redisurl import RedisURL, check_crawl_name
 from hashcrawl._store._store import Batch, Store
 from hashcrawl._web._models import Request
@@ -106,7 +107,7 @@ class Queue:
 
 
 def submit_urls(
-    store: Store, urls: Iterable[str], *, priority: int = 0, dont_filter: bool = False
+    store: WorkerStore, urls: Iterable[str], *, priority: int = 0, dont_filter: bool = False
 ) -> int:
     """Route URLs to their host owners' streams (or the inbox), a thousand per commit."""
     added = 0
@@ -118,7 +119,7 @@ def submit_urls(
     return added
 
 
-def submit_entries(store: Store, entries: list[Entry]) -> int:
+def submit_entries(store: WorkerStore, entries: list[Entry]) -> int:
     """Route entries to their host owners' streams (or the inbox); their hosts join the
     scope first (see ``_scope``)."""
     added = 0
@@ -128,7 +129,7 @@ def submit_entries(store: Store, entries: list[Entry]) -> int:
     return added
 
 
-def submit_start_requests(store: Store, spider: Calls) -> int:
+def submit_start_requests(store: WorkerStore, spider: Calls) -> int:
     """The spider's ``start_requests()`` in the queue (those seen before left out).
 
     Raises:
@@ -145,7 +146,7 @@ def submit_start_requests(store: Store, spider: Calls) -> int:
     return submit_entries(store, entries)
 
 
-def _submit_entries(store: Store, entries: list[Entry]) -> int:
+def _submit_entries(store: WorkerStore, entries: list[Entry]) -> int:
     while True:
         ring = Ring.of(*store.members())
         batch = Batch(worker="", epoch=ring.epoch)
@@ -155,7 +156,7 @@ def _submit_entries(store: Store, entries: list[Entry]) -> int:
             h1, h2 = fingerprint(entry.key)
             batch.add.append([target, entry.encode(), h1, h2, 0 if entry.dont_filter else 1])
         result = store.commit(batch)
-        if result.status == "ok":
+        if result.status is Status.OK:
             return result.added
 
 

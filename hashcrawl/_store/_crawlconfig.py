@@ -12,7 +12,8 @@ other lives in the ``settings`` hash, one field each, as the text its flag takes
   line naming the flag, both values and the command that changes it (:func:`adopt`).
 - ``hashcrawl configure`` changes them atomically (:func:`change`). Every heartbeat
   reply carries the version; a worker that sees a new one reads and applies the
-  settings (:func:`follow`). A ``fixed`` setting changes only while no worker is a member.
+  settings (the driver's ``settings_loop``). A ``fixed`` setting changes only while no
+  worker is a member.
 - What is stored is input from outside: each text is parsed by its flag's parser, and
   the whole checked by :class:`Settings`' own checks. A bad record is named in one line
   (:class:`ConfigError`), never a crash.
@@ -32,9 +33,10 @@ from hashcrawl._exceptions import ConfigError
 from hashcrawl._settings import CRAWL, NONE, Flag, Settings, flag_name
 
 if TYPE_CHECKING:
-    from hashcrawl._run._worker import Driver, Worker
+    from hashcrawl._core._batch import Beat
+    from hashcrawl._store._base import StatusStore, WorkerStore
     from hashcrawl._store._redisurl import RedisURL
-    from hashcrawl._store._store import Beat, Store
+    from hashcrawl._store._store import Store
 
 log = logging.getLogger("hashcrawl")
 SCOPE = ("allow_domains", "span_hosts")  # in the scope set, not the settings hash
@@ -341,76 +343,60 @@ def _busy(crawl: str, texts: Mapping[str, str], members: int) -> str:
     )
 
 
-# -- a running worker (the heartbeat hook) ------------------------------------------------
+# -- a running worker ---------------------------------------------------------------------
 
 
-def on_beat(driver: Driver, beat: Beat) -> None:
-    """Have the crawl's settings read and applied if the heartbeat names a new version."""
-    worker = driver.worker
-    if worker.crawl_settings is None:  # a membership driven without Worker.run (simulations)
-        return
-    if beat.settings == str(worker.crawl_settings.version) or worker.following_settings:
-        return
-    worker.following_settings = True
-    driver.nursery.start_soon(follow, driver)
+def newer(known: CrawlSettings | None, beat: Beat) -> bool:
+    """Whether ``beat`` names a version of the crawl's settings other than ``known``
+    (None: a membership driven without ``Worker.run``, as the simulations do)."""
+    return known is not None and beat.settings != str(known.version)
 
 
-async def follow(driver: Driver) -> None:
-    """Read the crawl's settings and apply them; stop the worker if it cannot."""
-    worker = driver.worker
-    try:
-        texts = {name: to_text(name, getattr(worker.settings, name)) for name in RECORDED}
-        reply = await driver.persist(driver.store.start_settings, texts, [], max_text=MAX_TEXT)
-        new, _, _ = _parsed(worker.crawl, reply)
-        apply(worker, new)
-    except ConfigError as exc:
-        log.error("stopping: %s", exc)
-        worker.refuse(exc)
-    finally:
-        worker.following_settings = False
+def read_running(store: WorkerStore, settings: Settings) -> CrawlSettings:
+    """The crawl's settings as a running worker reads them (recording ``settings``' if
+    none are recorded).
+
+    Raises:
+        ConfigError: the stored settings are not usable; names the flag.
+    """
+    texts = {name: to_text(name, getattr(settings, name)) for name in RECORDED}
+    reply = store.start_settings(texts, [], max_text=MAX_TEXT)
+    return _parsed(store.crawl, reply)[0]
 
 
-def apply(worker: Worker, new: CrawlSettings) -> None:
-    """Take on ``new`` at once: a host's next request is paced by the new delay.
+def updated(
+    crawl: str, old: CrawlSettings | None, new: CrawlSettings, settings: Settings
+) -> Settings | None:
+    """The settings a worker running with ``settings`` (from ``old``) takes on at once
+    for ``new``; None if nothing changed. A host's next request is paced by the new delay.
 
     Raises:
         ConfigError: a fixed setting changed (this worker was started before it), or
             the new values do not fit this worker's own settings.
     """
-    old = worker.crawl_settings
     if old is None or new.version == old.version:
-        return
+        return None
     moved = [flag_name(_field(n)) for n in FIXED if new.values[n] != old.values[n]]
     if moved:
         raise ConfigError(
-            f"{_whose(worker.crawl)} {', '.join(moved)} changed while this worker ran "
+            f"{_whose(crawl)} {', '.join(moved)} changed while this worker ran "
             "(workers take it when they start); start it again"
         )
-    worker.take_settings(new.given_to(worker.settings))
-    worker.crawl_settings = new
+    taken = new.given_to(settings)
     changes = new.changes_from(old)
     log.warning(
         "%s settings are at version %d%s",
-        _whose(worker.crawl),
+        _whose(crawl),
         new.version,
         ": " + ", ".join(changes) if changes else "",
     )
-
-
-def refused(worker: Worker) -> None:
-    """Raise what stopped the worker, if its crawl's settings did (after it left).
-
-    Raises:
-        ConfigError: the reason, one line.
-    """
-    if worker.settings_refused is not None:
-        raise worker.settings_refused
+    return taken
 
 
 # -- status ------------------------------------------------------------------------------------
 
 
-def view(store: Store) -> dict[str, Any]:
+def view(store: StatusStore) -> dict[str, Any]:
     """The crawl's settings for ``hashcrawl status``: by field name, and ``version``
     (None when none are recorded); ``error`` instead of values when they are unusable."""
     domains, span = store.scope_domains()

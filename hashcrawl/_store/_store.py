@@ -70,16 +70,17 @@ from collections.abc import Callable, Mapping, Sequence
 from importlib import resources
 from typing import Any, ParamSpec, TypeVar
 
-import attrs
 import redis
 from redis.backoff import NoBackoff
 from redis.exceptions import RedisClusterException
 from redis.retry import Retry
 
+from hashcrawl._core._batch import LOST as LOST
 from hashcrawl._core._batch import Batch as Batch
+from hashcrawl._core._batch import Beat as Beat
 from hashcrawl._core._batch import Committed as Committed
 from hashcrawl._core._batch import chunks
-from hashcrawl._core._urls import fingerprint
+from hashcrawl._core._batch import dead_key as dead_key
 from hashcrawl._exceptions import ConfigError, Fenced, InvalidURL, QueueError, StateLost
 from hashcrawl._store._nodes import Nodes
 from hashcrawl._store._redisurl import RedisURL, check_crawl_name
@@ -95,10 +96,6 @@ _ANY_CRAWL_HAS = ("instance", "epoch", "seenmeta", "workers", "stats", "inbox", 
 PACE_CHUNK = 1000  # hosts per HSET when a leaving worker writes its pace records
 FORGET_LEASES = 10  # a departed worker's keys are pruned this many leases after it left
 RETIRED = "(pruned workers)"  # worker_records' entry for the pruned workers' counters
-LOST = (
-    "the crawl's state in Redis is gone (Redis restarted without persistence, "
-    "FLUSHALL, or `hashcrawl clear`)"
-)
 
 
 def _script(name: str) -> str:
@@ -142,37 +139,6 @@ def _reason(exc: redis.RedisError | RedisClusterException) -> str:
     if isinstance(exc, redis.exceptions.ReadOnlyError):
         return f"the node is a replica now (a failover): {text}"
     return text
-
-
-@attrs.frozen(kw_only=True)
-class Beat:
-    """What a heartbeat learned: the fleet as the server sees it now."""
-
-    alive: bool
-    now_ms: int
-    lost: bool = False
-    epoch: int = 0
-    settled: int = 0
-    idle_since: int = -1
-    orphans: int = 0
-    settings: str = ""  # the version of the crawl's settings (see _crawlconfig)
-    members: tuple[str, ...] | None = None
-
-    @classmethod
-    def from_reply(cls, reply: Sequence[Any]) -> Beat:
-        if reply[0] != "ok":
-            return cls(alive=False, now_ms=int(reply[1]), lost=reply[0] == "lost")
-        members = tuple(sorted(reply[7:])) if len(reply) > 7 else None
-        return cls(
-            alive=True,
-            now_ms=int(reply[1]),
-            epoch=int(reply[2]),
-            settled=int(reply[3]),
-            idle_since=int(reply[4]),
-            orphans=int(reply[5]),
-            settings=str(reply[6]),
-            members=members,
-        )
 
 
 class Store:
@@ -721,12 +687,6 @@ def dead_url(key: str, record: str) -> str:
     except (ValueError, KeyError, TypeError):
         return key
     return url if isinstance(url, str) else key
-
-
-def dead_key(url: str) -> str:
-    """A dead letter's field in ``dead``: the URL's fingerprint, short whatever its length."""
-    h1, h2 = fingerprint(url)
-    return f"{h1:08x}{h2:08x}"
 
 
 def _pending(r: Any, stream: str) -> int:

@@ -21,28 +21,14 @@ from urllib.parse import urlsplit
 
 import attrs
 
-from hashcrawl._exceptions import ConfigError
+from hashcrawl._core._nets import Network as Network
+from hashcrawl._core._nets import parse_net as parse_net
 
 Address = ipaddress.IPv4Address | ipaddress.IPv6Address
-Network = ipaddress.IPv4Network | ipaddress.IPv6Network
 ALLOW_HINT = "allow it with --allow-net CIDR or --allow-private"
 PYTHON_ALLOW_HINT = "allow it with allow_nets=['CIDR'] or allow_private=True"
 NAT64_WELL_KNOWN = ipaddress.IPv6Network("64:ff9b::/96")  # RFC 6052
 NAT64_LOCAL = ipaddress.IPv6Network("64:ff9b:1::/48")  # RFC 8215: local use, not global
-
-
-def parse_net(text: str) -> Network:
-    """Return the network ``text`` names ("10.0.0.0/8", "127.0.0.2", "fd00::/8").
-
-    Raises:
-        ConfigError: not a network, or one with host bits set ("10.0.0.5/8").
-    """
-    try:
-        return ipaddress.ip_network(text.strip())
-    except ValueError as exc:
-        raise ConfigError(
-            f"--allow-net must be an address or a network like 10.0.0.0/8, got {text!r} ({exc})"
-        ) from None
 
 
 @attrs.frozen

@@ -1,8 +1,7 @@
-"""robots.txt rules, how they are fetched (RFC 9309), and the server's own pacing hints.
+"""How robots.txt is fetched (RFC 9309), and the server's own pacing hints.
 
-Parsing is protego's (Scrapy's robots.txt parser), not ``urllib.robotparser``: protego
-follows Google's spec and RFC 9309, with ``*`` and ``$`` wildcards, the longest match
-deciding between Allow and Disallow, one group per user agent, and Crawl-delay.
+The rules themselves (:class:`Robots`, parsed by protego) are ``hashcrawl._core._rules``'s,
+where the session keeps them without importing any of the web.
 
 Fetching is :class:`RobotsFetch`, a pure state machine the worker drives (RFC 9309):
 up to five redirects are followed, to any host; 2xx gives the rules in the first
@@ -14,98 +13,23 @@ asked for again after a backoff. Rules are kept for 24 hours, then fetched again
 from __future__ import annotations
 
 import email.utils
-import math
 import re
 from collections.abc import Mapping
 from datetime import UTC
 
-import attrs
-from protego import Protego
-
+from hashcrawl._core._rules import RULES_TTL as RULES_TTL
+from hashcrawl._core._rules import Robots as Robots
+from hashcrawl._core._rules import Unreachable as Unreachable
 from hashcrawl._core._urls import host_key, join_url
-from hashcrawl._exceptions import ConfigError
 from hashcrawl._web._html import decode_body
 
 #: Most redirects followed to reach a robots.txt (RFC 9309 2.3.1.2: at least five).
 MAX_REDIRECTS = 5
 #: Bytes of a robots.txt parsed; the rest is ignored (RFC 9309 2.5: at least 500 KiB).
 MAX_ROBOTS_BYTES = 500 * 1024
-#: Seconds rules are kept before robots.txt is fetched again (RFC 9309 2.4).
-RULES_TTL = 24 * 3600.0
-# Rules from more text than this can take milliseconds per URL to check (protego walks
-# them in Python): the worker checks them in a thread, off its event loop.
-_HEAVY_TEXT = 32 * 1024
 
-_DENY_ALL = "User-agent: *\nDisallow: /\n"
 _MAX_RETRY_AFTER = 86400.0
-# The product token: what robots.txt groups name ("hashcrawl" in "hashcrawl/0.1 (+...)").
-_PRODUCT_TOKEN = re.compile(r"[A-Za-z0-9_-]+")
 _DELTA_SECONDS = re.compile(r"[+-]?[0-9]+")
-
-
-@attrs.frozen
-class Robots:
-    """The robots.txt rules of one host, as they apply to one user agent.
-
-    Two values are equal when they came from the same text for the same agent.
-    """
-
-    text: str = attrs.field(repr=False)
-    agent: str
-    # Protego values neither compare nor hash; ``text`` stands in for them.
-    _parser: Protego = attrs.field(eq=False, repr=False)
-    #: When to fetch robots.txt again (the caller's clock); never by default.
-    until: float = attrs.field(default=math.inf, eq=False, kw_only=True)
-
-    @classmethod
-    def parse(cls, text: str, user_agent: str) -> Robots:
-        """Parse a robots.txt body for the product token of ``user_agent``.
-
-        Raises:
-            ConfigError: ``user_agent`` does not start with a product token.
-        """
-        return cls(text, _product_token(user_agent), Protego.parse(text))
-
-    @classmethod
-    def allow_all(cls) -> Robots:
-        """Rules that allow everything: there is no robots.txt (4xx)."""
-        return cls.parse("", "*")
-
-    @classmethod
-    def deny_all(cls) -> Robots:
-        """Rules that allow nothing: robots.txt could not be read (5xx)."""
-        return cls.parse(_DENY_ALL, "*")
-
-    def kept_until(self, until: float) -> Robots:
-        """The same rules, to be fetched again at ``until``."""
-        return attrs.evolve(self, until=until)
-
-    @property
-    def heavy(self) -> bool:
-        """Whether checking a URL may take long enough to be done off the event loop."""
-        return len(self.text) > _HEAVY_TEXT
-
-    def expired(self, now: float) -> bool:
-        """Whether robots.txt is due to be fetched again."""
-        return now >= self.until
-
-    def allowed(self, url: str) -> bool:
-        """Return True if the rules let our agent fetch ``url``."""
-        return self._parser.can_fetch(url, self.agent)
-
-    @property
-    def sitemaps(self) -> list[str]:
-        """The URLs of the ``Sitemap:`` lines, in order (for every agent alike)."""
-        return [str(url) for url in self._parser.sitemaps]
-
-    @property
-    def crawl_delay(self) -> float | None:
-        """Seconds between requests asked of our agent's group, or None if not asked.
-
-        The group is the one naming our agent, else the ``*`` group; as in Google's
-        spec, a group naming us replaces ``*`` entirely, Crawl-delay included.
-        """
-        return self._parser.crawl_delay(self.agent)
 
 
 def robots_url(canonical_url: str) -> str:
@@ -128,26 +52,6 @@ def robots_for_status(status: int, text: str, user_agent: str) -> Robots:
     if 300 <= status < 500 and status != 429:
         return Robots.allow_all()
     return Robots.deny_all()
-
-
-@attrs.frozen
-class Unreachable:
-    """robots.txt could not be read: fetch nothing from the host until it is asked again.
-
-    Args:
-        reason: what went wrong, for the page's error and the dead letters.
-        retry_after: seconds the server asked to wait (Retry-After), if it did.
-    """
-
-    reason: str
-    retry_after: float | None = None
-
-    def wait(self, attempts: int) -> float:
-        """Seconds until robots.txt is asked for again: the server's Retry-After, else
-        the backoff of a failed page (1, 2, 4... seconds for its attempts, at most 60)."""
-        if self.retry_after is not None:
-            return self.retry_after
-        return min(60.0, 2.0 ** min(attempts, 6))
 
 
 class RobotsFetch:
@@ -238,15 +142,3 @@ def _seconds_until_date(value: str, now: float) -> float | None:
 
 def _clamp(seconds: float) -> float:
     return min(max(seconds, 0.0), _MAX_RETRY_AFTER)
-
-
-def _product_token(user_agent: str) -> str:
-    stripped = user_agent.strip()
-    if stripped == "*":
-        return stripped
-    match = _PRODUCT_TOKEN.match(stripped)
-    if match is None:
-        raise ConfigError(
-            f"user_agent must start with a product token like 'hashcrawl/0.1': {user_agent!r}"
-        )
-    return match.group().lower()

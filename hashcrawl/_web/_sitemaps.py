@@ -15,18 +15,20 @@ from __future__ import annotations
 
 import io
 import zlib
-from collections.abc import Iterable, Iterator
+from collections.abc import Iterator
 
 import attrs
 from lxml import etree
 
 from hashcrawl._core._entry import Entry
 from hashcrawl._core._links import request_url
+from hashcrawl._core._rules import MAX_ROBOTS_SITEMAPS as MAX_ROBOTS_SITEMAPS
+from hashcrawl._core._rules import first_sitemaps as first_sitemaps
+from hashcrawl._core._rules import sitemap_urls as sitemap_urls
 
 MAX_SITEMAP_BYTES = 50 * 1024 * 1024  # the protocol's limit, uncompressed
 MAX_SITEMAP_URLS = 50_000  # the protocol's limit of <loc>s in one sitemap
 MAX_SITEMAP_DEPTH = 3  # robots.txt -> index -> index -> sitemap; deeper ones are dropped
-MAX_ROBOTS_SITEMAPS = 50  # Sitemap: lines of one robots.txt that are read
 _GZIP_MAGIC = b"\x1f\x8b"
 
 
@@ -36,17 +38,6 @@ class Sitemap:
 
     pages: tuple[str, ...] = ()
     sitemaps: tuple[str, ...] = ()
-
-
-def sitemap_urls(page_url: str, robots_sitemaps: Iterable[str]) -> list[str]:
-    """The sitemaps to queue for a host: its robots.txt's ``Sitemap:`` URLs (at most
-    ``MAX_ROBOTS_SITEMAPS``), then ``/sitemap.xml``; each as a URL to request."""
-    found = [request_url(page_url, "/sitemap.xml")]
-    for count, url in enumerate(robots_sitemaps):
-        if count >= MAX_ROBOTS_SITEMAPS:
-            break
-        found.insert(count, request_url(page_url, url))
-    return list(dict.fromkeys(u for u in found if u is not None))
 
 
 def read_sitemap(body: bytes, url: str) -> Sitemap:
@@ -123,9 +114,3 @@ def sitemap_entries(entry: Entry, body: bytes, url: str) -> list[Entry]:
         return pages
     nested = [Entry(url=u, depth=entry.depth, sitemap=entry.sitemap + 1) for u in listed.sitemaps]
     return nested + pages
-
-
-def first_sitemaps(entry: Entry, robots_sitemaps: Iterable[str]) -> list[Entry]:
-    """The sitemap entries to queue for the host of ``entry``, the first page fetched there."""
-    urls = sitemap_urls(entry.url, robots_sitemaps)
-    return [Entry(url=u, depth=entry.depth, sitemap=1) for u in urls]

@@ -1,0 +1,144 @@
+"""Reading a worker's stream, and the hosts whose overflow waits parked in Redis. No IO.
+
+A read that fails may still have delivered entries, which are then pending for this
+reader and never delivered again. So after a failure the reader reads its own pending
+entries past the newest one it took in (entries come in id order), until none is left,
+and only then reads new ones again.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Callable, Iterable
+
+import attrs
+
+from hashcrawl._core._batch import Status
+from hashcrawl._core._entry import BadEntry, Entry
+from hashcrawl._core._frontier import Frontier, Held
+from hashcrawl._core._ledger import Ledger
+from hashcrawl._core._outcome import Outcome
+from hashcrawl._core._ring import Ring
+from hashcrawl._core._urls import host_key
+from hashcrawl._exceptions import Fenced, InvalidURL
+
+log = logging.getLogger("hashcrawl")
+
+PARK_AT = 16  # with memory full, a host with this many queued parks the rest
+UNPARK_BELOW = 4  # a parked host with fewer queued takes some back
+
+
+@attrs.frozen
+class Read:
+    """One read of the worker's stream, as asked: how many, and after which id."""
+
+    count: int
+    after: str | None
+    parking: bool
+
+
+@attrs.frozen
+class Mine:
+    """What makes an entry this worker's to fetch: its id owns the host in the ring,
+    and its spider has what the entry names (``refuses`` says why not, or None)."""
+
+    worker: str
+    refuses: Callable[[Entry], str | None]
+
+
+@attrs.define
+class Intake:
+    """Where this worker's reading stands, and which hosts it has parked entries of."""
+
+    last_read: str = "0"  # the newest entry id this reader has taken in
+    unsure: bool = False  # a read failed: Redis may have delivered what never came
+    parked: set[str] = attrs.Factory(set)
+
+    def request(self, frontier: Frontier, max_buffer: int) -> Read:
+        """The next read: up to 200 entries, fewer as memory fills (then parking)."""
+        size = frontier.size
+        full = size >= max_buffer
+        count = 100 if full else min(200, max_buffer - size)
+        return Read(count=count, after=self.last_read if self.unsure else None, parking=full)
+
+    def failed(self) -> None:
+        self.unsure = True
+
+    def answered(self, read: Read, got: list[tuple[str, bytes | None]]) -> bool:
+        """Note what a read brought; returns whether there is anything to take in."""
+        if got:
+            self.last_read = got[-1][0]
+            return True
+        if read.after is not None:
+            self.unsure = False
+        return False
+
+    def parked_read(self, hosts: Iterable[str], ring: Ring, worker: str) -> None:
+        """Learn which hosts this owner has overflow sets for."""
+        self.parked = {h for h in hosts if ring.owner_of(h) == worker}
+
+    def unpark_wanted(self) -> list[str]:
+        """Parked hosts, in the order their entries are asked back."""
+        return sorted(self.parked)
+
+    def may_unpark(self, name: str, frontier: Frontier, max_buffer: int) -> bool | None:
+        """Whether ``name`` should take parked entries back; None: memory is full, stop."""
+        if frontier.size >= max_buffer:
+            return None
+        host = frontier.hosts.get(name)
+        return host is None or len(host.queue) < UNPARK_BELOW
+
+    def unparked(self, name: str, status: str, left: int, worker: str) -> None:
+        """Redis answered an unpark of ``name``.
+
+        Raises:
+            Fenced: the worker lost its membership.
+        """
+        if status == Status.FENCED:
+            raise Fenced(f"worker {worker} lost its membership while unparking")
+        if status == Status.OK and left == 0:
+            self.parked.discard(name)
+
+    def take_in(
+        self,
+        got: list[tuple[str, bytes | None]],
+        parking: bool,
+        frontier: Frontier,
+        ring: Ring,
+        mine: Mine,
+        ledger: Ledger,
+    ) -> list[str]:
+        """Queue what was read; with memory full, park what a host has enough of.
+
+        An entry for another owner's host goes there whatever it names; one this owner
+        cannot read is counted as bad, and one naming a callback, errback or rule its spider
+        lacks is
+        dead-lettered with the reason (another worker's spider may know it). Returns the
+        hosts new to the frontier.
+        """
+        fresh: list[str] = []
+        for eid, payload in got:
+            try:
+                entry = Entry.decode(payload)
+                host = host_key(entry.canonical)
+            except (BadEntry, InvalidURL) as exc:
+                log.warning("dropping a bad entry %s: %s", eid, exc)
+                ledger.add(Outcome.bad(eid, str(exc)))
+                continue
+            held = Held(eid, entry, host)
+            if ring.owner_of(host) != mine.worker:
+                ledger.add(Outcome.forward(held))
+                continue
+            why = mine.refuses(entry)
+            if why is not None:
+                ledger.add(Outcome.dead(held, why))
+                continue
+            queued = frontier.hosts.get(host)
+            if parking and queued is not None and len(queued.queue) >= PARK_AT:
+                ledger.add(Outcome.park(held))
+                self.parked.add(host)
+                continue
+            if queued is None:
+                fresh.append(host)
+            frontier.add(held, epoch=ring.epoch)
+        return fresh

@@ -1,0 +1,96 @@
+"""The committer: writes the oldest outcomes' items, then acknowledges and routes them
+atomically, a fifth of a second apart or at once when every slot is taken."""
+
+from __future__ import annotations
+
+import logging
+
+import trio
+
+from hashcrawl._core._batch import Status
+from hashcrawl._core._session import (
+    COMMIT_EVERY,
+    COMMIT_MAX,
+    Commit,
+)
+from hashcrawl._run._membership import Membership
+from hashcrawl._web._models import Response
+
+log = logging.getLogger("hashcrawl")
+
+
+class Committer:
+    """The committer: writes the oldest outcomes' items, then acknowledges and routes them"""
+
+    def __init__(self, m: Membership) -> None:
+        self.m = m
+
+    async def commit_loop(self) -> None:
+        session = self.m.session
+        while True:
+            if session.outcomes:
+                await self.commit_turn()
+            if session.flushed():
+                self.m.flushed.set()
+            if len(session.outcomes) < COMMIT_MAX:
+                with trio.move_on_after(COMMIT_EVERY):
+                    await self.m.commit_soon.wait()
+
+    async def flush_now(self) -> None:
+        while self.m.session.outcomes:
+            await self.commit_turn()
+
+    async def commit_turn(self) -> int:
+        """Write the oldest outcomes' items, then acknowledge and route them atomically;
+        returns how many outcomes were committed."""
+        session = self.m.session
+        commit = session.next_commit()
+        if not commit.outcomes:
+            return 0
+        write_first = (
+            "ack_before_write" not in self.m.worker.faults
+        )  # off: a deliberate bug to catch
+        # An archive holds records of pages with no items too: it is flushed every time.
+        written = commit.items or self.m.worker.archive is not None
+        if written and write_first:
+            await self.write_items(commit)
+        session.commit_written(commit)
+        while True:
+            batch = session.commit_batch(commit, self.m.now())
+            sent = self.m.now()
+            result = await self.m.persist(self.m.store.commit, batch)
+            status = session.committed(commit, batch, result, self.m.now() - sent)
+            if status is Status.OK:
+                break
+            if status is Status.RESCOPE:
+                await self.m.read_scope()
+                continue
+            await self.m.read_members()
+            self.m.wake()
+        if written and not write_first:
+            await self.write_items(commit)
+        self.m.wake()
+        return len(commit.outcomes)
+
+    async def write_items(self, commit: Commit) -> None:
+        sink, responses = self.m.worker.sink, self.take_archive()
+
+        def write() -> None:
+            self.write_archive(responses)
+            if commit.items:
+                sink.write(commit.items)
+            sink.flush()
+
+        await self.m.offload(write)
+        self.m.session.items_written(len(commit.items))
+
+    def take_archive(self) -> list[Response]:
+        """The responses not yet archived (every one of the pages being committed)."""
+        responses, self.m.to_archive = self.m.to_archive, []
+        return responses
+
+    def write_archive(self, responses: list[Response]) -> None:
+        archive = self.m.worker.archive
+        if archive is not None:
+            for response in responses:
+                archive.archive(response)

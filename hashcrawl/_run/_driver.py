@@ -1,0 +1,307 @@
+"""One membership of a worker, from join to leave (or to being fenced), under trio.
+
+A :class:`Driver` is around a :class:`~hashcrawl._core._session.Session`: the session
+decides everything and does no IO; the driver does the IO it asks for, in thin trio
+loops under one nursery, each loop a repetition of one *turn* method:
+
+- ``beat_turn``: renew membership, learn of epochs, end the crawl when idle;
+- ``read_turn``: move entries from the worker's stream into its frontier;
+- ``dispatch_one``: start a fetch when a host's pacing allows (``fetch_one`` then asks
+  the session once more right before the request leaves);
+- ``commit_turn``: write items, flush, then acknowledge and route links atomically;
+- ``apply_turn``: hand over the hosts a new epoch takes away;
+- ``drain_turn``: move departed workers' streams to their hosts' new owners;
+- ``pace_turn`` and ``unpark_turn``: read carried-over pacing, take parked entries back;
+- ``follow_settings``: take on the crawl's settings when a heartbeat names new ones.
+
+A page's steps are the core's :class:`~hashcrawl._core._page.Page`'s to decide. Every
+store call that must get through goes through one ``StoreCaller`` (``_calls``), which
+owns the retry policy; the loops wait on ``Wakeup`` values.
+
+Store calls go through ``call`` and fetches start through ``spawn``, both given to the
+driver's constructor, so the simulations drive these same turns one at a time.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import socket
+import time
+from typing import Any
+
+import trio
+
+from hashcrawl._core._session import (
+    FORGET_EVERY,
+    PARK_AT,
+    UNPARK_BELOW,
+)
+from hashcrawl._exceptions import ConfigError, QueueError
+from hashcrawl._run._calls import Call
+from hashcrawl._run._committing import Committer
+from hashcrawl._run._fetching import Dispatcher
+from hashcrawl._run._handoffs import Handoffs
+from hashcrawl._run._membership import (
+    Member,
+    Membership,
+    Offload,
+    Spawn,
+    _resident_mib,
+    unwrapped,
+)
+from hashcrawl._store import _crawlconfig
+from hashcrawl._store._base import WorkerStore
+from hashcrawl._store._store import Beat
+from hashcrawl._web._fetch import Fetcher
+
+log = logging.getLogger("hashcrawl")
+
+
+class Driver(Membership):
+    """One membership of a worker under trio: the IO its :class:`Session` asks for, in
+    loops that share this membership's plumbing (:class:`Membership`).
+
+    Args:
+        worker: the worker this membership is of (its id, settings, handler, sink).
+        store: the crawl's store.
+        fetcher: fetches requests.
+        call: runs one blocking store call (default: in a worker thread).
+        spawn: starts a fetch task (default: in this membership's nursery).
+        offload: runs other blocking work, parsing a robots.txt or writing items
+            (default: in a worker thread, off the event loop).
+    """
+
+    def __init__(
+        self,
+        worker: Member,
+        store: WorkerStore,
+        fetcher: Fetcher,
+        *,
+        call: Call | None = None,
+        spawn: Spawn | None = None,
+        offload: Offload | None = None,
+    ) -> None:
+        super().__init__(worker, store, call=call, spawn=spawn, offload=offload)
+        self.dispatcher = Dispatcher(self, fetcher)
+        self.committer = Committer(self)
+        self.handoffs = Handoffs(self)
+        # Each loop's turn, by the name the simulations take it by.
+        self.dispatch_turn = self.dispatcher.dispatch_turn
+        self.dispatch_one = self.dispatcher.dispatch_one
+        self.commit_turn = self.committer.commit_turn
+        self.flush_now = self.committer.flush_now
+        self.apply_turn = self.handoffs.apply_turn
+        self.drain_turn = self.handoffs.drain_turn
+        self.drain = self.handoffs.drain
+
+    async def run(self) -> None:
+        await self.begin()
+        try:
+            async with unwrapped(), trio.open_nursery() as nursery:
+                self.nursery = nursery
+                for loop in (
+                    self.heartbeat_loop,
+                    self.reader_loop,
+                    self.dispatcher.dispatch_loop,
+                    self.committer.commit_loop,
+                    self.handoffs.apply_loop,
+                    self.handoffs.drain_loop,
+                    self.pace_loop,
+                    self.unpark_loop,
+                    self.forget_loop,
+                    self.settings_loop,
+                ):
+                    nursery.start_soon(loop)
+            await self.leave()
+        finally:
+            self.committer.write_archive(self.committer.take_archive())
+            self.worker.sink.flush()
+
+    async def begin(self) -> None:
+        """Join the ring, adopt its epoch and learn the crawl's scope and parked hosts."""
+        worker, session = self.worker, self.session
+        info = {
+            "host": socket.gethostname(),
+            "pid": os.getpid(),
+            "started": int(time.time()),
+            "lease_ms": int(self.settings.lease * 1000),  # so status can tell a stale member
+            "spider": worker.spider_name,
+        }
+        if not worker.instance:
+            warning = await self.persist(self.store.durability_warning)
+            if warning:
+                log.warning("%s", warning)
+        sent = self.now()
+        now_ms, _, worker.instance = await self.persist_join(info)
+        session.joined(sent, self.now(), now_ms)
+        await self.persist(self.store.widen_scope, session.own_scope())
+        await self.read_scope()
+        epoch, members = await self.persist(self.store.members)
+        session.members_read(epoch, members, first=True)
+        await self.find_parked()
+        log.info(
+            "%s joined crawl %s at epoch %d with %d members",
+            session.id,
+            worker.crawl,
+            epoch,
+            len(members),
+        )
+
+    async def persist_join(self, info: dict[str, Any]) -> tuple[int, int, str]:
+        worker = self.worker
+        join = self.store.join
+        return await self.caller.persist(join, worker.id, info, instance=worker.instance)
+
+    async def heartbeat_loop(self) -> None:
+        while True:
+            beat = await self.beat_once()
+            if beat is not None and self.ends_with(beat):
+                self.nursery.cancel_scope.cancel()
+                return
+            with trio.move_on_after(self.settings.beat_interval):
+                if beat is not None and self.session.stopping:
+                    await self.flushed.wait()
+                else:
+                    await trio.sleep_forever()
+
+    def ends_with(self, beat: Beat) -> bool:
+        """Whether the membership ends after ``beat``: the crawl is over, or this worker
+        was asked to stop before this beat and has committed everything since. (A limit
+        this beat finds reached ends the membership at a later beat.)"""
+        session = self.session
+        flushed = session.flushed()
+        self.check_limits()
+        return session.finished(beat) or flushed
+
+    async def beat_once(self) -> Beat | None:
+        """One heartbeat: renew membership and learn the fleet's state; None on failure.
+
+        Raises:
+            Fenced: the worker is no longer a member.
+            QueueError: no heartbeat got through for a whole lease.
+        """
+        session = self.session
+        sent = self.now()
+        asked = session.beat_request(sent, resident_kib=int(_resident_mib() * 1024))
+        try:
+            beat: Beat = await self.call(
+                self.store.heartbeat, session.id, **asked, instance=self.worker.instance
+            )
+        except QueueError as exc:
+            session.beat_failed(sent, exc)
+            log.info("heartbeat failed: %s", exc)
+            return None
+        session.beat_answered(beat, sent, self.now())
+        if _crawlconfig.newer(self.worker.crawl_settings, beat):
+            self.settings_due.set()
+        self.wake()
+        return beat
+
+    async def leave(self) -> None:
+        """Hand every host back at once: out of the ring, stream drained to new owners.
+
+        Runs after every other task of the session has stopped.
+        """
+        session = self.session
+        session.stopping = True
+        lease = self.settings.lease
+        try:
+            with trio.fail_after(lease):
+                await self.flush_now()
+                pace = session.pace_records(session.leaving_hosts(), self.now())
+                await self.persist(self.store.leave, session.id, pace)
+                await self.drain(session.stream)
+        except trio.TooSlowError:
+            raise QueueError(f"could not leave the crawl within a lease ({lease:g} s)") from None
+        log.info("%s left the crawl", session.id)
+
+    async def settings_loop(self) -> None:
+        """Take on the crawl's settings whenever a heartbeat names a new version."""
+        await self.settings_due.turns(self.follow_settings)
+
+    async def follow_settings(self) -> None:
+        """Read the crawl's settings and take them on; stop the worker if they no
+        longer fit it."""
+        worker = self.worker
+        try:
+            new = await self.persist(_crawlconfig.read_running, self.store, worker.settings)
+            taken = _crawlconfig.updated(worker.crawl, worker.crawl_settings, new, worker.settings)
+        except ConfigError as exc:
+            log.error("stopping: %s", exc)
+            worker.refuse(exc)
+            return
+        if taken is not None:
+            worker.take_settings(taken)
+            worker.crawl_settings = new
+
+    async def reader_loop(self) -> None:
+        while not self.session.stopping:
+            if self.session.backlogged():
+                self.commit_soon.set()
+                await self.changed.wait()
+                continue
+            try:
+                await self.read_once(block_ms=500)
+            except QueueError as exc:
+                log.debug("read failed: %s", exc)
+                await trio.sleep(self.settings.beat_interval)
+
+    async def read_once(self, *, block_ms: int) -> int:
+        """One read of this worker's stream into its frontier; returns entries read."""
+        session = self.session
+        read = session.read_request()
+        try:
+            got = await self.call(
+                self.store.read, session.id, count=read.count, block_ms=block_ms, after=read.after
+            )
+        except QueueError:
+            session.read_failed()
+            raise
+        session.read_answered(read, got)
+        self.wake()
+        return len(got)
+
+    async def unpark_loop(self) -> None:
+        """Bring parked entries back as their hosts run short (checked a few times a second)."""
+        while True:
+            await self.unpark_turn()
+            await trio.sleep(0.2)
+
+    async def unpark_turn(self) -> list[str]:
+        """One pass over the parked hosts; returns the hosts that took entries back."""
+        session, took = self.session, []
+        intake, most = session.intake, self.settings.max_buffer
+        for name in intake.unpark_wanted():
+            wanted = intake.may_unpark(name, session.frontier, most)
+            if wanted is None:
+                break
+            if not wanted:
+                continue
+            status, moved, left = await self.persist(
+                self.store.unpark, session.id, session.latest.epoch, name, PARK_AT - UNPARK_BELOW
+            )
+            intake.unparked(name, status, left, session.id)
+            if moved:
+                took.append(name)
+        return took
+
+    async def forget_loop(self) -> None:
+        """Every few seconds, forget hosts long idle (see ``Session.forget_idle``)."""
+        while True:
+            await trio.sleep(FORGET_EVERY)
+            self.session.forget_idle(self.now())
+
+    async def pace_loop(self) -> None:
+        await self.pace_due.turns(self.pace_turn)
+
+    async def pace_turn(self) -> list[str]:
+        """Read the previous owners' pacing state for the hosts whose turn it is."""
+        session = self.session
+        hosts = session.take_due_pace()
+        if hosts:
+            settled = session.epochs.settled
+            records = await self.persist(self.store.pace, hosts)
+            session.pace_loaded(hosts, records, settled)
+            self.wake()
+        return hosts

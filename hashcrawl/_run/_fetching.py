@@ -1,0 +1,197 @@
+"""The dispatcher: starts every fetch the session allows, and does each page's steps
+(the core's ``Page`` decides them), asking the session right before a request leaves."""
+
+from __future__ import annotations
+
+import functools
+import logging
+import time
+
+import trio
+
+from hashcrawl._core._frontier import Held
+from hashcrawl._core._outcome import Outcome
+from hashcrawl._core._page import Page, Step
+from hashcrawl._exceptions import FetchError, Refused
+from hashcrawl._run._membership import Membership
+from hashcrawl._web._fetch import Fetcher, NotSent, sending_only_while
+from hashcrawl._web._models import Request, Response
+from hashcrawl._web._requests import set_cookies
+from hashcrawl._web._robots import Robots, RobotsFetch, Unreachable
+
+log = logging.getLogger("hashcrawl")
+
+
+class Dispatcher:
+    """The dispatcher: starts every fetch the session allows, and does each page's steps"""
+
+    def __init__(self, m: Membership, fetcher: Fetcher) -> None:
+        self.m = m
+        self.fetcher = fetcher
+        self.robots_limiter = trio.CapacityLimiter(2)  # threads checking heavy robots.txt
+
+    async def dispatch_loop(self) -> None:
+        session = self.m.session
+        while not session.stopping:
+            wake = self.dispatch_turn()
+            with trio.move_on_at(max(wake, self.m.now() + 0.001)):
+                await self.m.changed.wait()
+        with trio.move_on_after(self.m.settings.grace):
+            while session.in_flight:
+                await self.m.changed.wait()
+        # Past the grace period: what is still in flight stays pending in the stream,
+        # and goes to the hosts' new owners with the rest.
+        for scope in self.m.scopes.values():
+            scope.cancel()
+
+    def dispatch_turn(self) -> float:
+        """Start every fetch the session allows now; returns when to look again."""
+        while isinstance(got := self.dispatch_one(), Held):
+            pass
+        return got
+
+    def dispatch_one(self) -> Held | float:
+        """Start the next fetch the session allows, or say when to look again."""
+        got = self.m.session.next_fetch(self.m.now())
+        if isinstance(got, Held):
+            self.m.scopes[got.eid] = trio.CancelScope()
+            self.m.spawn(self.fetch_one, got)
+        return got
+
+    async def fetch_one(self, held: Held) -> None:
+        session = self.m.session
+        outcome = None
+        scope = self.m.scopes.setdefault(held.eid, trio.CancelScope())
+        try:
+            with scope:
+                noted = session.fetch_started(held)
+                if noted is not None:
+                    await self.m.persist(self.m.store.note_in_flight, session.id, *noted)
+                outcome = await self.fetch_guarded(held)
+            if scope.cancelled_caught:
+                outcome = session.put_back(held, self.m.now())
+        finally:
+            del self.m.scopes[held.eid]
+            commit_now = session.fetch_ended(held, outcome, self.m.now())
+            self.m.wake()
+        if commit_now:
+            self.m.commit_soon.set()
+        self.m.check_limits()
+
+    async def fetch_guarded(self, held: Held) -> Outcome | None:
+        """:meth:`fetch_and_handle`, where nothing the network or user code raises gets
+        out: it fails this page only. A handoff may cut the fetch short (see apply)."""
+        try:
+            return await self.fetch_and_handle(held)
+        except Exception as exc:  # e.g. a LookupError from a bogus charset
+            log.exception("fetching %s failed", held.entry.url)
+            return self.m.session.failed(
+                held, f"{type(exc).__name__}: {exc}", kind="other", now=self.m.now()
+            )
+
+    async def fetch_and_handle(self, held: Held) -> Outcome | None:
+        """Do the steps the core's :class:`Page` asks for, in its order, until it is done."""
+        page = Page(self.m.session, held, self.m.now())
+        response = None  # the page's, from SEND to HANDLE
+        while page.step is not Step.DONE:
+            if page.step is Step.HANDLE:
+                assert response is not None
+                await self.handle(page, response)
+            elif page.step is Step.CHECK_RULES:
+                assert page.rules is not None
+                page.checked(await self.robots_allow(page.rules, held.entry.url))
+            elif not self.may_send(held):
+                page.not_sent(self.m.now())
+            elif page.step is Step.FETCH_ROBOTS:
+                try:
+                    page.robots_fetched(await self.fetch_robots(held), self.m.now())
+                except NotSent:
+                    page.not_sent(self.m.now())
+            else:
+                response = await self.send_page(page)
+        return page.outcome
+
+    async def send_page(self, page: Page) -> Response | None:
+        """Send ``page``'s request; returns the response, if one came."""
+        held = page.held
+        cookie = page.cookie
+        request = Request.from_entry(held.entry, (("Cookie", cookie),) if cookie else ())
+        page.sending()
+        sent = self.m.now()
+        try:
+            response = await self.send(held, request)
+        except NotSent:
+            page.not_sent(self.m.now())
+            return None
+        except Exception as exc:  # a user's fetcher may raise anything: a failed page
+            if not isinstance(exc, FetchError):
+                log.exception("fetcher failed on %s", held.entry.url)
+            page.send_failed(exc, self.m.now() - sent, self.m.now())
+            if page.outcome is not None:  # the request's errback, if it has one, has its say
+                page.outcome = await self.m.worker.handler.failed(held, page.outcome, exc)
+            return None
+        page.answered(response, self.m.now() - sent, self.m.now(), set_cookies(response))
+        return response
+
+    async def handle(self, page: Page, response: Response) -> None:
+        assert page.origin is not None
+        try:
+            page.handled(await self.m.worker.handler.handle(page.held, response, page.origin))
+        except Exception as exc:  # a parse callback's bug fails its page, not the worker
+            log.exception("parsing %s failed", page.held.entry.url)
+            page.handle_failed(exc, self.m.now())
+
+    def may_send(self, held: Held) -> bool:
+        """Ask the session, right before a request leaves, whether it still may."""
+        if "send_unchecked" in self.m.worker.faults:  # a deliberate bug the end-to-end tests catch
+            return True
+        return self.m.session.may_send(held, self.m.now())
+
+    async def send(self, held: Held, request: Request) -> Response:
+        """Fetch ``request`` on ``held``'s behalf, asking :meth:`may_send` once more as
+        the request is written (with the default fetcher): a wait for a connection, or
+        a pause, can come between the worker's check and the socket.
+
+        Raises:
+            NotSent: the check said no; nothing reached the host.
+        """
+        with sending_only_while(lambda: self.may_send(held)):
+            response = await self.fetcher.fetch(request)
+        if self.m.worker.archive is not None:  # before the page's outcome exists
+            self.m.to_archive.append(response)
+        return response
+
+    async def fetch_robots(self, held: Held) -> Robots | Unreachable:
+        """Fetch a host's robots.txt, per RFC 9309 (see ``_robots``): the rules, or why
+        it is unreachable. Nothing a robots.txt or its server does raises out of here: a
+        fetcher's failure counts as an unreachable robots.txt.
+
+        Raises:
+            NotSent: this worker may no longer fetch the host; nothing was asked.
+        """
+        fetch = RobotsFetch(held.entry.url, self.m.settings.user_agent)
+        got: str | Robots | Unreachable = fetch.url
+        while isinstance(got, str):
+            if fetch.hops:  # a redirect: its target waits the delay, as any request would
+                await trio.sleep(self.m.settings.delay)
+            try:
+                response = await self.send(held, Request(got))
+                # Parsing 500 KiB of rules takes a good part of a second: not on the loop.
+                answered = functools.partial(fetch.answered, truncated=response.truncated)
+                got = await self.m.offload(
+                    answered, response.status, response.headers, response.body, time.time()
+                )
+            except NotSent:
+                raise
+            except Refused:  # a hop to an address not allowed: no file there
+                got = Robots.allow_all()
+            except Exception as exc:  # a user's fetcher may raise anything: unreachable
+                if not isinstance(exc, FetchError):
+                    log.exception("fetcher failed on %s", got)
+                got = fetch.failed(f"{type(exc).__name__}: {exc}")
+        return got
+
+    async def robots_allow(self, robots: Robots, url: str) -> bool:
+        if not robots.heavy:
+            return robots.allowed(url)
+        return await self.m.offload(robots.allowed, url, limiter=self.robots_limiter)  # type: ignore[no-any-return]

@@ -1,0 +1,205 @@
+"""What every loop of one membership shares: the worker, its session, the store and its
+one caller, the clock, and the wake-ups (see ``_driver``)."""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+import os
+from collections.abc import AsyncIterator, Awaitable, Callable, Iterator
+from typing import Any, Protocol, TypeVar
+
+import trio
+
+from hashcrawl._core._faults import Faults
+from hashcrawl._core._session import Session
+from hashcrawl._exceptions import ConfigError, Fenced, QueueError
+from hashcrawl._run._calls import Call, Signal, StoreCaller, Wakeup
+from hashcrawl._run._handling import Handler
+from hashcrawl._run._metrics import Tally
+from hashcrawl._settings import Settings
+from hashcrawl._store._base import WorkerStore
+from hashcrawl._store._crawlconfig import CrawlSettings
+from hashcrawl._web._cookies import Jars
+from hashcrawl._web._models import Response
+from hashcrawl._web._sinks import Archive, Sink
+
+log = logging.getLogger("hashcrawl")
+T = TypeVar("T")
+Spawn = Callable[..., None]  # starts a task: spawn(async_fn, *args)
+Offload = Callable[..., Awaitable[Any]]  # runs blocking work: offload(fn, *args, limiter=)
+
+
+@contextlib.asynccontextmanager
+async def unwrapped() -> AsyncIterator[None]:
+    """Let the error that ended a session through as itself, not inside a group."""
+    try:
+        yield
+    except BaseExceptionGroup as group:
+        leaves = list(_leaves(group))
+        for wanted in (Fenced, QueueError, Exception):
+            for exc in leaves:
+                if isinstance(exc, wanted):
+                    raise exc from None
+        raise
+
+
+def _leaves(group: BaseExceptionGroup[BaseException]) -> Iterator[BaseException]:
+    for exc in group.exceptions:
+        if isinstance(exc, BaseExceptionGroup):
+            yield from _leaves(exc)
+        else:
+            yield exc
+
+
+def _resident_mib() -> float:
+    """This process's resident memory in MiB (Linux /proc; peak RSS elsewhere)."""
+    try:
+        with open("/proc/self/statm") as statm:
+            return int(statm.read().split()[1]) * os.sysconf("SC_PAGE_SIZE") / 2**20
+    except OSError:
+        import resource
+
+        return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
+
+
+async def _in_worker_thread(
+    fn: Callable[..., T], *args: Any, limiter: trio.CapacityLimiter | None = None
+) -> T:
+    return await trio.to_thread.run_sync(fn, *args, limiter=limiter)
+
+
+class Member(Protocol):
+    """What a membership needs of its worker (a :class:`~hashcrawl.Worker`), named here
+    so that the worker may import the driver."""
+
+    id: str
+    crawl: str
+    settings: Settings
+    instance: str
+    faults: Faults
+    spider_name: str
+    handler: Handler
+    sink: Sink
+    archive: Archive | None  # the part of the sink that keeps every response, if any
+    tally: Tally
+    crawl_settings: CrawlSettings | None
+
+    def refuse(self, why: ConfigError) -> None: ...
+
+    def stop(self) -> None: ...
+
+    def take_settings(self, settings: Settings) -> None: ...
+
+
+class Membership:
+    """The plumbing of one membership of a worker, shared by its loops.
+
+    Args:
+        worker: the worker this membership is of (its id, settings, handler, sink).
+        store: the crawl's store.
+        call: runs one blocking store call (default: in a worker thread).
+        spawn: starts a fetch task (default: in this membership's nursery).
+        offload: runs other blocking work, parsing a robots.txt or writing items
+            (default: in a worker thread, off the event loop).
+    """
+
+    nursery: trio.Nursery  # the membership's, once it runs
+
+    def __init__(
+        self,
+        worker: Member,
+        store: WorkerStore,
+        *,
+        call: Call | None = None,
+        spawn: Spawn | None = None,
+        offload: Offload | None = None,
+    ) -> None:
+        self.worker = worker
+        self.settings = worker.settings
+        self.store = store
+        self.limiter = trio.CapacityLimiter(4)
+        # Responses for the archive, written by the next commit before it acknowledges:
+        # one thread's turn per commit, not per page.
+        self.to_archive: list[Response] = []
+        self.call: Call = call if call is not None else self._in_thread
+        self.caller = StoreCaller(self.call, lambda: self.settings.lease, self.now)
+        self._spawn = spawn
+        self.offload: Offload = offload if offload is not None else _in_worker_thread
+        self.session = Session(
+            worker=worker.id,
+            settings=worker.settings,
+            stream_of=store.stream_of,
+            inbox=store.inbox,
+            refuses=worker.handler.refusal,
+            spider_name=worker.spider_name,
+            tally=worker.tally,
+            jars=Jars(),
+            now=self.now(),
+            faults=worker.faults,
+        )
+        self.scopes: dict[str, trio.CancelScope] = {}  # fetches a handoff may cut short
+        self.changed = Signal()
+        self.epoch_changed = Wakeup()
+        self.orphans_waiting = Wakeup()
+        self.pace_due = Wakeup()
+        self.commit_soon = Wakeup()
+        self.settings_due = Wakeup()  # a heartbeat named new crawl settings
+        self.flushed = trio.Event()  # stays set: the membership may end at the next beat
+
+    async def _in_thread(self, fn: Callable[..., T], *args: Any, **kwargs: Any) -> T:
+        """Run a blocking store call in a thread; cancellable at once."""
+        return await trio.to_thread.run_sync(
+            lambda: fn(*args, **kwargs), limiter=self.limiter, abandon_on_cancel=True
+        )
+
+    async def persist(self, fn: Callable[..., T], *args: Any, **kwargs: Any) -> T:
+        """A store call, tried again a heartbeat apart until it has failed for a lease
+        (see ``StoreCaller``)."""
+        return await self.caller.persist(fn, *args, every=self.settings.beat_interval, **kwargs)
+
+    def now(self) -> float:
+        return trio.current_time()
+
+    def spawn(self, fn: Callable[..., Awaitable[None]], *args: Any) -> None:
+        if self._spawn is not None:
+            self._spawn(fn, *args)
+        else:
+            self.nursery.start_soon(fn, *args)
+
+    def wake(self) -> None:
+        """Wake the loops whose turn the session's state now asks for."""
+        session = self.session
+        if session.epochs.waiting:
+            self.epoch_changed.set()
+        if session.epochs.orphans_waiting:
+            self.orphans_waiting.set()
+        if session.carry.due:
+            self.pace_due.set()
+        self.changed.notify()
+
+    def take_settings(self, settings: Settings) -> None:
+        self.settings = settings
+        self.session.take_settings(settings)
+
+    def request_stop(self) -> None:
+        self.session.stopping = True
+        self.wake()
+
+    def check_limits(self) -> None:
+        settings = self.settings
+        memory = _resident_mib() if settings.max_memory else 0.0
+        if self.session.check_limits(self.now(), memory):
+            self.worker.stop()
+
+    async def read_scope(self) -> None:
+        """Learn the crawl's scope (at join, and when a commit finds that it has grown)."""
+        self.session.scope_read(await self.persist(self.store.scope))
+
+    async def find_parked(self) -> None:
+        """Learn which hosts this owner has overflow sets for (at join and on handoffs)."""
+        self.session.parked_read(await self.persist(self.store.parked_hosts))
+
+    async def read_members(self) -> None:
+        epoch, members = await self.persist(self.store.members)
+        self.session.members_read(epoch, members)

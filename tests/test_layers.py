@@ -1,0 +1,192 @@
+"""The layers of the package hold: the core imports no IO, no import cycle, each layer
+imports only the layers below it (docs/design.md draws them)."""
+
+from __future__ import annotations
+
+import ast
+import subprocess
+import sys
+from collections.abc import Iterator
+from pathlib import Path
+
+PACKAGE = Path(__file__).resolve().parent.parent / "hashcrawl"
+IO = ("redis", "trio", "httpx", "lxml")
+ROOT = "root"  # the package's own top-level modules: _exceptions, _version, _settings
+# Which layers each layer may import (itself always). hashcrawl/__init__.py and
+# __main__.py are the entrances: they may import anything.
+MAY_IMPORT = {
+    ROOT: {"_core"},
+    "_core": {ROOT},
+    "_store": {ROOT, "_core"},
+    "_web": {ROOT, "_core"},
+    "_run": {ROOT, "_core", "_store", "_web"},
+    "_cli": {ROOT, "_core", "_store", "_web", "_run"},
+}
+ENTRANCES = {"hashcrawl", "hashcrawl.__main__"}
+
+
+def module_files() -> dict[str, Path]:
+    """Every module of the package by dotted name (a package by its own name)."""
+    found = {}
+    for path in PACKAGE.rglob("*.py"):
+        parts = list(path.relative_to(PACKAGE.parent).with_suffix("").parts)
+        if parts[-1] == "__init__":
+            parts.pop()
+        found[".".join(parts)] = path
+    return found
+
+
+def imported_names(path: Path) -> Iterator[str]:
+    """Every name an ``import`` or ``from`` anywhere in ``path`` brings in (at the top,
+    under ``if TYPE_CHECKING``, inside functions), each ``from`` name as ``module.name``."""
+    parts = list(path.relative_to(PACKAGE.parent).with_suffix("").parts)
+    package = parts[:-1]  # what a relative import starts from
+    for node in ast.walk(ast.parse(path.read_text(), str(path))):
+        if isinstance(node, ast.Import):
+            yield from (alias.name for alias in node.names)
+        elif isinstance(node, ast.ImportFrom):
+            base = package[: len(package) - node.level + 1] if node.level else []
+            module = ".".join([*base, *([node.module] if node.module else [])])
+            yield module
+            yield from (f"{module}.{alias.name}" for alias in node.names)
+
+
+def import_graph() -> dict[str, set[str]]:
+    """Each module of the package -> the modules of the package it imports."""
+    files = module_files()
+    graph: dict[str, set[str]] = {}
+    for name, path in files.items():
+        graph[name] = {
+            target
+            for imported in imported_names(path)
+            if (target := _module_of(imported, files)) is not None and target != name
+        }
+    return graph
+
+
+def _module_of(imported: str, files: dict[str, Path]) -> str | None:
+    """The package module ``imported`` names or lies in; None outside the package."""
+    while imported not in files:
+        if "." not in imported:
+            return None
+        imported = imported.rpartition(".")[0]
+    return imported
+
+
+def layer_of(module: str) -> str | None:
+    """``_core``, ``_store``, ... or ``root``; None for an entrance."""
+    if module in ENTRANCES:
+        return None
+    parts = module.split(".")
+    return parts[1] if len(parts) > 2 else ROOT
+
+
+def cycle_in(graph: dict[str, set[str]]) -> list[str] | None:
+    """One import cycle of ``graph``, as the modules round it; None if it has none."""
+    done: set[str] = set()
+    path: list[str] = []
+
+    def visit(node: str) -> list[str] | None:
+        if node in path:
+            return [*path[path.index(node) :], node]
+        if node in done:
+            return None
+        path.append(node)
+        for target in sorted(graph[node]):
+            found = visit(target)
+            if found is not None:
+                return found
+        path.pop()
+        done.add(node)
+        return None
+
+    for start in sorted(graph):
+        found = visit(start)
+        if found is not None:
+            return found
+    return None
+
+
+CORE = sorted(m for m in module_files() if layer_of(m) == "_core")
+
+
+def test_the_core_loads_no_io_library() -> None:
+    """Importing every core module in a fresh interpreter loads none of redis, trio,
+    httpx and lxml, even through the modules they import (one interpreter for all: what
+    none of them loads, each of them does not)."""
+    script = (
+        f"import importlib, sys\nfor m in {CORE!r}: importlib.import_module(m)\n"
+        f"print(' '.join(sorted(set(sys.modules) & set({IO!r}))))"
+    )
+    done = subprocess.run(
+        [sys.executable, "-c", script], capture_output=True, text=True, timeout=60, check=True
+    )
+    assert done.stdout.split() == [], f"the core loads {done.stdout.strip()}"
+
+
+def test_the_io_check_sees_an_io_library_loaded() -> None:
+    """The check above could fail: a module that does load one is seen to."""
+    script = f"import sys, hashcrawl._run._worker; print(set(sys.modules) >= set({IO!r}))"
+    done = subprocess.run(
+        [sys.executable, "-c", script], capture_output=True, text=True, timeout=60, check=True
+    )
+    assert done.stdout.strip() == "True"
+
+
+def test_the_core_names_an_io_library_only_for_types() -> None:
+    """No import under hashcrawl/_core names an IO library, but for the one type-only
+    import of lxml's element type in ``_links`` (``_web._html`` parses, and hands over
+    the elements): a new import of one anywhere in the core fails here."""
+    named = {
+        (module, imported.partition(".")[0], imported in type_only_names(module))
+        for module in CORE
+        for imported in imported_names(module_files()[module])
+        if imported.partition(".")[0] in IO
+    }
+    assert named == {("hashcrawl._core._links", "lxml", True)}, named
+
+
+def type_only_names(module: str) -> set[str]:
+    """What the ``if TYPE_CHECKING:`` blocks of ``module`` import."""
+    names: set[str] = set()
+    for node in ast.walk(ast.parse(module_files()[module].read_text())):
+        if isinstance(node, ast.If) and ast.unparse(node.test) == "TYPE_CHECKING":
+            for inner in node.body:
+                if isinstance(inner, ast.Import):
+                    names.update(alias.name for alias in inner.names)
+                elif isinstance(inner, ast.ImportFrom) and inner.module is not None:
+                    names.add(inner.module)
+                    names.update(f"{inner.module}.{alias.name}" for alias in inner.names)
+    return names
+
+
+def test_the_package_has_no_import_cycle() -> None:
+    """Counting type-only and function-local imports, no module imports itself back."""
+    assert cycle_in(import_graph()) is None, " -> ".join(cycle_in(import_graph()) or [])
+
+
+def test_the_cycle_finder_finds_a_cycle() -> None:
+    """The check above could fail: a graph with a loop has one found."""
+    assert cycle_in({"a": {"b"}, "b": {"c"}, "c": {"a"}, "d": set()}) == ["a", "b", "c", "a"]
+    assert cycle_in({"a": {"b"}, "b": set()}) is None
+
+
+def test_each_layer_imports_only_the_layers_below_it() -> None:
+    """The core and the root modules import only each other; the store and the web, only
+    those; the worker, not the command line (see docs/design.md)."""
+    wrong = []
+    for module, targets in import_graph().items():
+        layer = layer_of(module)
+        if layer is None:
+            continue
+        for target in targets:
+            other = layer_of(target)
+            if other is not None and other != layer and other not in MAY_IMPORT[layer]:
+                wrong.append(f"{module} -> {target}")
+    assert wrong == []
+
+
+def test_every_module_belongs_to_a_layer() -> None:
+    """A new folder under hashcrawl/ gets its rule here, and its line in docs/design.md."""
+    layers = {layer_of(m) for m in module_files()} - {None}
+    assert layers == set(MAY_IMPORT)
