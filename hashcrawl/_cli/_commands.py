@@ -20,7 +20,7 @@ import sys
 import time
 from collections.abc import Callable, Iterator, Sequence
 from pathlib import Path
-from typing import Any, NoReturn
+from typing import TYPE_CHECKING, Any, NoReturn
 
 import attrs
 import trio
@@ -53,6 +53,9 @@ DEFAULT_CRAWL = "default"
 FAILED, USAGE, NOTHING_FETCHED, INTERRUPTED, CLOSED_PIPE = 1, 2, 3, 130, 141
 START_PATIENCE = 5.0  # seconds a command waits for a Redis that never answered yet
 REPORT_EVERY = 60.0  # seconds between two of join's lines on what it has done
+
+if TYPE_CHECKING:
+    from hashcrawl._run._worker import Worker
 
 
 class _Parser(argparse.ArgumentParser):
@@ -409,9 +412,9 @@ def _worker_settings(args: argparse.Namespace, settings: Settings, spider: Any) 
     return {**own, **scrapy_settings(spider), **changed, **given_flags(args)}
 
 
-async def _report(worker: Any, every: float = REPORT_EVERY) -> None:
+async def _report(worker: Worker, every: float = REPORT_EVERY) -> None:
     """Say when the worker has joined, then what it has done every ``every`` seconds."""
-    while (session := worker.session) is None or not session.joined_ms:
+    while (session := worker.session) is None or not session.epochs.joined_ms:
         await trio.sleep(0.2)
     print(
         f"hashcrawl: joined crawl {worker.crawl} as {worker.id} "
