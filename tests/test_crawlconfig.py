@@ -41,7 +41,11 @@ def write(redis_url: str, crawl: str, **fields: str) -> None:
 
 
 def join(redis_url: str, crawl: str, *flags: str) -> int:
-    """``hashcrawl join`` in this process; a refused worker returns before it joins."""
+    """``hashcrawl join`` in this process; a refused worker returns before it joins, and
+    one that joins ends at once: the crawl has begun (a crawl never fed waits for its
+    first URL) and has nothing left."""
+    client = redis_py.Redis.from_url(redis_url, decode_responses=True)
+    client.hset(f"hc:{{{crawl}}}:seenmeta", "queued", 1)
     return main(["join", "--redis", redis_url, "--crawl", crawl, "--idle", "0", *flags])
 
 
@@ -205,6 +209,8 @@ def test_configure_and_status_show_the_crawls_settings(
 ) -> None:
     """configure prints the changes then the settings; status prints them by flag."""
     base = ["--redis", redis_url, "--crawl", crawl_name]
+    assert join(redis_url, crawl_name) == 0  # records version 1; configure needs a crawl
+    capsys.readouterr()
     assert main(["configure", *base, "--delay", "2", "--ignore-robots"]) == 0
     out = capsys.readouterr().out
     assert "--delay: 2.0 (was 1.0)" in out and "  --ignore-robots: yes" in out
@@ -212,7 +218,7 @@ def test_configure_and_status_show_the_crawls_settings(
     assert "--ignore-robots: no (was yes)" in capsys.readouterr().out
     assert main(["status", *base]) == 0
     out = capsys.readouterr().out
-    assert "settings: version 2" in out and "  --delay: 2.0" in out
+    assert "settings: version 3" in out and "  --delay: 2.0" in out
 
 
 # -- stored settings are hostile --------------------------------------------------------------
