@@ -132,9 +132,10 @@ class Cluster:
     def live(self) -> list[RedisServer]:
         return [n for n in self.nodes if n.pid is not None]
 
-    def shards(self) -> list[dict[str, Any]]:
-        """Per primary: its node, its slot ranges and its replicas, as a live node sees it."""
-        with self.client(self.live()[0]) as client:
+    def shards(self, seen_by: RedisServer | None = None) -> list[dict[str, Any]]:
+        """Per primary: its node, its slot ranges and its replicas, as ``seen_by`` (by
+        default the first live node) sees it."""
+        with self.client(seen_by or self.live()[0]) as client:
             reply = client.execute_command("CLUSTER", "SLOTS")
         by_port = {n.port: n for n in self.nodes}
         return [
@@ -176,6 +177,10 @@ class Cluster:
                         return False
                     if int(info.get("cluster_slots_ok", 0)) != SLOTS:
                         return False
+            # Every node's slot map lists every replica: a client's map comes from any.
+            for node in self.live():
+                if any(len(s["replicas"]) < self.replicas for s in self.shards(node)):
+                    return False
             for shard in self.shards():
                 with self.client(shard["primary"]) as client:
                     replication = client.info("replication")

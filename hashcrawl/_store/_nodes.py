@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import logging
 import threading
+import time
 from collections.abc import Callable
 from typing import Any
 
@@ -53,6 +54,9 @@ MAP_MAY_CHANGE = (
 # A script's access to a key of a slot the node does not serve.
 NOT_LOCAL = "non local key"
 TOPOLOGY_TIMEOUT = 5.0  # seconds a slot-map read may wait on one node (a hung one, say)
+# Seconds between reads of the slot map when nothing fails: a replica added (or still
+# syncing, so not yet listed) when the map was read is waited for from the next read on.
+TOPOLOGY_REFRESH_S = 30.0
 
 
 class Nodes:
@@ -76,6 +80,7 @@ class Nodes:
         self._found = False
         self._owner: tuple[str, int] | None = None  # a cluster primary's host and port
         self._replicas = 0
+        self._map_read_at = 0.0  # time.monotonic() of the last slot-map read
         self._moved = False
         self._clients: dict[tuple[Any, ...], redis.Redis] = {}
 
@@ -89,6 +94,8 @@ class Nodes:
     def replicas(self) -> int:
         """How many replicas the slot map lists for the crawl's primary (0: one server)."""
         self._discover()
+        if self._cluster is not None and time.monotonic() - self._map_read_at > TOPOLOGY_REFRESH_S:
+            self._reread()
         return self._replicas
 
     @property
@@ -164,6 +171,11 @@ class Nodes:
             return
         if not isinstance(exc, MAP_MAY_CHANGE) and NOT_LOCAL not in str(exc):
             return
+        self._reread()
+
+    def _reread(self) -> None:
+        assert self._cluster is not None
+        self._map_read_at = time.monotonic()  # a failed read waits its turn too
         try:
             with self._lock:
                 self._cluster.nodes_manager.initialize()
@@ -226,6 +238,7 @@ class Nodes:
         assert self._cluster is not None
         manager = self._cluster.nodes_manager
         slot = self._cluster.keyslot(self.slot_key)  # type: ignore[no-untyped-call]
+        self._map_read_at = time.monotonic()
         serving = manager.slots_cache.get(slot) or []
         if not serving:
             return
