@@ -237,3 +237,16 @@ robots_bodies = st.lists(
     _ROBOTS_LINES.map(str.encode) | st.binary(max_size=20) | st.text(max_size=20).map(str.encode),
     max_size=15,
 ).map(b"\n".join)
+
+#: Revisit records as the core writes them (ETags within the kept length).
+revisit_records = st.builds(
+    lambda due, interval, digest, modified, tag: (due, interval, digest, modified, tag),
+    st.integers(0, 2**32 - 1),
+    st.integers(60, 365 * 86_400),
+    st.binary(min_size=8, max_size=8),
+    st.integers(0, 2**32 - 1),
+    st.one_of(
+        st.just(""),
+        st.from_regex(r'(W/)?"[A-Za-z0-9\-]{0,20}"', fullmatch=True),
+    ),
+)
