@@ -17,6 +17,7 @@ from typing import Any
 
 import attrs
 
+from hashcrawl._core._revisit import BadRecord, Record
 from hashcrawl._core._urls import canonicalize
 from hashcrawl._exceptions import HashcrawlError
 
@@ -72,6 +73,9 @@ class Entry:
     flight before fetching it, so a page that kills workers is counted and parked dead.
     ``hops`` counts the redirects that led to this URL, so a chain can be cut off.
 
+    ``revisit`` is a revisit's record (docs/design.md, "Revisits"), written only on
+    entries the revisit script makes.
+
     ``method``, ``headers``, ``body``, ``timeout`` and ``max_redirects`` are a full
     request's; each is written only when it is not the default, so a plain GET's entry
     is what it was before they existed (keys M, H, B or Y, t, r).
@@ -96,6 +100,7 @@ class Entry:
     cb_kwargs: Any = None
     handle_httpstatus_list: tuple[int, ...] = ()
     rule: int | None = None
+    revisit: str | None = None  # a revisit's record (``_revisit.Record``) in hex ("V")
 
     @property
     def key(self) -> str:
@@ -137,6 +142,7 @@ class Entry:
             ("k", self.cb_kwargs, None),
             ("S", list(self.handle_httpstatus_list), []),
             ("R", self.rule, None),
+            ("V", self.revisit, None),
         ):
             if value != default:
                 doc[key] = value
@@ -188,6 +194,11 @@ class Entry:
         full = _full_request(doc, data)
         if not _SCRAPY_KEYS.isdisjoint(doc):
             full.update(_scrapy_fields(doc, data))
+        if "V" in doc:
+            try:
+                full["revisit"] = Record.from_hex(doc["V"]).to_hex()
+            except BadRecord as exc:
+                raise BadEntry(f"entry revisit record: {exc}: {_clip(data)}") from None
         return cls(
             url=doc["u"],
             depth=numbers["d"],

@@ -1,0 +1,72 @@
+"""Due pages: where a revisited URL's record lives, the entry stored for it, the entry a
+revisit sends, and the figures status shows. Pure; the scripts are ``_store/lua/revisit.lua``.
+"""
+
+from __future__ import annotations
+
+import hashlib
+from collections.abc import Mapping
+
+import attrs
+
+from hashcrawl._core._entry import Entry
+from hashcrawl._core._revisit import Record
+
+#: Buckets of records: 2^14 keeps each bucket near 61 records at 1M URLs, under the 128
+#: fields up to which Redis packs a hash (a listpack: ~2 bytes of overhead a field).
+BUCKET_BITS = 14
+_CONDITIONAL = frozenset({"if-none-match", "if-modified-since"})
+
+
+def url_fingerprint(key: str) -> bytes:
+    """The 8 bytes a revisited request is known by in its bucket (``Entry.key``'s
+    BLAKE2b, the bytes the seen filter's fingerprint is cut from)."""
+    return hashlib.blake2b(key.encode("utf-8"), digest_size=16).digest()[:8]
+
+
+def bucket_of(fingerprint: bytes) -> int:
+    """The bucket of a fingerprint: its top ``BUCKET_BITS`` bits."""
+    return int.from_bytes(fingerprint[:4], "big") >> (32 - BUCKET_BITS)
+
+
+def stored_entry(entry: Entry) -> str:
+    """The entry kept for a page's revisits: as first queued, less what belongs to one
+    fetch (attempts, the suspect mark, a revisit's record and conditional headers)."""
+    headers = tuple(pair for pair in entry.headers if pair[0].lower() not in _CONDITIONAL)
+    return attrs.evolve(
+        entry, attempts=0, suspect=False, revisit=None, headers=headers, dont_filter=False
+    ).encode()
+
+
+def conditional(entry: Entry, record: Record) -> Entry:
+    """A revisit's entry as it is sent: the last fetch's validators as conditional
+    headers, in place of any the entry held."""
+    headers = tuple(pair for pair in entry.headers if pair[0].lower() not in _CONDITIONAL)
+    return attrs.evolve(entry, headers=headers + record.conditional_headers())
+
+
+@attrs.frozen(kw_only=True)
+class DueFigures:
+    """What status shows of revisits, from the count of records by due minute."""
+
+    due_now: int = 0  # due at or before now: waiting to be taken
+    overdue: int = 0  # of those, due more than a minute ago: the takers are behind
+    next_hour: int = 0  # due within the next hour
+    records: int = 0  # revisited URLs
+
+    @classmethod
+    def from_histogram(cls, counts: Mapping[str, str], now_s: int) -> DueFigures:
+        """Read ``rvhist`` (minute -> records due in it); fields that are not whole
+        numbers (written by hand) are skipped."""
+        minute = now_s // 60
+        due_now = overdue = next_hour = records = 0
+        for field, value in counts.items():
+            try:
+                at, n = int(field), int(value)
+            except ValueError:
+                continue
+            records += n
+            due_now += n if at <= minute else 0
+            overdue += n if at < minute - 1 else 0
+            next_hour += n if minute < at <= minute + 60 else 0
+        return cls(due_now=due_now, overdue=overdue, next_hour=next_hour, records=records)

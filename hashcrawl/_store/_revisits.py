@@ -1,0 +1,113 @@
+"""The revisit records of a crawl in Redis: writing them, taking the due ones, counting.
+
+The keys (``rv:B``, ``rvu:B``, ``rvdue``, ``rvhist``) and what each holds are listed in
+``lua/revisit.lua``; docs/design.md ("Revisits") says why they are shaped so. Only a
+crawl run with ``--revisit`` writes any of them.
+"""
+
+from __future__ import annotations
+
+import functools
+from collections.abc import Callable, Iterable, Sequence
+from importlib import resources
+from typing import Any, ParamSpec, TypeVar
+
+import attrs
+import redis
+
+from hashcrawl._core._due import DueFigures, bucket_of, stored_entry, url_fingerprint
+from hashcrawl._core._entry import Entry
+from hashcrawl._core._revisit import Record, Verdict
+from hashcrawl._exceptions import QueueError
+
+P = ParamSpec("P")
+T = TypeVar("T")
+#: How many due buckets one take visits: each holds about 61 records at 1M URLs, so a
+#: call reads a few hundred fields at most and never stalls the server.
+TAKE_BUCKETS = 8
+TAKE_MOST = 200  # entries one take adds to the inbox
+_VERDICTS = {Verdict.CHANGED: "c", Verdict.UNCHANGED: "u", Verdict.UNKNOWN: ""}
+
+
+@attrs.frozen(kw_only=True)
+class Fetch:
+    """One revisited page's next record, for ``put``: the entry it was fetched from
+    (stored for the next visit when ``first``), and what the fetch found."""
+
+    entry: Entry
+    record: Record
+    verdict: Verdict
+    first: bool  # the page's first fetch: its entry is stored too
+
+
+@attrs.frozen(kw_only=True)
+class Taken:
+    """What one take did."""
+
+    entries: int
+    buckets: int
+    dropped: int  # records that could not be read, dropped with a sample in ``bad``
+    now_s: int
+
+
+def _translated(method: Callable[P, T]) -> Callable[P, T]:
+    @functools.wraps(method)
+    def call(*args: P.args, **kwargs: P.kwargs) -> T:
+        try:
+            return method(*args, **kwargs)
+        except redis.RedisError as exc:
+            text = str(exc).splitlines()[0] if str(exc) else type(exc).__name__
+            raise QueueError(f"Redis, revisit records: {text}") from None
+
+    return call
+
+
+class Revisits:
+    """A crawl's revisit records on one Redis client (one that does not decode replies:
+    fingerprints and records are bytes)."""
+
+    def __init__(self, client: Any, prefix: str) -> None:
+        self._client = client
+        self.prefix = prefix
+        text = resources.files(__package__).joinpath("lua", "revisit.lua").read_text()
+        self._script = client.register_script(text)
+
+    @_translated
+    def put(self, fetches: Sequence[Fetch]) -> int:
+        """Write each page's next record (and a first fetch's entry); count changes."""
+        args: list[Any] = [self.prefix, "put", ""]
+        for fetch in fetches:
+            fp = url_fingerprint(fetch.entry.key)
+            entry = stored_entry(fetch.entry) if fetch.first else ""
+            verdict = _VERDICTS[fetch.verdict]
+            args += [bucket_of(fp), fp, fetch.record.to_bytes(), entry, verdict]
+        return int(self._script(keys=[self.prefix + "rvdue"], args=args))
+
+    @_translated
+    def take(self, *, requeue_s: int, now_s: int | None = None, most: int = TAKE_MOST) -> Taken:
+        """Turn due records into inbox entries (see ``lua/revisit.lua``)."""
+        now = "" if now_s is None else now_s
+        args = [self.prefix, "take", now, most, TAKE_BUCKETS, requeue_s]
+        got = self._script(keys=[self.prefix + "rvdue"], args=args)
+        return Taken(entries=got[0], buckets=got[1], dropped=got[2], now_s=got[3])
+
+    @_translated
+    def figures(self, now_s: int) -> DueFigures:
+        """Pages due now, overdue and due in the next hour (one HGETALL of ``rvhist``)."""
+        raw = self._client.hgetall(self.prefix + "rvhist")
+        return DueFigures.from_histogram(dict(_texts(raw.items())), now_s)
+
+    @_translated
+    def record_of(self, entry: Entry) -> Record | None:
+        """The stored record of ``entry``'s page, if any (for tests and inspection)."""
+        fp = url_fingerprint(entry.key)
+        raw = self._client.hget(f"{self.prefix}rv:{bucket_of(fp)}", fp)
+        return None if raw is None else Record.from_bytes(raw)
+
+
+def _texts(items: Iterable[tuple[Any, Any]]) -> Iterable[tuple[str, str]]:
+    for field, value in items:
+        yield (
+            field.decode("ascii", "replace") if isinstance(field, bytes) else str(field),
+            value.decode("ascii", "replace") if isinstance(value, bytes) else str(value),
+        )

@@ -1,0 +1,191 @@
+"""The revisit script and its store (lua/revisit.lua, _store/_revisits.py) on a real
+server: records written, due ones taken exactly once into the inbox, bad ones dropped."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterator
+from typing import Any
+
+import pytest
+import redis as redis_py
+
+from hashcrawl._core._due import bucket_of, conditional, url_fingerprint
+from hashcrawl._core._entry import Entry
+from hashcrawl._core._revisit import Fetched, Policy, Record, Verdict, after_fetch
+from hashcrawl._store._revisits import Fetch, Revisits
+
+NOW = 1_800_000_000
+REQUEUE = 14 * 86_400
+POLICY = Policy.parse("adaptive", low=60, high=86_400)
+
+
+@pytest.fixture
+def raw(redis_url: str) -> Iterator[redis_py.Redis]:
+    client = redis_py.Redis.from_url(redis_url)
+    yield client
+    client.close()
+
+
+@pytest.fixture
+def prefix(crawl_name: str) -> str:
+    return f"hc:{{{crawl_name}}}:"
+
+
+@pytest.fixture
+def revisits(raw: Any, prefix: str) -> Revisits:
+    return Revisits(raw, prefix)
+
+
+def first_fetch(url: str, *, at: int = NOW, etag: str | None = '"e1"', **entry: object) -> Fetch:
+    page = Entry(url=url, **entry)  # type: ignore[arg-type]
+    fetched = Fetched(status=200, body=b"v1 " + url.encode(), etag=etag)
+    record, verdict = after_fetch(None, fetched, policy=POLICY, now_s=at)
+    return Fetch(entry=page, record=record, verdict=verdict, first=True)
+
+
+def inbox(raw: Any, prefix: str) -> list[Entry]:
+    return [Entry.decode(fields[b"r"]) for _, fields in raw.xrange(prefix + "inbox")]
+
+
+def test_a_put_record_reads_back_and_is_counted_by_due_minute(
+    revisits: Revisits, raw: Any, prefix: str
+) -> None:
+    """put writes the record, the page's entry, its bucket's due time and its minute."""
+    fetch = first_fetch("http://a.test/1")
+    assert revisits.put([fetch]) == 1
+    assert revisits.record_of(fetch.entry) == fetch.record
+    bucket = bucket_of(url_fingerprint(fetch.entry.key))
+    assert raw.zscore(prefix + "rvdue", bucket) == NOW + 60
+    figures = revisits.figures(NOW)
+    assert (figures.records, figures.due_now, figures.next_hour) == (1, 0, 1)
+
+
+def test_a_due_record_becomes_one_inbox_entry_once(
+    revisits: Revisits, raw: Any, prefix: str
+) -> None:
+    """At its due time a record becomes one inbox entry; a second take finds nothing."""
+    fetch = first_fetch("http://a.test/1", callback="parse_item", meta={"k": 1})
+    revisits.put([fetch])
+    assert revisits.take(requeue_s=REQUEUE, now_s=NOW + 59).entries == 0
+    assert revisits.take(requeue_s=REQUEUE, now_s=NOW + 60).entries == 1
+    assert revisits.take(requeue_s=REQUEUE, now_s=NOW + 61).entries == 0
+    [entry] = inbox(raw, prefix)
+    assert (entry.url, entry.callback, entry.meta) == ("http://a.test/1", "parse_item", {"k": 1})
+    assert entry.dont_filter  # a revisit passes the seen filter
+    assert entry.revisit == fetch.record.to_hex()
+    assert int(raw.get(prefix + "outstanding") or 0) == 1
+    moved = revisits.record_of(fetch.entry)
+    assert moved is not None and moved.due_s == NOW + 60 + REQUEUE
+
+
+def test_a_revisit_is_conditional_on_the_last_validators(
+    revisits: Revisits, raw: Any, prefix: str
+) -> None:
+    """The inbox entry, as the owner sends it, carries If-None-Match from the last fetch."""
+    revisits.put([first_fetch("http://a.test/1")])
+    revisits.take(requeue_s=REQUEUE, now_s=NOW + 60)
+    [entry] = inbox(raw, prefix)
+    assert entry.revisit is not None
+    sent = conditional(entry, Record.from_hex(entry.revisit))
+    assert ("If-None-Match", '"e1"') in sent.headers
+
+
+def test_the_next_fetch_writes_the_next_due_time(
+    revisits: Revisits, raw: Any, prefix: str
+) -> None:
+    """After a 304 the record is due a longer interval on, and the minute counts follow."""
+    fetch = first_fetch("http://a.test/1")
+    revisits.put([fetch])
+    revisits.take(requeue_s=REQUEUE, now_s=NOW + 60)
+    [entry] = inbox(raw, prefix)
+    assert entry.revisit is not None
+    old = Record.from_hex(entry.revisit)
+    record, verdict = after_fetch(old, Fetched(status=304), policy=POLICY, now_s=NOW + 70)
+    revisits.put([Fetch(entry=entry, record=record, verdict=verdict, first=False)])
+    assert revisits.record_of(fetch.entry) == record
+    assert record.due_s == NOW + 70 + 72
+    figures = revisits.figures(NOW + 70)
+    assert (figures.records, figures.next_hour) == (1, 1)
+    assert raw.hget(prefix + "stats", "revisit_unchanged") == b"1"
+
+
+def test_changes_found_are_counted(revisits: Revisits, raw: Any, prefix: str) -> None:
+    """A changed page raises revisit_changed, once per put."""
+    fetch = first_fetch("http://a.test/1")
+    changed, verdict = after_fetch(
+        fetch.record, Fetched(status=200, body=b"v2"), policy=POLICY, now_s=NOW + 60
+    )
+    assert verdict is Verdict.CHANGED
+    revisits.put([Fetch(entry=fetch.entry, record=changed, verdict=verdict, first=False)])
+    assert raw.hget(prefix + "stats", "revisit_changed") == b"1"
+
+
+def test_a_take_adds_at_most_its_limit_and_the_rest_stay_due(revisits: Revisits) -> None:
+    """Past its limit a take leaves due records due, for the next take: none is lost."""
+    revisits.put([first_fetch(f"http://a.test/{i}") for i in range(5)])
+    assert revisits.take(requeue_s=REQUEUE, now_s=NOW + 60, most=2).entries == 2
+    assert revisits.take(requeue_s=REQUEUE, now_s=NOW + 60, most=2).entries == 2
+    assert revisits.take(requeue_s=REQUEUE, now_s=NOW + 60, most=2).entries == 1
+    assert revisits.take(requeue_s=REQUEUE, now_s=NOW + 60, most=2).entries == 0
+
+
+def test_an_unreadable_record_is_dropped_with_a_reason(
+    revisits: Revisits, raw: Any, prefix: str
+) -> None:
+    """A record written by hand that is no record is dropped and sampled, and the other
+    records of its bucket are still taken."""
+    fetch = first_fetch("http://a.test/1")
+    revisits.put([fetch])
+    bucket = bucket_of(url_fingerprint(fetch.entry.key))
+    raw.hset(f"{prefix}rv:{bucket}", b"12345678", b"short")
+    taken = revisits.take(requeue_s=REQUEUE, now_s=NOW + 60)
+    assert (taken.entries, taken.dropped) == (1, 1)
+    assert raw.hexists(f"{prefix}rv:{bucket}", b"12345678") == 0
+    [sample] = raw.lrange(prefix + "bad", 0, -1)
+    assert b"not a record (5 bytes)" in sample
+    assert raw.hget(prefix + "stats", "revisit_bad") == b"1"
+
+
+def test_a_record_whose_entry_is_gone_is_dropped(
+    revisits: Revisits, raw: Any, prefix: str
+) -> None:
+    """A due record without its entry cannot be revisited: it is dropped, not raised."""
+    fetch = first_fetch("http://a.test/1")
+    revisits.put([fetch])
+    fp = url_fingerprint(fetch.entry.key)
+    raw.hdel(f"{prefix}rvu:{bucket_of(fp)}", fp)
+    taken = revisits.take(requeue_s=REQUEUE, now_s=NOW + 60)
+    assert (taken.entries, taken.dropped) == (0, 1)
+    assert revisits.record_of(fetch.entry) is None
+    assert revisits.figures(NOW).records == 0
+
+
+def test_a_hostile_entry_becomes_a_bad_entry_not_a_crash(
+    revisits: Revisits, raw: Any, prefix: str
+) -> None:
+    """An entry edited in Redis to carry its own V reaches the owner as a BadEntry."""
+    fetch = first_fetch("http://a.test/1")
+    revisits.put([fetch])
+    fp = url_fingerprint(fetch.entry.key)
+    raw.hset(f"{prefix}rvu:{bucket_of(fp)}", fp, json.dumps({"u": "http://a.test/1", "V": "zz"}))
+    revisits.take(requeue_s=REQUEUE, now_s=NOW + 60)
+    [(_, fields)] = raw.xrange(prefix + "inbox")
+    with pytest.raises(ValueError, match="revisit record"):
+        Entry.decode(fields[b"r"])
+
+
+def test_a_10kb_etag_is_not_stored(revisits: Revisits, raw: Any, prefix: str) -> None:
+    """A server's 10 KB ETag leaves a 20-byte record: it is not kept at all."""
+    fetch = first_fetch("http://a.test/1", etag='"' + "x" * 10_240 + '"')
+    revisits.put([fetch])
+    fp = url_fingerprint(fetch.entry.key)
+    assert len(raw.hget(f"{prefix}rv:{bucket_of(fp)}", fp) or b"") == 20
+
+
+def test_figures_count_due_overdue_and_next_hour(revisits: Revisits) -> None:
+    """Due now counts everything due; overdue what is more than a minute late."""
+    revisits.put([first_fetch(f"http://a.test/{i}", at=NOW + 600 * i) for i in range(4)])
+    # due at NOW+60, +660, +1260, +1860
+    figures = revisits.figures(NOW + 700)
+    assert (figures.due_now, figures.overdue, figures.next_hour) == (2, 1, 2)
