@@ -10,10 +10,10 @@ from typing import Any
 import pytest
 import redis as redis_py
 
-from hashcrawl._core._due import bucket_of, conditional, url_fingerprint
+from hashcrawl._core._due import Fetch, bucket_of, conditional, url_fingerprint
 from hashcrawl._core._entry import Entry
 from hashcrawl._core._revisit import Fetched, Policy, Record, Verdict, after_fetch
-from hashcrawl._store._revisits import Fetch, Revisits
+from hashcrawl._store._revisits import Revisits
 
 NOW = 1_800_000_000
 REQUEUE = 14 * 86_400
@@ -91,9 +91,7 @@ def test_a_revisit_is_conditional_on_the_last_validators(
     assert ("If-None-Match", '"e1"') in sent.headers
 
 
-def test_the_next_fetch_writes_the_next_due_time(
-    revisits: Revisits, raw: Any, prefix: str
-) -> None:
+def test_the_next_fetch_writes_the_next_due_time(revisits: Revisits, raw: Any, prefix: str) -> None:
     """After a 304 the record is due a longer interval on, and the minute counts follow."""
     fetch = first_fetch("http://a.test/1")
     revisits.put([fetch])
@@ -147,9 +145,7 @@ def test_an_unreadable_record_is_dropped_with_a_reason(
     assert raw.hget(prefix + "stats", "revisit_bad") == b"1"
 
 
-def test_a_record_whose_entry_is_gone_is_dropped(
-    revisits: Revisits, raw: Any, prefix: str
-) -> None:
+def test_a_record_whose_entry_is_gone_is_dropped(revisits: Revisits, raw: Any, prefix: str) -> None:
     """A due record without its entry cannot be revisited: it is dropped, not raised."""
     fetch = first_fetch("http://a.test/1")
     revisits.put([fetch])

@@ -10,7 +10,7 @@ from collections.abc import Mapping
 import attrs
 
 from hashcrawl._core._entry import Entry
-from hashcrawl._core._revisit import Record
+from hashcrawl._core._revisit import Fetched, Policy, Record, Verdict, after_fetch
 
 #: Buckets of records: 2^14 keeps each bucket near 61 records at 1M URLs, under the 128
 #: fields up to which Redis packs a hash (a listpack: ~2 bytes of overhead a field).
@@ -43,6 +43,30 @@ def conditional(entry: Entry, record: Record) -> Entry:
     headers, in place of any the entry held."""
     headers = tuple(pair for pair in entry.headers if pair[0].lower() not in _CONDITIONAL)
     return attrs.evolve(entry, headers=headers + record.conditional_headers())
+
+
+@attrs.frozen(kw_only=True)
+class Fetch:
+    """One revisited page's next record, for the store's ``put``: the entry it was
+    fetched from (stored for the next visit when ``first``), and what the fetch found."""
+
+    entry: Entry
+    record: Record
+    verdict: Verdict
+    first: bool  # the page's first fetch: its entry is stored too
+
+
+def judged(entry: Entry, fetched: Fetched, *, policy: Policy, now_s: int) -> Fetch | None:
+    """What a fetch means for the page's revisits; None when it gets no record: a
+    first fetch that was not a 200, a sitemap, or a request other than a plain GET
+    (a form's POST is not a page to watch)."""
+    if entry.sitemap or entry.method != "GET" or entry.body:
+        return None
+    record = None if entry.revisit is None else Record.from_hex(entry.revisit)
+    if record is None and fetched.status != 200:
+        return None
+    after, verdict = after_fetch(record, fetched, policy=policy, now_s=now_s)
+    return Fetch(entry=entry, record=after, verdict=verdict, first=record is None)
 
 
 @attrs.frozen(kw_only=True)

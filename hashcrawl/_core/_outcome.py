@@ -17,6 +17,7 @@ from typing import Any
 import attrs
 
 from hashcrawl._core._batch import Batch, dead_key
+from hashcrawl._core._due import Fetch
 from hashcrawl._core._entry import BadEntry, Entry
 from hashcrawl._core._faults import NO_FAULTS, Faults
 from hashcrawl._core._frontier import Held
@@ -48,7 +49,8 @@ class Outcome:
     ``backoff`` is how long (seconds) the entry's host should wait before its next
     request; ``found`` and ``dropped`` count the page's links, for the metrics;
     ``fault`` is ``"parse"`` when the parse callback failed: the page was fetched, and
-    the error is the spider's, not the site's.
+    the error is the spider's, not the site's. ``revisit`` is written by the commit's
+    revisit put, before the entry is acknowledged.
     """
 
     kind: Kind
@@ -63,6 +65,7 @@ class Outcome:
     found: int = 0
     dropped: int = 0
     fault: str = ""
+    revisit: Fetch | None = None  # the page's next revisit record, with --revisit
 
     @classmethod
     def done(

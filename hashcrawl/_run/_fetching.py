@@ -9,9 +9,11 @@ import time
 
 import trio
 
+from hashcrawl._core._due import conditional
 from hashcrawl._core._frontier import Held
 from hashcrawl._core._outcome import Outcome
 from hashcrawl._core._page import Page, Step
+from hashcrawl._core._revisit import Record
 from hashcrawl._exceptions import FetchError, Refused
 from hashcrawl._run._membership import Membership
 from hashcrawl._web._fetch import Fetcher, NotSent, sending_only_while
@@ -115,7 +117,10 @@ class Dispatcher:
         """Send ``page``'s request; returns the response, if one came."""
         held = page.held
         cookie = page.cookie
-        request = Request.from_entry(held.entry, (("Cookie", cookie),) if cookie else ())
+        entry = held.entry
+        if entry.revisit is not None:  # a revisit: conditional on the last fetch's validators
+            entry = conditional(entry, Record.from_hex(entry.revisit))
+        request = Request.from_entry(entry, (("Cookie", cookie),) if cookie else ())
         page.sending()
         sent = self.m.now()
         try:

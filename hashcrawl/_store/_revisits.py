@@ -15,7 +15,7 @@ from typing import Any, ParamSpec, TypeVar
 import attrs
 import redis
 
-from hashcrawl._core._due import DueFigures, bucket_of, stored_entry, url_fingerprint
+from hashcrawl._core._due import DueFigures, Fetch, bucket_of, stored_entry, url_fingerprint
 from hashcrawl._core._entry import Entry
 from hashcrawl._core._revisit import Record, Verdict
 from hashcrawl._exceptions import QueueError
@@ -27,17 +27,6 @@ T = TypeVar("T")
 TAKE_BUCKETS = 8
 TAKE_MOST = 200  # entries one take adds to the inbox
 _VERDICTS = {Verdict.CHANGED: "c", Verdict.UNCHANGED: "u", Verdict.UNKNOWN: ""}
-
-
-@attrs.frozen(kw_only=True)
-class Fetch:
-    """One revisited page's next record, for ``put``: the entry it was fetched from
-    (stored for the next visit when ``first``), and what the fetch found."""
-
-    entry: Entry
-    record: Record
-    verdict: Verdict
-    first: bool  # the page's first fetch: its entry is stored too
 
 
 @attrs.frozen(kw_only=True)

@@ -1,0 +1,90 @@
+"""A worker's handler with --revisit (hashcrawl/_run/_handling.py): what a revisit's
+response comes to, and the conditional request an owner sends for it."""
+
+from __future__ import annotations
+
+from hashcrawl._core._due import conditional
+from hashcrawl._core._entry import Entry
+from hashcrawl._core._frontier import Held
+from hashcrawl._core._outcome import Kind
+from hashcrawl._core._revisit import Policy, Record, Verdict, digest_of
+from hashcrawl._run._handling import Handler, Origin
+from hashcrawl._web._models import Request, Response
+
+POLICY = Policy.parse("adaptive", low=60, high=86_400)
+URL = "http://a.test/p"
+PAGE = b"<title>p</title><a href='/q'>q</a>"
+
+
+def held(entry: Entry) -> Held:
+    return Held("1-0", entry, "a.test")
+
+
+def revisit(etag: str = '"e1"') -> Entry:
+    record = Record(due_s=1, interval_s=600, digest=digest_of(PAGE), etag=etag)
+    return Entry(url=URL, dont_filter=True, revisit=record.to_hex())
+
+
+def response(status: int, body: bytes = PAGE, **headers: str) -> Response:
+    return Response(URL, status, {"content-type": "text/html", **headers}, body, Request(URL))
+
+
+async def test_without_revisit_nothing_changes() -> None:
+    """With no policy an outcome carries no record, as before the flag existed."""
+    outcome = await Handler().handle(held(Entry(url=URL)), response(200), Origin("w1"))
+    assert outcome.kind is Kind.DONE and outcome.revisit is None and outcome.items
+
+
+async def test_a_first_fetch_gets_a_record_and_its_item() -> None:
+    """A page's first 200 is parsed as ever, and brings its first record, validators kept."""
+    handler = Handler(revisit=POLICY)
+    got = await handler.handle(held(Entry(url=URL)), response(200, etag='"e1"'), Origin("w1"))
+    assert got.kind is Kind.DONE and len(got.items) == 1 and got.follows
+    assert got.revisit is not None and got.revisit.first
+    assert (got.revisit.record.etag, got.revisit.record.interval_s) == ('"e1"', 60)
+
+
+async def test_a_first_fetch_that_failed_gets_no_record() -> None:
+    """A 404 is not a page to watch: no record."""
+    got = await Handler(revisit=POLICY).handle(held(Entry(url=URL)), response(404), Origin("w1"))
+    assert got.revisit is None
+
+
+async def test_a_304_writes_no_item_and_follows_nothing() -> None:
+    """A revisit answered 304 is unchanged: no item, no follows, a longer interval."""
+    got = await Handler(revisit=POLICY).handle(held(revisit()), response(304, b""), Origin("w1"))
+    assert got.kind is Kind.DONE and got.items == [] and got.follows == []
+    assert got.revisit is not None and got.revisit.verdict is Verdict.UNCHANGED
+    assert got.revisit.record.interval_s == 720 and not got.revisit.first
+
+
+async def test_a_200_with_the_same_content_is_unchanged() -> None:
+    """A server that ignores conditional requests: the same digest is still unchanged."""
+    got = await Handler(revisit=POLICY).handle(held(revisit()), response(200), Origin("w1"))
+    assert got.items == [] and got.revisit is not None
+    assert got.revisit.verdict is Verdict.UNCHANGED
+
+
+async def test_a_changed_page_is_parsed_and_its_interval_shrinks() -> None:
+    """New content: an item as on a first fetch, and the interval times 0.7."""
+    changed = response(200, PAGE + b"<p>new</p>")
+    got = await Handler(revisit=POLICY).handle(held(revisit()), changed, Origin("w1"))
+    assert len(got.items) == 1 and got.revisit is not None
+    assert (got.revisit.verdict, got.revisit.record.interval_s) == (Verdict.CHANGED, 420)
+
+
+async def test_an_overloaded_revisit_is_retried_without_a_record() -> None:
+    """A 503 is retried as ever; its record waits (its requeue lease brings it back)."""
+    got = await Handler(revisit=POLICY).handle(held(revisit()), response(503), Origin("w1"))
+    assert got.kind is Kind.RETRY and got.revisit is None
+
+
+def test_a_revisit_is_sent_with_the_last_validators() -> None:
+    """The request of a revisit carries If-None-Match, replacing any the entry held."""
+    entry = revisit()
+    entry = Entry(
+        url=URL, revisit=entry.revisit, headers=(("If-None-Match", '"old"'), ("X-A", "1"))
+    )
+    assert entry.revisit is not None
+    sent = Request.from_entry(conditional(entry, Record.from_hex(entry.revisit)))
+    assert dict(sent.headers) == {"X-A": "1", "If-None-Match": '"e1"'}
