@@ -242,7 +242,7 @@ robots_bodies = st.lists(
 revisit_records = st.builds(
     lambda due, interval, digest, modified, tag: (due, interval, digest, modified, tag),
     st.integers(0, 2**32 - 1),
-    st.integers(60, 365 * 86_400),
+    st.integers(1, 365 * 86_400),
     st.binary(min_size=8, max_size=8),
     st.integers(0, 2**32 - 1),
     st.one_of(

@@ -169,8 +169,8 @@ def test_a_fixed_interval_never_moves() -> None:
     ("text", "low", "high", "names"),
     [
         ("soon", DEFAULT_MIN_S, DEFAULT_MAX_S, "--revisit "),
-        ("5", DEFAULT_MIN_S, DEFAULT_MAX_S, "--revisit "),
-        ("adaptive", 10, DEFAULT_MAX_S, "--revisit-min"),
+        ("0", DEFAULT_MIN_S, DEFAULT_MAX_S, "--revisit "),
+        ("adaptive", 0, DEFAULT_MAX_S, "--revisit-min"),
         ("adaptive", 60, 10**9, "--revisit-max"),
         ("adaptive", 7200, 3600, "--revisit-min (7200) must not exceed --revisit-max"),
     ],

@@ -27,6 +27,7 @@ SHRINK = 0.7
 DEFAULT_MIN_S = 60  # StormCrawler's lower bound, and no more than a minute stale
 DEFAULT_MAX_S = 14 * 86_400  # StormCrawler's upper bound
 LONGEST_S = 365 * 86_400  # the largest interval a flag may ask for
+SHORTEST_S = 1  # the smallest: a test's; --delay still paces every host
 #: The longest ETag kept. A longer one is not stored at all: a cut ETag never matches,
 #: so the page is revalidated by Last-Modified and its digest instead.
 MAX_ETAG = 24
@@ -95,9 +96,9 @@ class Policy:
 
 
 def _check_bound(flag: str, seconds: int) -> None:
-    if not DEFAULT_MIN_S <= seconds <= LONGEST_S:
+    if not SHORTEST_S <= seconds <= LONGEST_S:
         raise ValueError(
-            f"{flag} must be whole seconds in [{DEFAULT_MIN_S}, {LONGEST_S}], not {seconds}"
+            f"{flag} must be whole seconds in [{SHORTEST_S}, {LONGEST_S}], not {seconds}"
         )
 
 
@@ -129,7 +130,7 @@ class Record:
         etag = data[_HEAD.size :].decode("ascii", "replace")
         if etag and not _ETAG.fullmatch(etag):
             raise BadRecord(f"revisit record holds no ETag: {etag!r}")
-        if not DEFAULT_MIN_S <= interval <= LONGEST_S:
+        if not SHORTEST_S <= interval <= LONGEST_S:
             raise BadRecord(f"revisit record's interval {interval} s is out of range")
         return cls(
             due_s=due, interval_s=interval, digest=digest, last_modified_s=modified, etag=etag
