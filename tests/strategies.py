@@ -247,6 +247,6 @@ revisit_records = st.builds(
     st.integers(0, 2**32 - 1),
     st.one_of(
         st.just(""),
-        st.from_regex(r'(W/)?"[A-Za-z0-9\-]{0,20}"', fullmatch=True),
+        st.from_regex(r'(W/)?"[A-Za-z0-9\-]{0,18}"', fullmatch=True),
     ),
 )

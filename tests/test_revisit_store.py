@@ -12,7 +12,15 @@ import redis as redis_py
 
 from hashcrawl._core._due import Fetch, bucket_of, conditional, url_fingerprint
 from hashcrawl._core._entry import Entry
-from hashcrawl._core._revisit import Fetched, Policy, Record, Verdict, after_fetch
+from hashcrawl._core._revisit import (
+    MAX_ETAG,
+    MAX_RECORD,
+    Fetched,
+    Policy,
+    Record,
+    Verdict,
+    after_fetch,
+)
 from hashcrawl._store._revisits import Revisits
 
 NOW = 1_800_000_000
@@ -185,3 +193,17 @@ def test_figures_count_due_overdue_and_next_hour(revisits: Revisits) -> None:
     # due at NOW+60, +660, +1260, +1860
     figures = revisits.figures(NOW + 700)
     assert (figures.due_now, figures.overdue, figures.next_hour) == (2, 1, 2)
+
+
+def test_the_script_and_the_core_agree_on_the_longest_record(
+    revisits: Revisits, raw: Any, prefix: str
+) -> None:
+    """A record with the longest ETag kept is taken; a byte more is no record."""
+    longest = '"' + "e" * (MAX_ETAG - 2) + '"'
+    fetch = first_fetch("http://a.test/1", etag=longest)
+    assert len(fetch.record.to_bytes()) == MAX_RECORD
+    revisits.put([fetch])
+    bucket = bucket_of(url_fingerprint(fetch.entry.key))
+    raw.hset(f"{prefix}rv:{bucket}", b"12345678", fetch.record.to_bytes() + b"x")
+    taken = revisits.take(requeue_s=REQUEUE, now_s=NOW + 60)
+    assert (taken.entries, taken.dropped) == (1, 1)

@@ -30,7 +30,7 @@ LONGEST_S = 365 * 86_400  # the largest interval a flag may ask for
 SHORTEST_S = 1  # the smallest: a test's; --delay still paces every host
 #: The longest ETag kept. A longer one is not stored at all: a cut ETag never matches,
 #: so the page is revalidated by Last-Modified and its digest instead.
-MAX_ETAG = 24
+MAX_ETAG = 22
 _HEAD = struct.Struct(">II8sI")  # due_s, interval_s, digest, last_modified_s
 MAX_RECORD = _HEAD.size + MAX_ETAG
 #: An ETag worth sending back: an opaque tag, optionally weak, of visible ASCII.

@@ -3,7 +3,7 @@
 -- KEYS[1]: a key of the crawl, for the cluster's routing only (not read).
 --   P..'rv:'..B     HASH   8-byte URL fingerprint -> record (hashcrawl/_core/_revisit.py:
 --                          due_s u32, interval_s u32, digest 8 bytes, last_modified u32,
---                          ETag 0-24 bytes), B the fingerprint's bucket     (put, take)
+--                          ETag 0-22 bytes), B the fingerprint's bucket     (put, take)
 --   P..'rvu:'..B    HASH   fingerprint -> the page's entry, JSON text        (put; take
 --                          reads it, and deletes it with an unreadable record)
 --   P..'rvdue'      ZSET   bucket -> the earliest due_s of its records      (put, take)
@@ -27,7 +27,7 @@
 -- or a script that stops, leaves each record either taken (its due time moved on and its
 -- entry in the inbox) or untouched.
 local P, op = ARGV[1], ARGV[2]
-local HEAD, MAX = 20, 44
+local HEAD, MAX = 20, 42
 local BAD_SAMPLES = 20
 
 local function due_of(rec)
