@@ -55,6 +55,7 @@ class Committer:
         if written and write_first:
             await self.write_items(commit)
         session.commit_written(commit)
+        await self.put_revisits(commit)
         while True:
             batch = session.commit_batch(commit, self.m.now())
             sent = self.m.now()
@@ -71,6 +72,15 @@ class Committer:
             await self.write_items(commit)
         self.m.wake()
         return len(commit.outcomes)
+
+    async def put_revisits(self, commit: Commit) -> None:
+        """Write the committed pages' next revisit records, before their entries are
+        acknowledged: a worker that dies in between has the page fetched again, and that
+        fetch's record overwrites this one (docs/design.md, "Revisits")."""
+        revisits = self.m.revisits
+        fetches = [o.revisit for o in commit.outcomes if o.revisit is not None]
+        if revisits is not None and fetches:
+            await self.m.persist(revisits.put, fetches)
 
     async def write_items(self, commit: Commit) -> None:
         sink, responses = self.m.worker.sink, self.take_archive()

@@ -50,8 +50,9 @@ from hashcrawl._run._membership import (
     _resident_mib,
     unwrapped,
 )
+from hashcrawl._run._revisiting import Taker
 from hashcrawl._store import _crawlconfig
-from hashcrawl._store._base import WorkerStore
+from hashcrawl._store._base import RevisitStore, WorkerStore
 from hashcrawl._store._store import Beat
 from hashcrawl._web._fetch import Fetcher
 
@@ -70,6 +71,8 @@ class Driver(Membership):
         spawn: starts a fetch task (default: in this membership's nursery).
         offload: runs other blocking work, parsing a robots.txt or writing items
             (default: in a worker thread, off the event loop).
+        revisits: the crawl's revisit records, with ``--revisit``: the driver takes
+            due ones and its commits write the next ones.
     """
 
     def __init__(
@@ -81,8 +84,9 @@ class Driver(Membership):
         call: Call | None = None,
         spawn: Spawn | None = None,
         offload: Offload | None = None,
+        revisits: RevisitStore | None = None,
     ) -> None:
-        super().__init__(worker, store, call=call, spawn=spawn, offload=offload)
+        super().__init__(worker, store, call=call, spawn=spawn, offload=offload, revisits=revisits)
         self.dispatcher = Dispatcher(self, fetcher)
         self.committer = Committer(self)
         self.handoffs = Handoffs(self)
@@ -113,6 +117,9 @@ class Driver(Membership):
                     self.settings_loop,
                 ):
                     nursery.start_soon(loop)
+                policy = self.worker.handler.revisit
+                if self.revisits is not None and policy is not None:
+                    nursery.start_soon(Taker(self, self.revisits, policy).take_loop)
             await self.leave()
         finally:
             self.committer.write_archive(self.committer.take_archive())

@@ -18,7 +18,7 @@ from hashcrawl._run._calls import Call, Signal, StoreCaller, Wakeup
 from hashcrawl._run._handling import Handler
 from hashcrawl._run._metrics import Tally
 from hashcrawl._settings import Settings
-from hashcrawl._store._base import WorkerStore
+from hashcrawl._store._base import RevisitStore, WorkerStore
 from hashcrawl._store._crawlconfig import CrawlSettings
 from hashcrawl._web._cookies import Jars
 from hashcrawl._web._models import Response
@@ -102,6 +102,7 @@ class Membership:
         spawn: starts a fetch task (default: in this membership's nursery).
         offload: runs other blocking work, parsing a robots.txt or writing items
             (default: in a worker thread, off the event loop).
+        revisits: the crawl's revisit records, with ``--revisit`` (None: none).
     """
 
     nursery: trio.Nursery  # the membership's, once it runs
@@ -114,8 +115,10 @@ class Membership:
         call: Call | None = None,
         spawn: Spawn | None = None,
         offload: Offload | None = None,
+        revisits: RevisitStore | None = None,
     ) -> None:
         self.worker = worker
+        self.revisits = revisits
         self.settings = worker.settings
         self.store = store
         self.limiter = trio.CapacityLimiter(4)

@@ -33,6 +33,7 @@ from hashcrawl._store import _crawlconfig
 from hashcrawl._store._base import WorkerStore
 from hashcrawl._store._crawlconfig import CrawlSettings
 from hashcrawl._store._redisurl import RedisURL, check_crawl_name
+from hashcrawl._store._revisits import Revisits
 from hashcrawl._store._store import LOST, Store
 from hashcrawl._web._addresses import PYTHON_ALLOW_HINT, AddressPolicy, url_refusal
 from hashcrawl._web._fetch import Fetcher, HttpxFetcher
@@ -176,7 +177,10 @@ class Worker:
                 await trio.to_thread.run_sync(self.handler.spider.opened)
                 await trio.to_thread.run_sync(submit_start_requests, store, self.handler.spider)
             while True:
-                self._driver = Driver(self, store, fetcher)
+                revisits = None
+                if self.handler.revisit is not None and isinstance(store, Store):
+                    revisits = Revisits.of(store)
+                self._driver = Driver(self, store, fetcher, revisits=revisits)
                 if self._stop_requested:
                     return
                 try:

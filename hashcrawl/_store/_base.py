@@ -11,6 +11,7 @@ from collections.abc import Mapping, Sequence
 from typing import Any, Protocol
 
 from hashcrawl._core._batch import Batch, Beat, Committed
+from hashcrawl._core._due import Fetch
 
 
 class WorkerStore(Protocol):
@@ -86,6 +87,14 @@ class WorkerStore(Protocol):
     ) -> list[Any]: ...
 
     def fleet_counters(self) -> dict[str, int]: ...
+
+
+class RevisitStore(Protocol):
+    """A crawl's revisit records as a worker uses them (``_store._revisits.Revisits``)."""
+
+    def put(self, fetches: Sequence[Fetch]) -> int: ...
+
+    def take(self, *, requeue_s: int, now_s: int | None = None, most: int = ...) -> Any: ...
 
 
 class StatusStore(Protocol):

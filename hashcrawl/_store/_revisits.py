@@ -10,7 +10,7 @@ from __future__ import annotations
 import functools
 from collections.abc import Callable, Iterable, Sequence
 from importlib import resources
-from typing import Any, ParamSpec, TypeVar
+from typing import TYPE_CHECKING, Any, ParamSpec, TypeVar
 
 import attrs
 import redis
@@ -19,6 +19,9 @@ from hashcrawl._core._due import DueFigures, Fetch, bucket_of, stored_entry, url
 from hashcrawl._core._entry import Entry
 from hashcrawl._core._revisit import Record, Verdict
 from hashcrawl._exceptions import QueueError
+
+if TYPE_CHECKING:
+    from hashcrawl._store._store import Store
 
 P = ParamSpec("P")
 T = TypeVar("T")
@@ -60,6 +63,11 @@ class Revisits:
         self.prefix = prefix
         text = resources.files(__package__).joinpath("lua", "revisit.lua").read_text()
         self._script = client.register_script(text)
+
+    @classmethod
+    def of(cls, store: Store) -> Revisits:
+        """The revisit records of ``store``'s crawl, on its server's bytes client."""
+        return cls(store._nodes.client("bytes", store._timeout, decode=False), store.prefix)
 
     @_translated
     def put(self, fetches: Sequence[Fetch]) -> int:

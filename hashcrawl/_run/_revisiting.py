@@ -1,0 +1,38 @@
+"""The revisit taker: once a second, due revisit records become inbox entries.
+
+Any worker may take (the script takes each due record once, whoever calls it); the
+inbox is then drained to each host's owner like an orphan stream, so a revisit waits
+for its host's pace like any page (docs/design.md, "Revisits").
+"""
+
+from __future__ import annotations
+
+import trio
+
+from hashcrawl._core._revisit import Policy
+from hashcrawl._run._membership import Membership
+from hashcrawl._store._base import RevisitStore
+
+TAKE_EVERY = 1.0  # seconds between takes while nothing is due
+#: How long a taken record waits for its fetch's put before it is taken again (a page
+#: dead-lettered, or a commit lost): the policy's longest interval, and at least this.
+REQUEUE_FLOOR_S = 3600
+
+
+class Taker:
+    """Takes due revisits for the crawl, a batch at a time."""
+
+    def __init__(self, m: Membership, revisits: RevisitStore, policy: Policy) -> None:
+        self.m = m
+        self.revisits = revisits
+        self.requeue_s = max(policy.high, REQUEUE_FLOOR_S)
+
+    async def take_loop(self) -> None:
+        while True:
+            if not await self.take_turn():
+                await trio.sleep(TAKE_EVERY)
+
+    async def take_turn(self) -> int:
+        """One take; returns how many entries it added to the inbox."""
+        taken = await self.m.persist(self.revisits.take, requeue_s=self.requeue_s)
+        return int(taken.entries)
