@@ -226,4 +226,4 @@ def test_no_module_or_class_is_over_its_size_limit() -> None:
 def test_a_module_let_off_the_limit_is_still_over_it() -> None:
     """A module let off above is one that needs it: once it fits, it is checked too."""
     over = {name for name, lines, limit in sizes() if lines > limit}
-    assert SPLIT_ELSEWHERE <= over, SPLIT_ELSEWHERE - over
+    assert over >= SPLIT_ELSEWHERE, SPLIT_ELSEWHERE - over
