@@ -9,7 +9,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from hashcrawl._cli._commands import build_parser
+from hashcrawl._cli._parser import build_parser
 from hashcrawl._exceptions import ConfigError
 from hashcrawl._settings import Settings, add_flags, flag_name
 
