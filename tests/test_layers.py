@@ -11,7 +11,7 @@ from pathlib import Path
 
 PACKAGE = Path(__file__).resolve().parent.parent / "hashcrawl"
 IO = ("redis", "trio", "httpx", "lxml")
-ROOT = "root"  # the package's own top-level modules: _exceptions, _version, _settings
+ROOT = "root"  # the package's own top-level modules: _exceptions, _version, _settings, _flags
 # Which layers each layer may import (itself always). hashcrawl/__init__.py and
 # __main__.py are the entrances: they may import anything.
 MAY_IMPORT = {

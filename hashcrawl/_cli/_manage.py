@@ -180,7 +180,7 @@ def _reset_names(flags: Sequence[str]) -> list[str]:
     Raises:
         ConfigError: not a crawl setting, or one of the scope's (it only grows).
     """
-    from hashcrawl._settings import flag_name
+    from hashcrawl._flags import flag_name
 
     by_flag = {flag_name(getattr(attrs.fields(Settings), n)): n for n in CRAWL}
     names = []

@@ -15,7 +15,8 @@ from typing import Any, NoReturn
 
 from hashcrawl._cli._statedir import add_state_dir
 from hashcrawl._exceptions import ConfigError
-from hashcrawl._settings import ADDRESSES, CRAWL, SCOPE, Settings, _number, add_flags
+from hashcrawl._flags import _number
+from hashcrawl._settings import ADDRESSES, CRAWL, SCOPE, Settings, add_flags
 from hashcrawl._store._redisurl import ENV_VAR as REDIS_ENV_VAR
 from hashcrawl._version import __version__
 
