@@ -28,7 +28,7 @@ import pytest
 import redis
 
 from hashcrawl import Queue
-from hashcrawl._cli._commands import build_parser
+from hashcrawl._cli._parser import build_parser
 from hashcrawl._cli._server import RedisServer
 from hashcrawl._store._redisurl import RedisURL
 from hashcrawl._store._store import Store

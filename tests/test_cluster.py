@@ -14,8 +14,9 @@ import redis as redis_py
 
 from hashcrawl._core._urls import fingerprint
 from hashcrawl._exceptions import InvalidURL, QueueError
+from hashcrawl._store._connection import _reason
 from hashcrawl._store._redisurl import RedisURL
-from hashcrawl._store._store import Batch, Store, _reason
+from hashcrawl._store._store import Batch, Store
 from testing.cluster import HOST, Cluster
 from testing.practice import practice_failures, run_practice
 from tests.conftest import CLUSTER_PASSWORD

@@ -10,7 +10,9 @@ import pytest
 import redis as redis_py
 import trio
 
-from hashcrawl._cli._commands import _child_command, build_parser, main
+from hashcrawl._cli._commands import main
+from hashcrawl._cli._parser import build_parser
+from hashcrawl._cli._workers import _child_command
 from hashcrawl._exceptions import ConfigError
 from hashcrawl._run._worker import Worker
 from hashcrawl._settings import CRAWL, Settings

@@ -15,7 +15,7 @@ from pathlib import Path
 import pytest
 
 import hashcrawl
-from hashcrawl._cli._commands import build_parser
+from hashcrawl._cli._parser import build_parser
 from hashcrawl._cli._server import RedisServer
 from testing.testsite import SITE_NETS
 

@@ -11,7 +11,7 @@ from pathlib import Path
 
 PACKAGE = Path(__file__).resolve().parent.parent / "hashcrawl"
 IO = ("redis", "trio", "httpx", "lxml")
-ROOT = "root"  # the package's own top-level modules: _exceptions, _version, _settings
+ROOT = "root"  # the package's own top-level modules: _exceptions, _version, _settings, _flags
 # Which layers each layer may import (itself always). hashcrawl/__init__.py and
 # __main__.py are the entrances: they may import anything.
 MAY_IMPORT = {
@@ -190,3 +190,40 @@ def test_every_module_belongs_to_a_layer() -> None:
     """A new folder under hashcrawl/ gets its rule here, and its line in docs/design.md."""
     layers = {layer_of(m) for m in module_files()} - {None}
     assert layers == set(MAY_IMPORT)
+
+
+MODULE_LINES = 500
+CLASS_LINES = 350
+FACADE_LINES = {"hashcrawl._core._session.Session": 299}  # under 300
+# Being split on a branch of its own; the test below fails once it fits, to drop it here.
+SPLIT_ELSEWHERE = {"hashcrawl._web._fetch"}
+
+
+def sizes() -> Iterator[tuple[str, int, int]]:
+    """Each module of the package and each class in one, by dotted name: its lines and
+    the limit it must keep."""
+    for name, path in sorted(module_files().items()):
+        text = path.read_text()
+        yield name, len(text.splitlines()), MODULE_LINES
+        for node in ast.walk(ast.parse(text, str(path))):
+            if isinstance(node, ast.ClassDef):
+                dotted = f"{name}.{node.name}"
+                lines = (node.end_lineno or node.lineno) - node.lineno + 1
+                yield dotted, lines, FACADE_LINES.get(dotted, CLASS_LINES)
+
+
+def test_no_module_or_class_is_over_its_size_limit() -> None:
+    """No module over 500 lines, no class over 350, the Session facade under 300: a
+    reader can hold each in mind, and a part that grows gets a module of its own."""
+    over = [
+        f"{name}: {lines} lines > {limit}"
+        for name, lines, limit in sizes()
+        if lines > limit and name not in SPLIT_ELSEWHERE
+    ]
+    assert over == []
+
+
+def test_a_module_let_off_the_limit_is_still_over_it() -> None:
+    """A module let off above is one that needs it: once it fits, it is checked too."""
+    over = {name for name, lines, limit in sizes() if lines > limit}
+    assert over >= SPLIT_ELSEWHERE, SPLIT_ELSEWHERE - over

@@ -15,8 +15,8 @@ import pytest
 import trio
 from prometheus_client.parser import text_string_to_metric_families
 
-from hashcrawl._cli._commands import _report
 from hashcrawl._cli._progress import Progress
+from hashcrawl._cli._workers import _report
 from testing.fleet import DEADLINE, page_requests, wait_until
 from testing.testsite import SITE_FLAGS, Site, SiteServer, generate_site
 from tests.test_cli import assert_ok, assert_one_line_error, hashcrawl

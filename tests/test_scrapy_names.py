@@ -582,7 +582,9 @@ def test_start_requests_default_to_the_start_urls() -> None:
 def test_a_flag_given_wins_over_custom_settings_and_a_default_does_not(tmp_path: Any) -> None:
     """join --spider: --concurrency 3 beats CONCURRENT_REQUESTS; the spider's delay is a
     crawl setting given; without the flag the spider's concurrency holds."""
-    from hashcrawl._cli._commands import _spider_of, _worker_settings, build_parser
+    from hashcrawl._cli._checks import spider_of
+    from hashcrawl._cli._parser import build_parser
+    from hashcrawl._cli._workers import _worker_settings
 
     path = tmp_path / "spider.py"
     path.write_text(
@@ -593,7 +595,7 @@ def test_a_flag_given_wins_over_custom_settings_and_a_default_does_not(tmp_path:
     parser = build_parser()
     for flags, concurrency in ((["--concurrency", "3"], 3), ([], 4)):
         args = parser.parse_args(["join", "--crawl", "c", "--spider", str(path), *flags])
-        got = _worker_settings(args, Settings.from_flags(args), _spider_of(args))
+        got = _worker_settings(args, Settings.from_flags(args), spider_of(args))
         assert (got["concurrency"], got["delay"]) == (concurrency, 0.3)
 
 

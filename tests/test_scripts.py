@@ -7,10 +7,12 @@ from __future__ import annotations
 
 import json
 from collections.abc import Iterator
+from pathlib import Path
 
 import pytest
 import redis as redis_py
 
+import hashcrawl._store
 from hashcrawl._cli._server import RedisServer
 from hashcrawl._core._urls import fingerprint
 from hashcrawl._exceptions import Fenced, StateLost
@@ -456,4 +458,31 @@ def test_a_busy_fleets_heartbeat_counts_no_streams(redis_server: RedisServer) ->
         assert after - before == 3
     finally:
         raw.close()
+        store.close()
+
+
+def test_failover_raises_the_epoch_to_the_servers_clock_in_ms_once(redis_url, crawl_name, raw):
+    """Without a clock from the caller, failover.lua reads the server's TIME: the epoch
+    lands between the server's ms before and after the call, and a second call (the
+    clock has not passed it by much) leaves a higher epoch alone."""
+    store = Store(RedisURL.parse(redis_url), crawl_name)  # no clock: the server's TIME
+    try:
+        _, epoch, _ = store.join("w1", {})
+        script = raw.register_script(
+            (Path(hashcrawl._store.__file__).parent / "lua" / "failover.lua").read_text()
+        )
+
+        def server_ms() -> int:
+            seconds, micros = raw.time()
+            return seconds * 1000 + micros // 1000
+
+        before = server_ms()
+        raised = int(script(keys=[store.key("epoch")], args=[store.prefix, ""]))
+        after = server_ms()
+        assert epoch < before <= raised <= after
+        assert int(raw.get(store.key("epoch"))) == raised
+        raw.set(store.key("epoch"), after + 60_000)  # an epoch ahead of the clock
+        assert int(script(keys=[store.key("epoch")], args=[store.prefix, ""])) == after + 60_000
+        assert int(raw.get(store.key("epoch"))) == after + 60_000
+    finally:
         store.close()

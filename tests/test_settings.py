@@ -9,9 +9,10 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from hashcrawl._cli._commands import build_parser
+from hashcrawl._cli._parser import build_parser
 from hashcrawl._exceptions import ConfigError
-from hashcrawl._settings import Settings, add_flags, flag_name
+from hashcrawl._flags import flag_name
+from hashcrawl._settings import Settings, add_flags
 
 
 def _parse(flags: list[str]) -> Settings:

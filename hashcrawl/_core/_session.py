@@ -20,13 +20,13 @@ import logging
 from collections.abc import Callable, Iterable
 from typing import Any
 
-import attrs
-
 from hashcrawl._core._batch import Batch, Beat, Committed, Status
 from hashcrawl._core._beats import Heartbeat
+from hashcrawl._core._commits import Commits
 from hashcrawl._core._entry import Entry
 from hashcrawl._core._epochs import Epochs
 from hashcrawl._core._faults import NO_FAULTS, Faults
+from hashcrawl._core._fetches import Fetches
 from hashcrawl._core._frontier import Frontier, Held, Host
 from hashcrawl._core._gate import Gate
 from hashcrawl._core._intake import PARK_AT as PARK_AT
@@ -35,14 +35,14 @@ from hashcrawl._core._intake import Intake, Mine, Read
 from hashcrawl._core._ledger import COMMIT_MAX as COMMIT_MAX
 from hashcrawl._core._ledger import Commit as Commit
 from hashcrawl._core._ledger import Ledger
-from hashcrawl._core._outcome import Kind, Outcome, Router, SeenCache, failure_wait
+from hashcrawl._core._outcome import Outcome, Router, SeenCache
 from hashcrawl._core._pace import Carry, PaceRecord
 from hashcrawl._core._parts import Clock, RobotsCache, Suspects, limit_reached
 from hashcrawl._core._ring import Ring
 from hashcrawl._core._scope import Scope
 from hashcrawl._core._scope import members as scope_members
 from hashcrawl._core._seams import CookieJars, Tally
-from hashcrawl._exceptions import Fenced, QueueError
+from hashcrawl._exceptions import QueueError
 from hashcrawl._settings import Settings
 
 log = logging.getLogger("hashcrawl")
@@ -104,6 +104,8 @@ class Session:
         self.suspects = Suspects()
         self.gate = Gate(self)
         self.heartbeat = Heartbeat(self)
+        self.fetches = Fetches(self)
+        self.commits = Commits(self)
 
     @property
     def latest(self) -> Ring:
@@ -291,58 +293,21 @@ class Session:
     def failed(
         self, held: Held, reason: str, *, kind: str, now: float, took: float | None = None
     ) -> Outcome:
-        """A page that failed: its host is given time (1, 2, 4... s, at most a minute),
-        then it is tried again, or dead-lettered once out of attempts.
-
-        Args:
-            reason: what the dead letter says if this was the last attempt.
-            kind: the error as the metrics count it (see ``_metrics.error_kind``).
-        """
-        self.finish(held, now)
-        self.tally.failed += 1
-        self.tally.error(kind, took)
-        return Outcome.retry(held, reason, backoff=failure_wait(held.entry.attempts))
+        """A page that failed: tried again after a while, or dead-lettered (``Fetches``)."""
+        return self.fetches.failed(held, reason, kind=kind, now=now, took=took)
 
     def finish(self, held: Held, at: float) -> None:
-        """``held``'s request is over (or was never made): count its host free, once."""
-        if self.fetching.pop(held.eid, None) is not None:
-            self.frontier.done(held.host, at)
+        self.fetches.finish(held, at)
 
     def put_back(self, held: Held, now: float) -> Outcome | None:
-        """``held`` was not fetched after all: it waits for its host's next turn, or goes
-        to the host's new owner if this worker has handed the host over meanwhile."""
-        host = self.frontier.hosts.get(held.host)
-        self.finish(held, host.last_end if host is not None else now)
-        if host is None or host.revoked:
-            return Outcome.forward(held)
-        self.frontier.add(held, epoch=host.since)
-        return None
+        return self.fetches.put_back(held, now)
 
     def fetch_ended(self, held: Held, outcome: Outcome | None, now: float) -> bool:
-        """``held``'s fetch is over, with ``outcome`` to commit (None: put back).
-
-        Returns whether a commit is due at once (every slot is taken).
-        """
-        if outcome is not None and outcome.fault:
-            self.tally.error(outcome.fault)
-        if outcome is not None and outcome.kind is Kind.DONE:
-            if outcome.found:
-                self.tally.links(outcome.found, len(outcome.follows))
-            self.tally.links_dropped += outcome.dropped
-            outcome.follows.extend(self.sitemaps_of(held))
-        self.finish(held, now)
-        self.in_flight -= 1
-        self.suspects.ended(held)
-        if outcome is None:
-            return False
-        if outcome.backoff is not None:
-            self.frontier.back_off(held.host, now + outcome.backoff)
-        self.ledger.add_fetched(outcome)
-        return self.saturated()
+        """``held``'s fetch is over; returns whether a commit is due at once."""
+        return self.fetches.ended(held, outcome, now)
 
     def sitemaps_of(self, held: Held) -> list[Entry]:
-        """With --sitemaps, the sitemaps of a host this session has not queued yet."""
-        return self.robots.sitemaps_of(held) if self.settings.sitemaps else []
+        return self.fetches.sitemaps_of(held)
 
     # -- committing ----------------------------------------------------------------------------
 
@@ -362,42 +327,15 @@ class Session:
         self.ledger.commit_written(commit)
 
     def router(self, ring: Ring, now: float) -> Router:
-        """Where entries go at ``ring``'s epoch; dead letters dated by the server's clock."""
-        at, most = self.server_ms(now) // 1000, self.settings.max_attempts
-        route = (ring, self.stream_of, self.inbox, self.scope, self.seen, most)
-        return Router(*route, at=at, faults=self.faults)
+        return self.commits.router(ring, now)
 
     def commit_batch(self, commit: Commit, now: float) -> Batch:
-        """The batch that commits ``commit`` at the newest epoch this worker knows."""
-        ring = self.epochs.latest
-        hosts = {h for o in commit.outcomes for h in o.widen}
-        # Filtered by the widened scope; the commit stores the hosts, or is refused.
-        self.scope = self.scope.widened(hosts)
-        batch = Batch(worker=self.id, epoch=ring.epoch, src=self.stream, scope=self.scope.version)
-        batch.widen = sorted(scope_members(hosts=hosts))
-        batch.unpace = [x for pair in sorted(self.carry.read.items()) for x in pair]
-        router = self.router(ring, now)
-        for outcome in commit.outcomes:
-            router.add(batch, outcome)
-        return batch
+        """The batch that commits ``commit`` (see ``Commits``)."""
+        return self.commits.batch(commit, now)
 
     def committed(self, commit: Commit, batch: Batch, result: Committed, took: float) -> Status:
-        """Redis answered a commit; returns its status (OK, RESCOPE or STALE).
-
-        Raises:
-            Fenced: the worker lost its membership.
-        """
-        if result.status is Status.FENCED:
-            raise Fenced(f"worker {self.id} lost its membership before committing")
-        if result.status is not Status.OK:
-            return result.status
-        outcomes = commit.outcomes
-        self.tally.committed(outcomes, self.settings.max_attempts, took)
-        self.scope = attrs.evolve(self.scope, version=result.scope)
-        self.ledger.committed(commit)
-        self.carry.committed(batch.unpace)
-        self.seen.remember(outcomes, self.scope)
-        return Status.OK
+        """Redis answered a commit; returns its status (see ``Commits.committed``)."""
+        return self.commits.committed(commit, batch, result, took)
 
     # -- membership changes (the handover itself: ``Handover``) ---------------------------
 

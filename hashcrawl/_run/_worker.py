@@ -21,6 +21,7 @@ from hashcrawl._core._faults import NO_FAULTS, Faults
 from hashcrawl._core._session import Session
 from hashcrawl._core._urls import canonicalize
 from hashcrawl._exceptions import ConfigError, Fenced, StateLost
+from hashcrawl._flags import header_pairs
 from hashcrawl._run._calls import StoreCaller
 from hashcrawl._run._driver import Driver as Driver
 from hashcrawl._run._handling import Handler, Parse
@@ -28,7 +29,7 @@ from hashcrawl._run._membership import _in_worker_thread
 from hashcrawl._run._membership import unwrapped as unwrapped
 from hashcrawl._run._metrics import Tally
 from hashcrawl._run._queue import submit_start_requests
-from hashcrawl._settings import CRAWL, Settings, header_pairs
+from hashcrawl._settings import CRAWL, Settings
 from hashcrawl._store import _crawlconfig
 from hashcrawl._store._base import WorkerStore
 from hashcrawl._store._crawlconfig import CrawlSettings

@@ -30,7 +30,8 @@ import attrs
 
 from hashcrawl._core._scope import members as scope_members
 from hashcrawl._exceptions import ConfigError
-from hashcrawl._settings import CRAWL, NONE, Flag, Settings, flag_name
+from hashcrawl._flags import NONE, Flag, flag_name
+from hashcrawl._settings import CRAWL, Settings
 
 if TYPE_CHECKING:
     from hashcrawl._core._batch import Beat

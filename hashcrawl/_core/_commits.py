@@ -1,0 +1,94 @@
+"""Committing a session's outcomes: the batch that goes to Redis, and its answer. No IO.
+
+A batch is routed by the newest epoch the worker knows (a stale one is refused by the
+commit script, and the outcomes wait for the next), filtered by the crawl's scope as
+widened by the batch's own redirects, and carries the pace records read since the last
+commit to delete. An answered commit counts its outcomes, frees their slots and
+remembers their links as seen.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Protocol
+
+import attrs
+
+from hashcrawl._core._batch import Batch, Committed, Status
+from hashcrawl._core._epochs import Epochs
+from hashcrawl._core._faults import Faults
+from hashcrawl._core._ledger import Commit, Ledger
+from hashcrawl._core._outcome import Router, SeenCache
+from hashcrawl._core._pace import Carry
+from hashcrawl._core._parts import Clock
+from hashcrawl._core._ring import Ring
+from hashcrawl._core._scope import Scope
+from hashcrawl._core._scope import members as scope_members
+from hashcrawl._core._seams import Tally
+from hashcrawl._exceptions import Fenced
+from hashcrawl._settings import Settings
+
+
+class Committing(Protocol):
+    """What the commits read of their session (named here: the session makes them)."""
+
+    id: str
+    settings: Settings
+    faults: Faults
+    stream: str
+    inbox: str
+    stream_of: Callable[[str], str]
+    epochs: Epochs
+    clock: Clock
+    scope: Scope
+    seen: SeenCache
+    carry: Carry
+    ledger: Ledger
+    tally: Tally
+
+
+class Commits:
+    """The commit decisions of one session."""
+
+    def __init__(self, session: Committing) -> None:
+        self.s = session
+
+    def router(self, ring: Ring, now: float) -> Router:
+        """Where entries go at ``ring``'s epoch; dead letters dated by the server's clock."""
+        s = self.s
+        at, most = s.clock.server_ms(now) // 1000, s.settings.max_attempts
+        route = (ring, s.stream_of, s.inbox, s.scope, s.seen, most)
+        return Router(*route, at=at, faults=s.faults)
+
+    def batch(self, commit: Commit, now: float) -> Batch:
+        """The batch that commits ``commit`` at the newest epoch this worker knows."""
+        s, ring = self.s, self.s.epochs.latest
+        hosts = {h for o in commit.outcomes for h in o.widen}
+        # Filtered by the widened scope; the commit stores the hosts, or is refused.
+        s.scope = s.scope.widened(hosts)
+        batch = Batch(worker=s.id, epoch=ring.epoch, src=s.stream, scope=s.scope.version)
+        batch.widen = sorted(scope_members(hosts=hosts))
+        batch.unpace = [x for pair in sorted(s.carry.read.items()) for x in pair]
+        router = self.router(ring, now)
+        for outcome in commit.outcomes:
+            router.add(batch, outcome)
+        return batch
+
+    def committed(self, commit: Commit, batch: Batch, result: Committed, took: float) -> Status:
+        """Redis answered a commit; returns its status (OK, RESCOPE or STALE).
+
+        Raises:
+            Fenced: the worker lost its membership.
+        """
+        s = self.s
+        if result.status is Status.FENCED:
+            raise Fenced(f"worker {s.id} lost its membership before committing")
+        if result.status is not Status.OK:
+            return result.status
+        outcomes = commit.outcomes
+        s.tally.committed(outcomes, s.settings.max_attempts, took)
+        s.scope = attrs.evolve(s.scope, version=result.scope)
+        s.ledger.committed(commit)
+        s.carry.committed(batch.unpace)
+        s.seen.remember(outcomes, s.scope)
+        return Status.OK

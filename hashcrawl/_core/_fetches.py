@@ -1,0 +1,99 @@
+"""One fetch's end, as its session counts it: failed, put back or done. No IO.
+
+A fetch the gate let out (``_gate``) ends in one of three ways, and each frees its
+host's slot once: it failed (its host is given time, the page is tried again or
+dead-lettered), it was never sent or was cut short (it waits for its host's next turn,
+or goes to the host's new owner), or it has an outcome to commit (counted, its sitemaps
+added, and a commit made due once every slot is taken).
+"""
+
+from __future__ import annotations
+
+from typing import Protocol
+
+from hashcrawl._core._entry import Entry
+from hashcrawl._core._frontier import Frontier, Held
+from hashcrawl._core._ledger import Ledger
+from hashcrawl._core._outcome import Kind, Outcome, failure_wait
+from hashcrawl._core._parts import RobotsCache, Suspects
+from hashcrawl._core._seams import Tally
+from hashcrawl._settings import Settings
+
+
+class Ending(Protocol):
+    """What the fetches' ends read of their session (named here: the session makes them)."""
+
+    settings: Settings
+    frontier: Frontier
+    ledger: Ledger
+    suspects: Suspects
+    robots: RobotsCache
+    tally: Tally
+    fetching: dict[str, str]  # requests under way: entry id -> host
+    in_flight: int
+
+    def saturated(self) -> bool: ...
+
+
+class Fetches:
+    """How one session's fetches end."""
+
+    def __init__(self, session: Ending) -> None:
+        self.s = session
+
+    def failed(
+        self, held: Held, reason: str, *, kind: str, now: float, took: float | None = None
+    ) -> Outcome:
+        """A page that failed: its host is given time (1, 2, 4... s, at most a minute),
+        then it is tried again, or dead-lettered once out of attempts.
+
+        Args:
+            reason: what the dead letter says if this was the last attempt.
+            kind: the error as the metrics count it (see ``_metrics.error_kind``).
+        """
+        self.finish(held, now)
+        self.s.tally.failed += 1
+        self.s.tally.error(kind, took)
+        return Outcome.retry(held, reason, backoff=failure_wait(held.entry.attempts))
+
+    def finish(self, held: Held, at: float) -> None:
+        """``held``'s request is over (or was never made): count its host free, once."""
+        if self.s.fetching.pop(held.eid, None) is not None:
+            self.s.frontier.done(held.host, at)
+
+    def put_back(self, held: Held, now: float) -> Outcome | None:
+        """``held`` was not fetched after all: it waits for its host's next turn, or goes
+        to the host's new owner if this worker has handed the host over meanwhile."""
+        host = self.s.frontier.hosts.get(held.host)
+        self.finish(held, host.last_end if host is not None else now)
+        if host is None or host.revoked:
+            return Outcome.forward(held)
+        self.s.frontier.add(held, epoch=host.since)
+        return None
+
+    def ended(self, held: Held, outcome: Outcome | None, now: float) -> bool:
+        """``held``'s fetch is over, with ``outcome`` to commit (None: put back).
+
+        Returns whether a commit is due at once (every slot is taken).
+        """
+        tally = self.s.tally
+        if outcome is not None and outcome.fault:
+            tally.error(outcome.fault)
+        if outcome is not None and outcome.kind is Kind.DONE:
+            if outcome.found:
+                tally.links(outcome.found, len(outcome.follows))
+            tally.links_dropped += outcome.dropped
+            outcome.follows.extend(self.sitemaps_of(held))
+        self.finish(held, now)
+        self.s.in_flight -= 1
+        self.s.suspects.ended(held)
+        if outcome is None:
+            return False
+        if outcome.backoff is not None:
+            self.s.frontier.back_off(held.host, now + outcome.backoff)
+        self.s.ledger.add_fetched(outcome)
+        return self.s.saturated()
+
+    def sitemaps_of(self, held: Held) -> list[Entry]:
+        """With --sitemaps, the sitemaps of a host this session has not queued yet."""
+        return self.s.robots.sitemaps_of(held) if self.s.settings.sitemaps else []
