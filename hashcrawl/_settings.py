@@ -18,6 +18,7 @@ from typing import Any
 
 import attrs
 
+from ._core._revisit import DEFAULT_MAX_S, DEFAULT_MIN_S, Policy
 from ._exceptions import ConfigError
 from ._flags import (
     NONE,
@@ -40,6 +41,20 @@ from ._version import DEFAULT_USER_AGENT
 
 #: The default --warc-max-size: a new WARC file before one would pass 1 GB (StormCrawler's).
 WARC_MAX_SIZE = 1_000_000_000
+
+
+def revisit_policy(settings: Settings) -> Policy | None:
+    """The crawl's revisit policy; None without --revisit.
+
+    Raises:
+        ConfigError: --revisit, --revisit-min or --revisit-max out of range (one line).
+    """
+    text = "adaptive" if settings.revisit is None else settings.revisit
+    try:
+        policy = Policy.parse(text, low=settings.revisit_min, high=settings.revisit_max)
+    except ValueError as exc:
+        raise ConfigError(str(exc)) from None
+    return None if settings.revisit is None else policy
 
 
 #: Where ``crawl`` hands its children the ``headers`` setting, out of sight of ``ps``.
@@ -298,6 +313,21 @@ class Settings:
         parse=_or_none(_number),
         metavar="MIB",
     )
+
+    revisit: str | None = _setting(
+        None, "fetch each page again S seconds after each fetch; 'adaptive': sooner once "
+        "it changed, later while not (see --revisit-min/--revisit-max)",
+        parse=_or_none(_text), metavar="S", crawl=True, fixed=True,
+    )  # fmt: skip
+    revisit_min: int = _setting(
+        DEFAULT_MIN_S, "--revisit adaptive's shortest interval, seconds",
+        parse=_whole, metavar="S", crawl=True, fixed=True,
+    )  # fmt: skip
+    revisit_max: int = _setting(
+        DEFAULT_MAX_S, "--revisit adaptive's longest interval, seconds",
+        check=lambda settings, _, __: revisit_policy(settings),
+        parse=_whole, metavar="S", crawl=True, fixed=True,
+    )  # fmt: skip
 
     metrics_port: int | None = _setting(
         None,

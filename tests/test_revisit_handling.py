@@ -3,15 +3,18 @@ response comes to, and the conditional request an owner sends for it."""
 
 from __future__ import annotations
 
+from typing import Any
+
 from hashcrawl._core._due import conditional
 from hashcrawl._core._entry import Entry
 from hashcrawl._core._frontier import Held
 from hashcrawl._core._outcome import Kind
-from hashcrawl._core._revisit import Policy, Record, Verdict, digest_of
+from hashcrawl._core._revisit import Record, Verdict, digest_of
 from hashcrawl._run._handling import Handler, Origin
+from hashcrawl._settings import Settings, revisit_policy
 from hashcrawl._web._models import Request, Response
 
-POLICY = Policy.parse("adaptive", low=60, high=86_400)
+SETTINGS = Settings(revisit="adaptive", revisit_min=60, revisit_max=86_400)
 URL = "http://a.test/p"
 PAGE = b"<title>p</title><a href='/q'>q</a>"
 
@@ -37,7 +40,7 @@ async def test_without_revisit_nothing_changes() -> None:
 
 async def test_a_first_fetch_gets_a_record_and_its_item() -> None:
     """A page's first 200 is parsed as ever, and brings its first record, validators kept."""
-    handler = Handler(revisit=POLICY)
+    handler = Handler(settings=SETTINGS)
     got = await handler.handle(held(Entry(url=URL)), response(200, etag='"e1"'), Origin("w1"))
     assert got.kind is Kind.DONE and len(got.items) == 1 and got.follows
     assert got.revisit is not None and got.revisit.first
@@ -46,13 +49,13 @@ async def test_a_first_fetch_gets_a_record_and_its_item() -> None:
 
 async def test_a_first_fetch_that_failed_gets_no_record() -> None:
     """A 404 is not a page to watch: no record."""
-    got = await Handler(revisit=POLICY).handle(held(Entry(url=URL)), response(404), Origin("w1"))
+    got = await Handler(settings=SETTINGS).handle(held(Entry(url=URL)), response(404), Origin("w1"))
     assert got.revisit is None
 
 
 async def test_a_304_writes_no_item_and_follows_nothing() -> None:
     """A revisit answered 304 is unchanged: no item, no follows, a longer interval."""
-    got = await Handler(revisit=POLICY).handle(held(revisit()), response(304, b""), Origin("w1"))
+    got = await Handler(settings=SETTINGS).handle(held(revisit()), response(304, b""), Origin("w1"))
     assert got.kind is Kind.DONE and got.items == [] and got.follows == []
     assert got.revisit is not None and got.revisit.verdict is Verdict.UNCHANGED
     assert got.revisit.record.interval_s == 720 and not got.revisit.first
@@ -60,7 +63,7 @@ async def test_a_304_writes_no_item_and_follows_nothing() -> None:
 
 async def test_a_200_with_the_same_content_is_unchanged() -> None:
     """A server that ignores conditional requests: the same digest is still unchanged."""
-    got = await Handler(revisit=POLICY).handle(held(revisit()), response(200), Origin("w1"))
+    got = await Handler(settings=SETTINGS).handle(held(revisit()), response(200), Origin("w1"))
     assert got.items == [] and got.revisit is not None
     assert got.revisit.verdict is Verdict.UNCHANGED
 
@@ -68,14 +71,14 @@ async def test_a_200_with_the_same_content_is_unchanged() -> None:
 async def test_a_changed_page_is_parsed_and_its_interval_shrinks() -> None:
     """New content: an item as on a first fetch, and the interval times 0.7."""
     changed = response(200, PAGE + b"<p>new</p>")
-    got = await Handler(revisit=POLICY).handle(held(revisit()), changed, Origin("w1"))
+    got = await Handler(settings=SETTINGS).handle(held(revisit()), changed, Origin("w1"))
     assert len(got.items) == 1 and got.revisit is not None
     assert (got.revisit.verdict, got.revisit.record.interval_s) == (Verdict.CHANGED, 420)
 
 
 async def test_an_overloaded_revisit_is_retried_without_a_record() -> None:
     """A 503 is retried as ever; its record waits (its requeue lease brings it back)."""
-    got = await Handler(revisit=POLICY).handle(held(revisit()), response(503), Origin("w1"))
+    got = await Handler(settings=SETTINGS).handle(held(revisit()), response(503), Origin("w1"))
     assert got.kind is Kind.RETRY and got.revisit is None
 
 
@@ -88,3 +91,26 @@ def test_a_revisit_is_sent_with_the_last_validators() -> None:
     assert entry.revisit is not None
     sent = Request.from_entry(conditional(entry, Record.from_hex(entry.revisit)))
     assert dict(sent.headers) == {"X-A": "1", "If-None-Match": '"e1"'}
+
+
+def test_bad_revisit_settings_are_one_line_naming_the_flag() -> None:
+    """A Worker's or a flag's bad --revisit is a ConfigError naming it, in one line."""
+    import pytest
+
+    from hashcrawl._exceptions import ConfigError
+
+    cases: list[tuple[dict[str, Any], str]] = [
+        ({"revisit": "soon"}, "--revisit takes whole seconds or 'adaptive'"),
+        ({"revisit": "adaptive", "revisit_min": 0}, "--revisit-min must be whole seconds"),
+        ({"revisit_min": 7200, "revisit_max": 3600}, "must not exceed --revisit-max"),
+    ]
+    for given, named in cases:
+        with pytest.raises(ConfigError, match=named) as caught:
+            Settings.of(given)
+        assert "\n" not in str(caught.value)
+
+
+def test_without_the_flag_there_is_no_policy() -> None:
+    """The default settings revisit nothing."""
+    assert revisit_policy(Settings()) is None
+    assert revisit_policy(SETTINGS) is not None

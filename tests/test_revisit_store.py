@@ -42,7 +42,7 @@ def prefix(crawl_name: str) -> str:
 
 @pytest.fixture
 def revisits(raw: Any, prefix: str) -> Revisits:
-    return Revisits(raw, prefix)
+    return Revisits(lambda: raw, prefix)
 
 
 def first_fetch(url: str, *, at: int = NOW, etag: str | None = '"e1"', **entry: object) -> Fetch:

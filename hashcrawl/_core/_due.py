@@ -56,7 +56,7 @@ class Fetch:
     first: bool  # the page's first fetch: its entry is stored too
 
 
-def judged(entry: Entry, fetched: Fetched, *, policy: Policy, now_s: int) -> Fetch | None:
+def judged(entry: Entry, fetched: Fetched, policy: Policy, now_s: int) -> Fetch | None:
     """What a fetch means for the page's revisits; None when it gets no record: a
     first fetch that was not a 200, a sitemap, or a request other than a plain GET
     (a form's POST is not a page to watch)."""

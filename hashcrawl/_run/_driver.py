@@ -117,9 +117,8 @@ class Driver(Membership):
                     self.settings_loop,
                 ):
                     nursery.start_soon(loop)
-                policy = self.worker.handler.revisit
-                if self.revisits is not None and policy is not None:
-                    nursery.start_soon(Taker(self, self.revisits, policy).take_loop)
+                if self.revisits is not None:
+                    nursery.start_soon(Taker(self, self.revisits).take_loop)
             await self.leave()
         finally:
             self.committer.write_archive(self.committer.take_archive())

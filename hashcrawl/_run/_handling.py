@@ -24,16 +24,16 @@ from typing import Any
 import attrs
 import trio
 
-from hashcrawl._core._due import Fetch, judged
+from hashcrawl._core._due import judged
 from hashcrawl._core._entry import Entry
 from hashcrawl._core._frontier import Held
 from hashcrawl._core._links import request_url
 from hashcrawl._core._outcome import PARSE_FAULT, Kind, Outcome, failure_wait, is_last_attempt
 from hashcrawl._core._outcome import Origin as Origin
-from hashcrawl._core._revisit import Fetched, Policy, Verdict
+from hashcrawl._core._revisit import Fetched, Verdict
 from hashcrawl._core._urls import canonicalize, host_key
 from hashcrawl._exceptions import ConfigError, HttpError
-from hashcrawl._settings import Settings
+from hashcrawl._settings import Settings, revisit_policy
 from hashcrawl._web._models import Request, Response
 from hashcrawl._web._robots import parse_retry_after
 from hashcrawl._web._sinks import as_dict
@@ -88,13 +88,7 @@ class Handler:
         blocking: bool = False,
         settings: Settings | None = None,
         name: str = "-",
-        revisit: Policy | None = None,
     ):
-        """Args:
-        revisit: the crawl's revisit policy (``--revisit``); None: pages are not
-            revisited, and nothing below about revisits happens.
-        """
-        self.revisit = revisit
         self.parse = parse
         self.spider = spider
         self.name = name  # the spider's, or the parse function's, for dead letters' reasons
@@ -105,24 +99,14 @@ class Handler:
         """The outcome of a response (``_handled``) and, with ``--revisit``, the page's
         next revisit record. A revisit that found the page unchanged (a 304, or the same
         content) writes no item and follows nothing: its callback saw it already."""
-        fetch = self._judged(held.entry, response)
+        policy, now_s = revisit_policy(self.settings), int(_unix_now())
+        fetch = None if policy is None else judged(held.entry, fetched(response), policy, now_s)
         if fetch is not None and fetch.verdict is Verdict.UNCHANGED:
             return attrs.evolve(Outcome.done(held, [], []), revisit=fetch)
         outcome = await self._handled(held, response, origin)
         if fetch is None or outcome.kind is not Kind.DONE:
             return outcome  # a retried page's record waits, its requeue lease running
         return attrs.evolve(outcome, revisit=fetch)
-
-    def _judged(self, entry: Entry, response: Response) -> Fetch | None:
-        if self.revisit is None:
-            return None
-        fetched = Fetched(
-            status=response.status,
-            body=response.body,
-            etag=response.headers.get("etag"),
-            last_modified=response.headers.get("last-modified"),
-        )
-        return judged(entry, fetched, policy=self.revisit, now_s=int(_unix_now()))
 
     async def _handled(self, held: Held, response: Response, origin: Origin) -> Outcome:
         """The outcome of a response: retried if the server is overloaded, dead-lettered
@@ -500,6 +484,13 @@ def _unread_links(response: Response) -> int:
     """Links a capped parse of the page left unread (0 if links() was never asked for)."""
     page = response._parsed[0] if response._parsed else None
     return page.dropped if page is not None else 0
+
+
+def fetched(response: Response) -> Fetched:
+    """What a revisit's judgement needs of a response."""
+    headers = response.headers
+    etag, modified = headers.get("etag"), headers.get("last-modified")
+    return Fetched(status=response.status, body=response.body, etag=etag, last_modified=modified)
 
 
 def _unix_now() -> float:

@@ -9,8 +9,8 @@ from __future__ import annotations
 
 import trio
 
-from hashcrawl._core._revisit import Policy
 from hashcrawl._run._membership import Membership
+from hashcrawl._settings import revisit_policy
 from hashcrawl._store._base import RevisitStore
 
 TAKE_EVERY = 1.0  # seconds between takes while nothing is due
@@ -22,10 +22,9 @@ REQUEUE_FLOOR_S = 3600
 class Taker:
     """Takes due revisits for the crawl, a batch at a time."""
 
-    def __init__(self, m: Membership, revisits: RevisitStore, policy: Policy) -> None:
+    def __init__(self, m: Membership, revisits: RevisitStore) -> None:
         self.m = m
         self.revisits = revisits
-        self.requeue_s = max(policy.high, REQUEUE_FLOOR_S)
 
     async def take_loop(self) -> None:
         while True:
@@ -33,6 +32,10 @@ class Taker:
                 await trio.sleep(TAKE_EVERY)
 
     async def take_turn(self) -> int:
-        """One take; returns how many entries it added to the inbox."""
-        taken = await self.m.persist(self.revisits.take, requeue_s=self.requeue_s)
+        """One take, if the crawl revisits; returns how many entries it added to the inbox."""
+        policy = revisit_policy(self.m.worker.settings)
+        if policy is None:
+            return 0
+        requeue = max(policy.high, REQUEUE_FLOOR_S)
+        taken = await self.m.persist(self.revisits.take, requeue_s=requeue)
         return int(taken.entries)

@@ -178,9 +178,9 @@ class Worker:
                 await trio.to_thread.run_sync(self.handler.spider.opened)
                 await trio.to_thread.run_sync(submit_start_requests, store, self.handler.spider)
             while True:
-                revisits = None
-                if self.handler.revisit is not None and isinstance(store, Store):
-                    revisits = Revisits.of(store)
+                # The crawl's --revisit is known only once the driver has joined: the
+                # records are always at hand, and only used while the policy says so.
+                revisits = Revisits.of(store) if isinstance(store, Store) else None
                 self._driver = Driver(self, store, fetcher, revisits=revisits)
                 if self._stop_requested:
                     return

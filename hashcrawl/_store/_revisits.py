@@ -58,16 +58,27 @@ class Revisits:
     """A crawl's revisit records on one Redis client (one that does not decode replies:
     fingerprints and records are bytes)."""
 
-    def __init__(self, client: Any, prefix: str) -> None:
-        self._client = client
+    def __init__(self, client: Callable[[], Any], prefix: str) -> None:
+        """Args:
+        client: gives the redis-py client (one that does not decode) at first use, so
+            that making this object does no IO.
+        """
+        self._client_of = client
         self.prefix = prefix
-        text = resources.files(__package__).joinpath("lua", "revisit.lua").read_text()
-        self._script = client.register_script(text)
 
     @classmethod
     def of(cls, store: Store) -> Revisits:
         """The revisit records of ``store``'s crawl, on its server's bytes client."""
-        return cls(store._nodes.client("bytes", store._timeout, decode=False), store.prefix)
+        return cls(lambda: store._nodes.client("bytes", store._timeout, decode=False), store.prefix)
+
+    @functools.cached_property
+    def _client(self) -> Any:
+        return self._client_of()
+
+    @functools.cached_property
+    def _script(self) -> Any:
+        text = resources.files(__package__).joinpath("lua", "revisit.lua").read_text()
+        return self._client.register_script(text)
 
     @_translated
     def put(self, fetches: Sequence[Fetch]) -> int:
