@@ -223,3 +223,10 @@ def test_a_failed_fetch_keeps_the_record_but_its_due_time() -> None:
     rec, verdict = after_fetch(old, Fetched(status=503), policy=ADAPTIVE, now_s=NOW)
     assert verdict is Verdict.UNKNOWN
     assert rec == Record(due_s=NOW + 600, interval_s=600, digest=old.digest, etag='"e1"')
+
+
+def test_short_intervals_move_too() -> None:
+    """A 2 s interval still grows and shrinks: by at least a second each time."""
+    short = Policy.parse("adaptive", low=1, high=10)
+    assert short.next_interval(2, Verdict.UNCHANGED) == 3
+    assert short.next_interval(2, Verdict.CHANGED) == 1

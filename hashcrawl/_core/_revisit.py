@@ -88,8 +88,11 @@ class Policy:
         """The interval after a fetch judged ``verdict``, clamped to the bounds."""
         if not self.adaptive or verdict is Verdict.UNKNOWN:
             return self._clamped(interval)
-        factor = SHRINK if verdict is Verdict.CHANGED else GROW
-        return self._clamped(round(interval * factor))
+        # At least a second either way, so that short intervals move too (round(2 * 1.2)
+        # is 2 again).
+        if verdict is Verdict.CHANGED:
+            return self._clamped(min(interval - 1, round(interval * SHRINK)))
+        return self._clamped(max(interval + 1, round(interval * GROW)))
 
     def _clamped(self, interval: int) -> int:
         return max(self.low, min(self.high, interval))

@@ -13,6 +13,7 @@ import contextlib
 import datetime
 import inspect
 import logging
+import math
 import os
 import sysconfig
 import time
@@ -99,7 +100,8 @@ class Handler:
         """The outcome of a response (``_handled``) and, with ``--revisit``, the page's
         next revisit record. A revisit that found the page unchanged (a 304, or the same
         content) writes no item and follows nothing: its callback saw it already."""
-        policy, now_s = revisit_policy(self.settings), int(_unix_now())
+        # Rounded up, so a revisit never comes before the interval has passed.
+        policy, now_s = revisit_policy(self.settings), math.ceil(_unix_now())
         fetch = None if policy is None else judged(held.entry, fetched(response), policy, now_s)
         if fetch is not None and fetch.verdict is Verdict.UNCHANGED:
             return attrs.evolve(Outcome.done(held, [], []), revisit=fetch)

@@ -1,0 +1,122 @@
+"""A crawl with --revisit, end to end on loopback, judged from the test site's own log:
+revisits come back conditional, unchanged pages answer 304 and write no item, changed
+pages are found, quiet pages are fetched ever less often, and the host's pace holds."""
+
+from __future__ import annotations
+
+import collections
+import itertools
+import json
+import uuid
+from typing import Any
+
+import pytest
+import trio
+
+from hashcrawl._cli._server import RedisServer
+from hashcrawl._run._worker import Worker
+from hashcrawl._web._sinks import JsonLinesSink
+from testing.fleet import DEADLINE, await_until, fast_settings, submit
+from testing.revisitsite import Page, RevisitSite, changes_missed, smallest_gap
+
+DELAY = 0.2
+LOW, HIGH = 3, 6
+CHANGES_EVERY = 4.0
+# What a due record waits beyond its interval: the taker's second, the heartbeat that
+# reports the inbox, the drain, the host's pace behind the other pages.
+SLACK = 4.0
+PAGES = [Page(kind=kind, period=period) for kind in ("etag", "lastmod", "none")
+         for period in (CHANGES_EVERY, None)]  # fmt: skip
+Crawled = tuple[RevisitSite, list[dict[str, Any]]]
+QUIET = [n for n, page in enumerate(PAGES) if page.period is None]
+FETCHES_OF_QUIET = 5  # enough for the interval to climb to HIGH
+
+
+@pytest.fixture(scope="module")
+def crawled(tmp_path_factory: pytest.TempPathFactory, shared_redis: RedisServer) -> Crawled:
+    """One crawl of the site, run until every quiet page was fetched FETCHES_OF_QUIET
+    times, then stopped."""
+    out = tmp_path_factory.mktemp("revisit") / "items.jsonl"
+    site = RevisitSite(PAGES)
+    crawl = "r" + uuid.uuid4().hex[:10]
+
+    async def main() -> None:
+        worker = Worker(
+            shared_redis.url,
+            crawl,
+            sink=JsonLinesSink(out),
+            **fast_settings(
+                idle=None, delay=DELAY, revisit="adaptive", revisit_min=LOW, revisit_max=HIGH
+            ),
+        )
+        with trio.fail_after(DEADLINE):
+            async with trio.open_nursery() as nursery:
+                nursery.start_soon(worker.run)
+                await trio.to_thread.run_sync(submit, shared_redis.url, crawl, [site.url()])
+                await await_until(
+                    lambda: all(len(site.hits(n)) >= FETCHES_OF_QUIET for n in QUIET),
+                    what="quiet pages fetched often enough",
+                )
+                worker.stop()
+
+    with site:
+        trio.run(main)
+    items = [json.loads(line) for line in out.read_text().splitlines()]
+    return site, items
+
+
+@pytest.mark.slow
+def test_revisits_are_conditional_on_their_validators(crawled: Crawled) -> None:
+    """A revisit of an ETag page sends If-None-Match; of a Last-Modified page,
+    If-Modified-Since; of a page with neither, no condition."""
+    site, _ = crawled
+    for n, page in enumerate(PAGES):
+        revisits = site.hits(n)[1:]
+        assert revisits, f"page {n} was never revisited"
+        if page.kind == "etag":
+            assert all(hit.if_none_match for hit in revisits)
+        if page.kind == "lastmod":
+            assert all(hit.if_modified_since and not hit.if_none_match for hit in revisits)
+        if page.kind == "none":
+            assert not any(hit.if_none_match or hit.if_modified_since for hit in revisits)
+
+
+@pytest.mark.slow
+def test_unchanged_pages_answer_304_and_write_no_item(crawled: Crawled) -> None:
+    """Quiet pages with validators are answered 304; every page has one item per version
+    a 200 brought, so neither a 304 nor the same content again writes one."""
+    site, items = crawled
+    for n in QUIET:
+        if PAGES[n].kind != "none":
+            assert {hit.status for hit in site.hits(n)[1:]} == {304}
+    written = collections.Counter(item["url"] for item in items)
+    for n in range(len(PAGES)):
+        versions = {hit.version for hit in site.hits(n) if hit.status == 200}
+        assert written[site.url(f"/p/{n}")] == len(versions)
+
+
+@pytest.mark.slow
+def test_every_change_is_found_within_its_pages_interval(crawled: Crawled) -> None:
+    """A page changing every 4 s has each change found within --revisit-max and the
+    slack of taking it; a change overwritten before that is a miss."""
+    site, _ = crawled
+    for n, page in enumerate(PAGES):
+        if page.period is not None:
+            assert changes_missed(site, n, within=HIGH + SLACK) == []
+
+
+@pytest.mark.slow
+def test_quiet_pages_are_fetched_ever_less_often(crawled: Crawled) -> None:
+    """A page that never changes comes back later each time, up to --revisit-max."""
+    site, _ = crawled
+    for n in QUIET:
+        times = [hit.at for hit in site.hits(n)]
+        gaps = [b - a for a, b in itertools.pairwise(times)]
+        assert gaps[-1] > gaps[0] >= LOW
+
+
+@pytest.mark.slow
+def test_the_hosts_pace_holds_through_revisits(crawled: Crawled) -> None:
+    """No two requests to the site came closer than --delay (less loopback jitter)."""
+    site, _ = crawled
+    assert smallest_gap(site) >= DELAY * 0.9
