@@ -39,6 +39,7 @@ STATUS_KEYS = {
     "epoch",
     "ended",
     "settings",
+    "revisits",
 }
 
 
@@ -136,9 +137,10 @@ def test_status_has_every_documented_key(queue: Queue, crawl_name: str) -> None:
     assert status["crawl"] == crawl_name
     assert status["members"] == []
     lists = ("crawl", "members", "ended", "exists", "bad_samples", "spiders", "mixed_spiders")
-    lists += ("settings",)
+    lists += ("settings", "revisits")
     counts = {k: v for k, v in status.items() if k not in lists}
     assert set(counts.values()) == {0}
+    assert set(status["revisits"].values()) == {0}  # a crawl without --revisit
     assert (status["bad_samples"], status["spiders"], status["mixed_spiders"]) == ([], [], False)
     assert (status["exists"], status["ended"]) == (False, False)
     assert status["settings"]["version"] is None  # none recorded: no worker has joined

@@ -207,3 +207,29 @@ def test_the_script_and_the_core_agree_on_the_longest_record(
     raw.hset(f"{prefix}rv:{bucket}", b"12345678", fetch.record.to_bytes() + b"x")
     taken = revisits.take(requeue_s=REQUEUE, now_s=NOW + 60)
     assert (taken.entries, taken.dropped) == (1, 1)
+
+
+def test_status_and_metrics_show_the_revisit_figures(
+    revisits: Revisits, redis_url: str, crawl_name: str
+) -> None:
+    """status and the fleet counters (/metrics) count pages, due ones and what was found."""
+    from hashcrawl._store._redisurl import RedisURL
+    from hashcrawl._store._store import Store
+
+    fetch = first_fetch("http://a.test/1", at=0)  # due long ago: due now and overdue
+    changed, verdict = after_fetch(
+        fetch.record, Fetched(status=200, body=b"v2"), policy=POLICY, now_s=0
+    )
+    revisits.put([fetch, first_fetch("http://a.test/2", at=0)])
+    revisits.put([Fetch(entry=fetch.entry, record=changed, verdict=verdict, first=False)])
+    store = Store(RedisURL.parse(redis_url), crawl_name)
+    try:
+        shown = store.status()["revisits"]
+        counters = store.fleet_counters()
+    finally:
+        store.close()
+    assert shown == {
+        "pages": 2, "due_now": 2, "overdue": 2, "due_next_hour": 0,
+        "changed": 1, "unchanged": 0, "bad": 0,
+    }  # fmt: skip
+    assert (counters["revisit_due_now"], counters["revisit_changed"]) == (2, 1)

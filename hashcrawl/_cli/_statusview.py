@@ -221,6 +221,18 @@ def _counts(view: dict[str, Any]) -> Text:
         f"statuses: {statuses}\nerrors: {errors}\n"
         f"retries {view['retries']:,}, dead-lettered {view['dead_letters']:,}, "
         f"leases reclaimed {view['leases_reclaimed']:,}, queue_bad {view['queue_bad']:,}"
+        + _revisits(view.get("revisits"))
+    )
+
+
+def _revisits(figures: dict[str, int] | None) -> str:
+    """A line for a crawl that revisits; nothing for one that does not."""
+    if not figures or not figures.get("pages"):
+        return ""
+    return (
+        f"\nrevisits: {figures['pages']:,} pages, due now {figures['due_now']:,} (overdue "
+        f"{figures['overdue']:,}), due in the next hour {figures['due_next_hour']:,}, "
+        f"changes found {figures['changed']:,}, unchanged {figures['unchanged']:,}"
     )
 
 

@@ -300,11 +300,18 @@ class WorkerCollector:
         for name, doc in (
             ("leases_reclaimed", "Entries held by dead workers and taken back, fleet-wide"),
             ("queue_bad", "Unreadable entries dropped, fleet-wide"),
+            ("revisit_changed", "Revisits that found the page changed, fleet-wide"),
+            ("revisit_unchanged", "Revisits that found the page unchanged, fleet-wide"),
+            ("revisit_bad", "Unreadable revisit records dropped, fleet-wide"),
         ):
             yield CounterMetricFamily("hashcrawl_fleet_" + name, doc, value=figures.get(name, 0))
         for name, doc in (
             ("dead", "Dead letters now, fleet-wide (retry-dead lowers it)"),
             ("outstanding", "Entries waiting or held anywhere in the fleet"),
+            ("revisit_pages", "Pages with a revisit record, fleet-wide"),
+            ("revisit_due_now", "Revisited pages due now, not yet taken"),
+            ("revisit_overdue", "Revisited pages due over a minute ago, not yet taken"),
+            ("revisit_due_next_hour", "Revisited pages due within the next hour"),
         ):
             yield GaugeMetricFamily("hashcrawl_fleet_" + name, doc, value=figures.get(name, 0))
 

@@ -17,6 +17,7 @@ from typing import Any
 import redis
 
 from hashcrawl._core._batch import chunks
+from hashcrawl._core._due import DueFigures
 from hashcrawl._exceptions import ConfigError
 from hashcrawl._store._connection import GROUP, Connection, _flat, _translated
 from hashcrawl._store._redisurl import check_crawl_name
@@ -104,6 +105,7 @@ class Views(Connection):
             "mixed_spiders": len(spiders) > 1,
             "epoch": epoch,
             "ended": exists and queued_now == 0 and alive == 0,
+            "revisits": _revisit_view(r.hgetall(self.key("rvhist")), int(seconds), stats),
         }
 
     def _worker_view(self, worker: str, beat: float | None, now_ms: int) -> dict[str, Any]:
@@ -173,17 +175,21 @@ class Views(Connection):
 
     @_translated
     def fleet_counters(self) -> dict[str, int]:
-        """leases_reclaimed, queue_bad, dead and outstanding, fleet-wide, in one round trip."""
+        """leases_reclaimed, queue_bad, dead, outstanding and the revisit figures
+        (``revisit_due_now`` ...), fleet-wide, in one round trip."""
         with self._redis.pipeline(transaction=False) as pipe:
-            pipe.hmget(self.key("stats"), ["leases_reclaimed", "queue_bad"])
+            pipe.hgetall(self.key("stats"))
             pipe.hlen(self.key("dead"))
             pipe.get(self.key("outstanding"))
-            (reclaimed, bad), dead, outstanding = pipe.execute()
+            pipe.hgetall(self.key("rvhist"))
+            pipe.time()
+            stats, dead, outstanding, due, (seconds, _) = pipe.execute()
         return {
-            "leases_reclaimed": int(reclaimed or 0),
-            "queue_bad": int(bad or 0),
+            "leases_reclaimed": _whole(stats.get("leases_reclaimed")),
+            "queue_bad": _whole(stats.get("queue_bad")),
             "dead": int(dead),
             "outstanding": int(outstanding or 0),
+            **{f"revisit_{k}": v for k, v in _revisit_view(due, int(seconds), stats).items()},
         }
 
     @_translated
@@ -252,3 +258,17 @@ def _pending(r: Any, stream: str) -> int:
         return int(r.xpending(stream, GROUP)["pending"])
     except redis.ResponseError:  # no such stream or group: nothing held there
         return 0
+
+
+def _revisit_view(due: dict[str, str], now_s: int, stats: dict[str, str]) -> dict[str, int]:
+    """Revisited pages and when they are due (``rvhist``), and what revisits found."""
+    figures = DueFigures.from_histogram(due, now_s)
+    return {
+        "pages": figures.records,
+        "due_now": figures.due_now,
+        "overdue": figures.overdue,
+        "due_next_hour": figures.next_hour,
+        "changed": _whole(stats.get("revisit_changed")),
+        "unchanged": _whole(stats.get("revisit_unchanged")),
+        "bad": _whole(stats.get("revisit_bad")),
+    }
