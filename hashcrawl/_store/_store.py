@@ -42,6 +42,11 @@ key                type    written by
 ``settings``       HASH    join, crawl, configure (``_crawlconfig``): the crawl's
                            settings but the scope's, one field each as its flag's text,
                            and ``version`` (+1 on every change; the heartbeat returns it)
+``rv:B``           HASH    revisit (``_revisits``, with --revisit): 8-byte URL
+                           fingerprint -> the page's revisit record, bucket B
+``rvu:B``          HASH    revisit: fingerprint -> the page's entry, for its revisits
+``rvdue``          ZSET    revisit: bucket -> its earliest due time, server seconds
+``rvhist``         HASH    revisit: minute -> records due in it, for status
 =================  ======  =============================================================
 
 Time in every lease and liveness decision is the Redis server's (``TIME`` in scripts),
