@@ -7,7 +7,9 @@ from __future__ import annotations
 import collections
 import itertools
 import json
+import signal
 import uuid
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -16,7 +18,16 @@ import trio
 from hashcrawl._cli._server import RedisServer
 from hashcrawl._run._worker import Worker
 from hashcrawl._web._sinks import JsonLinesSink
-from testing.fleet import DEADLINE, await_until, fast_settings, submit
+from testing.fleet import (
+    DEADLINE,
+    Processes,
+    await_until,
+    fast_settings,
+    flags,
+    new_crawl_name,
+    submit,
+    wait_until,
+)
 from testing.revisitsite import Page, RevisitSite, changes_missed, smallest_gap
 
 DELAY = 0.2
@@ -119,4 +130,31 @@ def test_quiet_pages_are_fetched_ever_less_often(crawled: Crawled) -> None:
 def test_the_hosts_pace_holds_through_revisits(crawled: Crawled) -> None:
     """No two requests to the site came closer than --delay (less loopback jitter)."""
     site, _ = crawled
+    assert smallest_gap(site) >= DELAY * 0.9
+
+
+@pytest.mark.slow
+def test_a_killed_owner_loses_no_revisit_and_the_pace_holds(
+    shared_redis: RedisServer, tmp_path: Path
+) -> None:
+    """Two worker processes revisit the site; its owner is killed (SIGKILL) mid-run. Every
+    page is revisited again afterwards, by the survivor, and no two requests to the site
+    ever came closer than --delay."""
+    crawl = new_crawl_name()
+    worker_flags = flags(
+        delay=DELAY, lease=2.0, idle="none", revisit="adaptive", revisit_min=LOW, revisit_max=HIGH
+    )
+    with RevisitSite(PAGES) as site, Processes(shared_redis.url, crawl, tmp_path) as fleet:
+        submit(shared_redis.url, crawl, [site.url()])
+        for _ in range(2):
+            fleet.join(*worker_flags)
+        wait_until(lambda: all(len(site.hits(n)) >= 2 for n in QUIET), what="first revisits")
+        fleet.busiest_member().signal(signal.SIGKILL)
+        killed_at = site.now()
+        wait_until(
+            lambda: all(
+                sum(hit.at > killed_at for hit in site.hits(n)) >= 2 for n in range(len(PAGES))
+            ),
+            what="two revisits of every page after the kill",
+        )
     assert smallest_gap(site) >= DELAY * 0.9
