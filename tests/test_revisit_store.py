@@ -233,3 +233,19 @@ def test_status_and_metrics_show_the_revisit_figures(
         "changed": 1, "unchanged": 0, "bad": 0,
     }  # fmt: skip
     assert (counters["revisit_due_now"], counters["revisit_changed"]) == (2, 1)
+
+
+def test_a_stores_revisits_run_through_its_script_runner(redis_url: str, crawl_name: str) -> None:
+    """Revisits.of(store) writes through the store (its replicas' WAIT, its errors)."""
+    from hashcrawl._store._redisurl import RedisURL
+    from hashcrawl._store._store import Store
+
+    store = Store(RedisURL.parse(redis_url), crawl_name)
+    try:
+        revisits = Revisits.of(store)
+        fetch = first_fetch("http://a.test/1")
+        assert revisits.put([fetch]) == 1
+        assert revisits.record_of(fetch.entry) == fetch.record
+        assert revisits.take(requeue_s=REQUEUE, now_s=NOW + 60).entries == 1
+    finally:
+        store.close()

@@ -116,7 +116,7 @@ class Connection:
     @functools.cached_property
     def _scripts(self) -> dict[str, Any]:
         client = self._nodes.client("main", self._timeout)
-        names = ("heartbeat", "join", "leave", "commit", "release", "unpark", "inflight")
+        names = ("heartbeat", "join", "leave", "commit", "release", "unpark", "inflight", "revisit")
         return {name: client.register_script(_script(name)) for name in (*names, "settings")}
 
     def _after_failover(self, client: Any) -> None:

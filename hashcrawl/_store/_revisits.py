@@ -58,18 +58,38 @@ class Revisits:
     """A crawl's revisit records on one Redis client (one that does not decode replies:
     fingerprints and records are bytes)."""
 
-    def __init__(self, client: Callable[[], Any], prefix: str) -> None:
+    def __init__(
+        self,
+        client: Callable[[], Any],
+        prefix: str,
+        *,
+        run: Callable[[Sequence[Any], Sequence[str]], Any] | None = None,
+    ) -> None:
         """Args:
         client: gives the redis-py client (one that does not decode) at first use, so
             that making this object does no IO.
+        run: runs revisit.lua with these args and keys (default: on ``client``); a
+            store's own, so that on a cluster its replicas confirm each write.
         """
         self._client_of = client
         self.prefix = prefix
+        self._run = run
 
     @classmethod
     def of(cls, store: Store) -> Revisits:
-        """The revisit records of ``store``'s crawl, on its server's bytes client."""
-        return cls(lambda: store._nodes.client("bytes", store._timeout, decode=False), store.prefix)
+        """The revisit records of ``store``'s crawl: written through its script runner
+        (``WAIT`` for replicas, a failover's epoch jump), read on its bytes client."""
+        return cls(
+            lambda: store._nodes.client("bytes", store._timeout, decode=False),
+            store.prefix,
+            run=store.revisit_script,
+        )
+
+    def _script_call(self, args: Sequence[Any]) -> Any:
+        keys = [self.prefix + "rvdue"]
+        if self._run is not None:
+            return self._run(args, keys)
+        return self._script(keys=keys, args=args)
 
     @functools.cached_property
     def _client(self) -> Any:
@@ -89,14 +109,14 @@ class Revisits:
             entry = stored_entry(fetch.entry) if fetch.first else ""
             verdict = _VERDICTS[fetch.verdict]
             args += [bucket_of(fp), fp, fetch.record.to_bytes(), entry, verdict]
-        return int(self._script(keys=[self.prefix + "rvdue"], args=args))
+        return int(self._script_call(args))
 
     @_translated
     def take(self, *, requeue_s: int, now_s: int | None = None, most: int = TAKE_MOST) -> Taken:
         """Turn due records into inbox entries (see ``lua/revisit.lua``)."""
         now = "" if now_s is None else now_s
         args = [self.prefix, "take", now, most, TAKE_BUCKETS, requeue_s]
-        got = self._script(keys=[self.prefix + "rvdue"], args=args)
+        got = self._script_call(args)
         return Taken(entries=got[0], buckets=got[1], dropped=got[2], now_s=got[3])
 
     @_translated

@@ -176,6 +176,12 @@ class Store(Views):
         return Beat.from_reply(self._run("heartbeat", args))
 
     @_translated
+    def revisit_script(self, args: Sequence[Any], keys: Sequence[str]) -> Any:
+        """Run ``lua/revisit.lua`` (for ``_revisits.Revisits``): confirmed and translated
+        as every other script call of this store."""
+        return self._run("revisit", args, keys)
+
+    @_translated
     def leave(self, worker: str, pace: Mapping[str, str]) -> int:
         """Take ``worker`` out of the ring; returns the new epoch (0 if it had gone).
 
