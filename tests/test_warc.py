@@ -27,7 +27,7 @@ from hashcrawl import ConfigError, HttpxFetcher, JsonLinesSink, Request, Respons
 from hashcrawl._cli._checks import checked_output
 from hashcrawl._cli._parser import build_parser
 from hashcrawl._web._sinks import AllSinks, CsvSink, archive_of, sinks_for
-from hashcrawl._web._warc import REVISIT_PROFILE, payload_digest
+from hashcrawl._web._warc import NOT_MODIFIED_PROFILE, REVISIT_PROFILE, payload_digest
 from testing.fleet import (
     fast_settings,
     host,
@@ -259,6 +259,18 @@ def test_a_repeated_payload_is_a_revisit_only_with_the_flag(tmp_path):
         assert again["headers"]["WARC-Refers-To-Target-URI"] == "https://a.example/1"
         assert again["headers"]["WARC-Payload-Digest"] == first["headers"]["WARC-Payload-Digest"]
         assert again["payload"] == b""
+
+
+def test_a_304_is_a_server_not_modified_revisit(tmp_path: Path) -> None:
+    """A revisit's 304 is archived as a revisit record of the server-not-modified
+    profile, headers only, with or without --warc-revisits."""
+    sink = WarcSink(tmp_path / "304.warc.gz")
+    sink.archive(response_for("https://a.example/1", b"", status=304))
+    sink.close()
+    [record] = [r for r in records_of(sink.files[0]) if r["type"] not in ("warcinfo", "request")]
+    assert record["type"] == "revisit"
+    assert record["headers"]["WARC-Profile"] == NOT_MODIFIED_PROFILE
+    assert record["payload"] == b""
 
 
 def whole_file(tmp_path: Path) -> tuple[bytes, list[dict[str, Any]]]:

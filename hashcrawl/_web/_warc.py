@@ -51,6 +51,8 @@ from hashcrawl._web._models import Exchange, Response
 #: Payload digests a worker remembers for revisit records; the oldest are forgotten.
 REVISIT_MEMORY = 100_000
 REVISIT_PROFILE = "http://netpreserve.org/warc/1.1/revisit/identical-payload-digest"
+#: A 304 to a conditional request (a crawl's --revisit): the server said nothing changed.
+NOT_MODIFIED_PROFILE = "http://netpreserve.org/warc/1.1/revisit/server-not-modified"
 RESPONSE_TYPE = "application/http; msgtype=response"
 REQUEST_TYPE = "application/http; msgtype=request"
 # Level 6 (zlib's default) took 2.7 times the CPU per record pair of level 1 in
@@ -160,7 +162,12 @@ class WarcSink:
         digest = payload_digest(exchange.body)
         first = self._first_with(digest, response, exchange)
         told = {**common, "Content-Type": RESPONSE_TYPE, "WARC-Payload-Digest": digest}
-        if first is not None:  # the body is the first's: headers only
+        if response.status == 304:  # not modified: headers only, whatever the flag
+            told["WARC-Profile"] = NOT_MODIFIED_PROFILE
+            answer, answer_id = self._record(
+                WarcRecordType.revisit, date, told, exchange.response_head
+            )
+        elif first is not None:  # the body is the first's: headers only
             told.update(_refers_to(first))
             answer, answer_id = self._record(
                 WarcRecordType.revisit, date, told, exchange.response_head
