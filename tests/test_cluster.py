@@ -108,7 +108,8 @@ def test_a_write_its_replica_does_not_confirm_fails(redis_cluster: Cluster, craw
         batch = one_page_with_links(store, "w1", epoch, 4)
         replica.pause()
         try:
-            with pytest.raises(QueueError, match="did not confirm within") as caught:
+            named = rf"node {HOST}:{primary.port} made a write .* did not confirm within"
+            with pytest.raises(QueueError, match=named) as caught:
                 store.commit(batch)
         finally:
             replica.resume()
