@@ -119,21 +119,6 @@ def test_uncommitted_pages_count_against_concurrency() -> None:
     assert isinstance(session.next_fetch(0.1), Held)
 
 
-def test_a_commit_is_due_while_a_quarter_of_the_slots_are_still_free() -> None:
-    """With 8 slots, the sixth page fetched asks for a commit, and two slots stay free
-    to fetch in while it runs."""
-    hosts = [f"http://h{i}.test/" for i in range(8)]
-    session = session_of(concurrency=8, delay=0.0)
-    ready(session, *hosts)
-    due = []
-    for _ in range(6):
-        held = session.next_fetch(0.0)
-        assert isinstance(held, Held)
-        due.append(session.fetch_ended(held, Outcome.done(held, [], []), 0.1))
-    assert due == [False] * 5 + [True]
-    assert isinstance(session.next_fetch(0.1), Held)  # a free slot while it commits
-
-
 def test_an_entry_of_a_host_another_member_owns_is_forwarded_to_it() -> None:
     """What the reader takes for a host it does not own goes to the owner's stream."""
     session = session_of(members=("w1", "w2"))

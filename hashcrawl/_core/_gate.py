@@ -57,15 +57,6 @@ class Gate:
         """
         return self.s.in_flight + self.s.ledger.uncommitted >= self.s.settings.concurrency
 
-    def commit_due(self) -> bool:
-        """Few slots are left: commit now, while the rest keep the fetches going.
-
-        Waiting until every slot is taken would leave nothing to fetch for as long as
-        the commit takes (its fsync and its round trip to Redis), at every commit.
-        """
-        concurrency = self.s.settings.concurrency
-        return self.s.in_flight + self.s.ledger.uncommitted >= concurrency - concurrency // 4
-
     def may_fetch(self, host: Host) -> bool:
         return (
             self.s.suspects.may_start(host)

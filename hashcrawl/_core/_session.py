@@ -48,7 +48,7 @@ from hashcrawl._settings import Settings
 log = logging.getLogger("hashcrawl")
 # A commit costs ~10 Redis commands however few pages it carries, so waiting 200 ms
 # keeps a worker with few hosts near 1 command per page; one whose --concurrency fills
-# up commits as its last slots fill (commit_due() below), so the fetcher never waits on this.
+# up commits at once anyway (saturated() below), so the fetcher never waits on this.
 COMMIT_EVERY = 0.2
 HANDOFF_WAIT = 1.0  # seconds a handoff waits for requests out to the hosts it gives away
 # A host with nothing queued or in flight is forgotten after this long idle, and beyond
@@ -321,7 +321,7 @@ class Session:
     def fetch_ended(self, held: Held, outcome: Outcome | None, now: float) -> bool:
         """``held``'s fetch is over, with ``outcome`` to commit (None: put back).
 
-        Returns whether a commit is due at once (few slots are left).
+        Returns whether a commit is due at once (every slot is taken).
         """
         if outcome is not None and outcome.fault:
             self.tally.error(outcome.fault)
@@ -338,7 +338,7 @@ class Session:
         if outcome.backoff is not None:
             self.frontier.back_off(held.host, now + outcome.backoff)
         self.ledger.add_fetched(outcome)
-        return self.gate.commit_due()
+        return self.saturated()
 
     def sitemaps_of(self, held: Held) -> list[Entry]:
         """With --sitemaps, the sitemaps of a host this session has not queued yet."""
