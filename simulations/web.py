@@ -43,8 +43,8 @@ import attrs
 import trio
 
 from hashcrawl._exceptions import FetchError
-from hashcrawl._web._fetch import NotSent, _may_send
 from hashcrawl._web._models import Request, Response
+from hashcrawl._web._pools import NotSent, _may_send
 
 HTML = {"content-type": "text/html; charset=utf-8"}
 KINDS = ("ok",) * 12 + ("slow",) * 2 + ("flaky",) * 2 + ("broken", "missing", "busy", "moved")

@@ -17,7 +17,7 @@ import trio.testing
 
 from hashcrawl import FetchError, HttpxFetcher, Queue, Request, Response
 from hashcrawl._exceptions import Refused
-from hashcrawl._web._fetch import NotSent, OriginPools, sending_only_while
+from hashcrawl._web._pools import NotSent, OriginPools, sending_only_while
 from testing.fleet import (
     Crew,
     crawl_in_process,
@@ -143,6 +143,26 @@ async def test_a_given_transport_serves_every_request():
     await fetcher.aclose()
     assert (response.status, response.body) == (200, b"<title>t</title>")
     assert seen == ["http://a.test/x", "http://b.test/y"]
+
+
+async def test_the_fetcher_keeps_no_cookie_a_server_sets():
+    """A Set-Cookie answer is the worker's to keep (per host), not the client's: the next
+    request carries only the Cookie header its request names."""
+    seen: list[str | None] = []
+
+    def answer(request: httpx.Request) -> httpx.Response:
+        seen.append(request.headers.get("cookie"))
+        return httpx.Response(200, headers={"Set-Cookie": "session=1; Path=/"}, text="ok")
+
+    fetcher = HttpxFetcher(transport=httpx.MockTransport(answer))
+    try:
+        first = await fetcher.fetch(Request("http://a.test/"))
+        await fetcher.fetch(Request("http://a.test/next"))
+        await fetcher.fetch(Request("http://a.test/", headers=[("Cookie", "mine=2")]))
+    finally:
+        await fetcher.aclose()
+    assert first.headers.get("set-cookie") == "session=1; Path=/"
+    assert seen == [None, None, "mine=2"]
 
 
 async def test_an_unreachable_origin_raises_fetch_error_and_frees_its_slot():

@@ -13,6 +13,7 @@ import re
 import shutil
 import subprocess
 import sys
+import threading
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
@@ -21,7 +22,7 @@ import pytest
 import redis
 
 import hashcrawl
-from hashcrawl._web._sinks import CsvSink, JsonLinesSink, sink_for
+from hashcrawl._web._sinks import AllSinks, CsvSink, JsonLinesSink, sink_for
 
 PAGES = 30
 
@@ -108,6 +109,47 @@ def test_csv_sink_writes_one_header_then_rows(tmp_path: Path) -> None:
     sink.close()
     rows = list(csv.reader(path.read_text().splitlines()))
     assert rows == [["url", "status"], ["u1", "200"], ["u2", "404"]]
+
+
+class Meeting:
+    """A sink whose flush waits for the others' to be under way (a barrier), so flushes
+    one after another never return; ``fail`` makes its flush raise once there."""
+
+    def __init__(self, barrier: threading.Barrier, fail: bool = False) -> None:
+        self.barrier, self.fail, self.flushed = barrier, fail, False
+
+    def write(self, items: Sequence[Mapping[str, Any]]) -> None:
+        pass
+
+    def flush(self) -> None:
+        self.barrier.wait(timeout=30)  # a ceiling for a hang: flushes in turn break it
+        if self.fail:
+            raise OSError("disk full")
+        self.flushed = True
+
+    def close(self) -> None:
+        pass
+
+
+def test_several_sinks_flush_at_once_and_all_before_flush_returns() -> None:
+    """Three sinks' fsyncs overlap, and flush returns once every one has finished."""
+    barrier = threading.Barrier(3)
+    sinks = [Meeting(barrier) for _ in range(3)]
+    both = AllSinks(sinks)
+    both.flush()
+    both.close()
+    assert [s.flushed for s in sinks] == [True, True, True]
+
+
+def test_a_failed_flush_of_any_sink_fails_the_flush() -> None:
+    """A second sink's error comes out of flush, after the first sink has flushed."""
+    barrier = threading.Barrier(2)
+    sinks = [Meeting(barrier), Meeting(barrier, fail=True)]
+    both = AllSinks(sinks)
+    with pytest.raises(OSError, match="disk full"):
+        both.flush()
+    both.close()
+    assert sinks[0].flushed
 
 
 def test_sink_for_keeps_the_fsync_choice(tmp_path: Path) -> None:

@@ -410,7 +410,14 @@ class WatchingWarcSink(WarcSink):
     def flush(self) -> None:
         super().flush()
         if self.batch:
-            self.flushes.append((len(self.batch), self._still_queued(self.batch)))
+            on_disk = {
+                r["headers"]["WARC-Target-URI"]
+                for name in self.files
+                for r in records_of(name)
+                if r["type"] == "response"
+            }
+            written = sum(url in on_disk for url in self.batch)
+            self.flushes.append((len(self.batch), self._still_queued(self.batch), written))
         self.batch = []
 
     def _still_queued(self, urls: list[str]) -> int:
@@ -436,8 +443,9 @@ class TreeFetcher:
 async def test_records_are_flushed_before_their_pages_are_acknowledged(
     redis_url, crawl_name, tmp_path
 ):
-    """At every flush, each page archived since the last one is still in Redis,
-    unacknowledged, though an archive-only crawl writes no items."""
+    """At every flush, each page archived since the last one is in the file once flush
+    returns, and still in Redis, unacknowledged, though an archive-only crawl writes no
+    items."""
     with hashcrawl.Queue(redis_url, crawl_name) as queue:
         queue.submit(["https://tree.example/p0"])
     client = redis.Redis.from_url(redis_url, decode_responses=True)
@@ -460,4 +468,5 @@ async def test_records_are_flushed_before_their_pages_are_acknowledged(
         if r["type"] == "response"
     ]
     assert sorted(urls) == sorted(f"https://tree.example/p{n}" for n in range(15))
-    assert sink.flushes and all(archived == queued for archived, queued in sink.flushes)
+    assert sink.flushes
+    assert all(archived == queued == written for archived, queued, written in sink.flushes)

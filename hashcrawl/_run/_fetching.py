@@ -16,8 +16,9 @@ from hashcrawl._core._page import Page, Step
 from hashcrawl._core._revisit import Record
 from hashcrawl._exceptions import FetchError, Refused
 from hashcrawl._run._membership import Membership
-from hashcrawl._web._fetch import Fetcher, NotSent, sending_only_while
+from hashcrawl._web._fetch import Fetcher
 from hashcrawl._web._models import Request, Response
+from hashcrawl._web._pools import NotSent, sending_only_while
 from hashcrawl._web._requests import set_cookies
 from hashcrawl._web._robots import Robots, RobotsFetch, Unreachable
 

@@ -17,7 +17,9 @@ its own gzip (level 9), and it re-encodes header bytes that are not ASCII. The t
 read every file back with warcio, so a second implementation checks what is written.
 
 Durability is the items' promise: the worker archives the responses of a commit's
-pages (and any fetched since) right before its flush, which fsyncs them, and only then
+pages (and any fetched since) right before its flush, which writes and fsyncs them
+(one write for them all: each system call in the writing thread is a turn of the GIL
+the event loop's thread waits for), and only then
 acknowledges the pages, so every acknowledged page's records are on disk. Files are
 this process's alone (their names carry the worker's id and a sequence number, and are
 created exclusively), and a new one starts once the current one would pass
@@ -116,6 +118,7 @@ class WarcSink:
         self._lock = threading.Lock()
         self._fd: int | None = None
         self._size, self._sequence, self._dirty = 0, 0, False
+        self._pending: list[bytes] = []  # records appended, not yet written
         self._seen: collections.OrderedDict[str, tuple[str, str, str]] = collections.OrderedDict()
         #: The files this sink has written, oldest first.
         self.files: list[str] = []
@@ -129,7 +132,8 @@ class WarcSink:
         """Items are not archived: an item sink beside this one takes them."""
 
     def archive(self, response: Response) -> None:
-        """Write ``response``'s request and response (or revisit) records, not yet synced."""
+        """Add ``response``'s request and response (or revisit) records; the next
+        :meth:`flush` (or :meth:`close`) writes them, in one system call, and syncs them."""
         exchange = response.exchange or _exchange_of(response)
         with self._lock:  # one writer, its revisit memory and the file: one call at a time
             data = self._records(response, exchange)
@@ -141,8 +145,10 @@ class WarcSink:
 
     def flush(self) -> None:
         with self._lock:
-            if self._dirty and self._fd is not None and self.fsync:
-                os.fsync(self._fd)
+            if self._dirty and self._fd is not None:
+                self._write_pending()
+                if self.fsync:
+                    os.fsync(self._fd)
             self._dirty = False
 
     def close(self) -> None:
@@ -254,15 +260,21 @@ class WarcSink:
 
     def _append(self, data: bytes) -> None:
         assert self._fd is not None
-        while data:
-            written = os.write(self._fd, data)
-            self._size += written
-            data = data[written:]
+        self._pending.append(data)
+        self._size += len(data)
         self._dirty = True
+
+    def _write_pending(self) -> None:
+        """Write what :meth:`_append` kept, at once: one system call, not one a record."""
+        assert self._fd is not None
+        data, self._pending = b"".join(self._pending), []
+        while data:
+            data = data[os.write(self._fd, data) :]
 
     def _close_file(self) -> None:
         assert self._fd is not None
         try:
+            self._write_pending()
             if self._dirty and self.fsync:
                 os.fsync(self._fd)  # its records may belong to pages not yet acknowledged
         finally:

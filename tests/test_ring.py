@@ -1,0 +1,36 @@
+"""The ring: who owns a host, and what it remembers of its answers."""
+
+from __future__ import annotations
+
+from uhashring import HashRing
+
+from hashcrawl._core import _ring
+from hashcrawl._core._ring import Ring
+
+
+def test_a_remembered_owner_is_the_one_the_ketama_ring_names() -> None:
+    """Asked twice, a ring names the owner uhashring's ketama ring names."""
+    members = ("w1", "w2", "w3")
+    ring, ketama = Ring.of(7, members), HashRing(nodes=list(members), hash_fn="ketama")
+    hosts = [f"h{i}.test" for i in range(300)]
+    first = [ring.owner_of(h) for h in hosts]
+    assert first == [ring.owner_of(h) for h in hosts]
+    assert first == [ketama.get_node(h) for h in hosts]
+    assert set(first) == set(members)
+
+
+def test_a_ring_remembers_a_bounded_number_of_owners() -> None:
+    """Past OWNERS_REMEMBERED hosts the memory starts over, and answers stay right."""
+    owners = _ring._Owners(HashRing(nodes=["w1", "w2"], hash_fn="ketama"))
+    limit = _ring.OWNERS_REMEMBERED
+    for i in range(limit + 5):
+        owners.owner_of(f"h{i}.test")
+    assert len(owners._owners) <= limit
+    assert owners.owner_of("h0.test") == HashRing(nodes=["w1", "w2"], hash_fn="ketama").get_node(
+        "h0.test"
+    )
+
+
+def test_an_empty_ring_names_no_owner() -> None:
+    """With nobody alive, no host has an owner."""
+    assert Ring.of(1, ()).owner_of("a.test") is None
