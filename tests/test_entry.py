@@ -7,7 +7,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from hashcrawl._core._entry import MAX_ENTRY_BYTES, BadEntry, Entry
+from hashcrawl._core._entry import MAX_ENTRY_BYTES, MAX_TIMEOUT, BadEntry, Entry
 from tests.strategies import stream_payloads
 
 json_values = st.recursive(
@@ -197,3 +197,10 @@ def test_a_bad_entrys_message_quotes_the_first_120_characters_of_its_payload() -
         Entry.decode(payload)
     assert repr(payload[:120]) in str(caught.value)
     assert repr(payload[:121]) not in str(caught.value)
+
+
+def test_a_timeout_of_exactly_the_limit_is_read_and_a_little_more_is_a_bad_entry() -> None:
+    url = "http://a.example/"
+    assert Entry.decode(json.dumps({"u": url, "t": MAX_TIMEOUT})).timeout == MAX_TIMEOUT
+    with pytest.raises(BadEntry, match="timeout"):
+        Entry.decode(json.dumps({"u": url, "t": MAX_TIMEOUT + 0.5}))
