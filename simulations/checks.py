@@ -69,6 +69,18 @@ def accounting(outstanding: int, entries: int) -> list[str]:
     return [f"'outstanding' says {outstanding} but {entries} entries are queued or parked"]
 
 
+def killer(deaths: int, max_attempts: int) -> list[str]:
+    """A page that kills every worker that reads it is dead-lettered after a few deaths,
+    not passed from worker to worker for ever: the first member it kills makes it a
+    suspect, and each one after that uses up one of its ``max_attempts``."""
+    if deaths <= max_attempts + 1:
+        return []
+    return [
+        f"the killer page killed {deaths} members, though {max_attempts + 1} deaths use up "
+        f"its {max_attempts} attempts (one makes it a suspect, each later one costs one)"
+    ]
+
+
 def unfinished(
     accepted: Iterable[str],
     done: Collection[str],

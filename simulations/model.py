@@ -483,4 +483,6 @@ class CrawlModel(RuleBasedStateMachine):
                 self.report.requests += len(self.w.fetches)
                 self.report.pages += len({url for url, _ in self.w.done})
                 self.report.simulated += self.w.loop.now()
+                if self.w.killed:
+                    self.report.faults["killer_page"] += self.w.killed
             self.world.close()

@@ -28,6 +28,7 @@ def violations(world: World) -> list[str]:
         + checks.duplicates(world.fetches, world.excused)
         + checks.politeness(world.fetches, world.delay_of)
         + checks.accounting(snap.outstanding, snap.entries)
+        + checks.killer(world.killed_members, int(world.settings["max_attempts"]))
     )
 
 

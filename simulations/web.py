@@ -16,6 +16,11 @@ busy      503 with Retry-After: 1 to the first request, then 200
 moved     301 to another page of the site
 ========  ====================================================================
 
+One site in three also has a *killer* page (an ``ok`` page, drawn apart from the
+others, so every other page stays as it was): its answer kills the worker that reads
+it, as a page that makes a parser crash or exhaust memory would. The crawl must still
+end: the fleet blames it through the in-flight records and dead-letters it (``died``).
+
 A host's robots.txt is absent (404), sets a Crawl-delay, or cannot be fetched (then
 none of its pages may be fetched, and they end in the dead letters: RFC 9309).
 
@@ -108,9 +113,12 @@ class Fetch:
 class Web:
     """Every page and robots.txt of a site, and a count of requests per URL."""
 
-    def __init__(self, pages: dict[str, Page], robots: dict[str, str]) -> None:
+    def __init__(
+        self, pages: dict[str, Page], robots: dict[str, str], killer: str | None = None
+    ) -> None:
         self.pages = pages
         self.robots = robots
+        self.killer = killer
         self.requests: dict[str, int] = {}
 
     @classmethod
@@ -120,7 +128,11 @@ class Web:
         urls = [f"http://{hosts[rng.randrange(len(hosts))]}/p{j}" for j in range(site.pages)]
         pages = {url: _page(rng, url, urls) for url in urls}
         robots = {host: rng.choice(ROBOTS) for host in hosts}
-        return cls(pages, robots)
+        return cls(pages, robots, _killer(site.seed, pages))
+
+    def kills(self, url: str) -> bool:
+        """Whether reading the answer for ``url`` kills the worker."""
+        return url == self.killer
 
     def url(self, index: int) -> str:
         """Page ``index`` of the site (modulo its size); from 90 up, a URL it does not have."""
@@ -173,6 +185,13 @@ def _page(rng: random.Random, url: str, urls: list[str]) -> Page:
     duration = rng.uniform(0.8, 2.6) if kind == "slow" else rng.uniform(0.05, 0.5)
     fails = rng.randint(1, 2) if kind == "flaky" else 0
     return Page(url, host, kind, links, round(duration, 3), fails)
+
+
+def _killer(seed: int, pages: dict[str, Page]) -> str | None:
+    # Its own draws, so that adding it changed no other page of any site.
+    rng = random.Random(f"killer {seed}")
+    ok = [url for url, page in pages.items() if page.kind == "ok"]
+    return rng.choice(ok) if ok and rng.random() < 1 / 3 else None
 
 
 def _answer(page: Page, seen: int) -> Answer:

@@ -105,6 +105,8 @@ class World:
         self.done: list[tuple[str, str]] = []
         self.submitted: set[str] = set()
         self.excused: Counter[str] = Counter()  # url -> holders that died or stalled with it
+        self.killed = 0  # workers the site's killer page killed
+        self.killed_members = 0  # of them, those still members as they died
         self.members_seen: set[str] = set()
         self.last_submission = -1  # trace position: a crawl is over only after the last one
         self.problems: list[str] = []  # violations seen as they happen (premature expiry)
@@ -224,6 +226,11 @@ class World:
         flight = next(w.fetcher.due(self.now()), None)
         if flight is None:
             return self.say(w.name, "no answer has arrived")
+        if self.web.kills(flight.fetch.url):
+            self.killed += 1
+            if w.name in self.observer.members():  # an expired one's entries moved on already
+                self.killed_members += 1
+            return await self.crash(w, f"reading the answer for {flight.fetch.url} killed it")
         flight.released.set()
         await self._reap()
         answer = flight.answer

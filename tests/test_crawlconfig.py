@@ -353,3 +353,14 @@ def _text(name: str, value: object) -> str:
     from hashcrawl._store._crawlconfig import to_text
 
     return to_text(name, value)
+
+
+def test_a_change_from_a_value_that_looks_like_the_changes_count_is_made(
+    redis_url: str, crawl_name: str
+) -> None:
+    """settings.lua compares each stored text with its new one, not with a neighbour's."""
+    with opened(redis_url, crawl_name) as store:
+        change(store, {"max_attempts": 1})
+        assert record(redis_url, crawl_name)["max_attempts"] == "1"
+        now, lines = change(store, {"max_attempts": 2})
+    assert now.values["max_attempts"] == 2 and lines == ["--max-attempts: 2 (was 1)"]

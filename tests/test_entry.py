@@ -7,7 +7,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from hashcrawl._core._entry import MAX_ENTRY_BYTES, BadEntry, Entry
+from hashcrawl._core._entry import MAX_ENTRY_BYTES, MAX_TIMEOUT, BadEntry, Entry
 from tests.strategies import stream_payloads
 
 json_values = st.recursive(
@@ -188,3 +188,19 @@ def test_meta_nested_to_the_limit_is_read_and_one_level_more_is_a_bad_entry():
     assert Entry.decode(nested(MAX_META_DEPTH)).url == "http://a.example/"
     with pytest.raises(BadEntry, match="deeper"):
         Entry.decode(nested(MAX_META_DEPTH + 1))
+
+
+def test_a_bad_entrys_message_quotes_the_first_120_characters_of_its_payload() -> None:
+    """Enough of a hostile payload to recognise it, and no more: one short line."""
+    payload = json.dumps({"x": "y" * 500})
+    with pytest.raises(BadEntry, match="no url") as caught:
+        Entry.decode(payload)
+    assert repr(payload[:120]) in str(caught.value)
+    assert repr(payload[:121]) not in str(caught.value)
+
+
+def test_a_timeout_of_exactly_the_limit_is_read_and_a_little_more_is_a_bad_entry() -> None:
+    url = "http://a.example/"
+    assert Entry.decode(json.dumps({"u": url, "t": MAX_TIMEOUT})).timeout == MAX_TIMEOUT
+    with pytest.raises(BadEntry, match="timeout"):
+        Entry.decode(json.dumps({"u": url, "t": MAX_TIMEOUT + 0.5}))

@@ -486,3 +486,14 @@ def test_failover_raises_the_epoch_to_the_servers_clock_in_ms_once(redis_url, cr
         assert int(raw.get(store.key("epoch"))) == after + 60_000
     finally:
         store.close()
+
+
+def test_a_workers_first_in_flight_record_is_written_and_an_older_one_dropped(store):
+    """Session.suspects_noted starts at 1: that first record must land, or the first
+    suspect a worker dies of costs it no attempt."""
+    stream = store.stream_of("w1")
+    assert store.note_in_flight("w1", 1, ["1-0"])
+    assert store.in_flight_of(stream) == {"1-0"}
+    assert store.note_in_flight("w1", 2, ["1-0", "2-0"])
+    assert not store.note_in_flight("w1", 1, ["3-0"])
+    assert store.in_flight_of(stream) == {"1-0", "2-0"}

@@ -6,8 +6,9 @@ from __future__ import annotations
 import pytest
 
 from hashcrawl._core._faults import Faults
-from simulations import known, profiles
+from simulations import checks, known, profiles
 from simulations.fleet import Fleet, hosts_moved_per_join
+from simulations.web import Site, Web
 
 # What each deliberate bug breaks first, as the violation message says it.
 CAUGHT_AS = {
@@ -121,3 +122,16 @@ def test_small_fleet_crawls_everything_with_churn() -> None:
     assert figures.pages_done == figures.pages_total
     assert figures.commands_per_page > 0
     assert figures.reclaim_seconds and max(figures.reclaim_seconds) < 3 * figures.lease
+
+
+def test_a_killer_page_is_drawn_apart_and_judged_by_the_deaths_it_costs() -> None:
+    """One site in three has a killer page, an ordinary page and the only one that kills
+    its reader; more member deaths than --max-attempts + 1 break its invariant."""
+    webs = [Web.of(Site(seed, 3, 20)) for seed in range(300)]
+    killers = [web.killer for web in webs if web.killer is not None]
+    assert 60 < len(killers) < 140
+    web = next(web for web in webs if web.killer is not None)
+    assert web.pages[web.killer].kind == "ok" and web.kills(web.killer)
+    assert not any(web.kills(url) for url in web.pages if url != web.killer)
+    assert checks.killer(4, max_attempts=3) == []
+    assert "killed 5 members" in checks.killer(5, max_attempts=3)[0]
