@@ -10,16 +10,9 @@ outcome.
 from __future__ import annotations
 
 import contextlib
-import datetime
-import inspect
 import logging
 import math
-import os
-import sysconfig
-import time
-import traceback
-from collections.abc import AsyncGenerator, Awaitable, Callable, Iterable, Iterator
-from pathlib import Path
+from collections.abc import Awaitable, Callable
 from typing import Any
 
 import attrs
@@ -31,9 +24,19 @@ from hashcrawl._core._frontier import Held
 from hashcrawl._core._links import request_url
 from hashcrawl._core._outcome import PARSE_FAULT, Kind, Outcome, failure_wait, is_last_attempt
 from hashcrawl._core._outcome import Origin as Origin
-from hashcrawl._core._revisit import Fetched, Verdict
+from hashcrawl._core._revisit import Verdict
 from hashcrawl._core._urls import canonicalize, host_key
 from hashcrawl._exceptions import ConfigError, HttpError
+from hashcrawl._run._callbacks import (
+    ParseTimeout,
+    Steps,
+    failure,
+    fetched,
+    page_item,
+    spider_frames,
+    unix_now,
+    unread_links,
+)
 from hashcrawl._settings import Settings, revisit_policy
 from hashcrawl._web._models import Request, Response
 from hashcrawl._web._robots import parse_retry_after
@@ -54,7 +57,7 @@ def is_overloaded(status: int) -> bool:
 
 def retry_wait(attempts: int, retry_after: str | None) -> float:
     """Seconds a host waits after a failure: its Retry-After (capped) or 1, 2, 4... to 60."""
-    asked = parse_retry_after(retry_after, _unix_now())
+    asked = parse_retry_after(retry_after, unix_now())
     if asked is not None:
         return min(asked, RETRY_AFTER_CAP)
     return failure_wait(attempts)
@@ -101,7 +104,7 @@ class Handler:
         next revisit record. A revisit that found the page unchanged (a 304, or the same
         content) writes no item and follows nothing: its callback saw it already."""
         # Rounded up, so a revisit never comes before the interval has passed.
-        policy, now_s = revisit_policy(self.settings), math.ceil(_unix_now())
+        policy, now_s = revisit_policy(self.settings), math.ceil(unix_now())
         fetch = None if policy is None else judged(held.entry, fetched(response), policy, now_s)
         if fetch is not None and fetch.verdict is Verdict.UNCHANGED:
             return attrs.evolve(Outcome.done(held, [], []), revisit=fetch)
@@ -167,7 +170,7 @@ class Handler:
         try:
             await self._timed(self._produce(held, capped, origin, produced))
         except Exception as exc:  # a callback's bug fails its page, not the worker
-            error = f"the parse callback {self._name_of(held)} {_failure(exc)}"
+            error = f"the parse callback {self._name_of(held)} {failure(exc)}"
             log.error("parsing %s failed: %s\n%s", held.entry.url, error, spider_frames(exc))
             wait = retry_wait(held.entry.attempts, None)
             if not is_last_attempt(held.entry, settings.max_attempts):
@@ -183,7 +186,7 @@ class Handler:
             self._allowed(follows, held, origin),
             widen,
             found=len(follows),
-            dropped=produced.dropped + _unread_links(capped),
+            dropped=produced.dropped + unread_links(capped),
         )
 
     async def _timed(self, work: Awaitable[None]) -> None:
@@ -251,7 +254,7 @@ class Handler:
         """Add what ``call(arg)`` (a callback or an errback) produces to ``produced``."""
         most = self.settings.max_links
         follows = produced.follows
-        steps = _Steps(call, arg, self.blocking)
+        steps = Steps(call, arg, self.blocking)
         async with contextlib.aclosing(steps.each()) as things:
             async for thing in things:
                 if isinstance(thing, Request | str) and len(follows) >= most:
@@ -370,130 +373,3 @@ class Handler:
                 continue
             kept.append(e)
         return kept
-
-
-def page_item(held: Held, response: Response, worker: str) -> dict[str, Any]:
-    """The item hashcrawl writes for a page when no parse callback is given."""
-    return {
-        "url": held.entry.url,
-        "final_url": response.url,
-        "status": response.status,
-        "content_type": response.headers.get("content-type"),
-        "length": len(response.body),
-        "title": response.title(),
-        "canonical": response.canonical(),
-        "depth": held.entry.depth,
-        "fetched_at": datetime.datetime.now(datetime.UTC).isoformat(timespec="milliseconds"),
-        "worker": worker,
-    }
-
-
-class ParseTimeout(Exception):
-    """A parse callback ran past ``--parse-timeout`` and was cancelled."""
-
-
-def _failure(exc: Exception) -> str:
-    if isinstance(exc, ParseTimeout):
-        return str(exc)
-    return f"raised {type(exc).__name__}: {exc}"
-
-
-_NOT_THE_SPIDERS = tuple(
-    str(Path(p).resolve()) + os.sep
-    for p in (
-        Path(__file__).parent.parent,
-        Path(trio.__file__).parent,
-        sysconfig.get_path("stdlib"),
-    )
-)
-
-
-def spider_frames(exc: BaseException) -> str:
-    """The traceback of ``exc`` through the user's code only: hashcrawl's own frames
-    (and trio's, and the standard library's) say nothing about the spider's bug."""
-    frames = [
-        frame
-        for frame in traceback.extract_tb(exc.__traceback__)
-        if not str(Path(frame.filename).resolve()).startswith(_NOT_THE_SPIDERS)
-    ]
-    shown = "".join(traceback.format_list(frames)) if frames else "  (no frame of its own)\n"
-    return "the callback's own frames, innermost last:\n" + shown.rstrip("\n")
-
-
-_DONE = object()
-
-
-class _Steps:
-    """A callback's run, one produced thing at a time, its synchronous steps timed.
-
-    A blocking spider's synchronous steps (the call, each ``next``) run in a thread,
-    abandoned if ``--parse-timeout`` cancels them; otherwise they run on the event loop
-    and ``held_loop`` adds up how long they held it.
-    """
-
-    def __init__(self, parse: Callable[[Any], Any], response: Any, blocking: bool) -> None:
-        self.parse = parse
-        self.response = response
-        self.blocking = blocking
-        self.held_loop = 0.0
-
-    async def step(self, call: Callable[..., Any], *args: Any) -> Any:
-        if self.blocking:
-            return await trio.to_thread.run_sync(call, *args, abandon_on_cancel=True)
-        start = time.monotonic()
-        try:
-            return call(*args)
-        finally:
-            self.held_loop += time.monotonic() - start
-
-    async def each(self) -> AsyncGenerator[Any, None]:
-        produced = await self.step(self.parse, self.response)
-        if isinstance(produced, Iterator) and not isinstance(produced, str):
-            try:
-                while (thing := await self.step(next, produced, _DONE)) is not _DONE:
-                    yield thing
-            finally:
-                close = getattr(produced, "close", None)
-                if close is not None:
-                    with contextlib.suppress(ValueError):  # still running in an abandoned thread
-                        close()
-            return
-        async with contextlib.aclosing(_each(produced)) as things:
-            async for thing in things:
-                yield thing
-
-
-async def _each(produced: Any) -> AsyncGenerator[Any, None]:
-    """What a callback produced, one thing at a time, so an exception keeps what came before."""
-    if inspect.isawaitable(produced):
-        produced = await produced
-    if inspect.isasyncgen(produced):
-        async with contextlib.aclosing(produced):
-            async for thing in produced:
-                yield thing
-    elif produced is None:
-        return
-    elif isinstance(produced, dict | str) or attrs.has(type(produced)):
-        yield produced
-    elif isinstance(produced, Iterable):
-        for thing in produced:
-            yield thing
-    else:
-        yield produced
-
-
-def _unread_links(response: Response) -> int:
-    """Links a capped parse of the page left unread (0 if links() was never asked for)."""
-    page = response._parsed[0] if response._parsed else None
-    return page.dropped if page is not None else 0
-
-
-def fetched(response: Response) -> Fetched:
-    """What a revisit's judgement needs of a response."""
-    headers = response.headers
-    etag, modified = headers.get("etag"), headers.get("last-modified")
-    return Fetched(status=response.status, body=response.body, etag=etag, last_modified=modified)
-
-
-def _unix_now() -> float:
-    return time.time()
