@@ -20,6 +20,8 @@ import redis
 import trio
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
+from fastwarc.warc import ArchiveIterator as FastArchiveIterator
+from fastwarc.warc import WarcRecordType
 from warcio.archiveiterator import ArchiveIterator
 
 import hashcrawl
@@ -43,12 +45,29 @@ SECRET = "Bearer s3cret-token"
 
 
 def records_of(path: Path | str) -> list[dict[str, Any]]:
-    """Every record of a WARC file, its digests checked by warcio, as plain values."""
+    """Every record of a WARC file, its digests checked by warcio, as plain values.
+
+    FastWARC reads the file too, and must find the same records with the same digests
+    good: hashcrawl builds the records itself, so two readers check them."""
     found = []
     with open(path, "rb") as stream:
         for record in ArchiveIterator(stream, check_digests="raise"):
             found.append(_plain(record))
+    assert fastwarc_read(path) == [r["headers"]["WARC-Record-ID"] for r in found]
     return found
+
+
+def fastwarc_read(path: Path | str) -> list[str]:
+    """The record ids FastWARC reads in ``path``, each record's digests checked."""
+    ids = []
+    with open(path, "rb") as stream:
+        for record in FastArchiveIterator(stream, parse_http=False):
+            assert record.verify_block_digest(consume=False)
+            if record.record_type == WarcRecordType.response:  # a revisit's is the first's
+                record.parse_http()
+                assert record.verify_payload_digest()
+            ids.append(record.record_id)
+    return ids
 
 
 def _plain(record: Any) -> dict[str, Any]:
@@ -202,6 +221,48 @@ def test_a_response_without_an_exchange_is_archived_from_what_it_holds(tmp_path)
     assert answer["payload"] == b"<p>hi</p>"
     assert "Content-Length: 9" in answer["http"]
     assert asked["http"].startswith("GET /x?q=1 HTTP/1.1")
+
+
+def test_archive_writes_nothing_and_the_flush_writes_and_keeps_every_record(tmp_path):
+    """The worker archives on its event loop: records are kept until the flush (which
+    runs in the commit's thread) writes them, every one, in order, across rotations."""
+    sink = WarcSink(tmp_path / "k.warc.gz", max_size=4000)
+    bodies = [os.urandom(900) for _ in range(9)]
+    for n, body in enumerate(bodies[:5]):
+        sink.archive(response_for(f"https://a.example/{n}", body))
+    assert len(sink.files) > 1
+    assert all(os.path.getsize(name) == 0 for name in sink.files)
+    sink.flush()
+    assert all(os.path.getsize(name) > 0 for name in sink.files)
+    for n, body in enumerate(bodies[5:], start=5):
+        sink.archive(response_for(f"https://a.example/{n}", body))
+    sink.close()
+    payloads = [
+        r["payload"] for name in sink.files for r in records_of(name) if r["type"] == "response"
+    ]
+    assert payloads == bodies
+
+
+def test_a_file_that_cannot_be_created_fails_the_next_flush_not_the_fetch(tmp_path):
+    """archive raises nothing on the event loop; the flush that would precede the
+    pages' acknowledgement raises, so nothing is acknowledged without its records."""
+    sink = WarcSink(tmp_path / "gone" / "x.warc.gz")
+    sink.archive(response_for("https://a.example/", b"x"))
+    with pytest.raises(FileNotFoundError):
+        sink.flush()
+    with pytest.raises(FileNotFoundError):  # and every flush after it
+        sink.flush()
+
+
+def test_a_url_with_control_characters_cannot_end_a_header_line(tmp_path):
+    """A custom fetcher's URL with CR, LF or NUL in it: escaped in WARC-Target-URI."""
+    sink = WarcSink(tmp_path / "c.warc")
+    sink.archive(response_for("https://a.example/x\r\nWARC-Type:bogus\x00", b"hi"))
+    sink.close()
+    _, answer, asked = records_of(sink.files[0])
+    uri = "https://a.example/x%0D%0AWARC-Type:bogus%00"
+    assert answer["type"] == "response" and answer["payload"] == b"hi"
+    assert answer["headers"]["WARC-Target-URI"] == asked["headers"]["WARC-Target-URI"] == uri
 
 
 def test_files_rotate_before_passing_max_size_and_each_opens_with_warcinfo(tmp_path):
@@ -408,17 +469,19 @@ class WatchingWarcSink(WarcSink):
         self.batch.append(response.url)
 
     def flush(self) -> None:
+        # The worker archives on its event loop while this runs in the commit's thread:
+        # what it archives from here on belongs to the next flush.
+        batch, self.batch = self.batch, []
         super().flush()
-        if self.batch:
+        if batch:
             on_disk = {
                 r["headers"]["WARC-Target-URI"]
                 for name in self.files
                 for r in records_of(name)
                 if r["type"] == "response"
             }
-            written = sum(url in on_disk for url in self.batch)
-            self.flushes.append((len(self.batch), self._still_queued(self.batch), written))
-        self.batch = []
+            written = sum(url in on_disk for url in batch)
+            self.flushes.append((len(batch), self._still_queued(batch), written))
 
     def _still_queued(self, urls: list[str]) -> int:
         payloads = [

@@ -14,7 +14,6 @@ from hashcrawl._core._session import (
     Commit,
 )
 from hashcrawl._run._membership import Membership
-from hashcrawl._web._models import Response
 
 log = logging.getLogger("hashcrawl")
 
@@ -83,24 +82,15 @@ class Committer:
             await self.m.persist(revisits.put, fetches)
 
     async def write_items(self, commit: Commit) -> None:
-        sink, responses = self.m.worker.sink, self.take_archive()
+        """Write the commit's items and flush every sink, in one thread hop: an archive
+        flushes the records of every response fetched so far (the commit's pages' among
+        them), which the dispatcher handed it as they came."""
+        sink = self.m.worker.sink
 
         def write() -> None:
-            self.write_archive(responses)
             if commit.items:
                 sink.write(commit.items)
             sink.flush()
 
         await self.m.offload(write)
         self.m.session.items_written(len(commit.items))
-
-    def take_archive(self) -> list[Response]:
-        """The responses not yet archived (every one of the pages being committed)."""
-        responses, self.m.to_archive = self.m.to_archive, []
-        return responses
-
-    def write_archive(self, responses: list[Response]) -> None:
-        archive = self.m.worker.archive
-        if archive is not None:
-            for response in responses:
-                archive.archive(response)

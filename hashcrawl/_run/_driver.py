@@ -121,7 +121,6 @@ class Driver(Membership):
                     nursery.start_soon(Taker(self, self.revisits).take_loop)
             await self.leave()
         finally:
-            self.committer.write_archive(self.committer.take_archive())
             self.worker.sink.flush()
 
     async def begin(self) -> None:

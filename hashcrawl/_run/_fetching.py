@@ -163,8 +163,9 @@ class Dispatcher:
         """
         with sending_only_while(lambda: self.may_send(held)):
             response = await self.fetcher.fetch(request)
-        if self.m.worker.archive is not None:  # before the page's outcome exists
-            self.m.to_archive.append(response)
+        archive = self.m.worker.archive
+        if archive is not None:  # records built here, before the page's outcome exists
+            archive.archive(response)  # the commit's flush writes them, before the ack
         return response
 
     async def fetch_robots(self, held: Held) -> Robots | Unreachable:

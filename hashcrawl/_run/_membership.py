@@ -21,7 +21,6 @@ from hashcrawl._settings import Settings
 from hashcrawl._store._base import RevisitStore, WorkerStore
 from hashcrawl._store._crawlconfig import CrawlSettings
 from hashcrawl._web._cookies import Jars
-from hashcrawl._web._models import Response
 from hashcrawl._web._sinks import Archive, Sink
 
 log = logging.getLogger("hashcrawl")
@@ -122,9 +121,6 @@ class Membership:
         self.settings = worker.settings
         self.store = store
         self.limiter = trio.CapacityLimiter(4)
-        # Responses for the archive, written by the next commit before it acknowledges:
-        # one thread's turn per commit, not per page.
-        self.to_archive: list[Response] = []
         self.call: Call = call if call is not None else self._in_thread
         self.caller = StoreCaller(self.call, lambda: self.settings.lease, self.now)
         self._spawn = spawn

@@ -49,9 +49,11 @@ class Sink(Protocol):
 class Archive(Protocol):
     """A sink that also keeps every response the worker gets (``WarcSink``).
 
-    ``archive`` is called from the commit's thread, for every response fetched since
-    the last commit, right before ``flush``; the worker acknowledges the pages once
-    ``flush`` returns, so what ``archive`` wrote must survive it. ``named_for`` is
+    ``archive`` is called on the worker's event loop as each response arrives, before
+    its page's outcome exists: it must not block (keep the records, write nothing) and
+    should not raise (keep the error for ``flush``). The commit that acknowledges the
+    page calls ``flush`` first, from its thread, and acknowledges once it returns, so
+    ``flush`` must write what ``archive`` kept and make it durable. ``named_for`` is
     called once before the worker fetches, with its id, for the names of the files.
     """
 
