@@ -18,10 +18,10 @@ from typing import Any
 import pytest
 import redis
 import trio
-from hypothesis import HealthCheck, given, settings
-from hypothesis import strategies as st
 from fastwarc.warc import ArchiveIterator as FastArchiveIterator
 from fastwarc.warc import WarcRecordType
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
 from warcio.archiveiterator import ArchiveIterator
 
 import hashcrawl
