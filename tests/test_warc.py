@@ -10,6 +10,7 @@ import gzip
 import io
 import json
 import os
+import signal
 import zlib
 from collections.abc import Callable, Iterable, Sequence
 from pathlib import Path
@@ -254,6 +255,34 @@ def test_a_file_that_cannot_be_created_fails_the_next_flush_not_the_fetch(tmp_pa
         sink.flush()
 
 
+def test_a_writer_process_that_dies_fails_the_flush_with_one_line(tmp_path):
+    """Killed between flushes, the writer takes the records sent to it since with it:
+    the flush raises (a HashcrawlError: one line from hashcrawl join), and a sink
+    flushed again starts a new writer whose records read back whole."""
+    sink = WarcSink(tmp_path / "w.warc.gz", process=True)
+    sink.archive(response_for("https://a.example/1", b"one"))
+    sink.flush()
+    assert sink._writer is not None and sink._writer._process is not None
+    os.kill(sink._writer._process.pid, signal.SIGKILL)
+    sink.archive(response_for("https://a.example/2", b"two"))
+    with pytest.raises(hashcrawl.HashcrawlError, match=r"killed by signal 9.*not acknowledged"):
+        sink.flush()
+    sink.archive(response_for("https://a.example/3", b"three"))
+    sink.close()
+    payloads = [r["payload"] for f in sink.files for r in records_of(f) if r["type"] == "response"]
+    assert payloads == [b"one", b"three"]
+    assert len(sink.files) == len(set(sink.files)) == 2  # each writer's own file
+
+
+def test_a_writer_process_that_cannot_write_fails_the_flush(tmp_path):
+    """A file the writer cannot create: the flush raises the writer's error."""
+    sink = WarcSink(tmp_path / "gone" / "x.warc.gz", process=True)
+    sink.archive(response_for("https://a.example/", b"x"))
+    with pytest.raises(hashcrawl.HashcrawlError, match="FileNotFoundError"):
+        sink.flush()
+    sink.close()
+
+
 def test_a_url_with_control_characters_cannot_end_a_header_line(tmp_path):
     """A custom fetcher's URL with CR, LF or NUL in it: escaped in WARC-Target-URI."""
     sink = WarcSink(tmp_path / "c.warc")
@@ -265,10 +294,11 @@ def test_a_url_with_control_characters_cannot_end_a_header_line(tmp_path):
     assert answer["headers"]["WARC-Target-URI"] == asked["headers"]["WARC-Target-URI"] == uri
 
 
-def test_files_rotate_before_passing_max_size_and_each_opens_with_warcinfo(tmp_path):
+@pytest.mark.parametrize("process", [False, True], ids=["in-process", "writer-process"])
+def test_files_rotate_before_passing_max_size_and_each_opens_with_warcinfo(tmp_path, process):
     """Each file stays under --warc-max-size, begins with warcinfo, and carries the
     worker's id and its sequence number; no record is lost or split between files."""
-    sink = WarcSink(tmp_path / "r.warc.gz", max_size=6000)
+    sink = WarcSink(tmp_path / "r.warc.gz", max_size=6000, process=process)
     sink.named_for("box-7-beef")
     bodies = [os.urandom(1500) for _ in range(12)]
     for n, body in enumerate(bodies):
@@ -288,9 +318,11 @@ def test_files_rotate_before_passing_max_size_and_each_opens_with_warcinfo(tmp_p
     assert payloads == bodies
 
 
-def test_two_sinks_of_one_name_never_write_one_file(tmp_path):
+@pytest.mark.parametrize("process", [False, True], ids=["in-process", "writer-process"])
+def test_two_sinks_of_one_name_never_write_one_file(tmp_path, process):
     """Files are created exclusively: a second writer of the same name gets its own."""
-    first, second = WarcSink(tmp_path / "s.warc"), WarcSink(tmp_path / "s.warc")
+    first = WarcSink(tmp_path / "s.warc", process=process)
+    second = WarcSink(tmp_path / "s.warc", process=process)
     for sink in (first, second):
         sink.named_for("same-worker")
         sink.archive(response_for("https://a.example/", b"x"))
@@ -298,11 +330,12 @@ def test_two_sinks_of_one_name_never_write_one_file(tmp_path):
     assert len(set(first.files + second.files)) == 2
 
 
-def test_a_repeated_payload_is_a_revisit_only_with_the_flag(tmp_path):
+@pytest.mark.parametrize("process", [False, True], ids=["in-process", "writer-process"])
+def test_a_repeated_payload_is_a_revisit_only_with_the_flag(tmp_path, process):
     """With revisits, the second response of one payload is a revisit record, headers
     only, referring to the first; without, both are responses."""
     for revisits in (True, False):
-        sink = WarcSink(tmp_path / f"{revisits}.warc.gz", revisits=revisits)
+        sink = WarcSink(tmp_path / f"{revisits}.warc.gz", revisits=revisits, process=process)
         for url in ("https://a.example/1", "https://b.example/2", "https://a.example/3"):
             body = b"<p>one page</p>" if url != "https://a.example/3" else b"<p>other</p>"
             sink.archive(response_for(url, body))
@@ -380,6 +413,7 @@ def test_the_sinks_of_each_output_path(tmp_path):
     assert isinstance(both, AllSinks) and archive_of(both) is both
     assert [type(s) for s in both.sinks] == [JsonLinesSink, WarcSink]
     assert both.sinks[1].max_size == 10  # type: ignore[attr-defined]
+    assert both.sinks[1]._writer is not None  # type: ignore[attr-defined]  # join's: a process
     alone = sinks_for([str(tmp_path / "p.warc")])
     assert isinstance(alone, AllSinks)
     assert [type(s) for s in alone.sinks] == [JsonLinesSink, WarcSink]
@@ -419,13 +453,14 @@ def small_site() -> Any:
     )
 
 
+@pytest.mark.parametrize("process", [False, True], ids=["in-process", "writer-process"])
 async def test_a_crawl_archives_every_answer_the_server_gave_and_writes_items_too(
-    redis_url, crawl_name, tmp_path
+    redis_url, crawl_name, tmp_path, process
 ):
     """Every request in the server's log (robots.txt, a redirect, a 404 included) has a
     response record whose payload is the served body, paired with its request; the
     items file is written beside the archive."""
-    warc = WarcSink(tmp_path / "pages.warc.gz")
+    warc = WarcSink(tmp_path / "pages.warc.gz", process=process)
     items = JsonLinesSink(tmp_path / "items.jsonl")
     worker = hashcrawl.Worker(redis_url, crawl_name, sink=[items, warc], **fast_settings())
     with SiteServer(small_site()) as server:
@@ -458,8 +493,8 @@ async def test_a_crawl_archives_every_answer_the_server_gave_and_writes_items_to
 class WatchingWarcSink(WarcSink):
     """A WarcSink that, at each flush, looks in Redis for the pages it archived since."""
 
-    def __init__(self, path: Path, client: redis.Redis, crawl: str) -> None:
-        super().__init__(path)
+    def __init__(self, path: Path, client: redis.Redis, crawl: str, *, process: bool) -> None:
+        super().__init__(path, process=process)
         self.client, self.pattern = client, f"hc:{{{crawl}}}:q:*"
         self.batch: list[str] = []
         self.flushes: list[tuple[int, int]] = []
@@ -503,8 +538,9 @@ class TreeFetcher:
         return response_for(request.url, f"<title>{number}</title>{links}".encode())
 
 
+@pytest.mark.parametrize("process", [False, True], ids=["in-process", "writer-process"])
 async def test_records_are_flushed_before_their_pages_are_acknowledged(
-    redis_url, crawl_name, tmp_path
+    redis_url, crawl_name, tmp_path, process
 ):
     """At every flush, each page archived since the last one is in the file once flush
     returns, and still in Redis, unacknowledged, though an archive-only crawl writes no
@@ -512,7 +548,7 @@ async def test_records_are_flushed_before_their_pages_are_acknowledged(
     with hashcrawl.Queue(redis_url, crawl_name) as queue:
         queue.submit(["https://tree.example/p0"])
     client = redis.Redis.from_url(redis_url, decode_responses=True)
-    sink = WatchingWarcSink(tmp_path / "t.warc.gz", client, crawl_name)
+    sink = WatchingWarcSink(tmp_path / "t.warc.gz", client, crawl_name, process=process)
     worker = hashcrawl.Worker(
         redis_url,
         crawl_name,

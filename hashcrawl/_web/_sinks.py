@@ -226,8 +226,8 @@ def sink_for(path: str | None, *, fsync: bool = True, **warc: Any) -> Sink:
         return JsonLinesSink("-", fsync=fsync)
     if path.endswith(".csv"):
         return CsvSink(path, fsync=fsync)
-    if is_warc_path(path):
-        return WarcSink(path, fsync=fsync, **warc)
+    if is_warc_path(path):  # hashcrawl join's: the records made in a process of their own
+        return WarcSink(path, fsync=fsync, **{"process": True, **warc})
     return JsonLinesSink(path, fsync=fsync)
 
 

@@ -40,7 +40,7 @@ import threading
 import time
 import uuid
 from collections.abc import Mapping, Sequence
-from typing import Any
+from typing import TYPE_CHECKING, Any, NamedTuple
 
 import attrs
 
@@ -48,6 +48,9 @@ from hashcrawl._exceptions import ConfigError
 from hashcrawl._settings import WARC_MAX_SIZE
 from hashcrawl._version import __version__
 from hashcrawl._web._models import Exchange, Response
+
+if TYPE_CHECKING:
+    from hashcrawl._web._warc_writer import Writer
 
 try:  # ISA-L's deflate: 2.8 times zlib's speed at level 1, files no bigger (see GZIP_LEVEL)
     from isal import isal_zlib as _deflate
@@ -85,6 +88,20 @@ def _digest(sha1: Any) -> str:
     return "sha1:" + base64.b32encode(sha1.digest()).decode("ascii")
 
 
+class Fetch(NamedTuple):
+    """One fetch as its records need it (what the writer process is sent)."""
+
+    url: str
+    status: int
+    truncated: bool
+    date: str  # WARC-Date: when the request was sent
+    address: str  # "" when not known
+    request_head: bytes
+    request_body: bytes
+    response_head: bytes
+    body: bytes
+
+
 @attrs.define
 class _Piece:
     """Records for one file, to be written at the next flush."""
@@ -113,6 +130,11 @@ class WarcSink:
             headers only, referring to the first.
         fsync: make each flush durable (fsync); False trades a power loss's records
             for speed.
+        process: build, compress, write and fsync the records in a process of their
+            own (``hashcrawl join`` does), started at the first flush: :meth:`archive`
+            only keeps each fetch's bytes, and the records' CPU leaves the worker's
+            core. Its death fails the flush. Without: records are built and compressed
+            in :meth:`archive`, and the flush writes them.
 
     Raises:
         ConfigError: ``path`` does not end in ``.warc.gz`` or ``.warc``, or ``max_size``
@@ -126,6 +148,7 @@ class WarcSink:
         max_size: int = WARC_MAX_SIZE,
         revisits: bool = False,
         fsync: bool = True,
+        process: bool = False,
     ) -> None:
         self.path = os.fspath(path)
         suffix = next((s for s in _SUFFIXES if self.path.endswith(s)), None)
@@ -144,13 +167,22 @@ class WarcSink:
         self._pieces: list[_Piece] = []  # records kept, not yet written, oldest first
         self._failed: Exception | None = None  # what went wrong in archive, raised by flush
         self._seen: collections.OrderedDict[str, tuple[str, str, str]] = collections.OrderedDict()
-        #: The files this sink has written, oldest first.
+        #: The files this sink has written, oldest first (with ``process``: as of the
+        #: last flush).
         self.files: list[str] = []
+        self._writer: Writer | None = None
+        if process:
+            from hashcrawl._web._warc_writer import Writer
+
+            options = {"path": self.path, "max_size": max_size, "revisits": revisits}
+            self._writer = Writer({**options, "fsync": fsync, "worker": self._worker})
 
     def named_for(self, worker: str) -> None:
         """Name the files after ``worker`` (the worker calls this before it fetches)."""
         with self._lock:
             self._worker = worker
+        if self._writer is not None:
+            self._writer.named_for(worker)
 
     def write(self, items: Sequence[Mapping[str, Any]]) -> None:
         """Items are not archived: an item sink beside this one takes them."""
@@ -164,9 +196,22 @@ class WarcSink:
         nothing: what fails here (a file that cannot be created) fails the next flush,
         so no page is acknowledged without its records.
         """
+        try:
+            fetch = fetch_of(response)
+        except Exception as exc:
+            with self._lock:
+                self._failed = self._failed or exc
+            return
+        if self._writer is not None:
+            self._writer.keep(fetch)
+        else:
+            self.keep(fetch)
+
+    def keep(self, fetch: Fetch) -> None:
+        """:meth:`archive` for a fetch as the writer process gets it."""
         with self._lock:  # the revisit memory and the file: one call at a time
             try:
-                data = self._records(response, response.exchange or _exchange_of(response))
+                data = self._records(fetch)
                 if self._fd is not None and self._size + len(data) > self.max_size:
                     self._piece().last = True
                     self._fd = None
@@ -181,11 +226,15 @@ class WarcSink:
             with self._lock:
                 pieces, self._pieces = self._pieces, []
             self._write(pieces)
+            if self._writer is not None:
+                self.files = self._writer.flush()
             if self._failed is not None:
                 raise self._failed
 
     def close(self) -> None:
         with self._writing:
+            if self._writer is not None:
+                self.files = self._writer.close()
             with self._lock:
                 if self._fd is not None:
                     self._piece().last = True
@@ -195,32 +244,30 @@ class WarcSink:
 
     # -- records -------------------------------------------------------------------------
 
-    def _records(self, response: Response, exchange: Exchange) -> bytes:
+    def _records(self, fetch: Fetch) -> bytes:
         """The response (or revisit) record, then the request record naming it."""
-        common = f"WARC-Target-URI: {_value(response.url)}\r\n"
-        if exchange.address:
-            common += f"WARC-IP-Address: {_value(exchange.address)}\r\n"
-        date = exchange.started.strftime("%Y-%m-%dT%H:%M:%S.%fZ")
-        digest = payload_digest(exchange.body)
-        first = self._first_with(digest, response, exchange)
+        common = f"WARC-Target-URI: {_value(fetch.url)}\r\n"
+        if fetch.address:
+            common += f"WARC-IP-Address: {_value(fetch.address)}\r\n"
+        date = fetch.date
+        digest = payload_digest(fetch.body)
+        first = self._first_with(digest, fetch)
         told = f"{common}Content-Type: {RESPONSE_TYPE}\r\nWARC-Payload-Digest: {digest}\r\n"
-        head, body = exchange.response_head, exchange.body
-        if response.status == 304:  # not modified: headers only, whatever the flag
+        head, body = fetch.response_head, fetch.body
+        if fetch.status == 304:  # not modified: headers only, whatever the flag
             told += f"WARC-Profile: {NOT_MODIFIED_PROFILE}\r\n"
             answer, answer_id = self._record("revisit", date, told, head)
         elif first is not None:  # the body is the first's: headers only
             told += "".join(f"{name}: {_value(v)}\r\n" for name, v in _refers_to(first).items())
             answer, answer_id = self._record("revisit", date, told, head)
         else:
-            if response.truncated:
+            if fetch.truncated:
                 told += "WARC-Truncated: length\r\n"
             answer, answer_id = self._record("response", date, told, head, body)
-            if self.revisits and _dedupable(response, exchange):
-                self._remember(digest, (response.url, date, answer_id))
+            if self.revisits and _dedupable(fetch):
+                self._remember(digest, (fetch.url, date, answer_id))
         asked = f"{common}Content-Type: {REQUEST_TYPE}\r\nWARC-Concurrent-To: {answer_id}\r\n"
-        request, _ = self._record(
-            "request", date, asked, exchange.request_head, exchange.request_body
-        )
+        request, _ = self._record("request", date, asked, fetch.request_head, fetch.request_body)
         return answer + request
 
     def _record(
@@ -243,11 +290,9 @@ class WarcSink:
             data = _deflate.compress(data, GZIP_LEVEL, _GZIP)
         return data, record_id
 
-    def _first_with(
-        self, digest: str, response: Response, exchange: Exchange
-    ) -> tuple[str, str, str] | None:
+    def _first_with(self, digest: str, fetch: Fetch) -> tuple[str, str, str] | None:
         """The record first archived with this payload, if this one is to be a revisit."""
-        if not (self.revisits and _dedupable(response, exchange)):
+        if not (self.revisits and _dedupable(fetch)):
             return None
         return self._seen.get(digest)
 
@@ -350,10 +395,26 @@ def _refers_to(first: tuple[str, str, str]) -> dict[str, str]:
     }
 
 
-def _dedupable(response: Response, exchange: Exchange) -> bool:
+def _dedupable(fetch: Fetch) -> bool:
     """Whether a payload may be a revisit's: whole and not empty (every empty payload
     has one digest, and a redirect's says nothing)."""
-    return bool(exchange.body) and not response.truncated
+    return bool(fetch.body) and not fetch.truncated
+
+
+def fetch_of(response: Response) -> Fetch:
+    """What the records of ``response`` are made of."""
+    exchange = response.exchange or _exchange_of(response)
+    return Fetch(
+        url=response.url,
+        status=response.status,
+        truncated=response.truncated,
+        date=exchange.started.strftime("%Y-%m-%dT%H:%M:%S.%fZ"),
+        address=exchange.address or "",
+        request_head=exchange.request_head,
+        request_body=exchange.request_body,
+        response_head=exchange.response_head,
+        body=exchange.body,
+    )
 
 
 def _exchange_of(response: Response) -> Exchange:

@@ -1,0 +1,209 @@
+"""A WarcSink's records made in a process of their own (``WarcSink(process=True)``).
+
+The worker's event loop runs on one core; the records of a page (two digests, header
+lines, a gzip member, ~110 us of CPU in a crawl) would take a tenth of it. With
+``process``, :meth:`WarcSink.archive` only keeps each fetch's bytes; the commit's flush
+sends them down a pipe to this module's ``main`` (``python -m
+hashcrawl._web._warc_writer``), which builds, compresses, writes and fsyncs them as an
+in-process :class:`WarcSink` would, and answers once they are durable: only then does
+the flush return, and the worker acknowledge the pages. If the writer dies, the flush
+raises, so no page is acknowledged without its records.
+
+Frames on the pipe (network byte order): ``R`` a fetch (``_FETCH`` then its strings and
+bytes), ``N`` a worker name, ``F`` flush, ``C`` close; the writer answers ``F`` and
+``C`` with ``K`` and the files written so far (JSON), or ``E`` and an error message.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import fcntl
+import json
+import os
+import signal
+import struct
+import subprocess
+import sys
+import threading
+from pathlib import Path
+from typing import IO, Any
+
+from hashcrawl._exceptions import HashcrawlError
+from hashcrawl._web._warc import Fetch, WarcSink
+
+# url, status, truncated, date, address, request head, request body, response head, body
+_FETCH = struct.Struct("!IH?BBIIII")
+_LENGTH = struct.Struct("!I")
+_PIPE_SIZE = 1 << 20  # a commit's fetches in a few writes, not one per 64 KiB
+
+
+class WarcWriterError(HashcrawlError, OSError):
+    """The writer process ended, or failed to write: the flush did not happen (a
+    one-line error of ``hashcrawl join``, as every :class:`HashcrawlError` is)."""
+
+
+class Writer:
+    """The worker's end of a writer process: keeps fetches, sends them at each flush.
+
+    ``keep`` is called on the event loop (no system call); ``flush`` and ``close`` from
+    the commit's thread, one at a time (the sink's lock).
+    """
+
+    def __init__(self, options: dict[str, Any]) -> None:
+        self._options = options
+        self._lock = threading.Lock()
+        self._frames: list[bytes] = []
+        self._process: subprocess.Popen[bytes] | None = None
+        self._files: list[str] = []  # every file written, by this writer and any before
+        self._earlier: list[str] = []  # the files of writers that died
+
+    def named_for(self, worker: str) -> None:
+        with self._lock:
+            self._options["worker"] = worker
+            if self._process is not None:
+                name = worker.encode()
+                self._frames += [b"N", _LENGTH.pack(len(name)), name]
+
+    def keep(self, fetch: Fetch) -> None:
+        url, date, address = (fetch.url.encode(errors="replace"), fetch.date.encode(),
+                              fetch.address.encode())  # fmt: skip
+        head = _FETCH.pack(
+            len(url), fetch.status, fetch.truncated, len(date), len(address),
+            len(fetch.request_head), len(fetch.request_body), len(fetch.response_head),
+            len(fetch.body),
+        )  # fmt: skip
+        frame = [b"R", head, url, date, address, fetch.request_head, fetch.request_body]
+        frame += [fetch.response_head, fetch.body]
+        with self._lock:
+            self._frames += frame
+
+    def flush(self) -> list[str]:
+        """Send what was kept, and return once the writer has made it durable."""
+        with self._lock:
+            frames, self._frames = self._frames, []
+        if frames or self._process is not None:
+            self._ask(frames, b"F")
+        return list(self._files)
+
+    def close(self) -> list[str]:
+        """Flush, then end the writer (its files closed)."""
+        with self._lock:
+            frames, self._frames = self._frames, []
+        if frames or self._process is not None:
+            self._ask(frames, b"C")
+            process, self._process = self._process, None
+            if process is not None:
+                _end(process)
+        return list(self._files)
+
+    def _ask(self, frames: list[bytes], what: bytes) -> None:
+        process = self._process or self._start()
+        assert process.stdin is not None and process.stdout is not None
+        try:
+            _send(process.stdin.fileno(), b"".join([*frames, what]))
+            answer = _read(process.stdout, 1 + _LENGTH.size)
+            text = _read(process.stdout, _LENGTH.unpack(answer[1:])[0]).decode()
+        except (OSError, EOFError):
+            raise self._gone(process) from None
+        if answer[:1] == b"E":
+            raise WarcWriterError(f"the WARC writer failed: {text}")
+        self._files = self._earlier + json.loads(text)
+
+    def _start(self) -> subprocess.Popen[bytes]:
+        """Start the writer: this Python, this checkout of hashcrawl, its own session
+        (a Ctrl-C at the terminal is the worker's to handle; the writer ends when the
+        worker closes it, or when its pipe closes)."""
+        root = str(Path(__file__).resolve().parents[2])
+        path = os.environ.get("PYTHONPATH")
+        env = {**os.environ, "PYTHONPATH": root + (os.pathsep + path if path else "")}
+        command = [sys.executable, "-m", "hashcrawl._web._warc_writer", json.dumps(self._options)]
+        process = subprocess.Popen(
+            command, stdin=subprocess.PIPE, stdout=subprocess.PIPE, env=env,
+            start_new_session=True, close_fds=True,
+        )  # fmt: skip
+        assert process.stdin is not None
+        with contextlib.suppress(OSError, AttributeError):  # Linux only; a bigger pipe
+            fcntl.fcntl(process.stdin.fileno(), fcntl.F_SETPIPE_SZ, _PIPE_SIZE)
+        self._process = process
+        return process
+
+    def _gone(self, process: subprocess.Popen[bytes]) -> WarcWriterError:
+        try:
+            status = _end(process, timeout=5)
+        except subprocess.TimeoutExpired:
+            process.kill()
+            status = _end(process)
+        self._process, self._earlier = None, list(self._files)
+        how = f"was killed by signal {-status}" if status < 0 else f"exited with status {status}"
+        return WarcWriterError(
+            f"the WARC writer (pid {process.pid}) {how}: the records of pages not yet "
+            "acknowledged may not be written, so those pages are not acknowledged"
+        )
+
+
+def _end(process: subprocess.Popen[bytes], timeout: float | None = None) -> int:
+    """Close the pipes to ``process`` (it reads the end of its input) and reap it."""
+    for pipe in (process.stdin, process.stdout):
+        if pipe is not None:
+            with contextlib.suppress(OSError):  # a broken pipe's unwritten buffer
+                pipe.close()
+    return process.wait(timeout)
+
+
+def _send(fd: int, data: bytes) -> None:
+    view = memoryview(data)
+    while view:
+        view = view[os.write(fd, view) :]
+
+
+def _read(stream: IO[bytes], size: int) -> bytes:
+    data = stream.read(size)
+    if len(data) < size:
+        raise EOFError
+    return data
+
+
+def main(argv: list[str]) -> int:
+    """The writer: an in-process WarcSink fed by the pipe on standard input."""
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
+    options = json.loads(argv[0])
+    worker = options.pop("worker")
+    sink = WarcSink(**options)
+    sink.named_for(worker)
+    stdin = os.fdopen(0, "rb", buffering=_PIPE_SIZE)
+    out = sys.stdout.buffer
+    while kind := stdin.read(1):
+        if kind == b"R":
+            _keep(sink, stdin)
+        elif kind == b"N":
+            sink.named_for(_read(stdin, _LENGTH.unpack(_read(stdin, _LENGTH.size))[0]).decode())
+        else:
+            try:
+                if kind == b"F":
+                    sink.flush()
+                else:
+                    sink.close()
+                answer = b"K" + json.dumps(sink.files).encode()
+            except Exception as exc:
+                answer = b"E" + f"{type(exc).__name__}: {exc}".encode(errors="replace")
+            out.write(answer[:1] + _LENGTH.pack(len(answer) - 1) + answer[1:])
+            out.flush()
+            if kind == b"C":
+                return 0
+    sink.close()  # the worker is gone: what it sent is written, acknowledged or not
+    return 0
+
+
+def _keep(sink: WarcSink, stdin: IO[bytes]) -> None:
+    lengths = _FETCH.unpack(_read(stdin, _FETCH.size))
+    url_n, status, truncated, date_n, address_n, *sizes = lengths
+    url, date, address = (
+        _read(stdin, n).decode(errors="replace") for n in (url_n, date_n, address_n)
+    )
+    request_head, request_body, response_head, body = (_read(stdin, n) for n in sizes)
+    sink.keep(Fetch(url, status, truncated, date, address, request_head, request_body,
+                    response_head, body))  # fmt: skip
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1:]))
