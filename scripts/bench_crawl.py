@@ -231,13 +231,15 @@ def hashcrawl_launcher(
     warc: bool = False,
     items: bool = True,
     checkout: Path | None = None,
+    env: dict[str, str] | None = None,
 ) -> Launch:
     """Submit the seeds, then start ``workers`` ``hashcrawl join`` processes.
 
     ``wrap`` goes before each command (a profiler, say); with ``warc`` each worker also
     archives every fetch (``-o pages.warc.gz``) beside its items (without ``items``,
     alone: the items go to standard output, as with ``-o pages.warc.gz`` alone, which the
-    bench sends to the worker's log file); ``checkout`` is another
+    bench sends to the worker's log file); ``env`` is added to the workers' environment
+    (``HASHCRAWL_PARSE_PROCESS=1``, say); ``checkout`` is another
     checkout of hashcrawl to run instead of this one (an earlier commit, say).
     """
 
@@ -251,6 +253,7 @@ def hashcrawl_launcher(
                 [*wrap, *_join_command(url, out if items else None, [*extra, *archive])],
                 run_dir / f"worker-{i}.err",
                 checkout,
+                env,
             )
             for i, out in enumerate(outputs)
         ]
@@ -303,13 +306,20 @@ def _scrapy_seen(url: str) -> int:
         client.close()
 
 
-def _spawn(command: list[str], err: Path, checkout: Path | None = None) -> int:
+def _spawn(
+    command: list[str],
+    err: Path,
+    checkout: Path | None = None,
+    extra_env: dict[str, str] | None = None,
+) -> int:
     """Start a crawler; its pid is reaped by ``wait_all`` (for the rusage).
 
     With ``checkout``, ``python -m hashcrawl`` imports hashcrawl from there: it goes
     first on PYTHONPATH, and is the working directory (which ``-m`` puts first of all).
     """
     env = None if checkout is None else os.environ | {"PYTHONPATH": str(checkout)}
+    if extra_env:
+        env = (env or dict(os.environ)) | extra_env
     with open(err, "wb") as stderr:
         process = subprocess.Popen(
             command, stdout=stderr, stderr=subprocess.STDOUT, env=env, cwd=checkout

@@ -44,6 +44,7 @@ REPO = Path(__file__).resolve().parent.parent
 MB = 1024
 WARC_RUN = "hashcrawl x1 +warc"  # the same crawl, archiving every fetch too
 WARC_ALONE = "hashcrawl x1 warc only"  # -o pages.warc.gz alone (items to standard output)
+PARSE_RUN = "hashcrawl x1 +parse process"  # HASHCRAWL_PARSE_PROCESS=1 (issue 22's experiment)
 
 
 def main() -> int:
@@ -76,6 +77,7 @@ def main() -> int:
             per_host=args.one_host_per_host,
             timeout=args.timeout * 3,
             before=args.before,
+            parse_process=args.parse_process,
         )
         for r in one_host:
             clock.say(f"one host, {r.name}: {r.pages} pages in {r.wall:.1f} s; load {_load()}")
@@ -124,6 +126,9 @@ def _contenders(args: argparse.Namespace, seeds: list[str]) -> list[tuple[str, A
     if args.before:
         launch = bench_crawl.hashcrawl_launcher(seeds, 1, checkout=args.before)
         runs.append(("hashcrawl x1 before", launch))
+    if args.parse_process:
+        env = {"HASHCRAWL_PARSE_PROCESS": "1"}
+        runs.append((PARSE_RUN, bench_crawl.hashcrawl_launcher(seeds, 1, env=env)))
     if not args.no_bare:
         runs.append(("bare loop x1", bench_crawl.bare_launcher(seeds)))
     if args.warc:
@@ -249,6 +254,14 @@ def _ratios(results: list[Any]) -> list[str]:
     if hc is not None:
         for r in results:
             if r.name.startswith("hashcrawl x") and r is not hc and r not in warcs:
+                if r.name == PARSE_RUN:
+                    lines.append(
+                        f"parse process: {r.name} / hashcrawl x1 pages/s "
+                        f"{_ratio(r.pages_per_s, hc.pages_per_s)}; CPU s per 1k pages "
+                        f"{_ratio(r.cpu_per_1k, hc.cpu_per_1k)}, main thread "
+                        f"{_ratio(r.main_cpu_per_1k, hc.main_cpu_per_1k)}"
+                    )
+                    continue
                 speedup = r.pages_per_s / hc.pages_per_s if hc.pages_per_s else 0.0
                 lines.append(f"scaling: {r.name} is {speedup:.2f}x hashcrawl x1's pages/s")
     return lines
@@ -387,6 +400,11 @@ def _parser() -> argparse.ArgumentParser:
         "--warc",
         action="store_true",
         help="also crawl with -o pages.warc.gz beside the items, and with it alone",
+    )
+    p.add_argument(
+        "--parse-process",
+        action="store_true",
+        help="also crawl (many hosts and one) with HASHCRAWL_PARSE_PROCESS=1",
     )
     p.add_argument("--no-nginx", action="store_true", help="serve with the fallback server")
     p.add_argument("--timeout", type=float, default=240.0, help="seconds allowed per crawl")

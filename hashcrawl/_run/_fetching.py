@@ -137,6 +137,8 @@ class Dispatcher:
                 page.outcome = await self.m.worker.handler.failed(held, page.outcome, exc)
             return None
         page.answered(response, self.m.now() - sent, self.m.now(), set_cookies(response))
+        if self.m.worker.handler.parser is not None:  # the host is free: fetch its next page
+            self.m.wake()  # while this one is parsed in the other process
         return response
 
     async def handle(self, page: Page, response: Response) -> None:

@@ -39,6 +39,8 @@ from hashcrawl._run._callbacks import (
 )
 from hashcrawl._settings import Settings, revisit_policy
 from hashcrawl._web._models import Request, Response
+from hashcrawl._web._parsing import ENABLED as PARSE_PROCESS
+from hashcrawl._web._parsing import Parser
 from hashcrawl._web._robots import parse_retry_after
 from hashcrawl._web._sinks import as_dict
 from hashcrawl._web._sitemaps import sitemap_entries
@@ -98,6 +100,8 @@ class Handler:
         self.name = name  # the spider's, or the parse function's, for dead letters' reasons
         self.blocking = blocking or (spider is not None and spider.blocking)
         self.settings = settings if settings is not None else Settings()
+        # HASHCRAWL_PARSE_PROCESS=1: the default parse in a process of its own (_parsing)
+        self.parser = Parser() if PARSE_PROCESS and parse is None and spider is None else None
 
     async def handle(self, held: Held, response: Response, origin: Origin) -> Outcome:
         """The outcome of a response (``_handled``) and, with ``--revisit``, the page's
@@ -167,6 +171,12 @@ class Handler:
         settings = self.settings
         capped = attrs.evolve(response, max_links=settings.max_links)
         produced = _Produced()
+        if self.parser is not None and 200 <= capped.status < 300 and capped.is_html:
+            page = await self.parser.parse(
+                capped.body, capped.url, capped.headers.get("content-type"), capped.max_links
+            )
+            if page is not None:  # else links() parses it here
+                capped._parsed.append(page)
         try:
             await self._timed(self._produce(held, capped, origin, produced))
         except Exception as exc:  # a callback's bug fails its page, not the worker
