@@ -40,7 +40,7 @@ import threading
 import time
 import uuid
 from collections.abc import Mapping, Sequence
-from typing import TYPE_CHECKING, Any, NamedTuple
+from typing import Any
 
 import attrs
 
@@ -48,9 +48,7 @@ from hashcrawl._exceptions import ConfigError
 from hashcrawl._settings import WARC_MAX_SIZE
 from hashcrawl._version import __version__
 from hashcrawl._web._models import Exchange, Response
-
-if TYPE_CHECKING:
-    from hashcrawl._web._warc_writer import Writer
+from hashcrawl._web._warc_writer import Fetch, Writer
 
 try:  # ISA-L's deflate: 2.8 times zlib's speed at level 1, files no bigger (see GZIP_LEVEL)
     from isal import isal_zlib as _deflate
@@ -86,20 +84,6 @@ def payload_digest(payload: bytes) -> str:
 
 def _digest(sha1: Any) -> str:
     return "sha1:" + base64.b32encode(sha1.digest()).decode("ascii")
-
-
-class Fetch(NamedTuple):
-    """One fetch as its records need it (what the writer process is sent)."""
-
-    url: str
-    status: int
-    truncated: bool
-    date: str  # WARC-Date: when the request was sent
-    address: str  # "" when not known
-    request_head: bytes
-    request_body: bytes
-    response_head: bytes
-    body: bytes
 
 
 @attrs.define
@@ -172,8 +156,6 @@ class WarcSink:
         self.files: list[str] = []
         self._writer: Writer | None = None
         if process:
-            from hashcrawl._web._warc_writer import Writer
-
             options = {"path": self.path, "max_size": max_size, "revisits": revisits}
             self._writer = Writer({**options, "fsync": fsync, "worker": self._worker})
 

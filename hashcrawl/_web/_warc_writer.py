@@ -3,13 +3,13 @@
 The worker's event loop runs on one core; the records of a page (two digests, header
 lines, a gzip member, ~110 us of CPU in a crawl) would take a tenth of it. With
 ``process``, :meth:`WarcSink.archive` only keeps each fetch's bytes; the commit's flush
-sends them down a pipe to this module's ``main`` (``python -m
-hashcrawl._web._warc_writer``), which builds, compresses, writes and fsyncs them as an
+sends them down a pipe to the writer (``python -m
+hashcrawl._web._warc_child``), which builds, compresses, writes and fsyncs them as an
 in-process :class:`WarcSink` would, and answers once they are durable: only then does
 the flush return, and the worker acknowledge the pages. If the writer dies, the flush
 raises, so no page is acknowledged without its records.
 
-Frames on the pipe (network byte order): ``R`` a fetch (``_FETCH`` then its strings and
+Frames on the pipe (network byte order): ``R`` a fetch (``FETCH`` then its strings and
 bytes), ``N`` a worker name, ``F`` flush, ``C`` close; the writer answers ``F`` and
 ``C`` with ``K`` and the files written so far (JSON), or ``E`` and an error message.
 """
@@ -17,24 +17,36 @@ bytes), ``N`` a worker name, ``F`` flush, ``C`` close; the writer answers ``F`` 
 from __future__ import annotations
 
 import contextlib
-import fcntl
 import json
 import os
-import signal
 import struct
 import subprocess
 import sys
 import threading
 from pathlib import Path
-from typing import IO, Any
+from typing import IO, Any, NamedTuple
 
 from hashcrawl._exceptions import HashcrawlError
-from hashcrawl._web._warc import Fetch, WarcSink
+
+
+class Fetch(NamedTuple):
+    """One fetch as its records need it (what the writer process is sent)."""
+
+    url: str
+    status: int
+    truncated: bool
+    date: str  # WARC-Date: when the request was sent
+    address: str  # "" when not known
+    request_head: bytes
+    request_body: bytes
+    response_head: bytes
+    body: bytes
+
 
 # url, status, truncated, date, address, request head, request body, response head, body
-_FETCH = struct.Struct("!IH?BBIIII")
-_LENGTH = struct.Struct("!I")
-_PIPE_SIZE = 1 << 20  # a commit's fetches in a few writes, not one per 64 KiB
+FETCH = struct.Struct("!IH?BBIIII")
+LENGTH = struct.Struct("!I")
+PIPE_SIZE = 1 << 20  # a commit's fetches in a few writes, not one per 64 KiB
 
 
 class WarcWriterError(HashcrawlError, OSError):
@@ -62,12 +74,12 @@ class Writer:
             self._options["worker"] = worker
             if self._process is not None:
                 name = worker.encode()
-                self._frames += [b"N", _LENGTH.pack(len(name)), name]
+                self._frames += [b"N", LENGTH.pack(len(name)), name]
 
     def keep(self, fetch: Fetch) -> None:
         url, date, address = (fetch.url.encode(errors="replace"), fetch.date.encode(),
                               fetch.address.encode())  # fmt: skip
-        head = _FETCH.pack(
+        head = FETCH.pack(
             len(url), fetch.status, fetch.truncated, len(date), len(address),
             len(fetch.request_head), len(fetch.request_body), len(fetch.response_head),
             len(fetch.body),
@@ -101,8 +113,8 @@ class Writer:
         assert process.stdin is not None and process.stdout is not None
         try:
             _send(process.stdin.fileno(), b"".join([*frames, what]))
-            answer = _read(process.stdout, 1 + _LENGTH.size)
-            text = _read(process.stdout, _LENGTH.unpack(answer[1:])[0]).decode()
+            answer = read_exactly(process.stdout, 1 + LENGTH.size)
+            text = read_exactly(process.stdout, LENGTH.unpack(answer[1:])[0]).decode()
         except (OSError, EOFError):
             raise self._gone(process) from None
         if answer[:1] == b"E":
@@ -116,14 +128,16 @@ class Writer:
         root = str(Path(__file__).resolve().parents[2])
         path = os.environ.get("PYTHONPATH")
         env = {**os.environ, "PYTHONPATH": root + (os.pathsep + path if path else "")}
-        command = [sys.executable, "-m", "hashcrawl._web._warc_writer", json.dumps(self._options)]
+        command = [sys.executable, "-m", "hashcrawl._web._warc_child", json.dumps(self._options)]
         process = subprocess.Popen(
             command, stdin=subprocess.PIPE, stdout=subprocess.PIPE, env=env,
             start_new_session=True, close_fds=True,
         )  # fmt: skip
         assert process.stdin is not None
-        with contextlib.suppress(OSError, AttributeError):  # Linux only; a bigger pipe
-            fcntl.fcntl(process.stdin.fileno(), fcntl.F_SETPIPE_SZ, _PIPE_SIZE)
+        with contextlib.suppress(OSError, AttributeError, ImportError):  # Linux's bigger pipe
+            import fcntl
+
+            fcntl.fcntl(process.stdin.fileno(), fcntl.F_SETPIPE_SZ, PIPE_SIZE)
         self._process = process
         return process
 
@@ -156,54 +170,22 @@ def _send(fd: int, data: bytes) -> None:
         view = view[os.write(fd, view) :]
 
 
-def _read(stream: IO[bytes], size: int) -> bytes:
+def read_exactly(stream: IO[bytes], size: int) -> bytes:
     data = stream.read(size)
     if len(data) < size:
         raise EOFError
     return data
 
 
-def main(argv: list[str]) -> int:
-    """The writer: an in-process WarcSink fed by the pipe on standard input."""
-    signal.signal(signal.SIGINT, signal.SIG_IGN)
-    options = json.loads(argv[0])
-    worker = options.pop("worker")
-    sink = WarcSink(**options)
-    sink.named_for(worker)
-    stdin = os.fdopen(0, "rb", buffering=_PIPE_SIZE)
-    out = sys.stdout.buffer
-    while kind := stdin.read(1):
-        if kind == b"R":
-            _keep(sink, stdin)
-        elif kind == b"N":
-            sink.named_for(_read(stdin, _LENGTH.unpack(_read(stdin, _LENGTH.size))[0]).decode())
-        else:
-            try:
-                if kind == b"F":
-                    sink.flush()
-                else:
-                    sink.close()
-                answer = b"K" + json.dumps(sink.files).encode()
-            except Exception as exc:
-                answer = b"E" + f"{type(exc).__name__}: {exc}".encode(errors="replace")
-            out.write(answer[:1] + _LENGTH.pack(len(answer) - 1) + answer[1:])
-            out.flush()
-            if kind == b"C":
-                return 0
-    sink.close()  # the worker is gone: what it sent is written, acknowledged or not
-    return 0
-
-
-def _keep(sink: WarcSink, stdin: IO[bytes]) -> None:
-    lengths = _FETCH.unpack(_read(stdin, _FETCH.size))
-    url_n, status, truncated, date_n, address_n, *sizes = lengths
-    url, date, address = (
-        _read(stdin, n).decode(errors="replace") for n in (url_n, date_n, address_n)
+def read_fetch(stream: IO[bytes]) -> Fetch:
+    """The fetch of an ``R`` frame, its kind byte read already."""
+    url_n, status, truncated, date_n, address_n, *sizes = FETCH.unpack(
+        read_exactly(stream, FETCH.size)
     )
-    request_head, request_body, response_head, body = (_read(stdin, n) for n in sizes)
-    sink.keep(Fetch(url, status, truncated, date, address, request_head, request_body,
-                    response_head, body))  # fmt: skip
-
-
-if __name__ == "__main__":
-    sys.exit(main(sys.argv[1:]))
+    url, date, address = (
+        read_exactly(stream, n).decode(errors="replace") for n in (url_n, date_n, address_n)
+    )
+    request_head, request_body, response_head, body = (read_exactly(stream, n) for n in sizes)
+    return Fetch(
+        url, status, truncated, date, address, request_head, request_body, response_head, body
+    )
