@@ -31,6 +31,7 @@ from hashcrawl._cli._checks import checked_output
 from hashcrawl._cli._parser import build_parser
 from hashcrawl._web._sinks import AllSinks, CsvSink, archive_of, sinks_for
 from hashcrawl._web._warc import NOT_MODIFIED_PROFILE, REVISIT_PROFILE, payload_digest
+from hashcrawl._web._warc_writer import EARLY
 from testing.fleet import (
     fast_settings,
     host,
@@ -272,6 +273,22 @@ def test_a_writer_process_that_dies_fails_the_flush_with_one_line(tmp_path):
     payloads = [r["payload"] for f in sink.files for r in records_of(f) if r["type"] == "response"]
     assert payloads == [b"one", b"three"]
     assert len(sink.files) == len(set(sink.files)) == 2  # each writer's own file
+
+
+def test_a_writer_process_gets_fetches_between_flushes_and_keeps_their_order(tmp_path):
+    """Past EARLY bytes the loop hands fetches to the writer without waiting for the
+    flush; every record still reads back, in order, after the flush."""
+    sink = WarcSink(tmp_path / "e.warc.gz", process=True, max_size=300_000)
+    sink.archive(response_for("https://a.example/0", b"first"))
+    sink.flush()  # the writer runs from here on
+    bodies = [os.urandom(8000) for _ in range(120)]  # ~960 KB, past EARLY three times
+    for n, body in enumerate(bodies, start=1):
+        sink.archive(response_for(f"https://a.example/{n}", body))
+    assert sink._writer is not None and sink._writer._kept < EARLY  # the rest went early
+    sink.flush()
+    payloads = [r["payload"] for f in sink.files for r in records_of(f) if r["type"] == "response"]
+    assert payloads == [b"first", *bodies]
+    sink.close()
 
 
 def test_a_writer_process_that_cannot_write_fails_the_flush(tmp_path):

@@ -46,6 +46,7 @@ class Fetch(NamedTuple):
 # url, status, truncated, date, address, request head, request body, response head, body
 FETCH = struct.Struct("!IH?BBIIII")
 LENGTH = struct.Struct("!I")
+EARLY = 1 << 18  # bytes of fetches the loop keeps before it hands them to the writer
 PIPE_SIZE = 1 << 20  # a commit's fetches in a few writes, not one per 64 KiB
 
 
@@ -57,14 +58,19 @@ class WarcWriterError(HashcrawlError, OSError):
 class Writer:
     """The worker's end of a writer process: keeps fetches, sends them at each flush.
 
-    ``keep`` is called on the event loop (no system call); ``flush`` and ``close`` from
-    the commit's thread, one at a time (the sink's lock).
+    ``keep`` is called on the event loop: every ``EARLY`` bytes it hands what it kept to
+    the writer with a write that never waits (what does not fit waits for the flush),
+    so the writer works while the crawl goes on and a flush waits only for the last
+    records. ``flush`` and ``close`` run in the commit's thread, one at a time (the
+    sink's lock), and the loop sends nothing while one runs.
     """
 
     def __init__(self, options: dict[str, Any]) -> None:
         self._options = options
         self._lock = threading.Lock()
         self._frames: list[bytes] = []
+        self._kept, self._next_send = 0, EARLY  # bytes in _frames; when to send them
+        self._flushing = False
         self._process: subprocess.Popen[bytes] | None = None
         self._files: list[str] = []  # every file written, by this writer and any before
         self._earlier: list[str] = []  # the files of writers that died
@@ -88,27 +94,53 @@ class Writer:
         frame += [fetch.response_head, fetch.body]
         with self._lock:
             self._frames += frame
+            self._kept += sum(map(len, frame))
+            if self._kept >= self._next_send and not self._flushing:
+                self._send_early()
+
+    def _send_early(self) -> None:
+        """Write what was kept if the pipe takes it now (under the lock, on the loop)."""
+        process = self._process
+        if process is None or process.stdin is None:
+            return
+        data, fd = b"".join(self._frames), process.stdin.fileno()
+        try:
+            os.set_blocking(fd, False)
+            try:
+                sent = os.write(fd, data)
+            finally:
+                os.set_blocking(fd, True)
+        except OSError:  # a full pipe (the flush waits), or a writer gone (it fails)
+            sent = 0
+        rest = data[sent:]
+        self._frames, self._kept = ([rest] if rest else []), len(rest)
+        self._next_send = self._kept + EARLY  # a full pipe is not asked again at once
 
     def flush(self) -> list[str]:
         """Send what was kept, and return once the writer has made it durable."""
-        with self._lock:
-            frames, self._frames = self._frames, []
-        if frames or self._process is not None:
-            self._ask(frames, b"F")
+        self._ask(b"F")
         return list(self._files)
 
     def close(self) -> list[str]:
         """Flush, then end the writer (its files closed)."""
-        with self._lock:
-            frames, self._frames = self._frames, []
-        if frames or self._process is not None:
-            self._ask(frames, b"C")
-            process, self._process = self._process, None
-            if process is not None:
-                _end(process)
+        self._ask(b"C")
+        process, self._process = self._process, None
+        if process is not None:
+            _end(process)
         return list(self._files)
 
-    def _ask(self, frames: list[bytes], what: bytes) -> None:
+    def _ask(self, what: bytes) -> None:
+        with self._lock:
+            frames, self._frames = self._frames, []
+            self._kept, self._next_send, self._flushing = 0, EARLY, True
+        try:
+            if frames or self._process is not None:
+                self._exchange(frames, what)
+        finally:
+            with self._lock:
+                self._flushing = False
+
+    def _exchange(self, frames: list[bytes], what: bytes) -> None:
         process = self._process or self._start()
         assert process.stdin is not None and process.stdout is not None
         try:
