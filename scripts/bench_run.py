@@ -44,6 +44,7 @@ REPO = Path(__file__).resolve().parent.parent
 MB = 1024
 WARC_RUN = "hashcrawl x1 +warc"  # the same crawl, archiving every fetch too
 WARC_ALONE = "hashcrawl x1 warc only"  # -o pages.warc.gz alone (items to standard output)
+WARC_LOOP = "hashcrawl x1 +warc on the loop"  # HASHCRAWL_WARC_PROCESS=0: no writer process
 PARSE_RUN = "hashcrawl x1 +parse process"  # HASHCRAWL_PARSE_PROCESS=1 (issue 22's experiment)
 
 
@@ -135,6 +136,8 @@ def _contenders(args: argparse.Namespace, seeds: list[str]) -> list[tuple[str, A
         runs.append((WARC_RUN, bench_crawl.hashcrawl_launcher(seeds, 1, warc=True)))
         launch = bench_crawl.hashcrawl_launcher(seeds, 1, warc=True, items=False)
         runs.append((WARC_ALONE, launch))
+        env = {"HASHCRAWL_WARC_PROCESS": "0"}
+        runs.append((WARC_LOOP, bench_crawl.hashcrawl_launcher(seeds, 1, warc=True, env=env)))
     if not args.no_scrapy:
         runs.append(("scrapy-redis x1", bench_crawl.scrapy_launcher(seeds)))
     for n in args.scale:
@@ -242,7 +245,7 @@ def _ratios(results: list[Any]) -> list[str]:
             f"  Redis bytes per URL     {_ratio(hc.memory_per_url, peer.memory_per_url)}",
             f"  peak RSS                {_ratio(hc.rss_kb, peer.rss_kb)}",
         ]
-    warcs = [by_name.get(WARC_RUN), by_name.get(WARC_ALONE)]
+    warcs = [by_name.get(WARC_RUN), by_name.get(WARC_ALONE), by_name.get(WARC_LOOP)]
     for warc in warcs:
         if hc is not None and warc is not None:
             lines.append(
@@ -399,7 +402,8 @@ def _parser() -> argparse.ArgumentParser:
     p.add_argument(
         "--warc",
         action="store_true",
-        help="also crawl with -o pages.warc.gz beside the items, and with it alone",
+        help="also crawl with -o pages.warc.gz beside the items, with it alone, and beside "
+        "the items with the records made on the event loop (HASHCRAWL_WARC_PROCESS=0)",
     )
     p.add_argument(
         "--parse-process",

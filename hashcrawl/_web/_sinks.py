@@ -227,7 +227,9 @@ def sink_for(path: str | None, *, fsync: bool = True, **warc: Any) -> Sink:
     if path.endswith(".csv"):
         return CsvSink(path, fsync=fsync)
     if is_warc_path(path):  # hashcrawl join's: the records made in a process of their own
-        return WarcSink(path, fsync=fsync, **{"process": True, **warc})
+        # (HASHCRAWL_WARC_PROCESS=0: on the event loop, for scripts/bench's comparison)
+        process = os.environ.get("HASHCRAWL_WARC_PROCESS", "1") != "0"
+        return WarcSink(path, fsync=fsync, **{"process": process, **warc})
     return JsonLinesSink(path, fsync=fsync)
 
 
