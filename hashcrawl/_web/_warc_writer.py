@@ -76,11 +76,16 @@ class Writer:
         self._earlier: list[str] = []  # the files of writers that died
 
     def named_for(self, worker: str) -> None:
+        """Name the files after ``worker``, and start the writer now (the worker calls
+        this before it fetches), so that its start-up is not the first flush's wait."""
         with self._lock:
             self._options["worker"] = worker
             if self._process is not None:
                 name = worker.encode()
                 self._frames += [b"N", LENGTH.pack(len(name)), name]
+                return
+        with contextlib.suppress(OSError):  # the first flush tries again, and says why
+            self._start()
 
     def keep(self, fetch: Fetch) -> None:
         url, date, address = (fetch.url.encode(errors="replace"), fetch.date.encode(),
