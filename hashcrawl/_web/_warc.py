@@ -117,8 +117,9 @@ class WarcSink:
         process: build, compress, write and fsync the records in a process of their
             own (``hashcrawl join`` does), started by :meth:`named_for` (else at the
             first flush): :meth:`archive` only keeps each fetch's bytes, and the
-            records' CPU leaves the worker's core. Its death fails the flush. Without: records are built and compressed
-            in :meth:`archive`, and the flush writes them.
+            records' CPU leaves the worker's core. Its death fails the flush.
+            Without: records are built and compressed in :meth:`archive`, and the
+            flush writes them.
 
     Raises:
         ConfigError: ``path`` does not end in ``.warc.gz`` or ``.warc``, or ``max_size``
