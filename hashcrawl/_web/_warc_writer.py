@@ -46,7 +46,7 @@ class Fetch(NamedTuple):
 # url, status, truncated, date, address, request head, request body, response head, body
 FETCH = struct.Struct("!IH?BBIIII")
 LENGTH = struct.Struct("!I")
-EARLY = 1 << 18  # bytes of fetches the loop keeps before it hands them to the writer
+EARLY = 1 << 16  # bytes of fetches the loop keeps before it hands them to the writer
 PIPE_SIZE = 1 << 20  # a commit's fetches in a few writes, not one per 64 KiB
 
 
