@@ -32,6 +32,7 @@ from hashcrawl._run._queue import Queue
 from simulations.crew import SimulatedCrash, SimWorker
 from simulations.loop import Loop, settle
 from simulations.observe import Observer
+from simulations.reach import Reach
 from simulations.web import Fetch, Site, Web
 
 SETTINGS: dict[str, Any] = {
@@ -99,6 +100,9 @@ class World:
         self.web = Web.of(site)
         self.loop = Loop()
         self.observer = Observer(self.url, self.crawl)
+        self.reach = Reach.of(site.seed)  # parking, seen-filter rollover (simulations.reach)
+        self.reach.prepare(self)
+        self.planted = 0  # unreadable entries written into streams by hand
         self.queue = Queue(self.url, self.crawl)
         self.workers: dict[str, SimWorker] = {}
         self.fetches: list[Fetch] = []
@@ -188,6 +192,7 @@ class World:
         name = self.next_name()
         self._joined += 1
         w = self.workers[name] = SimWorker(name, self)
+        self.reach.fit(w)
         w.link.lose_reply = lose_reply
         w.start("join", w.join)
         return await self._settled(w, "join")

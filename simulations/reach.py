@@ -1,0 +1,158 @@
+"""Mechanisms the simulated sites are too small to reach, brought within their reach.
+
+Three things a crawl of at most 40 pages never does by itself, each drawn per site from
+its own ``Random`` (so every other draw of every site, its pages and killer page, stays
+as it was):
+
+- **parking**: a worker parks a host's overflow in Redis once its memory is full and the
+  host has ``PARK_AT`` (16) entries queued. Half the sites run their workers with the
+  park threshold at :data:`PARK_AT` here (the ``Intake`` fields, today's defaults
+  elsewhere), so hosts park and unpark; "nothing lost", "no page fetched twice" and
+  "the end" judge it.
+- **seen-filter rollover**: a layer holds a million URLs. Half the sites start their
+  crawl with the filter's first layer at :data:`SEEN_LAYER` (``c0`` in ``seenmeta``,
+  the stored shape an operator could set the same way), so layers fill and roll over.
+  A Bloom filter may refuse a URL it never saw (a false positive, about one URL in 300
+  with layers this small); :func:`filtered` excuses exactly those, by reading the
+  filter's own bits in Redis, so every other URL it drops is a URL lost.
+- **entries written by hand** (:func:`plant`, a hostile store fault): unreadable entries
+  appear in a member's stream, outside ``outstanding``, as entries written by hand or by
+  a broken tool would. Each must be counted once as bad (``stats``'s ``queue_bad``, at
+  most the number planted at any time, exactly that at the end), the crawl must still
+  end, and ``outstanding`` may fall short of the entries by at most the number planted
+  (the idle recount sets it right), never exceed them.
+
+And one timing window (:func:`lost_join_then_pause`): a worker whose join reply is lost
+joins again a heartbeat interval later, and its lease runs from that second join, as it
+believes; paused until just before that lease ends, it must not have been expired.
+"""
+
+from __future__ import annotations
+
+import logging
+import math
+import random
+from typing import TYPE_CHECKING
+
+import attrs
+
+from hashcrawl._core._urls import canonicalize, fingerprint
+
+if TYPE_CHECKING:
+    from simulations.crew import SimWorker
+    from simulations.world import World
+
+PARK_AT = 2  # a host with this many queued parks the rest, once memory is full
+UNPARK_BELOW = 1  # and takes some back once it has none left
+SEEN_LAYER = 4  # URLs in the seen filter's first layer (c0); each next one doubles
+PLANTED = ("not an entry", '{"u": 5}', None)  # payloads of planted entries (None: no field)
+
+
+@attrs.frozen
+class Reach:
+    """Which of the mechanisms above one site's crawl is given."""
+
+    park: bool = False
+    seen_layer: int | None = None
+
+    @classmethod
+    def of(cls, seed: int) -> Reach:
+        rng = random.Random(f"reach {seed}")
+        park = rng.random() < 1 / 2
+        seen = SEEN_LAYER if rng.random() < 1 / 2 else None
+        return cls(park=park, seen_layer=seen)
+
+    def prepare(self, world: World) -> None:
+        """Before the crawl's first commit: shape the seen filter."""
+        if self.seen_layer is not None:
+            world.observer.r.hset(world.observer.prefix + "seenmeta", "c0", self.seen_layer)
+
+    def fit(self, w: SimWorker) -> None:
+        """A new worker session: its park threshold."""
+        if self.park:
+            w.session.intake.park_at = PARK_AT
+            w.session.intake.unpark_below = UNPARK_BELOW
+
+
+def filtered(world: World, missing: set[str]) -> set[str]:
+    """Of the ``missing`` URLs, those whose every bit is set in some layer of the seen
+    filter in Redis: a false positive may refuse them (only with small layers)."""
+    if world.reach.seen_layer is None or not missing:
+        return set()
+    r, prefix = world.observer.r, world.observer.prefix
+    meta = r.hgetall(prefix + "seenmeta")
+    layers, c0, p = int(meta.get("L", 0)), float(meta["c0"]), float(meta.get("p", 1e-6))
+    refused = set()
+    for url in missing:
+        h1, h2 = fingerprint(canonicalize(url))
+        for i in range(layers):
+            k = math.ceil(math.log(2 ** (i + 1) / p) / math.log(2))
+            m = math.ceil(c0 * 2 ** min(i, 6) * k / math.log(2))
+            with r.pipeline(transaction=False) as pipe:
+                for j in range(k):
+                    pipe.getbit(f"{prefix}seen:{i}", (h1 + j * h2) % m)
+                if all(pipe.execute()):
+                    refused.add(url)
+                    break
+    return refused
+
+
+def plant(world: World, index: int) -> str:
+    """Unreadable entries appear in a member's stream, as if written by hand."""
+    observer = world.observer
+    members = sorted(observer.members())
+    if not members:
+        return "no member's stream to write to"
+    member = members[index % len(members)]
+    stream = observer.stream_of(member)
+    for payload in PLANTED:
+        observer.r.xadd(stream, {"r": payload} if payload is not None else {"x": "1"})
+    world.planted += len(PLANTED)
+    return f"{len(PLANTED)} unreadable entries written by hand into {member}'s stream"
+
+
+def bad_counted(world: World, *, end: bool = False) -> list[str]:
+    """Planted entries are counted as bad once each: never more, and all by the end."""
+    counted = int(world.observer.r.hget(world.observer.prefix + "stats", "queue_bad") or 0)
+    if counted > world.planted or (end and counted != world.planted):
+        return [
+            f"{world.planted} unreadable entries were written by hand, but the crawl counts "
+            f"{counted} as bad" + (" at its end" if end else "")
+        ]
+    return []
+
+
+async def lost_join_then_pause(world: World, early: float = 0.05) -> str:
+    """A worker joins, the reply is lost, and it joins again (a heartbeat interval
+    later); it is paused until ``early`` s before the lease it believes it has, which
+    runs from the join that answered; then it runs again and the fleet runs on."""
+    from simulations.world import BEAT
+
+    name = world.next_name()
+    await world.join("join")
+    w = world.workers[name]
+    for _ in range(4):  # its retry waits a heartbeat interval
+        if w.state != "joining":
+            break
+        await world.tick(skip=w)
+    if w.state != "member":
+        return world.say(name, f"is {w.state}, not a member")
+    w.paused = True
+    world.say(name, "paused (SIGSTOP) right after its join")
+    until = w.confirmed + float(world.settings["lease"]) - early
+    while world.now() < until - 1e-9:
+        await world.tick(skip=w, seconds=min(BEAT, until - world.now()))
+    w.paused = False
+    world.say(name, f"runs again, {early:g} s before the lease from its join runs out")
+    await world.turn(w, woken=True)
+    for _ in range(2):
+        await world.tick()
+    return ""
+
+
+def _not_planted(record: logging.LogRecord) -> bool:
+    """The planted entries' own warnings ("dropping a bad entry") would drown the output."""
+    return not record.getMessage().startswith("dropping a bad entry")
+
+
+logging.getLogger("hashcrawl").addFilter(_not_planted)
