@@ -40,13 +40,14 @@ def duplicates(fetches: Iterable[Fetch], excused: Mapping[str, int]) -> list[str
     ]
 
 
-def politeness(fetches: Iterable[Fetch], delay_of: Callable[[str], float]) -> list[str]:
-    """Requests to one host never overlap, and each starts ``delay`` after the last ended."""
+def politeness(fetches: Iterable[Fetch], delay_of: Callable[[str, float], float]) -> list[str]:
+    """Requests to one host never overlap, and each starts ``delay`` after the last ended
+    (``delay_of(host, start)``: the delay a request starting then must keep)."""
     problems = []
     for host, got in sorted(_by_host(fetches).items()):
-        delay = delay_of(host)
         before = got[0]
         for after in got[1:]:
+            delay = delay_of(host, after.start)
             if after.start < before.end - EPSILON:
                 who = "two workers" if before.worker != after.worker else "one worker"
                 problems.append(

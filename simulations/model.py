@@ -31,6 +31,7 @@ from simulations.world import SETTINGS, World
 
 MAX_WORKERS = 4
 MAX_SUBMISSIONS = 6
+MAX_CHANGES = 2  # configure --delay while the crawl runs
 CALLS = ("heartbeat", "read", "leave", "members", "orphan", "entries", "release", "pace")
 # Where crash_later may strike: before or after a Store call (crash_after_ack, the most
 # telling point, has a rule of its own so that it comes up often).
@@ -366,6 +367,12 @@ class CrawlModel(RuleBasedStateMachine):
         else:
             self.w.redis.restart()
         self._say("redis", "killed and restarted" if kill else "restarted")
+
+    @precondition(lambda self: self.world is not None and self.world.changes < MAX_CHANGES)
+    @rule(delay=st.sampled_from([1.0, 2.0, 3.0]))
+    def configure(self, delay: float) -> None:
+        """The operator changes the crawl's delay while it runs (``reach.configure``)."""
+        self._say("operator", reach.configure(self.w, delay))
 
     @precondition(lambda self: bool(self._faulty()))
     @rule(w=index)

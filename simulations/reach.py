@@ -22,6 +22,11 @@ as it was):
   end, and ``outstanding`` may fall short of the entries by at most the number planted
   (the idle recount sets it right), never exceed them.
 
+And crawl-wide settings changed mid-crawl (:func:`configure`, as ``hashcrawl configure
+--delay`` does, through the settings script): every change is made once (the record's
+version is one more per change), and the delay the web sees follows the new one within
+:data:`FOLLOW_WITHIN` (a request starting later keeps it; before, the smaller of the two).
+
 And one timing window (:func:`lost_join_then_pause`): a worker whose join reply is lost
 joins again a heartbeat interval later, and its lease runs from that second join, as it
 believes; paused until just before that lease ends, it must not have been expired.
@@ -37,6 +42,9 @@ from typing import TYPE_CHECKING
 import attrs
 
 from hashcrawl._core._urls import canonicalize, fingerprint
+from hashcrawl._store import _crawlconfig
+from hashcrawl._store._redisurl import RedisURL
+from hashcrawl._store._store import Store
 
 if TYPE_CHECKING:
     from simulations.crew import SimWorker
@@ -45,6 +53,10 @@ if TYPE_CHECKING:
 PARK_AT = 2  # a host with this many queued parks the rest, once memory is full
 UNPARK_BELOW = 1  # and takes some back once it has none left
 SEEN_LAYER = 4  # URLs in the seen filter's first layer (c0); each next one doubles
+# A worker learns of a change at its next heartbeat and takes it at its next turn; one paused
+# or cut off short of its lease, or holding requests taken before (up to two leases, as
+# lose_beat_after_expiry holds them), may send by the old delay until then: three leases.
+FOLLOW_WITHIN = 24.0
 PLANTED = ("not an entry", '{"u": 5}', None)  # payloads of planted entries (None: no field)
 
 
@@ -122,6 +134,46 @@ def bad_counted(world: World, *, end: bool = False) -> list[str]:
     return []
 
 
+def configure(world: World, delay: float) -> str:
+    """The operator changes the crawl's ``--delay`` while it runs."""
+    if delay == float(world.settings["delay"]):
+        return f"configure --delay {delay:g}: the delay already"
+    store = Store(RedisURL.parse(world.url), world.crawl, timeout=10.0)
+    try:
+        _, lines = _crawlconfig.change(store, {"delay": delay})
+    finally:
+        store.close()
+    world.settings["delay"] = delay  # workers started from now on are given it
+    world.delays.append((world.now(), delay))
+    world.changes += 1
+    return f"configure --delay {delay:g}: {'; '.join(lines) or 'nothing changed'}"
+
+
+def delay_at(world: World, start: float) -> float:
+    """The delay a request starting at ``start`` must keep: the least of those in force
+    from ``FOLLOW_WITHIN`` before it up to it."""
+    kept = [
+        delay
+        for (since, delay), (until, _) in zip(
+            world.delays, [*world.delays[1:], (math.inf, 0.0)], strict=True
+        )
+        if since <= start and until > start - FOLLOW_WITHIN
+    ]
+    return min(kept)
+
+
+def versions(world: World) -> list[str]:
+    """Each change made once: the settings record's version is 1 + the changes made."""
+    stored = world.observer.r.hget(world.observer.prefix + "settings", "version")
+    version = None if stored is None else str(stored)
+    if version is None or version == str(1 + world.changes):
+        return []
+    return [
+        f"the crawl's settings are at version {version} after {world.changes} changes "
+        f"(version 1 is the first worker's record): a change was lost or made twice"
+    ]
+
+
 async def lost_join_then_pause(world: World, early: float = 0.05) -> str:
     """A worker joins, the reply is lost, and it joins again (a heartbeat interval
     later); it is paused until ``early`` s before the lease it believes it has, which
@@ -150,9 +202,11 @@ async def lost_join_then_pause(world: World, early: float = 0.05) -> str:
     return ""
 
 
-def _not_planted(record: logging.LogRecord) -> bool:
-    """The planted entries' own warnings ("dropping a bad entry") would drown the output."""
-    return not record.getMessage().startswith("dropping a bad entry")
+def _not_ours(record: logging.LogRecord) -> bool:
+    """The warnings of what this module does on purpose (entries planted, settings
+    changed) would drown a run's output."""
+    text = record.getMessage()
+    return not (text.startswith("dropping a bad entry") or "settings are at version" in text)
 
 
-logging.getLogger("hashcrawl").addFilter(_not_planted)
+logging.getLogger("hashcrawl").addFilter(_not_ours)

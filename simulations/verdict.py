@@ -30,6 +30,7 @@ def violations(world: World) -> list[str]:
         + checks.accounting(snap.outstanding, snap.entries, world.planted)
         + checks.killer(world.killed_members, int(world.settings["max_attempts"]))
         + reach.bad_counted(world)
+        + reach.versions(world)
     )
 
 
