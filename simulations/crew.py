@@ -325,6 +325,7 @@ class SimWorker:
             spawn=self._start_fetch,
             offload=inline,
         )
+        worker._driver = self.driver  # as Worker.run sets it: new settings reach the session
         self.session = self.driver.session
         self.tasks: dict[str, Task] = {}
         self.state = "joining"
