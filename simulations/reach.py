@@ -115,7 +115,13 @@ def plant(world: World, index: int) -> str:
     members = sorted(observer.members())
     if not members:
         return "no member's stream to write to"
-    member = members[index % len(members)]
+    # Half the time into a member that crashed and is not yet expired, if there is one:
+    # nobody reads its stream until the fleet expires it, so the idle recount finds them.
+    crashed = [w.name for w in world.workers.values() if w.state == "crashed"]
+    dead = [name for name in members if name in crashed]
+    member = (
+        dead[index // 2 % len(dead)] if dead and index % 2 == 0 else members[index % len(members)]
+    )
     stream = observer.stream_of(member)
     for payload in PLANTED:
         observer.r.xadd(stream, {"r": payload} if payload is not None else {"x": "1"})
