@@ -21,6 +21,8 @@ as it was):
   most the number planted at any time, exactly that at the end), the crawl must still
   end, and ``outstanding`` may fall short of the entries by at most the number planted
   (the idle recount sets it right), never exceed them.
+  With parking, ``parked`` lists exactly the hosts with an overflow set
+  (:func:`parked_listed`).
 
 And crawl-wide settings changed mid-crawl (:func:`configure`, as ``hashcrawl configure
 --delay`` does, through the settings script): every change is made once (the record's
@@ -127,6 +129,22 @@ def plant(world: World, index: int) -> str:
         observer.r.xadd(stream, {"r": payload} if payload is not None else {"x": "1"})
     world.planted += len(PLANTED)
     return f"{len(PLANTED)} unreadable entries written by hand into {member}'s stream"
+
+
+def parked_listed(world: World) -> list[str]:
+    """The hosts in ``parked`` are exactly those with an overflow set (Redis deletes an
+    empty one): a host left out is never unparked by a new owner, one left in costs
+    every new owner a call and the set grows without bound."""
+    if not world.reach.park:
+        return []
+    observer = world.observer
+    listed = {str(h) for h in observer.r.smembers(observer.prefix + "parked")}
+    park = observer.prefix + "park:"
+    keys = observer.keys()  # the observer's SCAN of the crawl's keys, not a dict
+    sets = {k.removeprefix(park) for k in keys if k.startswith(park)}
+    if listed == sets:
+        return []
+    return [f"hosts with an overflow set {sorted(sets)}, but 'parked' lists {sorted(listed)}"]
 
 
 def bad_counted(world: World, *, end: bool = False) -> list[str]:

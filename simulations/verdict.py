@@ -31,6 +31,7 @@ def violations(world: World) -> list[str]:
         + checks.killer(world.killed_members, int(world.settings["max_attempts"]))
         + reach.bad_counted(world)
         + reach.versions(world)
+        + reach.parked_listed(world)
     )
 
 
