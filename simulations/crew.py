@@ -35,6 +35,7 @@ from hashcrawl._core._frontier import Held
 from hashcrawl._exceptions import QueueError
 from hashcrawl._run._driver import Driver
 from hashcrawl._run._worker import Worker
+from hashcrawl._store import _crawlconfig
 from hashcrawl._store._redisurl import RedisURL
 from hashcrawl._store._store import Store
 from simulations.loop import inline
@@ -310,6 +311,11 @@ class SimWorker:
             **settings,
         )
         worker.id = name
+        # As Worker.run does first: take the crawl's settings, or record these as them.
+        taken, worker.crawl_settings = _crawlconfig.adopt(
+            self.store, worker.settings, worker.given_crawl
+        )
+        worker.take_settings(taken)
         store = FaultyStore(self.store, self.link, ran=self._ran)
         self.driver = Driver(
             worker,
@@ -319,6 +325,7 @@ class SimWorker:
             spawn=self._start_fetch,
             offload=inline,
         )
+        worker._driver = self.driver  # as Worker.run sets it: new settings reach the session
         self.session = self.driver.session
         self.tasks: dict[str, Task] = {}
         self.state = "joining"
@@ -466,6 +473,12 @@ class SimWorker:
         hosts = await self.driver.pace_turn()
         return f"loaded pace of {', '.join(hosts)}" if hosts else "no pace to load"
 
+    async def settings(self) -> str:
+        """A turn of settings_loop: a heartbeat named a new version of the settings."""
+        await self.driver.settings_due.wait()  # set: taken at once
+        await self.driver.follow_settings()
+        return f"took the crawl's settings: delay {self.session.settings.delay:g} s"
+
     async def unpark(self) -> str:
         """A turn of unpark_loop."""
         took = await self.driver.unpark_turn()
@@ -492,4 +505,5 @@ class SimWorker:
             "drain": session.epochs.orphans_waiting,
             "load_pace": bool(session.carry.due),
             "unpark": bool(session.intake.parked),
+            "settings": self.driver.settings_due.is_set(),
         }.get(kind, True)

@@ -24,13 +24,14 @@ from hypothesis.stateful import (
 )
 
 from hashcrawl._core._faults import NO_FAULTS, Faults
-from simulations import verdict
+from simulations import reach, verdict
 from simulations.crew import SimWorker
 from simulations.web import Site
 from simulations.world import SETTINGS, World
 
 MAX_WORKERS = 4
 MAX_SUBMISSIONS = 6
+MAX_CHANGES = 2  # configure --delay while the crawl runs
 CALLS = ("heartbeat", "read", "leave", "members", "orphan", "entries", "release", "pace")
 # Where crash_later may strike: before or after a Store call (crash_after_ack, the most
 # telling point, has a rule of its own so that it comes up often).
@@ -366,6 +367,32 @@ class CrawlModel(RuleBasedStateMachine):
         else:
             self.w.redis.restart()
         self._say("redis", "killed and restarted" if kill else "restarted")
+
+    @precondition(lambda self: self.world is not None and self.world.changes < MAX_CHANGES)
+    @rule(delay=st.sampled_from([1.0, 2.0, 3.0]))
+    def configure(self, delay: float) -> None:
+        """The operator changes the crawl's delay while it runs (``reach.configure``)."""
+        self._say("operator", reach.configure(self.w, delay))
+
+    @precondition(lambda self: bool(self._faulty()))
+    @rule(w=index)
+    def plant_entries(self, w: int) -> None:
+        """Unreadable entries appear in a member's stream, written by hand: each must be
+        counted bad once, and the crawl must still end (``reach.plant``)."""
+        self._fault("plant_entries")
+        self._say("by hand", reach.plant(self.w, w))
+
+    @precondition(
+        lambda self: (
+            bool(self._faulty()) and len(self.w.live()) < MAX_WORKERS and bool(self.w.active())
+        )
+    )
+    @rule()
+    def lost_join_then_pause(self) -> None:
+        """A worker's join reply is lost, it joins again, and it is paused until just
+        before the lease from that join ends: it must still be a member."""
+        self._fault("lost_join_then_pause")
+        self._do(reach.lost_join_then_pause, self.w)
 
     # -- aimed: the windows the timing rules exist for (each listed twice, to weigh it) --
 

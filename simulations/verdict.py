@@ -8,7 +8,7 @@ faults, runs the fleet until every worker has left, and returns what went wrong.
 
 from __future__ import annotations
 
-from simulations import checks
+from simulations import checks, reach
 from simulations.observe import Snapshot
 from simulations.world import World
 
@@ -27,18 +27,24 @@ def violations(world: World) -> list[str]:
         + checks.lost(accepted(world, snap), snap.queued, done, snap.dead)
         + checks.duplicates(world.fetches, world.excused)
         + checks.politeness(world.fetches, world.delay_of)
-        + checks.accounting(snap.outstanding, snap.entries)
+        + checks.accounting(snap.outstanding, snap.entries, world.planted)
         + checks.killer(world.killed_members, int(world.settings["max_attempts"]))
+        + reach.bad_counted(world)
+        + reach.versions(world)
+        + reach.parked_listed(world)
     )
 
 
 def accepted(world: World, snap: Snapshot) -> set[str]:
-    """Submitted URLs, and the links of every page done and no longer queued."""
+    """Submitted URLs, and the links of every page done and no longer queued, but those a
+    small seen filter's false positive may have refused (see ``reach.filtered``)."""
     urls = set(world.submitted)
-    for url in world.done_urls():
+    done = world.done_urls()
+    for url in done:
         if url not in snap.queued:
             urls.update(world.web.links_of(url))
-    return urls
+    missing = {u for u in urls if u not in snap.queued and u not in done and u not in snap.dead}
+    return urls - reach.filtered(world, missing)
 
 
 async def finish(world: World) -> list[str]:
@@ -132,7 +138,7 @@ def _judge_end(world: World) -> list[str]:
             f"({_sample(snap.queued)}) and members {list(snap.members)} remain"
         )
     end = checks.unfinished(accepted(world, snap), world.done_urls(), snap.dead, world.failed)
-    return problems + end
+    return problems + end + reach.bad_counted(world, end=True)
 
 
 def _sample(queued: dict[str, list[str]]) -> str:

@@ -12,7 +12,8 @@ slow      200 with links, taking 0.8-2.6 s: some attempts outlast the timeout
 flaky     the first one or two requests fail (connection reset), then 200
 broken    every request fails: the page ends in the dead letters
 missing   404, no links
-busy      503 with Retry-After: 1 to the first request, then 200
+busy      503 (500 for every other busy page, by its URL's checksum) with
+          Retry-After: 1 to the first request, then 200
 moved     301 to another page of the site
 ========  ====================================================================
 
@@ -41,6 +42,7 @@ from __future__ import annotations
 
 import math
 import random
+import zlib
 from collections.abc import Callable, Iterator
 from typing import Any
 
@@ -200,7 +202,8 @@ def _answer(page: Page, seen: int) -> Answer:
     if page.kind == "missing":
         return Answer(page.duration, 404, b"<title>missing</title>", dict(HTML))
     if page.kind == "busy" and seen == 0:
-        return Answer(page.duration, 503, b"busy", {**HTML, "retry-after": "1"})
+        status = 500 if zlib.crc32(page.url.encode()) % 2 else 503  # both ends of 5xx' range
+        return Answer(page.duration, status, b"busy", {**HTML, "retry-after": "1"})
     if page.kind == "moved":
         return Answer(page.duration, 301, b"", {**HTML, "location": page.links[0]})
     duration = page.duration * (1.0 + 0.5 * (seen % 2)) if page.kind == "slow" else page.duration

@@ -32,6 +32,7 @@ from hashcrawl._run._queue import Queue
 from simulations.crew import SimulatedCrash, SimWorker
 from simulations.loop import Loop, settle
 from simulations.observe import Observer
+from simulations.reach import Reach, delay_at
 from simulations.web import Fetch, Site, Web
 
 SETTINGS: dict[str, Any] = {
@@ -99,6 +100,11 @@ class World:
         self.web = Web.of(site)
         self.loop = Loop()
         self.observer = Observer(self.url, self.crawl)
+        self.reach = Reach.of(site.seed)  # parking, seen-filter rollover (simulations.reach)
+        self.reach.prepare(self)
+        self.planted = 0  # unreadable entries written into streams by hand
+        self.changes = 0  # crawl settings changed with configure (reach.configure)
+        self.delays = [(float("-inf"), float(self.settings["delay"]))]  # (since, delay)
         self.queue = Queue(self.url, self.crawl)
         self.workers: dict[str, SimWorker] = {}
         self.fetches: list[Fetch] = []
@@ -188,6 +194,7 @@ class World:
         name = self.next_name()
         self._joined += 1
         w = self.workers[name] = SimWorker(name, self)
+        self.reach.fit(w)
         w.link.lose_reply = lose_reply
         w.start("join", w.join)
         return await self._settled(w, "join")
@@ -311,7 +318,8 @@ class World:
         answers that arrived meanwhile, which frees the slots their requests held."""
         if not w.active or w.state not in ("member", "stopping"):
             return
-        kinds = ["beat", "drain", "apply", "load_pace", "read", "unpark", "fetch", "send"]
+        kinds = ["beat", "settings", "drain", "apply", "load_pace", "read", "unpark"]
+        kinds += ["fetch", "send"]
         kinds = ["complete", "commit", *kinds] if woken else [*kinds, "complete", "commit"]
         if rng is not None:
             rng.shuffle(kinds)
@@ -557,10 +565,13 @@ class World:
     def done_urls(self) -> set[str]:
         return {url for url, _ in self.done}
 
-    def delay_of(self, host: str) -> float:
-        """The least time between two requests to ``host``: --delay or its Crawl-delay."""
+    def delay_of(self, host: str, at: float | None = None) -> float:
+        """The least time between two requests to ``host``: --delay or its Crawl-delay
+        (``at``: for a request that starts then, as the crawl's delay changed, see
+        ``reach.delay_at``; None: the crawl's delay now)."""
         crawl_delay = min(self.web.crawl_delay(host), float(self.settings["lease"]) / 2)
-        return max(float(self.settings["delay"]), crawl_delay)
+        delay = float(self.settings["delay"]) if at is None else delay_at(self, at)
+        return max(delay, crawl_delay)
 
     def failed(self, url: str) -> bool:
         """Whether the web ever failed a request for ``url``, or for its host's robots.txt

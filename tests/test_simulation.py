@@ -3,10 +3,12 @@ replays the bugs it found as listed (see docs/simulation.md)."""
 
 from __future__ import annotations
 
+from typing import Any
+
 import pytest
 
 from hashcrawl._core._faults import Faults
-from simulations import checks, known, profiles
+from simulations import checks, known, profiles, reach
 from simulations.fleet import Fleet, hosts_moved_per_join
 from simulations.web import Site, Web
 
@@ -135,3 +137,39 @@ def test_a_killer_page_is_drawn_apart_and_judged_by_the_deaths_it_costs() -> Non
     assert not any(web.kills(url) for url in web.pages if url != web.killer)
     assert checks.killer(4, max_attempts=3) == []
     assert "killed 5 members" in checks.killer(5, max_attempts=3)[0]
+
+
+def test_reach_is_drawn_apart_from_the_site_and_in_about_half_the_sites() -> None:
+    """Parking and a small seen filter come to about half the sites each, drawn from the
+    site's seed alone, so every page and killer page stays as it was."""
+    reaches = [reach.Reach.of(seed) for seed in range(400)]
+    assert 140 < sum(r.park for r in reaches) < 260
+    assert 140 < sum(r.seen_layer is not None for r in reaches) < 260
+    assert {(r.park, r.seen_layer is None) for r in reaches} == {
+        (a, b) for a in (True, False) for b in (True, False)
+    }
+    assert Web.of(Site(7, 3, 20)).pages == Web.of(Site(7, 3, 20)).pages
+
+
+def test_outstanding_may_fall_short_by_the_entries_written_by_hand_never_more() -> None:
+    assert checks.accounting(5, 5) == []
+    assert checks.accounting(2, 5, planted=3) == []
+    assert "written by hand" in checks.accounting(1, 5, planted=3)[0]
+    assert checks.accounting(6, 5, planted=3)  # above the entries: never
+    assert checks.accounting(-2, 2, planted=3)  # a recount gone negative
+
+
+def test_a_delay_change_is_kept_by_requests_from_its_bound_on() -> None:
+    """Before a change, and within FOLLOW_WITHIN of it, the lesser delay; after, the new."""
+
+    class Timeline:
+        delays = [(float("-inf"), 1.0), (10.0, 3.0), (20.0, 2.0)]
+
+    world: Any = Timeline()
+    assert reach.delay_at(world, 5.0) == 1.0
+    assert reach.delay_at(world, 10.0 + reach.FOLLOW_WITHIN - 1) == 1.0
+    assert reach.delay_at(world, 20.0 + reach.FOLLOW_WITHIN - 1) == 2.0  # 3 and 2 in force
+    assert reach.delay_at(world, 20.0 + reach.FOLLOW_WITHIN + 1) == 2.0
+    early = [(float("-inf"), 1.0), (10.0, 3.0)]
+    world.delays = early
+    assert reach.delay_at(world, 10.0 + reach.FOLLOW_WITHIN + 1) == 3.0

@@ -48,11 +48,22 @@ class Mine:
 
 @attrs.define
 class Intake:
-    """Where this worker's reading stands, and which hosts it has parked entries of."""
+    """Where this worker's reading stands, and which hosts it has parked entries of.
+
+    ``park_at`` and ``unpark_below`` are ``PARK_AT`` and ``UNPARK_BELOW`` but where a
+    test or the simulation makes them small, so that small sites park too.
+    """
 
     last_read: str = "0"  # the newest entry id this reader has taken in
     unsure: bool = False  # a read failed: Redis may have delivered what never came
     parked: set[str] = attrs.Factory(set)
+    park_at: int = PARK_AT
+    unpark_below: int = UNPARK_BELOW
+
+    @property
+    def unpark_count(self) -> int:
+        """How many parked entries one unpark of a host brings back."""
+        return self.park_at - self.unpark_below
 
     def request(self, frontier: Frontier, max_buffer: int) -> Read:
         """The next read: up to 200 entries, fewer as memory fills (then parking)."""
@@ -86,7 +97,7 @@ class Intake:
         if frontier.size >= max_buffer:
             return None
         host = frontier.hosts.get(name)
-        return host is None or len(host.queue) < UNPARK_BELOW
+        return host is None or len(host.queue) < self.unpark_below
 
     def unparked(self, name: str, status: str, left: int, worker: str) -> None:
         """Redis answered an unpark of ``name``.
@@ -134,7 +145,7 @@ class Intake:
                 ledger.add(Outcome.dead(held, why))
                 continue
             queued = frontier.hosts.get(host)
-            if parking and queued is not None and len(queued.queue) >= PARK_AT:
+            if parking and queued is not None and len(queued.queue) >= self.park_at:
                 ledger.add(Outcome.park(held))
                 self.parked.add(host)
                 continue

@@ -32,11 +32,7 @@ from typing import Any
 
 import trio
 
-from hashcrawl._core._session import (
-    FORGET_EVERY,
-    PARK_AT,
-    UNPARK_BELOW,
-)
+from hashcrawl._core._session import FORGET_EVERY
 from hashcrawl._exceptions import ConfigError, QueueError
 from hashcrawl._run._calls import Call
 from hashcrawl._run._committing import Committer
@@ -284,7 +280,7 @@ class Driver(Membership):
             if not wanted:
                 continue
             status, moved, left = await self.persist(
-                self.store.unpark, session.id, session.latest.epoch, name, PARK_AT - UNPARK_BELOW
+                self.store.unpark, session.id, session.latest.epoch, name, intake.unpark_count
             )
             intake.unparked(name, status, left, session.id)
             if moved:

@@ -1,0 +1,236 @@
+"""Mechanisms the simulated sites are too small to reach, brought within their reach.
+
+Three things a crawl of at most 40 pages never does by itself, each drawn per site from
+its own ``Random`` (so every other draw of every site, its pages and killer page, stays
+as it was):
+
+- **parking**: a worker parks a host's overflow in Redis once its memory is full and the
+  host has ``PARK_AT`` (16) entries queued. Half the sites run their workers with the
+  park threshold at :data:`PARK_AT` here (the ``Intake`` fields, today's defaults
+  elsewhere), so hosts park and unpark; "nothing lost", "no page fetched twice" and
+  "the end" judge it.
+- **seen-filter rollover**: a layer holds a million URLs. Half the sites start their
+  crawl with the filter's first layer at :data:`SEEN_LAYER` (``c0`` in ``seenmeta``,
+  the stored shape an operator could set the same way), so layers fill and roll over.
+  A Bloom filter may refuse a URL it never saw (a false positive, about one URL in 300
+  with layers this small); :func:`filtered` excuses exactly those, by reading the
+  filter's own bits in Redis, so every other URL it drops is a URL lost.
+- **entries written by hand** (:func:`plant`, a hostile store fault): unreadable entries
+  appear in a member's stream, outside ``outstanding``, as entries written by hand or by
+  a broken tool would. Each must be counted once as bad (``stats``'s ``queue_bad``, at
+  most the number planted at any time, exactly that at the end), the crawl must still
+  end, and ``outstanding`` may fall short of the entries by at most the number planted
+  (the idle recount sets it right), never exceed them.
+  With parking, ``parked`` lists exactly the hosts with an overflow set
+  (:func:`parked_listed`).
+
+And crawl-wide settings changed mid-crawl (:func:`configure`, as ``hashcrawl configure
+--delay`` does, through the settings script): every change is made once (the record's
+version is one more per change), and the delay the web sees follows the new one within
+:data:`FOLLOW_WITHIN` (a request starting later keeps it; before, the smaller of the two).
+
+And one timing window (:func:`lost_join_then_pause`): a worker whose join reply is lost
+joins again a heartbeat interval later, and its lease runs from that second join, as it
+believes; paused until just before that lease ends, it must not have been expired.
+"""
+
+from __future__ import annotations
+
+import logging
+import math
+import random
+from typing import TYPE_CHECKING
+
+import attrs
+
+from hashcrawl._core._urls import canonicalize, fingerprint
+from hashcrawl._store import _crawlconfig
+from hashcrawl._store._redisurl import RedisURL
+from hashcrawl._store._store import Store
+
+if TYPE_CHECKING:
+    from simulations.crew import SimWorker
+    from simulations.world import World
+
+PARK_AT = 2  # a host with this many queued parks the rest, once memory is full
+UNPARK_BELOW = 1  # and takes some back once it has none left
+SEEN_LAYER = 4  # URLs in the seen filter's first layer (c0); each next one doubles
+# A worker learns of a change at its next heartbeat and takes it at its next turn; one paused
+# or cut off short of its lease, or holding requests taken before (up to two leases, as
+# lose_beat_after_expiry holds them), may send by the old delay until then: three leases.
+FOLLOW_WITHIN = 24.0
+PLANTED = ("not an entry", '{"u": 5}', None)  # payloads of planted entries (None: no field)
+
+
+@attrs.frozen
+class Reach:
+    """Which of the mechanisms above one site's crawl is given."""
+
+    park: bool = False
+    seen_layer: int | None = None
+
+    @classmethod
+    def of(cls, seed: int) -> Reach:
+        rng = random.Random(f"reach {seed}")
+        park = rng.random() < 1 / 2
+        seen = SEEN_LAYER if rng.random() < 1 / 2 else None
+        return cls(park=park, seen_layer=seen)
+
+    def prepare(self, world: World) -> None:
+        """Before the crawl's first commit: shape the seen filter."""
+        if self.seen_layer is not None:
+            world.observer.r.hset(world.observer.prefix + "seenmeta", "c0", self.seen_layer)
+
+    def fit(self, w: SimWorker) -> None:
+        """A new worker session: its park threshold."""
+        if self.park:
+            w.session.intake.park_at = PARK_AT
+            w.session.intake.unpark_below = UNPARK_BELOW
+
+
+def filtered(world: World, missing: set[str]) -> set[str]:
+    """Of the ``missing`` URLs, those whose every bit is set in some layer of the seen
+    filter in Redis: a false positive may refuse them (only with small layers)."""
+    if world.reach.seen_layer is None or not missing:
+        return set()
+    r, prefix = world.observer.r, world.observer.prefix
+    meta = r.hgetall(prefix + "seenmeta")
+    layers, c0, p = int(meta.get("L", 0)), float(meta["c0"]), float(meta.get("p", 1e-6))
+    refused = set()
+    for url in missing:
+        h1, h2 = fingerprint(canonicalize(url))
+        for i in range(layers):
+            k = math.ceil(math.log(2 ** (i + 1) / p) / math.log(2))
+            m = math.ceil(c0 * 2 ** min(i, 6) * k / math.log(2))
+            with r.pipeline(transaction=False) as pipe:
+                for j in range(k):
+                    pipe.getbit(f"{prefix}seen:{i}", (h1 + j * h2) % m)
+                if all(pipe.execute()):
+                    refused.add(url)
+                    break
+    return refused
+
+
+def plant(world: World, index: int) -> str:
+    """Unreadable entries appear in a member's stream, as if written by hand."""
+    observer = world.observer
+    members = sorted(observer.members())
+    if not members:
+        return "no member's stream to write to"
+    # Half the time into a member that crashed and is not yet expired, if there is one:
+    # nobody reads its stream until the fleet expires it, so the idle recount finds them.
+    crashed = [w.name for w in world.workers.values() if w.state == "crashed"]
+    dead = [name for name in members if name in crashed]
+    member = (
+        dead[index // 2 % len(dead)] if dead and index % 2 == 0 else members[index % len(members)]
+    )
+    stream = observer.stream_of(member)
+    for payload in PLANTED:
+        observer.r.xadd(stream, {"r": payload} if payload is not None else {"x": "1"})
+    world.planted += len(PLANTED)
+    return f"{len(PLANTED)} unreadable entries written by hand into {member}'s stream"
+
+
+def parked_listed(world: World) -> list[str]:
+    """The hosts in ``parked`` are exactly those with an overflow set (Redis deletes an
+    empty one): a host left out is never unparked by a new owner, one left in costs
+    every new owner a call and the set grows without bound."""
+    if not world.reach.park:
+        return []
+    observer = world.observer
+    listed = {str(h) for h in observer.r.smembers(observer.prefix + "parked")}
+    park = observer.prefix + "park:"
+    keys = observer.keys()  # the observer's SCAN of the crawl's keys, not a dict
+    sets = {k.removeprefix(park) for k in keys if k.startswith(park)}
+    if listed == sets:
+        return []
+    return [f"hosts with an overflow set {sorted(sets)}, but 'parked' lists {sorted(listed)}"]
+
+
+def bad_counted(world: World, *, end: bool = False) -> list[str]:
+    """Planted entries are counted as bad once each: never more, and all by the end."""
+    counted = int(world.observer.r.hget(world.observer.prefix + "stats", "queue_bad") or 0)
+    if counted > world.planted or (end and counted != world.planted):
+        return [
+            f"{world.planted} unreadable entries were written by hand, but the crawl counts "
+            f"{counted} as bad" + (" at its end" if end else "")
+        ]
+    return []
+
+
+def configure(world: World, delay: float) -> str:
+    """The operator changes the crawl's ``--delay`` while it runs."""
+    if delay == float(world.settings["delay"]):
+        return f"configure --delay {delay:g}: the delay already"
+    store = Store(RedisURL.parse(world.url), world.crawl, timeout=10.0)
+    try:
+        _, lines = _crawlconfig.change(store, {"delay": delay})
+    finally:
+        store.close()
+    world.settings["delay"] = delay  # workers started from now on are given it
+    world.delays.append((world.now(), delay))
+    world.changes += 1
+    return f"configure --delay {delay:g}: {'; '.join(lines) or 'nothing changed'}"
+
+
+def delay_at(world: World, start: float) -> float:
+    """The delay a request starting at ``start`` must keep: the least of those in force
+    from ``FOLLOW_WITHIN`` before it up to it."""
+    kept = [
+        delay
+        for (since, delay), (until, _) in zip(
+            world.delays, [*world.delays[1:], (math.inf, 0.0)], strict=True
+        )
+        if since <= start and until > start - FOLLOW_WITHIN
+    ]
+    return min(kept)
+
+
+def versions(world: World) -> list[str]:
+    """Each change made once: the settings record's version is 1 + the changes made."""
+    stored = world.observer.r.hget(world.observer.prefix + "settings", "version")
+    version = None if stored is None else str(stored)
+    if version is None or version == str(1 + world.changes):
+        return []
+    return [
+        f"the crawl's settings are at version {version} after {world.changes} changes "
+        f"(version 1 is the first worker's record): a change was lost or made twice"
+    ]
+
+
+async def lost_join_then_pause(world: World, early: float = 0.05) -> str:
+    """A worker joins, the reply is lost, and it joins again (a heartbeat interval
+    later); it is paused until ``early`` s before the lease it believes it has, which
+    runs from the join that answered; then it runs again and the fleet runs on."""
+    from simulations.world import BEAT
+
+    name = world.next_name()
+    await world.join("join")
+    w = world.workers[name]
+    for _ in range(4):  # its retry waits a heartbeat interval
+        if w.state != "joining":
+            break
+        await world.tick(skip=w)
+    if w.state != "member":
+        return world.say(name, f"is {w.state}, not a member")
+    w.paused = True
+    world.say(name, "paused (SIGSTOP) right after its join")
+    until = w.confirmed + float(world.settings["lease"]) - early
+    while world.now() < until - 1e-9:
+        await world.tick(skip=w, seconds=min(BEAT, until - world.now()))
+    w.paused = False
+    world.say(name, f"runs again, {early:g} s before the lease from its join runs out")
+    await world.turn(w, woken=True)
+    for _ in range(2):
+        await world.tick()
+    return ""
+
+
+def _not_ours(record: logging.LogRecord) -> bool:
+    """The warnings of what this module does on purpose (entries planted, settings
+    changed) would drown a run's output."""
+    text = record.getMessage()
+    return not (text.startswith("dropping a bad entry") or "settings are at version" in text)
+
+
+logging.getLogger("hashcrawl").addFilter(_not_ours)
