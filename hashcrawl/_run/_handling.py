@@ -99,12 +99,17 @@ class Handler:
         self.blocking = blocking or (spider is not None and spider.blocking)
         self.settings = settings if settings is not None else Settings()
 
-    async def handle(self, held: Held, response: Response, origin: Origin) -> Outcome:
+    async def handle(
+        self, held: Held, response: Response, origin: Origin, *, server_s: float | None = None
+    ) -> Outcome:
         """The outcome of a response (``_handled``) and, with ``--revisit``, the page's
-        next revisit record. A revisit that found the page unchanged (a 304, or the same
-        content) writes no item and follows nothing: its callback saw it already."""
+        next revisit record, due ``server_s`` (the server's clock now, as the session
+        knows it; this machine's clock without) plus its interval. A revisit that found
+        the page unchanged (a 304, or the same content) writes no item and follows
+        nothing: its callback saw it already."""
         # Rounded up, so a revisit never comes before the interval has passed.
-        policy, now_s = revisit_policy(self.settings), math.ceil(unix_now())
+        now_s = math.ceil(unix_now() if server_s is None else server_s)
+        policy = revisit_policy(self.settings)
         fetch = None if policy is None else judged(held.entry, fetched(response), policy, now_s)
         if fetch is not None and fetch.verdict is Verdict.UNCHANGED:
             return attrs.evolve(Outcome.done(held, [], []), revisit=fetch)
