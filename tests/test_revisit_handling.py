@@ -12,8 +12,8 @@ from hypothesis import strategies as st
 from hashcrawl._core._due import conditional
 from hashcrawl._core._entry import Entry
 from hashcrawl._core._frontier import Held
-from hashcrawl._core._parts import Clock
 from hashcrawl._core._outcome import Kind
+from hashcrawl._core._parts import Clock
 from hashcrawl._core._revisit import Record, Verdict, digest_of
 from hashcrawl._run._callbacks import unix_now
 from hashcrawl._run._handling import Handler, Origin
@@ -110,9 +110,9 @@ def test_bad_revisit_settings_are_one_line_naming_the_flag() -> None:
         ({"revisit": "adaptive", "revisit_min": 0}, "--revisit-min must be whole seconds"),
         ({"revisit_min": 7200, "revisit_max": 3600}, "must not exceed --revisit-max"),
     ]
-    for given, named in cases:
+    for asked, named in cases:
         with pytest.raises(ConfigError, match=named) as caught:
-            Settings.of(given)
+            Settings.of(asked)
         assert "\n" not in str(caught.value)
 
 
