@@ -64,16 +64,20 @@ class Revisits:
         prefix: str,
         *,
         run: Callable[[Sequence[Any], Sequence[str]], Any] | None = None,
+        clock: Callable[[], int] | None = None,
     ) -> None:
         """Args:
         client: gives the redis-py client (one that does not decode) at first use, so
             that making this object does no IO.
         run: runs revisit.lua with these args and keys (default: on ``client``); a
             store's own, so that on a cluster its replicas confirm each write.
+        clock: milliseconds to take due records by instead of the server's TIME (a
+            store's, for simulations, which drive time themselves).
         """
         self._client_of = client
         self.prefix = prefix
         self._run = run
+        self._clock = clock
 
     @classmethod
     def of(cls, store: Store) -> Revisits:
@@ -83,6 +87,7 @@ class Revisits:
             lambda: store._nodes.client("bytes", store._timeout, decode=False),
             store.prefix,
             run=store.revisit_script,
+            clock=store.clock,
         )
 
     def _script_call(self, args: Sequence[Any]) -> Any:
@@ -114,6 +119,8 @@ class Revisits:
     @_translated
     def take(self, *, requeue_s: int, now_s: int | None = None, most: int = TAKE_MOST) -> Taken:
         """Turn due records into inbox entries (see ``lua/revisit.lua``)."""
+        if now_s is None and self._clock is not None:
+            now_s = self._clock() // 1000
         now = "" if now_s is None else now_s
         args = [self.prefix, "take", now, most, TAKE_BUCKETS, requeue_s]
         got = self._script_call(args)
