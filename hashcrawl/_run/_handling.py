@@ -18,7 +18,7 @@ from typing import Any
 import attrs
 import trio
 
-from hashcrawl._core._due import judged
+from hashcrawl._core._due import bucket_bits, judged
 from hashcrawl._core._entry import Entry
 from hashcrawl._core._frontier import Held
 from hashcrawl._core._links import request_url
@@ -109,8 +109,10 @@ class Handler:
         nothing: its callback saw it already."""
         # Rounded up, so a revisit never comes before the interval has passed.
         now_s = math.ceil(unix_now() if server_s is None else server_s)
-        policy = revisit_policy(self.settings)
-        fetch = None if policy is None else judged(held.entry, fetched(response), policy, now_s)
+        policy, fetch = revisit_policy(self.settings), None
+        if policy is not None:
+            bits = bucket_bits(self.settings.revisit_pages)  # fixed with the crawl
+            fetch = judged(held.entry, fetched(response), policy, now_s, bits=bits)
         if fetch is not None and fetch.verdict is Verdict.UNCHANGED:
             return attrs.evolve(Outcome.done(held, [], []), revisit=fetch)
         outcome = await self._handled(held, response, origin)

@@ -15,7 +15,14 @@ from typing import TYPE_CHECKING, Any, ParamSpec, TypeVar
 import attrs
 import redis
 
-from hashcrawl._core._due import DueFigures, Fetch, bucket_of, stored_entry, url_fingerprint
+from hashcrawl._core._due import (
+    BUCKET_BITS,
+    DueFigures,
+    Fetch,
+    bucket_of,
+    stored_entry,
+    url_fingerprint,
+)
 from hashcrawl._core._entry import Entry
 from hashcrawl._core._revisit import Record, Verdict
 from hashcrawl._exceptions import QueueError
@@ -113,7 +120,7 @@ class Revisits:
             fp = url_fingerprint(fetch.entry.key)
             entry = stored_entry(fetch.entry) if fetch.first else ""
             verdict = _VERDICTS[fetch.verdict]
-            args += [bucket_of(fp), fp, fetch.record.to_bytes(), entry, verdict]
+            args += [bucket_of(fp, fetch.bits), fp, fetch.record.to_bytes(), entry, verdict]
         return int(self._script_call(args))
 
     @_translated
@@ -133,10 +140,10 @@ class Revisits:
         return DueFigures.from_histogram(dict(_texts(raw.items())), now_s)
 
     @_translated
-    def record_of(self, entry: Entry) -> Record | None:
+    def record_of(self, entry: Entry, *, bits: int = BUCKET_BITS) -> Record | None:
         """The stored record of ``entry``'s page, if any (for tests and inspection)."""
         fp = url_fingerprint(entry.key)
-        raw = self._client.hget(f"{self.prefix}rv:{bucket_of(fp)}", fp)
+        raw = self._client.hget(f"{self.prefix}rv:{bucket_of(fp, bits)}", fp)
         return None if raw is None else Record.from_bytes(raw)
 
 
