@@ -144,7 +144,13 @@ class Dispatcher:
     async def handle(self, page: Page, response: Response) -> None:
         assert page.origin is not None
         try:
-            page.handled(await self.m.worker.handler.handle(page.held, response, page.origin))
+            # Due times by the server's clock, as the take compares them: a skewed clock
+            # here neither delays nor advances this page's revisit.
+            server_s = self.m.session.clock.server_s_by(self.m.now())
+            handled = self.m.worker.handler.handle(
+                page.held, response, page.origin, server_s=server_s
+            )
+            page.handled(await handled)
         except Exception as exc:  # a parse callback's bug fails its page, not the worker
             log.exception("parsing %s failed", page.held.entry.url)
             page.handle_failed(exc, self.m.now())

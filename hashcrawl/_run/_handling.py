@@ -18,7 +18,7 @@ from typing import Any
 import attrs
 import trio
 
-from hashcrawl._core._due import judged
+from hashcrawl._core._due import bucket_bits, judged
 from hashcrawl._core._entry import Entry
 from hashcrawl._core._frontier import Held
 from hashcrawl._core._links import request_url
@@ -103,13 +103,20 @@ class Handler:
         # HASHCRAWL_PARSE_PROCESS=1: the default parse in a process of its own (_parsing)
         self.parser = Parser() if PARSE_PROCESS and parse is None and spider is None else None
 
-    async def handle(self, held: Held, response: Response, origin: Origin) -> Outcome:
+    async def handle(
+        self, held: Held, response: Response, origin: Origin, *, server_s: float | None = None
+    ) -> Outcome:
         """The outcome of a response (``_handled``) and, with ``--revisit``, the page's
-        next revisit record. A revisit that found the page unchanged (a 304, or the same
-        content) writes no item and follows nothing: its callback saw it already."""
+        next revisit record, due ``server_s`` (the server's clock now, as the session
+        knows it; this machine's clock without) plus its interval. A revisit that found
+        the page unchanged (a 304, or the same content) writes no item and follows
+        nothing: its callback saw it already."""
         # Rounded up, so a revisit never comes before the interval has passed.
-        policy, now_s = revisit_policy(self.settings), math.ceil(unix_now())
-        fetch = None if policy is None else judged(held.entry, fetched(response), policy, now_s)
+        now_s = math.ceil(unix_now() if server_s is None else server_s)
+        policy, fetch = revisit_policy(self.settings), None
+        if policy is not None:
+            bits = bucket_bits(self.settings.revisit_pages)  # fixed with the crawl
+            fetch = judged(held.entry, fetched(response), policy, now_s, bits=bits)
         if fetch is not None and fetch.verdict is Verdict.UNCHANGED:
             return attrs.evolve(Outcome.done(held, [], []), revisit=fetch)
         outcome = await self._handled(held, response, origin)
