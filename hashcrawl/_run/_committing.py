@@ -56,6 +56,7 @@ class Committer:
             await self.write_items(commit)
         session.commit_written(commit)
         await self.put_revisits(commit)
+        await self.m.deliver(commit)  # links of other shards' hosts: there first
         while True:
             batch = session.commit_batch(commit, self.m.now())
             sent = self.m.now()
