@@ -250,7 +250,13 @@ class Worker:
         """Fleet-wide counters from Redis, for a metrics scrape (never the page path)."""
         if self._store is None:
             return {}
-        return self._store.fleet_counters()
+        if self._shards_open is None:
+            return self._store.fleet_counters()
+        totals: dict[str, int] = {}
+        for store in self._shards_open.stores:  # every shard's queue, summed
+            for name, value in store.fleet_counters().items():
+                totals[name] = totals.get(name, 0) + value
+        return totals
 
 
 def check_start_urls(urls: list[str], settings: Settings) -> None:
