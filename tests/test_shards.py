@@ -5,9 +5,12 @@ server, the shards' record, the submit's routing, status and clear over every sh
 
 from __future__ import annotations
 
+import collections
 from collections import Counter
+from pathlib import Path
 
 import pytest
+import trio
 from hypothesis import given
 from hypothesis import strategies as st
 
@@ -18,6 +21,24 @@ from hashcrawl._run._queue import Queue
 from hashcrawl._store._redisurl import RedisURL
 from hashcrawl._store._shards import Shards, shard_tags, slot_of, stored_tags
 from hashcrawl._store._store import Store
+from testing.fleet import (
+    DEADLINE,
+    Crawled,
+    Crew,
+    await_until,
+    crawl_site,
+    fast_settings,
+    host,
+    href,
+    make_site,
+    new_crawl_name,
+    page,
+    redirect,
+    request_counts,
+    status_of,
+    submit,
+)
+from testing.testsite import Site, SiteServer, generate_site
 
 
 def test_a_hosts_shard_is_a_stable_hash_spread_over_the_shards() -> None:
@@ -150,3 +171,75 @@ def test_a_submit_goes_to_each_hosts_shard_and_status_and_clear_cover_all(
         assert all(not s._redis.keys(s.prefix + "*") for s in shards.stores)
         shards.close()
         first.close()
+
+
+def crawled_by_shards(redis_url: str, tmp_path: Path, site: Site, workers: int) -> Crawled:
+    settings = [fast_settings(shards=3)] * workers
+
+    async def crawl() -> Crawled:
+        return await crawl_site(redis_url, tmp_path, site, settings)
+
+    return trio.run(crawl)
+
+
+def test_a_sharded_fleet_requests_every_page_once_each_host_from_one_worker(
+    redis_url: str, tmp_path: Path
+) -> None:
+    """Two workers, three shards on one server: every expected page requested once,
+    written once, each host's pages from one worker (links cross shards all the time)."""
+    crawled = crawled_by_shards(
+        redis_url, tmp_path, generate_site(pages=150, hosts=8, seed=4, port=0), 2
+    )
+    counts = request_counts(crawled.requests)
+    assert set(counts) == crawled.site.expected()
+    assert {url: n for url, n in counts.items() if n > 1} == {}
+    items = collections.Counter(item["url"] for item in crawled.crew.items())
+    assert set(items) == crawled.site.expected() and max(items.values()) == 1
+    owners = collections.defaultdict(set)
+    for item in crawled.crew.items():
+        owners[host_key(item["url"])].add(item["worker"])
+    assert {name: ids for name, ids in owners.items() if len(ids) > 1} == {}
+    status = status_of(redis_url, crawled.crew.crawl)
+    assert (status["ended"], status["waiting"], status["held"]) == (True, 0, 0)
+
+
+def test_a_sharded_crawl_follows_redirects_across_shards(redis_url: str, tmp_path: Path) -> None:
+    """Redirects to eight other hosts: some in other shards than the root's (a host's
+    shard depends on its port too), each source and target requested once."""
+    a = host(0)
+    targets = {(host(n), "/target"): page(f"target {n}") for n in range(1, 9)}
+    goes = {(a, f"/go{n}"): redirect(302, href(host(n), "/target")) for n in range(1, 9)}
+    links = [href(a, f"/go{n}") for n in range(1, 9)]
+    site = make_site({(a, "/"): page("root", *links), **goes, **targets})
+    crawled = crawled_by_shards(redis_url, tmp_path, site, 1)
+    counts = request_counts(crawled.requests)
+    assert set(counts) == crawled.site.expected() and max(counts.values()) == 1
+    shards = {shard_of(host_key(url), 3) for url in counts}
+    assert len(shards) > 1  # the crawl did cross shards
+
+
+def test_a_stopped_worker_leaves_every_shard_and_the_other_finishes(
+    redis_url: str, tmp_path: Path
+) -> None:
+    """One of two workers stopped mid-crawl hands back its hosts in every shard once all
+    its shards are flushed, and returns; the other crawls every page."""
+    site = generate_site(pages=120, hosts=6, seed=7, port=0)
+    crew = Crew(redis_url, new_crawl_name(), tmp_path)
+
+    async def crawl(server: SiteServer) -> None:
+        with trio.fail_after(DEADLINE):
+            async with trio.open_nursery() as nursery:
+                first, second = (crew.hire(fast_settings(shards=3)) for _ in range(2))
+                nursery.start_soon(crew.run, first)
+                nursery.start_soon(crew.run, second)
+                await await_until(lambda: crew.members() == 2, what="both to join")
+                await trio.to_thread.run_sync(submit, redis_url, crew.crawl, [server.site.root])
+                await await_until(lambda: len(server.requests()) >= 30, what="30 requests")
+                first.stop()
+
+    with SiteServer(site, latency=0.02) as server:
+        trio.run(crawl, server)
+        requests = server.requests()
+    assert set(request_counts(requests)) >= server.site.expected()
+    status = status_of(redis_url, crew.crawl)
+    assert (status["ended"], status["workers"], status["held"]) == (True, 0, 0)

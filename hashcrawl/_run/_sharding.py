@@ -106,7 +106,11 @@ class ShardDriver(Driver):
         flushed = session.flushed()
         self.check_limits()
         if flushed:
-            return self.sharded.flushed()
+            if self.sharded.flushed():
+                return True
+            # The heartbeat loop waits on this shard's flush, done: pace it here instead.
+            await trio.sleep(self.settings.beat_interval / 4)
+            return False
         marker = None
         if self.settings.idle is not None and not session.busy():
             if beat.idle_since >= 0:
