@@ -17,7 +17,7 @@ from hashcrawl._core._urls import canonicalize, fingerprint, host_key
 from hashcrawl._exceptions import ConfigError
 from hashcrawl._store._base import WorkerStore
 from hashcrawl._store._redisurl import RedisURL, check_crawl_name
-from hashcrawl._store._shards import Shards, shard_tags, stored_tags
+from hashcrawl._store._shards import Shards, queued_any, shard_tags, stored_tags
 from hashcrawl._store._store import Batch, Store
 from hashcrawl._web._models import Request
 from hashcrawl._web._spider import Calls
@@ -104,6 +104,15 @@ class Queue:
         """Waiting, held, workers (with hosts owned and pages fetched), seen, fetched...,
         and the crawl's ``settings`` (see :meth:`settings`)."""
         return {**merged([s.status() for s in self._stores()]), "settings": self.settings()}
+
+    def idle_since_ms(self) -> int | None:
+        """Server ms since which nothing was outstanding in any shard (see
+        ``Views.idle_since_ms``); a shard nothing was ever queued in is idle."""
+        values = [s.idle_since_ms() for s in self._stores()]
+        if len(values) == 1:
+            return values[0]
+        begun = [v for s, v in zip(self._stores(), values, strict=True) if queued_any(s)]
+        return None if not begun or None in begun else max(v for v in begun if v is not None)
 
     def settings(self) -> dict[str, Any]:
         """The crawl's settings by field name, and their ``version`` (None if none are
@@ -226,8 +235,7 @@ def merged(views: list[dict[str, Any]]) -> dict[str, Any]:
             first[name] += view[name]
         first["bad_samples"] = first["bad_samples"] + view["bad_samples"]
         first["ended"] = first["ended"] and (view["ended"] or not view["exists"])
-    if len(views) > 1:
-        first["shards"] = len(views)
+    first["shards"] = len(views)
     return first
 
 
