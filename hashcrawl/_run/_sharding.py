@@ -34,6 +34,7 @@ from hashcrawl._core._batch import Beat, Status
 from hashcrawl._core._entry import Entry
 from hashcrawl._core._ledger import Commit
 from hashcrawl._core._scope import members as scope_members
+from hashcrawl._core._session import COMMIT_EVERY
 from hashcrawl._core._shards import Ends, Report, shard_of
 from hashcrawl._core._urls import host_key
 from hashcrawl._exceptions import Fenced, QueueError
@@ -45,6 +46,9 @@ from hashcrawl._store._shards import Shards, queued_any
 from hashcrawl._web._fetch import Fetcher
 
 log = logging.getLogger("hashcrawl")
+# Seconds a delivery into a shard waits for the links of this worker's other shards'
+# commits to join it (a quarter of a commit's own batching wait).
+GATHER = COMMIT_EVERY / 4
 _OWN = frozenset({"_worker", "shard", "settings", "instance", "_shards"})
 
 
@@ -90,6 +94,10 @@ class ShardDriver(Driver):
         count = len(sharded.shards)
         self.session.commits.foreign = lambda host: shard_of(host, count) != shard
         self.beat_sent = 0.0
+        self._inbound: list[Entry] = []  # links waiting for a delivery into this shard
+        self._rounds = 0  # deliveries that took their links
+        self._delivered = 0  # of those, done (they finish in order: one at a time)
+        self._one_at_a_time = trio.Lock()
 
     async def begin(self) -> None:
         await super().begin()
@@ -151,15 +159,36 @@ class ShardDriver(Driver):
                     elsewhere.setdefault(shard, []).append(entry)
         if widen:
             await self.sharded.widen_others(self.shard, scope_members(hosts=widen))
-        for shard, entries in sorted(elsewhere.items()):
-            await self.sharded.drivers[shard].accept(entries)
+        async with trio.open_nursery() as nursery:  # into every destination at once
+            for shard, entries in sorted(elsewhere.items()):
+                nursery.start_soon(self.sharded.drivers[shard].accept, entries)
 
     async def accept(self, entries: Sequence[Entry]) -> None:
         """Add ``entries`` (links found in another shard) to this shard, confirmed.
 
+        Deliveries into one shard go one at a time, each with every link waiting when it
+        starts (a group commit): this worker's S-1 other shards' commits share a
+        delivery, gathered for GATHER seconds, instead of one each.
+
         Raises:
             Fenced: this worker is no longer a member of this shard.
         """
+        self._inbound.extend(entries)
+        ticket = self._rounds  # the first delivery to take entries after now has them
+        async with self._one_at_a_time:
+            if self._delivered > ticket:  # a delivery since has taken them, and is done
+                return
+            await trio.sleep(GATHER)
+            taken, self._inbound = self._inbound, []
+            self._rounds += 1
+            try:
+                await self._add(taken)
+            except BaseException:
+                self._inbound[:0] = taken  # never counted as delivered
+                raise
+            self._delivered += 1
+
+    async def _add(self, entries: Sequence[Entry]) -> None:
         session = self.session
         while True:
             batch = session.commits.delivery(entries, self.now())
