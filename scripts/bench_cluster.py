@@ -122,7 +122,9 @@ def _crawl(
     try:
         with store(run_dir) as (url, snapshot):
             calls_before, cpu_before = snapshot()
-            extra = ["--shards", str(shards)] if shards > 1 else []
+            # Each shard gets its share of --concurrency: 64 each, as one shard has.
+            extra = ["--shards", str(shards), "--concurrency", str(64 * shards)]
+            extra = extra if shards > 1 else []
             with Queue(url, bench_crawl.CRAWL, shards=shards) as queue:
                 queue.submit([])  # records the shards before the launcher submits
             launch = bench_crawl.hashcrawl_launcher(seeds, args.workers, extra)
@@ -149,7 +151,7 @@ def _crawl(
         # second of that primary's CPU (a model, not a saturated run).
         "capacity": 1000 / max(per_1k) if max(per_1k) else 0.0,
         "replication": replication / max(pages, 1),
-        "top": ", ".join(f"{k} {v / max(pages, 1):.2f}" for k, v in _ranked(calls)[:7]),
+        "top": ", ".join(f"{k} {v / max(pages, 1):.2f}" for k, v in _ranked(calls)[:14]),
     }
 
 
