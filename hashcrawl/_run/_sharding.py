@@ -30,7 +30,7 @@ from typing import Any
 import attrs
 import trio
 
-from hashcrawl._core._batch import Beat, Status
+from hashcrawl._core._batch import Beat, Status, chunks
 from hashcrawl._core._entry import Entry
 from hashcrawl._core._ledger import Commit
 from hashcrawl._core._scope import members as scope_members
@@ -49,6 +49,7 @@ log = logging.getLogger("hashcrawl")
 # Seconds a delivery into a shard waits for the links of this worker's other shards'
 # commits to join it (a quarter of a commit's own batching wait).
 GATHER = COMMIT_EVERY / 4
+SCOPE_CHUNK = 1000  # scope members per SADD when copied to the other shards
 _OWN = frozenset({"_worker", "shard", "settings", "instance", "_shards"})
 
 
@@ -245,10 +246,11 @@ class Sharded:
         return all(d.session.flushed() for d in self.drivers)
 
     async def widen_others(self, shard: int, members: set[str]) -> None:
-        if members:
+        """Add ``members`` to every shard's scope but ``shard``'s, a thousand a command."""
+        for chunk in chunks(sorted(members), SCOPE_CHUNK):
             for other in self.drivers:
                 if other.shard != shard:
-                    await other.persist(other.store.widen_scope, members)
+                    await other.persist(other.store.widen_scope, set(chunk))
 
     def request_stop(self) -> None:
         for driver in self.drivers:
