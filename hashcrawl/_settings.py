@@ -279,6 +279,11 @@ class Settings:
         metavar="N",
         crawl=True,
     )
+    shards: int | None = _setting(
+        None, "spread a new crawl over N Redis Cluster hash slots, so N primaries carry "
+        "about N times the pages (fixed at its start); default: the crawl's, or 1",
+        check=_positive, parse=_or_none(_whole), metavar="N",
+    )  # fmt: skip
     max_pages: int | None = _setting(
         None,
         "stop this worker (not the crawl) after so many pages fetched",
@@ -287,19 +292,13 @@ class Settings:
         metavar="N",
     )
     max_items: int | None = _setting(
-        None,
-        "stop this worker (not the crawl) after so many items written",
-        check=_positive,
-        parse=_or_none(_whole),
-        metavar="N",
-    )
+        None, "stop this worker (not the crawl) after so many items written",
+        check=_positive, parse=_or_none(_whole), metavar="N",
+    )  # fmt: skip
     max_errors: int | None = _setting(
-        None,
-        "stop this worker (not the crawl) after so many failed fetches",
-        check=_positive,
-        parse=_or_none(_whole),
-        metavar="N",
-    )
+        None, "stop this worker (not the crawl) after so many failed fetches",
+        check=_positive, parse=_or_none(_whole), metavar="N",
+    )  # fmt: skip
     max_time: float | None = _setting(
         None,
         "stop this worker (not the crawl) after so many seconds",

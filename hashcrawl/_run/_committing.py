@@ -57,6 +57,7 @@ class Committer:
         put_first = "revisit_put_after_ack" not in self.m.worker.faults  # off: a bug to catch
         if put_first:
             await self.put_revisits(commit)
+        await self.m.deliver(commit)  # links of other shards' hosts: there first
         while True:
             batch = session.commit_batch(commit, self.m.now())
             sent = self.m.now()

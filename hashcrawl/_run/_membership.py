@@ -12,7 +12,7 @@ from typing import Any, Protocol, TypeVar
 import trio
 
 from hashcrawl._core._faults import Faults
-from hashcrawl._core._session import Session
+from hashcrawl._core._session import Commit, Session
 from hashcrawl._exceptions import ConfigError, Fenced, QueueError
 from hashcrawl._run._calls import Call, Signal, StoreCaller, Wakeup
 from hashcrawl._run._handling import Handler
@@ -190,6 +190,10 @@ class Membership:
         memory = _resident_mib() if settings.max_memory else 0.0
         if self.session.check_limits(self.now(), memory):
             self.worker.stop()
+
+    async def deliver(self, commit: Commit) -> None:
+        """Put ``commit``'s links that are another shard's into that shard, before the
+        commit acknowledges their pages (a sharded crawl: ``_sharding``); here, none."""
 
     async def read_scope(self) -> None:
         """Learn the crawl's scope (at join, and when a commit finds that it has grown)."""
