@@ -18,6 +18,7 @@ from typing import Any
 
 import attrs
 
+from ._core._due import DEFAULT_PAGES
 from ._core._revisit import DEFAULT_MAX_S, DEFAULT_MIN_S, Policy
 from ._exceptions import ConfigError
 from ._flags import (
@@ -278,6 +279,11 @@ class Settings:
         metavar="N",
         crawl=True,
     )
+    shards: int | None = _setting(
+        None, "spread a new crawl over N Redis Cluster hash slots, so N primaries carry "
+        "about N times the pages (fixed at its start); default: the crawl's, or 1",
+        check=_positive, parse=_or_none(_whole), metavar="N",
+    )  # fmt: skip
     max_pages: int | None = _setting(
         None,
         "stop this worker (not the crawl) after so many pages fetched",
@@ -286,19 +292,13 @@ class Settings:
         metavar="N",
     )
     max_items: int | None = _setting(
-        None,
-        "stop this worker (not the crawl) after so many items written",
-        check=_positive,
-        parse=_or_none(_whole),
-        metavar="N",
-    )
+        None, "stop this worker (not the crawl) after so many items written",
+        check=_positive, parse=_or_none(_whole), metavar="N",
+    )  # fmt: skip
     max_errors: int | None = _setting(
-        None,
-        "stop this worker (not the crawl) after so many failed fetches",
-        check=_positive,
-        parse=_or_none(_whole),
-        metavar="N",
-    )
+        None, "stop this worker (not the crawl) after so many failed fetches",
+        check=_positive, parse=_or_none(_whole), metavar="N",
+    )  # fmt: skip
     max_time: float | None = _setting(
         None,
         "stop this worker (not the crawl) after so many seconds",
@@ -319,15 +319,14 @@ class Settings:
         "it changed, later while not (see --revisit-min/--revisit-max)",
         parse=_or_none(_text), metavar="S", crawl=True, fixed=True,
     )  # fmt: skip
-    revisit_min: int = _setting(
-        DEFAULT_MIN_S, "--revisit adaptive's shortest interval, seconds",
-        parse=_whole, metavar="S", crawl=True, fixed=True,
-    )  # fmt: skip
-    revisit_max: int = _setting(
-        DEFAULT_MAX_S, "--revisit adaptive's longest interval, seconds",
+    revisit_min: int = _setting(DEFAULT_MIN_S, "--revisit adaptive's shortest interval, "
+        "seconds", parse=_whole, metavar="S", crawl=True, fixed=True)  # fmt: skip
+    revisit_max: int = _setting(DEFAULT_MAX_S, "--revisit adaptive's longest interval, seconds",
         check=lambda settings, _, __: revisit_policy(settings),
-        parse=_whole, metavar="S", crawl=True, fixed=True,
-    )  # fmt: skip
+        parse=_whole, metavar="S", crawl=True, fixed=True)  # fmt: skip
+    revisit_pages: int = _setting(DEFAULT_PAGES, "the revisited pages to size the records' "
+        "buckets for (about 64 a bucket, so they stay packed)", check=_positive,
+        parse=_whole, metavar="N", crawl=True, fixed=True)  # fmt: skip
 
     metrics_port: int | None = _setting(
         None,

@@ -1,23 +1,28 @@
 #!/usr/bin/env python3
-"""What a Redis Cluster costs a crawl: the bench's crawl on one server, then on a cluster.
+"""What a Redis Cluster costs a crawl, and what shards spread: the bench's crawl on one
+server and on local clusters, with and without --shards.
 
 The bench's site (scripts/bench_site.py, nginx if installed) and its hashcrawl workers
-(``--delay 0``, 64 requests in flight each), once against one private Redis server and
-once against a local 3-primary cluster with a replica each (testing/cluster.py), the URL
-naming a node that does not hold the crawl's slot. Printed for each: pages/s, Redis
-commands per page (every primary's INFO commandstats, scripts' inner calls included, the
-script's own INFO calls and the replicas' REPLCONF excluded), by command, and the Redis
-CPU of the crawl's primary per 1,000 pages; then cluster / one server as ratios (the
-machine is shared: compare the ratios, not the seconds).
+(``--delay 0``, 64 requests in flight each), once per run of ``--runs``: P:S is P
+primaries (1: one private Redis server; 3 or 6: a local cluster with a replica each,
+testing/cluster.py, the URL naming a node that does not hold the crawl's slot) and S
+shards. Printed for each: pages/s, Redis commands per page (every primary's INFO
+commandstats, scripts' inner calls included, the script's own INFO calls and the
+replicas' REPLCONF excluded), by command, each primary's Redis CPU per 1,000 pages and
+the busiest against the mean, and the coordinator's capacity: pages per second of the
+busiest primary's CPU (a fleet is capped where that primary's core runs out); then each
+run against the first as ratios (the machine is shared: compare the ratios, not the
+seconds).
 
     .venv/bin/python scripts/bench_cluster.py                 # 5,000 pages, 2 workers
-    .venv/bin/python scripts/bench_cluster.py --pages 20000 --workers 4
+    .venv/bin/python scripts/bench_cluster.py --runs 1:1,3:6,6:12 --pages 20000 --workers 4
 """
 
 from __future__ import annotations
 
 import argparse
 import contextlib
+import functools
 import os
 import sys
 import tempfile
@@ -30,9 +35,10 @@ import bench_crawl
 import bench_site
 
 from hashcrawl._cli._server import RedisServer
+from hashcrawl._run._queue import Queue
 from testing.cluster import Cluster
 
-Snapshot = Callable[[], tuple[dict[str, int], float]]
+Snapshot = Callable[[], tuple[dict[str, int], dict[str, float]]]
 
 
 def main() -> int:
@@ -44,16 +50,32 @@ def main() -> int:
     site = bench_site.StaticServer(work / "site", work / "server", hosts=args.hosts, port=port)
     print(f"site: {args.pages} pages on {args.hosts} hosts, served by {site.kind}", flush=True)
     results: dict[str, dict[str, Any]] = {}
-    for name, store in (("one server", _one_server), ("cluster", _cluster)):
-        results[name] = _crawl(name, store, seeds, site, work, args)
-        line = _line(name, results[name])
-        print(f"{line}; load average {_load()}", flush=True)
-    one, many = results["one server"], results["cluster"]
-    print("\ncluster / one server:")
-    print(f"  pages/s                 {_ratio(many['pages_per_s'], one['pages_per_s'])}")
-    print(f"  Redis commands per page {_ratio(many['per_page'], one['per_page'])}")
-    print(f"  Redis CPU per 1k pages  {_ratio(many['cpu_per_1k'], one['cpu_per_1k'])}")
-    return 0 if many["complete"] and one["complete"] else 1
+    runs = [_run_of(text) for text in args.runs.split(",")]
+    for primaries, shards in runs:
+        name = _name(primaries, shards)
+        store = _one_server if primaries == 1 else functools.partial(_cluster, primaries)
+        results[name] = _crawl(name, store, seeds, site, work, args, shards)
+        print(f"{_line(name, results[name])}; load average {_load()}", flush=True)
+    first = results[_name(*runs[0])]
+    print(f"\nagainst {_name(*runs[0])}:")
+    for name, r in list(results.items())[1:]:
+        print(
+            f"  {name}: pages/s {_ratio(r['pages_per_s'], first['pages_per_s'])}, "
+            f"Redis commands per page {_ratio(r['per_page'], first['per_page'])}, "
+            f"coordinator capacity {_ratio(r['capacity'], first['capacity'])}"
+        )
+    return 0 if all(r["complete"] for r in results.values()) else 1
+
+
+def _run_of(text: str) -> tuple[int, int]:
+    """``P:S`` (P primaries, 1 for one server; S shards) as numbers."""
+    primaries, _, shards = text.partition(":")
+    return int(primaries), int(shards or 1)
+
+
+def _name(primaries: int, shards: int) -> str:
+    where = "one server" if primaries == 1 else f"{primaries} primaries"
+    return f"{where}, {shards} shard{'s' if shards > 1 else ''}"
 
 
 @contextlib.contextmanager
@@ -63,26 +85,24 @@ def _one_server(work: Path) -> Iterator[tuple[str, Snapshot]]:
 
 
 @contextlib.contextmanager
-def _cluster(work: Path) -> Iterator[tuple[str, Snapshot]]:
-    with Cluster(work / "cluster") as cluster:
+def _cluster(primaries: int, work: Path) -> Iterator[tuple[str, Snapshot]]:
+    with Cluster(work / "cluster", primaries=primaries) as cluster:
         key = f"hc:{{{bench_crawl.CRAWL}}}:epoch"
         holder = cluster.primary_of(key)
         url = next(n.url for n in cluster.primaries() if n is not holder)
-        primaries = [n.url for n in cluster.primaries()]
-        yield url, lambda: _snapshot(primaries, cpu_of=holder.url)
+        nodes = [n.url for n in cluster.primaries()]
+        yield url, lambda: _snapshot(nodes)
 
 
-def _snapshot(urls: list[str], *, cpu_of: str | None = None) -> tuple[dict[str, int], float]:
-    """Calls per command summed over ``urls``, and the CPU seconds of ``cpu_of`` (or the
-    only server)."""
+def _snapshot(urls: list[str]) -> tuple[dict[str, int], dict[str, float]]:
+    """Calls per command summed over ``urls``, and each one's CPU seconds."""
     calls: dict[str, int] = {}
-    cpu = 0.0
+    cpu: dict[str, float] = {}
     for url in urls:
         got, _, seconds = bench_crawl.redis_snapshot(url)
         for name, count in got.items():
             calls[name] = calls.get(name, 0) + count
-        if url == (cpu_of or urls[0]):
-            cpu = seconds
+        cpu[url] = seconds
     return calls, cpu
 
 
@@ -93,15 +113,21 @@ def _crawl(
     site: bench_site.StaticServer,
     work: Path,
     args: argparse.Namespace,
+    shards: int,
 ) -> dict[str, Any]:
-    run_dir = work / name.replace(" ", "-")
+    run_dir = work / name.replace(" ", "-").replace(",", "")
     run_dir.mkdir(parents=True, exist_ok=True)
     log = run_dir / "access.log"
     site.start(log)
     try:
         with store(run_dir) as (url, snapshot):
             calls_before, cpu_before = snapshot()
-            launch = bench_crawl.hashcrawl_launcher(seeds, args.workers)
+            # Each shard gets its share of --concurrency: 64 each, as one shard has.
+            extra = ["--shards", str(shards), "--concurrency", str(64 * shards)]
+            extra = extra if shards > 1 else []
+            with Queue(url, bench_crawl.CRAWL, shards=shards) as queue:
+                queue.submit([])  # records the shards before the launcher submits
+            launch = bench_crawl.hashcrawl_launcher(seeds, args.workers, extra)
             pids, _, _ = launch(url, run_dir)
             _, in_time = bench_crawl.wait_all(pids, time.monotonic() + args.timeout)
             calls_after, cpu_after = snapshot()
@@ -112,14 +138,20 @@ def _crawl(
     calls = {k: v for k, v in calls.items() if v > 0}
     # Replicas' acknowledgements to their primary are replication, not the crawl's.
     replication = calls.pop("replconf", 0)
+    per_1k = [(cpu_after[u] - cpu_before[u]) / max(pages, 1) * 1000 for u in cpu_after]
+    mean = sum(per_1k) / len(per_1k)
     return {
         "pages": pages,
         "complete": float(in_time and pages >= args.pages),
         "pages_per_s": pages / (last - first) if last > first else 0.0,
         "per_page": sum(calls.values()) / max(pages, 1),
-        "cpu_per_1k": (cpu_after - cpu_before) / max(pages, 1) * 1000,
+        "cpu_per_1k": per_1k,
+        "spread": max(per_1k) / mean if mean else 0.0,
+        # The fleet's ceiling is where the busiest primary's core runs out: pages per
+        # second of that primary's CPU (a model, not a saturated run).
+        "capacity": 1000 / max(per_1k) if max(per_1k) else 0.0,
         "replication": replication / max(pages, 1),
-        "top": ", ".join(f"{k} {v / max(pages, 1):.2f}" for k, v in _ranked(calls)[:7]),
+        "top": ", ".join(f"{k} {v / max(pages, 1):.2f}" for k, v in _ranked(calls)[:14]),
     }
 
 
@@ -128,12 +160,13 @@ def _ranked(calls: dict[str, int]) -> list[tuple[str, int]]:
 
 
 def _line(name: str, r: dict[str, Any]) -> str:
+    cpus = " ".join(f"{c:.3f}" for c in r["cpu_per_1k"])
     return (
         f"{name}: {r['pages']:.0f} pages, {r['pages_per_s']:.0f} pages/s, "
         f"{r['per_page']:.2f} Redis commands per page ({r['top']}; and replicas' "
-        f"REPLCONF {r['replication']:.2f}), "
-        f"{r['cpu_per_1k']:.3f} s Redis CPU per 1k pages"
-        + ("" if r["complete"] else " (INCOMPLETE)")
+        f"REPLCONF {r['replication']:.2f}); Redis CPU per 1k pages, each primary: {cpus} s "
+        f"(busiest / mean {r['spread']:.2f}); capacity {r['capacity']:.0f} pages per "
+        "second of the busiest primary's CPU" + ("" if r["complete"] else " (INCOMPLETE)")
     )
 
 
@@ -150,6 +183,12 @@ def _parser() -> argparse.ArgumentParser:
     p.add_argument("--pages", type=int, default=5000, help="pages in the site")
     p.add_argument("--hosts", type=int, default=50, help="loopback hosts")
     p.add_argument("--workers", type=int, default=2, help="hashcrawl join processes")
+    p.add_argument(
+        "--runs",
+        default="1:1,3:1,3:6",
+        help="crawls to run, P:S each (P primaries, 1 for one server; S --shards), "
+        "comma-separated; the first is the baseline (default: %(default)s)",
+    )
     p.add_argument("--timeout", type=float, default=300.0, help="seconds allowed per crawl")
     p.add_argument("--workdir", type=Path, help="keep everything here")
     return p

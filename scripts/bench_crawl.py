@@ -6,7 +6,8 @@ Each run gets a fresh private Redis server and a fresh access log. What is measu
 - wall: from the first request the server saw to the last page it served (so neither
   interpreter start-up nor hashcrawl's ``--idle`` wait at the end counts);
 - CPU and peak RSS of the crawler processes only, from ``wait4``'s rusage (threads
-  included; user + system);
+  included; user + system); and the CPU of each process's main thread alone (the
+  event loop's, for hashcrawl), from /proc as it runs (Linux; 0 elsewhere);
 - Redis: every command the server executed (INFO commandstats, commands called inside
   Lua scripts included, the bench's own INFO calls excluded), ``used_memory`` at the
   end minus at the start, and the server's own CPU.
@@ -50,6 +51,7 @@ class Result:
     seen: int
     items: int
     complete: bool
+    main_cpu: float = 0.0  # the processes' main threads only (their event loops)
 
     @property
     def pages_per_s(self) -> float:
@@ -58,6 +60,10 @@ class Result:
     @property
     def cpu_per_1k(self) -> float:
         return self.cpu / self.pages * 1000 if self.pages else 0.0
+
+    @property
+    def main_cpu_per_1k(self) -> float:
+        return self.main_cpu / self.pages * 1000 if self.pages else 0.0
 
     @property
     def calls_per_page(self) -> float:
@@ -75,6 +81,7 @@ class Result:
         derived = {
             "pages_per_s": self.pages_per_s,
             "cpu_per_1k": self.cpu_per_1k,
+            "main_cpu_per_1k": self.main_cpu_per_1k,
             "calls_per_page": self.calls_per_page,
             "memory_per_url": self.memory_per_url,
         }
@@ -85,6 +92,20 @@ class Result:
 class Usage:
     cpu: float = 0.0
     rss_kb: int = 0
+    main_cpu: float = 0.0
+
+
+_TICK = os.sysconf("SC_CLK_TCK") if hasattr(os, "sysconf") else 100
+
+
+def main_thread_cpu(pid: int) -> float | None:
+    """CPU seconds of ``pid``'s main thread so far (Linux /proc), None if unknown."""
+    try:
+        with open(f"/proc/{pid}/task/{pid}/stat") as stat:
+            fields = stat.read().rsplit(")", 1)[1].split()
+    except (OSError, IndexError):
+        return None
+    return (int(fields[11]) + int(fields[12])) / _TICK  # utime, stime
 
 
 def wait_all(pids: Sequence[int], deadline: float) -> tuple[Usage, bool]:
@@ -93,11 +114,16 @@ def wait_all(pids: Sequence[int], deadline: float) -> tuple[Usage, bool]:
     Returns the summed usage, and whether every process exited 0 before the deadline.
     """
     usage, left, in_time = Usage(), set(pids), True
+    main: dict[int, float] = {}  # each main thread's CPU at the last look (0.05 s apart)
     while left:
         for pid in list(left):
+            seconds = main_thread_cpu(pid)
+            if seconds is not None:
+                main[pid] = seconds
             done, status, rusage = os.wait4(pid, os.WNOHANG)
             if done:
                 left.discard(pid)
+                usage.main_cpu += main.get(pid, 0.0)
                 in_time = in_time and os.waitstatus_to_exitcode(status) == 0
                 usage.cpu += rusage.ru_utime + rusage.ru_stime
                 usage.rss_kb = max(usage.rss_kb, rusage.ru_maxrss)
@@ -192,6 +218,7 @@ def measure(
         seen=seen,
         items=count_lines(outputs),
         complete=in_time and pages >= expected_pages,
+        main_cpu=usage.main_cpu,
     )
 
 
@@ -202,12 +229,17 @@ def hashcrawl_launcher(
     wrap: Sequence[str] = (),
     *,
     warc: bool = False,
+    items: bool = True,
     checkout: Path | None = None,
+    env: dict[str, str] | None = None,
 ) -> Launch:
     """Submit the seeds, then start ``workers`` ``hashcrawl join`` processes.
 
     ``wrap`` goes before each command (a profiler, say); with ``warc`` each worker also
-    archives every fetch (``-o pages.warc.gz``) beside its items; ``checkout`` is another
+    archives every fetch (``-o pages.warc.gz``) beside its items (without ``items``,
+    alone: the items go to standard output, as with ``-o pages.warc.gz`` alone, which the
+    bench sends to the worker's log file); ``env`` is added to the workers' environment
+    (``HASHCRAWL_PARSE_PROCESS=1``, say); ``checkout`` is another
     checkout of hashcrawl to run instead of this one (an earlier commit, say).
     """
 
@@ -218,9 +250,10 @@ def hashcrawl_launcher(
         archive = ["-o", str(run_dir / "pages.warc.gz")] if warc else []
         pids = [
             _spawn(
-                [*wrap, *_join_command(url, out, [*extra, *archive])],
+                [*wrap, *_join_command(url, out if items else None, [*extra, *archive])],
                 run_dir / f"worker-{i}.err",
                 checkout,
+                env,
             )
             for i, out in enumerate(outputs)
         ]
@@ -229,10 +262,11 @@ def hashcrawl_launcher(
     return launch
 
 
-def _join_command(url: str, output: Path, extra: Sequence[str]) -> list[str]:
+def _join_command(url: str, output: Path | None, extra: Sequence[str]) -> list[str]:
+    items = ["-o", str(output)] if output is not None else []
     return [
         sys.executable, "-m", "hashcrawl", "join", "--redis", url, "--crawl", CRAWL,
-        "-o", str(output), "--delay", "0", "--per-host", "1", "--concurrency", "64",
+        *items, "--delay", "0", "--per-host", "1", "--concurrency", "64",
         "--idle", "2", "--lease", "30", "--span-hosts", *allow_flags(), *extra,
     ]  # fmt: skip
 
@@ -272,13 +306,20 @@ def _scrapy_seen(url: str) -> int:
         client.close()
 
 
-def _spawn(command: list[str], err: Path, checkout: Path | None = None) -> int:
+def _spawn(
+    command: list[str],
+    err: Path,
+    checkout: Path | None = None,
+    extra_env: dict[str, str] | None = None,
+) -> int:
     """Start a crawler; its pid is reaped by ``wait_all`` (for the rusage).
 
     With ``checkout``, ``python -m hashcrawl`` imports hashcrawl from there: it goes
     first on PYTHONPATH, and is the working directory (which ``-m`` puts first of all).
     """
     env = None if checkout is None else os.environ | {"PYTHONPATH": str(checkout)}
+    if extra_env:
+        env = (env or dict(os.environ)) | extra_env
     with open(err, "wb") as stderr:
         process = subprocess.Popen(
             command, stdout=stderr, stderr=subprocess.STDOUT, env=env, cwd=checkout

@@ -47,9 +47,11 @@ def run(
     per_host: int,
     timeout: float,
     before: Path | None = None,
+    parse_process: bool = False,
 ) -> list[Any]:
     """Crawl the site with each contender in turn; ``before`` adds ``hashcrawl crawl``
-    of that checkout (see ``bench_crawl.hashcrawl_launcher``)."""
+    of that checkout (see ``bench_crawl.hashcrawl_launcher``); ``parse_process`` adds it
+    with ``HASHCRAWL_PARSE_PROCESS=1`` (the default parse in a process of its own)."""
     port = bench_site.free_port()
     root, seed = site(work, pages=pages, docs=docs, port=port)
     server = bench_site.StaticServer(root, work / "one-host-server", hosts=1, port=port)
@@ -59,6 +61,10 @@ def run(
             print(f"  {name}: skipped (not installed)")
             continue
         results.append(_measure(name, command, server, work, timeout))
+        if parse_process and name.startswith("hashcrawl"):
+            env = {"HASHCRAWL_PARSE_PROCESS": "1"}
+            label = f"{name} +parse process"
+            results.append(_measure(label, command, server, work, timeout, env=env))
         if before is not None and name.startswith("hashcrawl"):
             name = name.replace("hashcrawl crawl", "hashcrawl crawl before")
             results.append(_measure(name, command, server, work, timeout, before))
@@ -93,13 +99,14 @@ def _measure(
     work: Path,
     timeout: float,
     checkout: Path | None = None,
+    env: dict[str, str] | None = None,
 ) -> Any:
-    run_dir = work / ("one-host-" + "-".join(name.split()[:3]))
+    run_dir = work / ("one-host-" + "-".join(name.split()))
     run_dir.mkdir(parents=True, exist_ok=True)
     log = run_dir / "access.log"
     server.start(log)
     try:
-        pid = bench_crawl._spawn(command, run_dir / "stderr.txt", checkout)
+        pid = bench_crawl._spawn(command, run_dir / "stderr.txt", checkout, env)
         usage, in_time = bench_crawl.wait_all([pid], time.monotonic() + timeout)
     finally:
         server.stop()

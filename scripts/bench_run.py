@@ -43,6 +43,9 @@ import bench_site
 REPO = Path(__file__).resolve().parent.parent
 MB = 1024
 WARC_RUN = "hashcrawl x1 +warc"  # the same crawl, archiving every fetch too
+WARC_ALONE = "hashcrawl x1 warc only"  # -o pages.warc.gz alone (items to standard output)
+WARC_LOOP = "hashcrawl x1 +warc on the loop"  # HASHCRAWL_WARC_PROCESS=0: no writer process
+PARSE_RUN = "hashcrawl x1 +parse process"  # HASHCRAWL_PARSE_PROCESS=1 (issue 22's experiment)
 
 
 def main() -> int:
@@ -75,6 +78,7 @@ def main() -> int:
             per_host=args.one_host_per_host,
             timeout=args.timeout * 3,
             before=args.before,
+            parse_process=args.parse_process,
         )
         for r in one_host:
             clock.say(f"one host, {r.name}: {r.pages} pages in {r.wall:.1f} s; load {_load()}")
@@ -123,10 +127,17 @@ def _contenders(args: argparse.Namespace, seeds: list[str]) -> list[tuple[str, A
     if args.before:
         launch = bench_crawl.hashcrawl_launcher(seeds, 1, checkout=args.before)
         runs.append(("hashcrawl x1 before", launch))
+    if args.parse_process:
+        env = {"HASHCRAWL_PARSE_PROCESS": "1"}
+        runs.append((PARSE_RUN, bench_crawl.hashcrawl_launcher(seeds, 1, env=env)))
     if not args.no_bare:
         runs.append(("bare loop x1", bench_crawl.bare_launcher(seeds)))
     if args.warc:
         runs.append((WARC_RUN, bench_crawl.hashcrawl_launcher(seeds, 1, warc=True)))
+        launch = bench_crawl.hashcrawl_launcher(seeds, 1, warc=True, items=False)
+        runs.append((WARC_ALONE, launch))
+        env = {"HASHCRAWL_WARC_PROCESS": "0"}
+        runs.append((WARC_LOOP, bench_crawl.hashcrawl_launcher(seeds, 1, warc=True, env=env)))
     if not args.no_scrapy:
         runs.append(("scrapy-redis x1", bench_crawl.scrapy_launcher(seeds)))
     for n in args.scale:
@@ -170,8 +181,9 @@ def render(report: dict[str, Any], results: list[Any], profile: str | None) -> s
         lines += [
             "",
             "| contender | procs | pages | wall s | pages/s | pages/s/proc | CPU s/1k pages "
-            "| Redis cmds/page | Redis B/URL seen | peak RSS MB | Redis CPU s/1k pages |",
-            "|---|--:|--:|--:|--:|--:|--:|--:|--:|--:|--:|",
+            "| main thread CPU s/1k | Redis cmds/page | Redis B/URL seen | peak RSS MB "
+            "| Redis CPU s/1k pages |",
+            "|---|--:|--:|--:|--:|--:|--:|--:|--:|--:|--:|--:|",
             *[_row(r) for r in results],
             *_notes(results),
             *_ratios(results),
@@ -195,6 +207,7 @@ def _row(r: Any) -> str:
         f"{r.pages_per_s:.0f}",
         f"{r.pages_per_s / r.processes:.0f}",
         f"{r.cpu_per_1k:.2f}",
+        f"{r.main_cpu_per_1k:.2f}",
         f"{r.calls_per_page:.2f}",
         f"{r.memory_per_url:.0f}",
         f"{r.rss_kb / MB:.0f}",
@@ -232,16 +245,26 @@ def _ratios(results: list[Any]) -> list[str]:
             f"  Redis bytes per URL     {_ratio(hc.memory_per_url, peer.memory_per_url)}",
             f"  peak RSS                {_ratio(hc.rss_kb, peer.rss_kb)}",
         ]
-    warc = by_name.get(WARC_RUN)
-    if hc is not None and warc is not None:
-        lines.append(
-            f"WARC output: {WARC_RUN} / hashcrawl x1 pages/s "
-            f"{_ratio(warc.pages_per_s, hc.pages_per_s)}   (target >= 0.85x); "
-            f"CPU s per 1k pages {_ratio(warc.cpu_per_1k, hc.cpu_per_1k)}"
-        )
+    warcs = [by_name.get(WARC_RUN), by_name.get(WARC_ALONE), by_name.get(WARC_LOOP)]
+    for warc in warcs:
+        if hc is not None and warc is not None:
+            lines.append(
+                f"WARC output: {warc.name} / hashcrawl x1 pages/s "
+                f"{_ratio(warc.pages_per_s, hc.pages_per_s)}   (target >= 0.85x); "
+                f"CPU s per 1k pages {_ratio(warc.cpu_per_1k, hc.cpu_per_1k)}, main thread "
+                f"{_ratio(warc.main_cpu_per_1k, hc.main_cpu_per_1k)}"
+            )
     if hc is not None:
         for r in results:
-            if r.name.startswith("hashcrawl x") and r not in (hc, warc):
+            if r.name.startswith("hashcrawl x") and r is not hc and r not in warcs:
+                if r.name == PARSE_RUN:
+                    lines.append(
+                        f"parse process: {r.name} / hashcrawl x1 pages/s "
+                        f"{_ratio(r.pages_per_s, hc.pages_per_s)}; CPU s per 1k pages "
+                        f"{_ratio(r.cpu_per_1k, hc.cpu_per_1k)}, main thread "
+                        f"{_ratio(r.main_cpu_per_1k, hc.main_cpu_per_1k)}"
+                    )
+                    continue
                 speedup = r.pages_per_s / hc.pages_per_s if hc.pages_per_s else 0.0
                 lines.append(f"scaling: {r.name} is {speedup:.2f}x hashcrawl x1's pages/s")
     return lines
@@ -377,7 +400,15 @@ def _parser() -> argparse.ArgumentParser:
         "--one-host-per-host", type=int, default=1, help="--per-host of the one-host crawls"
     )
     p.add_argument(
-        "--warc", action="store_true", help="also crawl with -o pages.warc.gz beside the items"
+        "--warc",
+        action="store_true",
+        help="also crawl with -o pages.warc.gz beside the items, with it alone, and beside "
+        "the items with the records made on the event loop (HASHCRAWL_WARC_PROCESS=0)",
+    )
+    p.add_argument(
+        "--parse-process",
+        action="store_true",
+        help="also crawl (many hosts and one) with HASHCRAWL_PARSE_PROCESS=1",
     )
     p.add_argument("--no-nginx", action="store_true", help="serve with the fallback server")
     p.add_argument("--timeout", type=float, default=240.0, help="seconds allowed per crawl")

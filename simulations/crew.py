@@ -34,11 +34,14 @@ from hashcrawl._core._batch import Batch, Beat, Committed
 from hashcrawl._core._frontier import Held
 from hashcrawl._exceptions import QueueError
 from hashcrawl._run._driver import Driver
+from hashcrawl._run._revisiting import Taker
 from hashcrawl._run._worker import Worker
 from hashcrawl._store import _crawlconfig
 from hashcrawl._store._redisurl import RedisURL
+from hashcrawl._store._revisits import Revisits
 from hashcrawl._store._store import Store
 from simulations.loop import inline
+from simulations.revisits import TAKES_PER_TURN, FaultyRevisits
 from simulations.web import SimFetcher
 
 LIVE = ("joining", "member", "stopping", "leaving")
@@ -317,6 +320,7 @@ class SimWorker:
         )
         worker.take_settings(taken)
         store = FaultyStore(self.store, self.link, ran=self._ran)
+        revisits = FaultyRevisits(Revisits.of(self.store), store)
         self.driver = Driver(
             worker,
             store,
@@ -324,8 +328,11 @@ class SimWorker:
             call=self._call,
             spawn=self._start_fetch,
             offload=inline,
+            revisits=revisits,
         )
         worker._driver = self.driver  # as Worker.run sets it: new settings reach the session
+        self.taker = Taker(self.driver, revisits)
+        self.last_take = float("-inf")
         self.session = self.driver.session
         self.tasks: dict[str, Task] = {}
         self.state = "joining"
@@ -396,6 +403,8 @@ class SimWorker:
         if name == "heartbeat" and result.alive and not result.lost:
             self.confirmed = self.env.now()
             self.env.heard_heartbeat()
+        if name == "revisit_take" and self.env.revisit is not None:
+            self.env.revisit.took(self.env.now())
 
     def _start_fetch(self, fetch: Callable[..., Awaitable[None]], *args: Any) -> None:
         self.flight_count += 1
@@ -483,6 +492,18 @@ class SimWorker:
         """A turn of unpark_loop."""
         took = await self.driver.unpark_turn()
         return f"unparked {', '.join(took) or 'nothing'}"
+
+    async def take(self) -> str:
+        """A turn of the taker's loop: take again while a take found due records (up to
+        ``TAKES_PER_TURN`` takes, so a take that never moves a due time on cannot spin)."""
+        self.last_take = self.driver.now()
+        taken = 0
+        for _ in range(TAKES_PER_TURN):
+            got = await self.taker.take_turn()
+            taken += got
+            if not got:
+                break
+        return f"took {taken} due revisits"
 
     async def leave(self) -> str:
         """What run() does once a stopping worker's fetches are over: leave."""

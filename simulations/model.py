@@ -24,7 +24,7 @@ from hypothesis.stateful import (
 )
 
 from hashcrawl._core._faults import NO_FAULTS, Faults
-from simulations import reach, verdict
+from simulations import reach, revisits, verdict
 from simulations.crew import SimWorker
 from simulations.web import Site
 from simulations.world import SETTINGS, World
@@ -101,6 +101,7 @@ class CrawlModel(RuleBasedStateMachine):
         delay=st.sampled_from([1.0, 2.0, 3.0]),
         latency=st.sampled_from([0.0, 0.2, 0.6]),
         gap=st.sampled_from([0.0, 0.2, 1.0]),  # 0: every request leaves at once
+        revisit=st.sampled_from(revisits.CHOICES),  # "": no revisits
     )
     def setup(
         self,
@@ -111,11 +112,13 @@ class CrawlModel(RuleBasedStateMachine):
         delay: float,
         latency: float = 0.0,
         gap: float = 0.0,
+        revisit: str = "",
     ) -> None:
         """``workers`` crawl ``site`` from ``roots``, ``delay`` s apart per host, and may
         suffer ``faults`` faults; heartbeats take up to ``latency`` s each way, and a
-        request waits up to ``gap`` s to leave."""
-        settings = {**SETTINGS, "delay": delay}
+        request waits up to ``gap`` s to leave; with ``revisit``, the crawl revisits
+        (simulations/revisits.py)."""
+        settings = {**SETTINGS, "delay": delay, **revisits.settings_of(revisit)}
         self.world = World(site, settings=settings, latency=latency, gap=gap, faults=self.bugs)
         self.faults = faults
         self.timed = TIMED_FAULTS
@@ -161,8 +164,8 @@ class CrawlModel(RuleBasedStateMachine):
             return [w for w in members if w.fetcher.leaving(now)]
         if kind == "read":
             return [w for w in members if not w.session.stopping]
-        if kind == "beat":
-            return [w for w in members if not w.busy_with("beat")]
+        if kind in ("beat", "take"):
+            return [w for w in members if not w.busy_with(kind)]
         return [w for w in members if w.wants(kind)]
 
     def _step(self, kind: str, i: int) -> None:
@@ -228,6 +231,15 @@ class CrawlModel(RuleBasedStateMachine):
     @rule(w=index)
     def unpark(self, w: int) -> None:
         self._step("unpark", w)
+
+    @precondition(lambda self: self._revisiting() and bool(self._eligible("take")))
+    @rule(w=index)
+    def take(self, w: int) -> None:
+        """A turn of a worker's taker: due revisit records become inbox entries."""
+        self._step("take", w)
+
+    def _revisiting(self) -> bool:
+        return self.world is not None and self.world.revisit is not None
 
     @precondition(lambda self: self.world is not None and bool(self.world.live()))
     @rule()
@@ -297,6 +309,13 @@ class CrawlModel(RuleBasedStateMachine):
         when, _, call = at.partition(" ")
         victim.link.crash_at, victim.link.crash_after = call, when == "after"
         self._say(victim.name, f"will die {at}")
+
+    @precondition(lambda self: self._revisiting() and bool(self._faulty()))
+    @rule(w=index, at=st.sampled_from(revisits.CRASH_POINTS))
+    def crash_at_revisit(self, w: int, at: str) -> None:
+        """The worker will die at its next revisit call: before its put (holding fetched
+        revisits), once the put ran, or once a take ran (its entries in the inbox)."""
+        self.crash_later(w, at)
 
     @precondition(lambda self: any(not w.paused and not w.tasks for w in self._faulty()))
     @rule(w=index)
@@ -512,4 +531,7 @@ class CrawlModel(RuleBasedStateMachine):
                 self.report.simulated += self.w.loop.now()
                 if self.w.killed:
                     self.report.faults["killer_page"] += self.w.killed
+                if self.w.revisit is not None:
+                    watched = revisits.revisited(self.w.web)
+                    self.report.revisits.update(revisits.figures(self.w.fetches, watched))
             self.world.close()

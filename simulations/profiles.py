@@ -43,6 +43,7 @@ class Report:
     pages: int = 0
     faults: collections.Counter[str] = attrs.Factory(collections.Counter)
     aimed: collections.Counter[str] = attrs.Factory(collections.Counter)  # aimed joins
+    revisits: collections.Counter[str] = attrs.Factory(collections.Counter)  # revisiting ones
     simulated: float = 0.0
     seconds: float = 0.0
     progress: int = 0  # print a line every this many examples (0: never)
@@ -63,6 +64,8 @@ class Report:
             f"{self.requests} requests, {self.pages} pages written",
             f"faults injected: {faults}",
             f"aimed joins: {sum(self.aimed.values())}",
+            "revisiting examples: "
+            + (", ".join(f"{n} {k}" for k, n in sorted(self.revisits.items())) or "none"),
         ]
 
 

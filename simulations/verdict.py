@@ -8,7 +8,7 @@ faults, runs the fleet until every worker has left, and returns what went wrong.
 
 from __future__ import annotations
 
-from simulations import checks, reach
+from simulations import checks, reach, revisits
 from simulations.observe import Snapshot
 from simulations.world import World
 
@@ -25,7 +25,7 @@ def violations(world: World) -> list[str]:
     return (
         world.problems
         + checks.lost(accepted(world, snap), snap.queued, done, snap.dead)
-        + checks.duplicates(world.fetches, world.excused)
+        + revisits.repeats(world)
         + checks.politeness(world.fetches, world.delay_of)
         + checks.accounting(snap.outstanding, snap.entries, world.planted)
         + checks.killer(world.killed_members, int(world.settings["max_attempts"]))
@@ -110,7 +110,8 @@ def _overdue(world: World, start: float, since: float) -> list[str]:
 def _crawl_over(world: World) -> bool:
     """Whether the last worker to end saw the crawl finished, after the last submission."""
     ended = [w for w in world.workers.values() if w.state == "finished"]
-    return any(w.ended_at > world.last_submission for w in ended)
+    over = any(w.ended_at > world.last_submission for w in ended)
+    return over and not revisits.taken_at_the_end(world)
 
 
 def _state(world: World) -> str:
@@ -138,7 +139,9 @@ def _judge_end(world: World) -> list[str]:
             f"({_sample(snap.queued)}) and members {list(snap.members)} remain"
         )
     end = checks.unfinished(accepted(world, snap), world.done_urls(), snap.dead, world.failed)
-    return problems + end + reach.bad_counted(world, end=True)
+    return (
+        problems + end + reach.bad_counted(world, end=True) + revisits.lost_at_end(world, snap.dead)
+    )
 
 
 def _sample(queued: dict[str, list[str]]) -> str:

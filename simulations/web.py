@@ -43,7 +43,7 @@ from __future__ import annotations
 import math
 import random
 import zlib
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Mapping
 from typing import Any
 
 import attrs
@@ -52,6 +52,7 @@ import trio
 from hashcrawl._exceptions import FetchError
 from hashcrawl._web._models import Request, Response
 from hashcrawl._web._pools import NotSent, _may_send
+from simulations.revisits import Change, revised
 
 HTML = {"content-type": "text/html; charset=utf-8"}
 KINDS = ("ok",) * 12 + ("slow",) * 2 + ("flaky",) * 2 + ("broken", "missing", "busy", "moved")
@@ -110,6 +111,7 @@ class Fetch:
     end: float
     final: bool
     robots: bool
+    status: int = 0  # the answer's status (0: none came, the connection failed)
 
 
 class Web:
@@ -122,6 +124,8 @@ class Web:
         self.robots = robots
         self.killer = killer
         self.requests: dict[str, int] = {}
+        # How pages change, in a revisiting example (simulations/revisits.py); else none.
+        self.changes: dict[str, Change] = {}
 
     @classmethod
     def of(cls, site: Site) -> Web:
@@ -146,8 +150,9 @@ class Web:
     def crawl_delay(self, host: str) -> float:
         return CRAWL_DELAY if self.robots.get(host) == "delay" else 0.0
 
-    def answer(self, url: str) -> Answer:
-        """The server's answer to the next request for ``url``."""
+    def answer(self, url: str, asked: Mapping[str, str] | None = None, now: float = 0.0) -> Answer:
+        """The server's answer to the next request for ``url`` (with headers ``asked``,
+        at ``now``: a changing page's version, or a 304, depends on both)."""
         seen = self.requests.get(url, 0)
         self.requests[url] = seen + 1
         if url.endswith("/robots.txt"):
@@ -155,7 +160,13 @@ class Web:
         page = self.pages.get(url)
         if page is None:
             return Answer(0.05, 404, b"not here", dict(HTML))
-        return _answer(page, seen)
+        answer = _answer(page, seen)
+        change = self.changes.get(url)
+        if change is None or answer.status != 200 or answer.error is not None:
+            return answer
+        got = revised(change, answer.body, asked or {}, now)
+        headers = {**answer.headers, **got.headers}
+        return attrs.evolve(answer, status=got.status, body=got.body, headers=headers)
 
     def links_of(self, url: str) -> tuple[str, ...]:
         """The links a fetched page gives the crawler (a redirect's target included)."""
@@ -263,11 +274,12 @@ class SimFetcher:
         self.log = log
         self.timeout = timeout
         self.flights: list[Flight] = []
+        self.read: dict[str, float] = {}  # url -> when this worker last read an answer for it
 
     async def fetch(self, request: Request) -> Response:
         if self.hold and (self.gap is not None or self.holding):
             await self._leave(request.url)
-        flight = self._send(request.url)
+        flight = self._send(request)
         if self.hold:
             self.flights.append(flight)
             try:
@@ -277,6 +289,7 @@ class SimFetcher:
                 raise
             finally:
                 self.flights.remove(flight)
+        self.read[request.url] = trio.current_time()
         answer = flight.answer
         if answer.duration > self.timeout:
             raise FetchError(f"timed out after {self.timeout:g} s")
@@ -314,14 +327,18 @@ class SimFetcher:
         """Requests that may leave by ``now``."""
         return [d for d in self.waiting if d.ready <= now]
 
-    def _send(self, url: str) -> Flight:
-        answer = self.web.answer(url)
-        start = trio.current_time()
+    def _send(self, request: Request) -> Flight:
+        url, start = request.url, trio.current_time()
+        answer = self.web.answer(url, dict(request.headers), start)
         busy = min(answer.duration, self.timeout)
         final = answer.final and answer.duration <= self.timeout
         host = url.split("/")[2]
         robots = url.endswith("/robots.txt")
-        fetch = Fetch(self.worker, url, host, start, start + busy, final and not robots, robots)
+        timed_out = answer.duration > self.timeout
+        status = 0 if answer.error is not None or timed_out else answer.status
+        fetch = Fetch(
+            self.worker, url, host, start, start + busy, final and not robots, robots, status
+        )
         self.log.append(fetch)
         return Flight(fetch, answer)
 
@@ -352,7 +369,7 @@ class FleetWeb:
     def url(self, host: int, page: int) -> str:
         return f"http://h{host}.fleet/p{page}"
 
-    def answer(self, url: str) -> Answer:
+    def answer(self, url: str, asked: Any = None, now: float = 0.0) -> Answer:
         host, page = self.where(url)
         links = [self.url(host, c) for c in range(3 * page + 1, 3 * page + 4) if c < self.pages]
         if (host * 31 + page + self.seed) % 7 == 0:

@@ -29,6 +29,8 @@ from hashcrawl._core._faults import NO_FAULTS, Faults
 from hashcrawl._core._ring import Ring
 from hashcrawl._exceptions import Fenced, QueueError
 from hashcrawl._run._queue import Queue
+from hashcrawl._run._revisiting import TAKE_EVERY
+from simulations import revisits
 from simulations.crew import SimulatedCrash, SimWorker
 from simulations.loop import Loop, settle
 from simulations.observe import Observer
@@ -98,6 +100,9 @@ class World:
         self.settings = dict(settings or SETTINGS)
         self.site = site
         self.web = Web.of(site)
+        self.revisit = revisits.Plan.of(self.settings)  # None: this crawl revisits nothing
+        if self.revisit is not None:
+            self.web.changes = revisits.changes_of(site.seed, revisits.revisited(self.web))
         self.loop = Loop()
         self.observer = Observer(self.url, self.crawl)
         self.reach = Reach.of(site.seed)  # parking, seen-filter rollover (simulations.reach)
@@ -320,6 +325,8 @@ class World:
             return
         kinds = ["beat", "settings", "drain", "apply", "load_pace", "read", "unpark"]
         kinds += ["fetch", "send"]
+        if self.revisit is not None and self.revisit.taking(self.now(), self.finishing):
+            kinds.append("take")
         kinds = ["complete", "commit", *kinds] if woken else [*kinds, "complete", "commit"]
         if rng is not None:
             rng.shuffle(kinds)
@@ -339,6 +346,9 @@ class World:
                 text = await self.step(w, "fetch")
                 if "nothing it may fetch" in text:
                     break
+        elif kind == "take":
+            if self.now() - w.last_take >= TAKE_EVERY - 1e-9 and not w.busy_with("take"):
+                await self.step(w, "take")
         elif kind == "complete":
             while w.live and next(w.fetcher.due(self.now()), None) is not None:
                 await self.complete(w)

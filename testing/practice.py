@@ -62,6 +62,7 @@ def run_practice(
     progress: Progress = print,
     cluster: bool = False,
     fail_primary: bool = False,
+    shards: int = 1,
 ) -> tuple[Verdict, list[WorkerExit]]:
     """Crawl a generated site with `workers` processes, SIGKILL one a third of the way in.
 
@@ -75,6 +76,7 @@ def run_practice(
             URL naming a node that does not hold the crawl's slot.
         fail_primary: on a cluster, SIGKILL the primary holding the crawl's slot half-way
             through the crawl; the run goes on once its replica is promoted.
+        shards: the crawl's ``--shards`` (given to every worker and to the submit).
     """
     workdir.mkdir(parents=True, exist_ok=True)
     site = generate_site(pages=pages, hosts=hosts, seed=seed, port=0)
@@ -88,7 +90,8 @@ def run_practice(
         flags = ["--delay", str(delay), "--lease", str(lease), "--idle", str(idle), *SITE_FLAGS]
         flags.append("--span-hosts")  # the site's hosts are linked from the first one's root
         flags += ["-v"] if verbose else []
-        pool = _Workers(redis_url, workdir, flags, progress)
+        sharding = ["--shards", str(shards)] if shards > 1 else []
+        pool = _Workers(redis_url, workdir, flags + sharding, progress, sharding)
         try:
             _crawl(
                 server,
@@ -225,7 +228,15 @@ def _wait_for_requests(
 class _Workers:
     """The worker processes of one run, with their logs and output files."""
 
-    def __init__(self, redis_url: str, workdir: Path, flags: list[str], progress: Progress):
+    def __init__(
+        self,
+        redis_url: str,
+        workdir: Path,
+        flags: list[str],
+        progress: Progress,
+        submit_flags: Sequence[str] = (),
+    ):
+        self.submit_flags = list(submit_flags)
         self.redis_url = redis_url
         self.workdir = workdir
         self.flags = flags
@@ -244,7 +255,8 @@ class _Workers:
         self.progress(f"started {label} (pid {self.processes[label].pid})")
 
     def submit(self, url: str) -> None:
-        command = ["submit", "--redis", self.redis_url, "--crawl", CRAWL, *SITE_FLAGS, url]
+        command = ["submit", "--redis", self.redis_url, "--crawl", CRAWL, *SITE_FLAGS]
+        command += [*self.submit_flags, url]
         result = _run(command)
         if result.returncode != 0:
             raise RuntimeError(f"hashcrawl submit exited {result.returncode}: {result.stdout!r}")

@@ -37,3 +37,16 @@ def test_an_answer_saying_the_state_is_lost_or_the_member_gone_stops_the_worker(
         heartbeat.answered(Beat(alive=False, now_ms=0, lost=True), 0.0, 0.0)
     with pytest.raises(Fenced, match="silent longer than its lease"):
         heartbeat.answered(Beat(alive=False, now_ms=0), 0.0, 0.0)
+
+
+def test_a_beat_redis_ran_before_this_workers_own_take_does_not_end_the_crawl() -> None:
+    """Idle when Redis ran the beat, but this worker's taker queued revisits since (at
+    server second 9, the beat at 9.5 s): the membership goes on, to see them through; a
+    beat a second or more after the take may end it."""
+    session = session_of(idle=2.0)
+    session.heartbeat.took(9)
+    assert not session.finished(beat(idle_since=0, now_ms=9500))
+    assert not session.finished(beat(idle_since=0, now_ms=10_000))
+    assert session.finished(beat(idle_since=0, now_ms=10_001))
+    session.heartbeat.took(5)  # an older take reported late moves nothing back
+    assert session.finished(beat(idle_since=0, now_ms=10_001))

@@ -6,16 +6,19 @@ survives its primary's death (the slow tests, judged from the test server's log)
 
 from __future__ import annotations
 
+from collections import Counter
 from pathlib import Path
 from urllib.parse import quote
 
 import pytest
 import redis as redis_py
 
+from hashcrawl._core._shards import shard_name
 from hashcrawl._core._urls import fingerprint
 from hashcrawl._exceptions import InvalidURL, QueueError
 from hashcrawl._store._connection import _reason
 from hashcrawl._store._redisurl import RedisURL
+from hashcrawl._store._shards import shard_tags, slot_of
 from hashcrawl._store._store import Batch, Store
 from testing.cluster import HOST, Cluster
 from testing.practice import practice_failures, run_practice
@@ -244,6 +247,68 @@ def test_a_crawl_survives_the_death_of_its_primary(tmp_path: Path) -> None:
         pages=300, hosts=10, workers=3, delay=0.1, lease=10, idle=5, replace_after=3,
         workdir=tmp_path, timeout=300, progress=lines.append, cluster=True,
         fail_primary=True, kill=False,
+    )  # fmt: skip
+    assert any("took over" in line for line in lines)
+    assert practice_failures(verdict, exits) == []
+    assert verdict.fetched == verdict.expected
+    assert [exit.code for exit in exits] == [0, 0, 0]
+
+
+def test_a_crawls_shards_spread_over_the_primaries(redis_cluster: Cluster, crawl_name: str):
+    """Six shards on three primaries: two each, in six distinct slots, recorded once."""
+    store = cluster_store(redis_cluster, crawl_name)
+    try:
+        tags = shard_tags(store, 6)
+        names = [shard_name(crawl_name, tag) for tag in ["", *tags]]
+        held = Counter(redis_cluster.primary_of(f"hc:{{{n}}}:epoch").port for n in names)
+        assert sorted(held.values()) == [2, 2, 2]
+        assert len({slot_of(n) for n in names}) == 6
+        assert shard_tags(store, None) == tags
+    finally:
+        store.clear()
+        store.close()
+
+
+@pytest.mark.slow
+def test_a_sharded_crawl_on_a_cluster_is_complete_and_polite(tmp_path: Path) -> None:
+    """Many hosts, six shards over three primaries, three workers: every page fetched
+    once and written, politely spaced, judged from the server's log."""
+    verdict, exits = run_practice(
+        pages=1000, hosts=60, workers=3, delay=0.1, lease=10, idle=5, replace_after=3,
+        workdir=tmp_path, timeout=300, progress=lambda line: None, cluster=True,
+        kill=False, shards=6,
+    )  # fmt: skip
+    assert practice_failures(verdict, exits) == []
+    assert verdict.fetched == verdict.expected
+    assert verdict.duplicates == 0
+    assert [exit.code for exit in exits] == [0, 0, 0]
+
+
+@pytest.mark.slow
+def test_a_sharded_crawl_survives_a_worker_killed(tmp_path: Path) -> None:
+    """The same with one worker SIGKILLed and replaced: its hosts in every shard go to
+    the others after its lease; nothing is missing, nothing came too close."""
+    verdict, exits = run_practice(
+        pages=600, hosts=30, workers=3, delay=0.1, lease=10, idle=5, replace_after=3,
+        workdir=tmp_path, timeout=300, progress=lambda line: None, cluster=True,
+        shards=6,
+    )  # fmt: skip
+    assert practice_failures(verdict, exits) == []
+    assert verdict.fetched == verdict.expected
+    assert [exit.killed for exit in exits] == [True, False, False, False]
+    assert [exit.code for exit in exits[1:]] == [0, 0, 0]
+
+
+@pytest.mark.slow
+def test_a_sharded_crawl_survives_the_death_of_a_primary(tmp_path: Path) -> None:
+    """Six shards; the primary of shard 0 (and of another shard) SIGKILLed half-way:
+    both shards' stores follow the promotion and raise their epochs, every worker
+    carries on and exits 0, nothing is missing, nothing came too close."""
+    lines: list[str] = []
+    verdict, exits = run_practice(
+        pages=600, hosts=30, workers=3, delay=0.1, lease=10, idle=5, replace_after=3,
+        workdir=tmp_path, timeout=300, progress=lines.append, cluster=True,
+        fail_primary=True, kill=False, shards=6,
     )  # fmt: skip
     assert any("took over" in line for line in lines)
     assert practice_failures(verdict, exits) == []

@@ -59,10 +59,11 @@ def test_crawl_settings_are_the_fields_marked_in_the_declaration() -> None:
     assert set(CRAWL) == {
         "delay", "per_host", "lease", "user_agent", "allow_domains", "span_hosts",
         "sitemaps", "max_depth", "max_attempts", "obey_robots", "cookies",
-        "max_pages_per_host", "revisit", "revisit_min", "revisit_max",
+        "max_pages_per_host", "revisit", "revisit_min", "revisit_max", "revisit_pages",
     }  # fmt: skip
     assert set(FIXED) == {
         "per_host", "lease", "user_agent", "revisit", "revisit_min", "revisit_max",
+        "revisit_pages",
     }  # fmt: skip
     assert set(RECORDED) == set(CRAWL) - {"allow_domains", "span_hosts"}
 

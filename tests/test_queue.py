@@ -17,6 +17,7 @@ from hashcrawl._store._redisurl import RedisURL
 
 STATUS_KEYS = {
     "crawl",
+    "shards",
     "exists",
     "bad_samples",
     "spiders",
@@ -137,7 +138,8 @@ def test_status_has_every_documented_key(queue: Queue, crawl_name: str) -> None:
     assert status["crawl"] == crawl_name
     assert status["members"] == []
     lists = ("crawl", "members", "ended", "exists", "bad_samples", "spiders", "mixed_spiders")
-    lists += ("settings", "revisits")
+    lists += ("settings", "revisits", "shards")
+    assert status["shards"] == 1  # a crawl started without --shards
     counts = {k: v for k, v in status.items() if k not in lists}
     assert set(counts.values()) == {0}
     assert set(status["revisits"].values()) == {0}  # a crawl without --revisit

@@ -158,3 +158,58 @@ def test_a_killed_owner_loses_no_revisit_and_the_pace_holds(
             what="two revisits of every page after the kill",
         )
     assert smallest_gap(site) >= DELAY * 0.9
+
+
+@pytest.mark.slow
+def test_a_revisit_crawls_archive_holds_each_304_as_a_revisit_record(
+    shared_redis: RedisServer, tmp_path: Path
+) -> None:
+    """Archived with -o NAME.warc.gz: each 304 the site logged is a revisit record of the
+    server-not-modified profile, each 200 a response record, and `warcio check` passes
+    on the file (the record digests included)."""
+    import subprocess
+    import sys
+
+    from warcio.archiveiterator import ArchiveIterator
+
+    from hashcrawl import WarcSink
+    from hashcrawl._web._warc import NOT_MODIFIED_PROFILE
+
+    site = RevisitSite(PAGES)
+    warc = WarcSink(tmp_path / "revisits.warc.gz")
+    crawl = "r" + uuid.uuid4().hex[:10]
+
+    async def main() -> None:
+        settings = fast_settings(
+            idle=None, delay=DELAY, revisit="adaptive", revisit_min=LOW, revisit_max=HIGH
+        )
+        items = JsonLinesSink(tmp_path / "items.jsonl")
+        worker = Worker(shared_redis.url, crawl, sink=[items, warc], **settings)
+        with trio.fail_after(DEADLINE):
+            async with trio.open_nursery() as nursery:
+                nursery.start_soon(worker.run)
+                await trio.to_thread.run_sync(submit, shared_redis.url, crawl, [site.url()])
+                await await_until(
+                    lambda: sum(hit.status == 304 for hit in site.log) >= 6, what="six 304s"
+                )
+                worker.stop()
+
+    with site:
+        trio.run(main)
+    warc.close()  # idempotent if the worker closed it
+    kinds: collections.Counter[tuple[str, str]] = collections.Counter()
+    for path in warc.files:
+        with open(path, "rb") as stream:
+            for record in ArchiveIterator(stream, check_digests="raise"):
+                profile = record.rec_headers.get_header("WARC-Profile") or ""
+                kinds[(record.rec_type, profile)] += 1
+        checked = subprocess.run(
+            [Path(sys.executable).parent / "warcio", "check", str(path)],
+            capture_output=True,
+            text=True,
+            check=False,
+        )
+        assert checked.returncode == 0, checked.stdout + checked.stderr
+    pages = [hit for hit in site.log if hit.path != "/robots.txt"]
+    assert kinds[("revisit", NOT_MODIFIED_PROFILE)] == sum(hit.status == 304 for hit in pages)
+    assert kinds[("response", "")] >= sum(hit.status == 200 for hit in pages)

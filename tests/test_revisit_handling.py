@@ -3,13 +3,19 @@ response comes to, and the conditional request an owner sends for it."""
 
 from __future__ import annotations
 
+import math
 from typing import Any
+
+from hypothesis import given
+from hypothesis import strategies as st
 
 from hashcrawl._core._due import conditional
 from hashcrawl._core._entry import Entry
 from hashcrawl._core._frontier import Held
 from hashcrawl._core._outcome import Kind
+from hashcrawl._core._parts import Clock
 from hashcrawl._core._revisit import Record, Verdict, digest_of
+from hashcrawl._run._callbacks import unix_now
 from hashcrawl._run._handling import Handler, Origin
 from hashcrawl._settings import Settings, revisit_policy
 from hashcrawl._web._models import Request, Response
@@ -104,9 +110,9 @@ def test_bad_revisit_settings_are_one_line_naming_the_flag() -> None:
         ({"revisit": "adaptive", "revisit_min": 0}, "--revisit-min must be whole seconds"),
         ({"revisit_min": 7200, "revisit_max": 3600}, "must not exceed --revisit-max"),
     ]
-    for given, named in cases:
+    for asked, named in cases:
         with pytest.raises(ConfigError, match=named) as caught:
-            Settings.of(given)
+            Settings.of(asked)
         assert "\n" not in str(caught.value)
 
 
@@ -114,3 +120,35 @@ def test_without_the_flag_there_is_no_policy() -> None:
     """The default settings revisit nothing."""
     assert revisit_policy(Settings()) is None
     assert revisit_policy(SETTINGS) is not None
+
+
+async def test_due_times_come_from_the_servers_clock_not_this_machines() -> None:
+    """A worker whose clock is an hour behind the server's stamps its revisits by the
+    server's clock: due an interval after the fetch, as the take will judge it."""
+    server_s = unix_now() + 3600.25  # the server's clock, as the session knows it
+    handler = Handler(settings=SETTINGS)
+    got = await handler.handle(held(Entry(url=URL)), response(200), Origin("w1"), server_s=server_s)
+    assert got.revisit is not None
+    assert got.revisit.record.due_s == math.ceil(server_s) + 60
+
+
+@given(
+    local_sent=st.floats(0, 1e6),
+    rtt=st.floats(0, 5),
+    skew=st.floats(-1e5, 1e5),
+    at=st.floats(0, 1),
+    later=st.floats(0, 100),
+)
+def test_the_server_clock_is_never_behind_the_server(
+    local_sent: float, rtt: float, skew: float, at: float, later: float
+) -> None:
+    """Whatever the skew, and wherever in the exchange the server read its TIME, the
+    session's server clock is never behind the server's (so a due time stamped from it
+    is never early), and at most a round trip ahead."""
+    clock = Clock()
+    received = local_sent + rtt
+    server_ms = round((local_sent + at * rtt + skew) * 1000)  # when the server answered
+    clock.sample(local_sent, received, server_ms)
+    local = received + later
+    true_s = server_ms / 1000 + (local - (local_sent + at * rtt))
+    assert true_s - 1e-3 <= clock.server_s_by(local) <= true_s + rtt + 1e-3

@@ -249,3 +249,31 @@ def test_a_stores_revisits_run_through_its_script_runner(redis_url: str, crawl_n
         assert revisits.take(requeue_s=REQUEUE, now_s=NOW + 60).entries == 1
     finally:
         store.close()
+
+
+def test_bucket_bits_keep_about_64_records_a_bucket() -> None:
+    """--revisit-pages sizes the buckets: 14 bits for 1M pages (the default), 15 for 2M,
+    within [MIN_BITS, MAX_BITS] however small or large."""
+    from hashcrawl._core._due import MAX_BITS, MIN_BITS, bucket_bits
+
+    assert (bucket_bits(1_000_000), bucket_bits(2_000_000), bucket_bits(1_500_000)) == (14, 15, 15)
+    assert bucket_bits(0) == bucket_bits(1) == MIN_BITS and bucket_bits(10**12) == MAX_BITS
+    for pages in (10**5, 10**6, 3 * 10**6, 10**8):
+        assert pages / 2 ** bucket_bits(pages) <= 64
+
+
+def test_a_crawl_sized_for_more_pages_puts_records_in_its_own_buckets(
+    revisits: Revisits, raw: Any, prefix: str
+) -> None:
+    """A Fetch judged with 15 bits lands in the bucket of the fingerprint's top 15 bits,
+    and reads back, and comes due, from there."""
+    from hashcrawl._core._due import judged
+
+    page = Entry(url="http://a.test/wide")
+    fetched = Fetched(status=200, body=b"v1", etag='"e1"')
+    fetch = judged(page, fetched, POLICY, NOW, bits=15)
+    assert fetch is not None and revisits.put([fetch]) == 1
+    fp = url_fingerprint(page.key)
+    assert raw.hexists(f"{prefix}rv:{bucket_of(fp, 15)}", fp)
+    assert revisits.record_of(page, bits=15) == fetch.record
+    assert revisits.take(requeue_s=3600, now_s=NOW + 60).entries == 1

@@ -10,6 +10,7 @@ import gzip
 import io
 import json
 import os
+import signal
 import zlib
 from collections.abc import Callable, Iterable, Sequence
 from pathlib import Path
@@ -18,6 +19,8 @@ from typing import Any
 import pytest
 import redis
 import trio
+from fastwarc.warc import ArchiveIterator as FastArchiveIterator
+from fastwarc.warc import WarcRecordType
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from warcio.archiveiterator import ArchiveIterator
@@ -28,6 +31,7 @@ from hashcrawl._cli._checks import checked_output
 from hashcrawl._cli._parser import build_parser
 from hashcrawl._web._sinks import AllSinks, CsvSink, archive_of, sinks_for
 from hashcrawl._web._warc import NOT_MODIFIED_PROFILE, REVISIT_PROFILE, payload_digest
+from hashcrawl._web._warc_writer import EARLY
 from testing.fleet import (
     fast_settings,
     host,
@@ -43,12 +47,29 @@ SECRET = "Bearer s3cret-token"
 
 
 def records_of(path: Path | str) -> list[dict[str, Any]]:
-    """Every record of a WARC file, its digests checked by warcio, as plain values."""
+    """Every record of a WARC file, its digests checked by warcio, as plain values.
+
+    FastWARC reads the file too, and must find the same records with the same digests
+    good: hashcrawl builds the records itself, so two readers check them."""
     found = []
     with open(path, "rb") as stream:
         for record in ArchiveIterator(stream, check_digests="raise"):
             found.append(_plain(record))
+    assert fastwarc_read(path) == [r["headers"]["WARC-Record-ID"] for r in found]
     return found
+
+
+def fastwarc_read(path: Path | str) -> list[str]:
+    """The record ids FastWARC reads in ``path``, each record's digests checked."""
+    ids = []
+    with open(path, "rb") as stream:
+        for record in FastArchiveIterator(stream, parse_http=False):
+            assert record.verify_block_digest(consume=False)
+            if record.record_type == WarcRecordType.response:  # a revisit's is the first's
+                record.parse_http()
+                assert record.verify_payload_digest()
+            ids.append(record.record_id)
+    return ids
 
 
 def _plain(record: Any) -> dict[str, Any]:
@@ -204,10 +225,97 @@ def test_a_response_without_an_exchange_is_archived_from_what_it_holds(tmp_path)
     assert asked["http"].startswith("GET /x?q=1 HTTP/1.1")
 
 
-def test_files_rotate_before_passing_max_size_and_each_opens_with_warcinfo(tmp_path):
+def test_archive_writes_nothing_and_the_flush_writes_and_keeps_every_record(tmp_path):
+    """The worker archives on its event loop: records are kept until the flush (which
+    runs in the commit's thread) writes them, every one, in order, across rotations."""
+    sink = WarcSink(tmp_path / "k.warc.gz", max_size=4000)
+    bodies = [os.urandom(900) for _ in range(9)]
+    for n, body in enumerate(bodies[:5]):
+        sink.archive(response_for(f"https://a.example/{n}", body))
+    assert len(sink.files) > 1
+    assert all(os.path.getsize(name) == 0 for name in sink.files)
+    sink.flush()
+    assert all(os.path.getsize(name) > 0 for name in sink.files)
+    for n, body in enumerate(bodies[5:], start=5):
+        sink.archive(response_for(f"https://a.example/{n}", body))
+    sink.close()
+    payloads = [
+        r["payload"] for name in sink.files for r in records_of(name) if r["type"] == "response"
+    ]
+    assert payloads == bodies
+
+
+def test_a_file_that_cannot_be_created_fails_the_next_flush_not_the_fetch(tmp_path):
+    """archive raises nothing on the event loop; the flush that would precede the
+    pages' acknowledgement raises, so nothing is acknowledged without its records."""
+    sink = WarcSink(tmp_path / "gone" / "x.warc.gz")
+    sink.archive(response_for("https://a.example/", b"x"))
+    with pytest.raises(FileNotFoundError):
+        sink.flush()
+    with pytest.raises(FileNotFoundError):  # and every flush after it
+        sink.flush()
+
+
+def test_a_writer_process_that_dies_fails_the_flush_with_one_line(tmp_path):
+    """Killed between flushes, the writer takes the records sent to it since with it:
+    the flush raises (a HashcrawlError: one line from hashcrawl join), and a sink
+    flushed again starts a new writer whose records read back whole."""
+    sink = WarcSink(tmp_path / "w.warc.gz", process=True)
+    sink.archive(response_for("https://a.example/1", b"one"))
+    sink.flush()
+    assert sink._writer is not None and sink._writer._process is not None
+    os.kill(sink._writer._process.pid, signal.SIGKILL)
+    sink.archive(response_for("https://a.example/2", b"two"))
+    with pytest.raises(hashcrawl.HashcrawlError, match=r"killed by signal 9.*not acknowledged"):
+        sink.flush()
+    sink.archive(response_for("https://a.example/3", b"three"))
+    sink.close()
+    payloads = [r["payload"] for f in sink.files for r in records_of(f) if r["type"] == "response"]
+    assert payloads == [b"one", b"three"]
+    assert len(sink.files) == len(set(sink.files)) == 2  # each writer's own file
+
+
+def test_a_writer_process_gets_fetches_between_flushes_and_keeps_their_order(tmp_path):
+    """Past EARLY bytes the loop hands fetches to the writer without waiting for the
+    flush; every record still reads back, in order, after the flush."""
+    sink = WarcSink(tmp_path / "e.warc.gz", process=True, max_size=300_000)
+    sink.archive(response_for("https://a.example/0", b"first"))
+    sink.flush()  # the writer runs from here on
+    bodies = [os.urandom(8000) for _ in range(120)]  # ~960 KB, past EARLY three times
+    for n, body in enumerate(bodies, start=1):
+        sink.archive(response_for(f"https://a.example/{n}", body))
+    assert sink._writer is not None and sink._writer._kept < EARLY  # the rest went early
+    sink.flush()
+    payloads = [r["payload"] for f in sink.files for r in records_of(f) if r["type"] == "response"]
+    assert payloads == [b"first", *bodies]
+    sink.close()
+
+
+def test_a_writer_process_that_cannot_write_fails_the_flush(tmp_path):
+    """A file the writer cannot create: the flush raises the writer's error."""
+    sink = WarcSink(tmp_path / "gone" / "x.warc.gz", process=True)
+    sink.archive(response_for("https://a.example/", b"x"))
+    with pytest.raises(hashcrawl.HashcrawlError, match="FileNotFoundError"):
+        sink.flush()
+    sink.close()
+
+
+def test_a_url_with_control_characters_cannot_end_a_header_line(tmp_path):
+    """A custom fetcher's URL with CR, LF or NUL in it: escaped in WARC-Target-URI."""
+    sink = WarcSink(tmp_path / "c.warc")
+    sink.archive(response_for("https://a.example/x\r\nWARC-Type:bogus\x00", b"hi"))
+    sink.close()
+    _, answer, asked = records_of(sink.files[0])
+    uri = "https://a.example/x%0D%0AWARC-Type:bogus%00"
+    assert answer["type"] == "response" and answer["payload"] == b"hi"
+    assert answer["headers"]["WARC-Target-URI"] == asked["headers"]["WARC-Target-URI"] == uri
+
+
+@pytest.mark.parametrize("process", [False, True], ids=["in-process", "writer-process"])
+def test_files_rotate_before_passing_max_size_and_each_opens_with_warcinfo(tmp_path, process):
     """Each file stays under --warc-max-size, begins with warcinfo, and carries the
     worker's id and its sequence number; no record is lost or split between files."""
-    sink = WarcSink(tmp_path / "r.warc.gz", max_size=6000)
+    sink = WarcSink(tmp_path / "r.warc.gz", max_size=6000, process=process)
     sink.named_for("box-7-beef")
     bodies = [os.urandom(1500) for _ in range(12)]
     for n, body in enumerate(bodies):
@@ -227,9 +335,11 @@ def test_files_rotate_before_passing_max_size_and_each_opens_with_warcinfo(tmp_p
     assert payloads == bodies
 
 
-def test_two_sinks_of_one_name_never_write_one_file(tmp_path):
+@pytest.mark.parametrize("process", [False, True], ids=["in-process", "writer-process"])
+def test_two_sinks_of_one_name_never_write_one_file(tmp_path, process):
     """Files are created exclusively: a second writer of the same name gets its own."""
-    first, second = WarcSink(tmp_path / "s.warc"), WarcSink(tmp_path / "s.warc")
+    first = WarcSink(tmp_path / "s.warc", process=process)
+    second = WarcSink(tmp_path / "s.warc", process=process)
     for sink in (first, second):
         sink.named_for("same-worker")
         sink.archive(response_for("https://a.example/", b"x"))
@@ -237,11 +347,12 @@ def test_two_sinks_of_one_name_never_write_one_file(tmp_path):
     assert len(set(first.files + second.files)) == 2
 
 
-def test_a_repeated_payload_is_a_revisit_only_with_the_flag(tmp_path):
+@pytest.mark.parametrize("process", [False, True], ids=["in-process", "writer-process"])
+def test_a_repeated_payload_is_a_revisit_only_with_the_flag(tmp_path, process):
     """With revisits, the second response of one payload is a revisit record, headers
     only, referring to the first; without, both are responses."""
     for revisits in (True, False):
-        sink = WarcSink(tmp_path / f"{revisits}.warc.gz", revisits=revisits)
+        sink = WarcSink(tmp_path / f"{revisits}.warc.gz", revisits=revisits, process=process)
         for url in ("https://a.example/1", "https://b.example/2", "https://a.example/3"):
             body = b"<p>one page</p>" if url != "https://a.example/3" else b"<p>other</p>"
             sink.archive(response_for(url, body))
@@ -319,6 +430,7 @@ def test_the_sinks_of_each_output_path(tmp_path):
     assert isinstance(both, AllSinks) and archive_of(both) is both
     assert [type(s) for s in both.sinks] == [JsonLinesSink, WarcSink]
     assert both.sinks[1].max_size == 10  # type: ignore[attr-defined]
+    assert both.sinks[1]._writer is not None  # type: ignore[attr-defined]  # join's: a process
     alone = sinks_for([str(tmp_path / "p.warc")])
     assert isinstance(alone, AllSinks)
     assert [type(s) for s in alone.sinks] == [JsonLinesSink, WarcSink]
@@ -358,13 +470,14 @@ def small_site() -> Any:
     )
 
 
+@pytest.mark.parametrize("process", [False, True], ids=["in-process", "writer-process"])
 async def test_a_crawl_archives_every_answer_the_server_gave_and_writes_items_too(
-    redis_url, crawl_name, tmp_path
+    redis_url, crawl_name, tmp_path, process
 ):
     """Every request in the server's log (robots.txt, a redirect, a 404 included) has a
     response record whose payload is the served body, paired with its request; the
     items file is written beside the archive."""
-    warc = WarcSink(tmp_path / "pages.warc.gz")
+    warc = WarcSink(tmp_path / "pages.warc.gz", process=process)
     items = JsonLinesSink(tmp_path / "items.jsonl")
     worker = hashcrawl.Worker(redis_url, crawl_name, sink=[items, warc], **fast_settings())
     with SiteServer(small_site()) as server:
@@ -397,8 +510,8 @@ async def test_a_crawl_archives_every_answer_the_server_gave_and_writes_items_to
 class WatchingWarcSink(WarcSink):
     """A WarcSink that, at each flush, looks in Redis for the pages it archived since."""
 
-    def __init__(self, path: Path, client: redis.Redis, crawl: str) -> None:
-        super().__init__(path)
+    def __init__(self, path: Path, client: redis.Redis, crawl: str, *, process: bool) -> None:
+        super().__init__(path, process=process)
         self.client, self.pattern = client, f"hc:{{{crawl}}}:q:*"
         self.batch: list[str] = []
         self.flushes: list[tuple[int, int]] = []
@@ -408,17 +521,19 @@ class WatchingWarcSink(WarcSink):
         self.batch.append(response.url)
 
     def flush(self) -> None:
+        # The worker archives on its event loop while this runs in the commit's thread:
+        # what it archives from here on belongs to the next flush.
+        batch, self.batch = self.batch, []
         super().flush()
-        if self.batch:
+        if batch:
             on_disk = {
                 r["headers"]["WARC-Target-URI"]
                 for name in self.files
                 for r in records_of(name)
                 if r["type"] == "response"
             }
-            written = sum(url in on_disk for url in self.batch)
-            self.flushes.append((len(self.batch), self._still_queued(self.batch), written))
-        self.batch = []
+            written = sum(url in on_disk for url in batch)
+            self.flushes.append((len(batch), self._still_queued(batch), written))
 
     def _still_queued(self, urls: list[str]) -> int:
         payloads = [
@@ -440,8 +555,9 @@ class TreeFetcher:
         return response_for(request.url, f"<title>{number}</title>{links}".encode())
 
 
+@pytest.mark.parametrize("process", [False, True], ids=["in-process", "writer-process"])
 async def test_records_are_flushed_before_their_pages_are_acknowledged(
-    redis_url, crawl_name, tmp_path
+    redis_url, crawl_name, tmp_path, process
 ):
     """At every flush, each page archived since the last one is in the file once flush
     returns, and still in Redis, unacknowledged, though an archive-only crawl writes no
@@ -449,7 +565,7 @@ async def test_records_are_flushed_before_their_pages_are_acknowledged(
     with hashcrawl.Queue(redis_url, crawl_name) as queue:
         queue.submit(["https://tree.example/p0"])
     client = redis.Redis.from_url(redis_url, decode_responses=True)
-    sink = WatchingWarcSink(tmp_path / "t.warc.gz", client, crawl_name)
+    sink = WatchingWarcSink(tmp_path / "t.warc.gz", client, crawl_name, process=process)
     worker = hashcrawl.Worker(
         redis_url,
         crawl_name,

@@ -30,7 +30,7 @@ from hashcrawl._web._addresses import AddressPolicy, url_refusal
 
 def cmd_submit(args: argparse.Namespace) -> int:
     policy = _policy(args)
-    with Queue(redis_of(args), args.crawl) as queue:
+    with Queue(redis_of(args), args.crawl, shards=args.shards) as queue:
         if args.urls == ["-"]:
             bad = _BadLines(policy)
             added = queue.submit(bad.filter(sys.stdin), **_submit_options(args))

@@ -131,7 +131,7 @@ def build_parser() -> _Parser:
         "(default: %(default)s)",
     )
     submit.add_argument("--dont-filter", action="store_true", help="submit even URLs seen before")
-    add_flags(submit, only=SCOPE + ADDRESSES)
+    add_flags(submit, only=(*SCOPE, *ADDRESSES, "shards"))
     submit.add_argument(
         "urls", nargs="+", metavar="URL", help="http(s) URLs, or '-' to read them from stdin"
     )

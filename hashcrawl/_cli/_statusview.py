@@ -40,7 +40,7 @@ def read_view(queue: Queue) -> dict[str, Any]:
         records,
         members=members,
         dead=store.some_dead(DEAD_SCANNED),
-        server={**store.server_info(), "idle_since_ms": store.idle_since_ms()},
+        server={**store.server_info(), "idle_since_ms": queue.idle_since_ms()},
     )
 
 

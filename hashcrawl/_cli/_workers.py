@@ -189,6 +189,11 @@ def _crawl_on(
     from hashcrawl._store._store import Store
 
     settings = settings_from(args)
+    if settings.shards not in (None, 1):
+        raise ConfigError(
+            "--shards spreads a crawl over a Redis Cluster's slots (hashcrawl join); "
+            "hashcrawl crawl runs its own single Redis, where one shard is all there is"
+        )
     with contextlib.closing(Store(RedisURL.parse(redis_url), args.crawl)) as store:
         if args.fresh:
             store.clear()

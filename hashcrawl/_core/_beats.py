@@ -43,6 +43,11 @@ class Heartbeat:
 
     def __init__(self, session: Beating) -> None:
         self.s = session
+        self.took_s = -1  # server second of this session's last take that queued revisits
+
+    def took(self, server_s: int) -> None:
+        """This session's taker queued due revisits at server second ``server_s``."""
+        self.took_s = max(self.took_s, server_s)
 
     def request(self, now: float, *, resident_kib: int) -> dict[str, Any]:
         """What a heartbeat sent at ``now`` tells Redis (``Store.heartbeat``'s arguments)."""
@@ -93,6 +98,10 @@ class Heartbeat:
     def finished(self, beat: Beat) -> bool:
         """Whether the crawl is over: the fleet idle ``--idle`` seconds, this worker too."""
         if self.s.settings.idle is None or beat.idle_since < 0 or self.s.busy():
+            return False
+        # A take of this worker's since Redis ran the heartbeat (its reply still on its
+        # way) made the crawl busy again: its revisits are in the inbox, to see through.
+        if self.took_s * 1000 >= beat.now_ms - 1000:
             return False
         quiet_ms = beat.now_ms - max(beat.idle_since, self.s.epochs.joined_ms)
         return quiet_ms >= self.s.settings.idle * 1000

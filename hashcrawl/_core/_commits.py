@@ -9,12 +9,13 @@ remembers their links as seen.
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from typing import Protocol
 
 import attrs
 
 from hashcrawl._core._batch import Batch, Committed, Status
+from hashcrawl._core._entry import Entry
 from hashcrawl._core._epochs import Epochs
 from hashcrawl._core._faults import Faults
 from hashcrawl._core._ledger import Commit, Ledger
@@ -25,6 +26,7 @@ from hashcrawl._core._ring import Ring
 from hashcrawl._core._scope import Scope
 from hashcrawl._core._scope import members as scope_members
 from hashcrawl._core._seams import Tally
+from hashcrawl._core._urls import fingerprint
 from hashcrawl._exceptions import Fenced
 from hashcrawl._settings import Settings
 
@@ -52,13 +54,15 @@ class Commits:
 
     def __init__(self, session: Committing) -> None:
         self.s = session
+        #: A sharded crawl's test of a host being another shard's (None: one shard).
+        self.foreign: Callable[[str], bool] | None = None
 
     def router(self, ring: Ring, now: float) -> Router:
         """Where entries go at ``ring``'s epoch; dead letters dated by the server's clock."""
         s = self.s
         at, most = s.clock.server_ms(now) // 1000, s.settings.max_attempts
         route = (ring, s.stream_of, s.inbox, s.scope, s.seen, most)
-        return Router(*route, at=at, faults=s.faults)
+        return Router(*route, at=at, faults=s.faults, foreign=self.foreign)
 
     def batch(self, commit: Commit, now: float) -> Batch:
         """The batch that commits ``commit`` at the newest epoch this worker knows."""
@@ -72,6 +76,18 @@ class Commits:
         router = self.router(ring, now)
         for outcome in commit.outcomes:
             router.add(batch, outcome)
+        return batch
+
+    def delivery(self, entries: Iterable[Entry], now: float) -> Batch:
+        """A batch that only adds ``entries`` (links found in another shard, of hosts in
+        this one), routed and filtered as follows are: no acknowledgement, no pace."""
+        s, ring = self.s, self.s.epochs.latest
+        batch = Batch(worker=s.id, epoch=ring.epoch, src=s.stream, scope=s.scope.version)
+        router = self.router(ring, now)
+        for entry in entries:
+            unfiltered = router.follow(batch, entry)
+            for target, payload in zip(unfiltered[::2], unfiltered[1::2], strict=True):
+                batch.add.append([target, payload, *fingerprint(entry.key), 0])
         return batch
 
     def committed(self, commit: Commit, batch: Batch, result: Committed, took: float) -> Status:

@@ -5,6 +5,7 @@ revisit sends, and the figures status shows. Pure; the scripts are ``_store/lua/
 from __future__ import annotations
 
 import hashlib
+import math
 from collections.abc import Mapping
 
 import attrs
@@ -13,8 +14,15 @@ from hashcrawl._core._entry import Entry
 from hashcrawl._core._revisit import Fetched, Policy, Record, Verdict, after_fetch
 
 #: Buckets of records: 2^14 keeps each bucket near 61 records at 1M URLs, under the 128
-#: fields up to which Redis packs a hash (a listpack: ~2 bytes of overhead a field).
+#: fields up to which Redis packs a hash (a listpack: ~2 bytes of overhead a field). The
+#: default; a crawl sized for more pages (``--revisit-pages``) has more (``bucket_bits``).
 BUCKET_BITS = 14
+DEFAULT_PAGES = 1_000_000  # the revisited pages BUCKET_BITS is sized for
+#: Records a bucket is sized for, on average: half of the 128 fields a packed hash may
+#: hold, so that the fullest of many buckets (the mean plus a few standard deviations:
+#: about 95 at 1M URLs in 16,384 buckets) stays packed.
+PER_BUCKET = 64
+MIN_BITS, MAX_BITS = 8, 24  # 256 buckets at least (tests), 16M at most (a billion pages)
 _CONDITIONAL = frozenset({"if-none-match", "if-modified-since"})
 
 
@@ -24,9 +32,17 @@ def url_fingerprint(key: str) -> bytes:
     return hashlib.blake2b(key.encode("utf-8"), digest_size=16).digest()[:8]
 
 
-def bucket_of(fingerprint: bytes) -> int:
-    """The bucket of a fingerprint: its top ``BUCKET_BITS`` bits."""
-    return int.from_bytes(fingerprint[:4], "big") >> (32 - BUCKET_BITS)
+def bucket_of(fingerprint: bytes, bits: int = BUCKET_BITS) -> int:
+    """The bucket of a fingerprint: its top ``bits`` bits."""
+    return int.from_bytes(fingerprint[:4], "big") >> (32 - bits)
+
+
+def bucket_bits(pages: int) -> int:
+    """The bucket bits of a crawl sized for ``pages`` revisited pages: about
+    ``PER_BUCKET`` records a bucket at most, on average (14 bits for 1M, 15 for 2M).
+    Fixed once the crawl starts: a URL's bucket must not move while its record lives."""
+    wanted = math.ceil(math.log2(max(1, pages) / PER_BUCKET)) if pages > PER_BUCKET else 0
+    return max(MIN_BITS, min(MAX_BITS, wanted))
 
 
 def stored_entry(entry: Entry) -> str:
@@ -54,9 +70,12 @@ class Fetch:
     record: Record
     verdict: Verdict
     first: bool  # the page's first fetch: its entry is stored too
+    bits: int = BUCKET_BITS  # the crawl's bucket bits (``bucket_bits(--revisit-pages)``)
 
 
-def judged(entry: Entry, fetched: Fetched, policy: Policy, now_s: int) -> Fetch | None:
+def judged(
+    entry: Entry, fetched: Fetched, policy: Policy, now_s: int, *, bits: int = BUCKET_BITS
+) -> Fetch | None:
     """What a fetch means for the page's revisits; None when it gets no record: a
     first fetch that was not a 200, a sitemap, or a request other than a plain GET
     (a form's POST is not a page to watch)."""
@@ -66,7 +85,7 @@ def judged(entry: Entry, fetched: Fetched, policy: Policy, now_s: int) -> Fetch 
     if record is None and fetched.status != 200:
         return None
     after, verdict = after_fetch(record, fetched, policy=policy, now_s=now_s)
-    return Fetch(entry=entry, record=after, verdict=verdict, first=record is None)
+    return Fetch(entry=entry, record=after, verdict=verdict, first=record is None, bits=bits)
 
 
 @attrs.frozen(kw_only=True)

@@ -22,7 +22,12 @@ docs/simulation.md says. A :class:`Faults` value is passed in (``Worker(faults=.
 - ``send_stale``: the session's check right before a request leaves
   (``Session.may_send``) forgets freshness and asks only who owns the host. Unlike
   ``send_unchecked`` (the trio driver does not ask at all), this is a wrong decision in
-  the core, made for every driver.
+  the core, made for every driver;
+- ``revisit_stays_due``: a revisit's take leaves the record due (its requeue lease is 0
+  s), so the next take, a second later, queues the page again: duplicate revisits;
+- ``revisit_put_after_ack``: the committer writes the pages' next revisit records after
+  the commit that acknowledges them, not before: a worker that dies in between loses
+  those pages' revisits (their records keep the take's lease, or a first fetch has none).
 """
 
 from __future__ import annotations
@@ -43,6 +48,8 @@ KNOWN = frozenset(
         "newest_as_settled",
         "wide_fresh_window",
         "send_stale",
+        "revisit_stays_due",
+        "revisit_put_after_ack",
     }
 )
 

@@ -151,10 +151,13 @@ class SeenCache:
 
     def remember(self, outcomes: Iterable[Outcome], scope: Scope) -> None:
         """Note the follows of committed ``outcomes`` that went through the filter."""
-        for outcome in outcomes:
-            for entry in outcome.follows:
-                if not entry.dont_filter and scope.allows(host_key(entry.canonical)):
-                    self._seen[fingerprint(entry.key)] = None
+        self.remember_entries((e for o in outcomes for e in o.follows), scope)
+
+    def remember_entries(self, entries: Iterable[Entry], scope: Scope) -> None:
+        """Note ``entries`` committed through the filter (follows, or links delivered)."""
+        for entry in entries:
+            if not entry.dont_filter and scope.allows(host_key(entry.canonical)):
+                self._seen[fingerprint(entry.key)] = None
         while len(self._seen) > self.size:
             del self._seen[next(iter(self._seen))]
 
@@ -172,6 +175,9 @@ class Router:
     #: The UNIX time written into dead letters (so status can show the most recent).
     at: int = 0
     faults: Faults = NO_FAULTS
+    #: In a sharded crawl, whether a host is another shard's: its links are delivered
+    #: there before this commit (``_run._sharding``), so the commit leaves them out.
+    foreign: Callable[[str], bool] | None = None
 
     def target_of(self, host: str) -> str:
         """The stream of ``host``'s owner, or the inbox while nobody is alive."""
@@ -198,7 +204,7 @@ class Router:
         elif kind is Kind.RETRY:
             once += self._retry(batch, held, outcome.error, outcome.fault)
         for entry in outcome.follows:
-            once += self._follow(batch, entry)
+            once += self.follow(batch, entry)
         if once:
             batch.once.append([eid, *once])
         else:
@@ -211,12 +217,12 @@ class Router:
             return []
         return [self.target_of(held.host), entry.encode()]
 
-    def _follow(self, batch: Batch, entry: Entry) -> list[str]:
+    def follow(self, batch: Batch, entry: Entry) -> list[str]:
         """Add a follow that passes the scope and the seen filter; return one that skips
         the filter. The scope is applied here, as the batch is made, because the commit
         checks that it is still the fleet's (see ``_scope``)."""
         host = host_key(entry.canonical)
-        if not self.scope.allows(host):
+        if not self.scope.allows(host) or (self.foreign is not None and self.foreign(host)):
             return []
         if entry.dont_filter:
             return [self.target_of(host), entry.encode()]

@@ -29,6 +29,12 @@ class Clock:
     def server_ms(self, local: float) -> int:
         return int(local * 1000 + self.offset_ms)
 
+    def server_s_by(self, local: float) -> float:
+        """The server's clock at ``local``, at the latest: the offset is right to within
+        half a round trip, so this adds that half (a revisit's due time stamped from it
+        is never earlier than its interval by the server's clock)."""
+        return (local + self.rtt / 2) + self.offset_ms / 1000
+
 
 @attrs.define
 class Suspects:

@@ -14,7 +14,6 @@ from hashcrawl._core._session import (
     Commit,
 )
 from hashcrawl._run._membership import Membership
-from hashcrawl._web._models import Response
 
 log = logging.getLogger("hashcrawl")
 
@@ -55,7 +54,10 @@ class Committer:
         if written and write_first:
             await self.write_items(commit)
         session.commit_written(commit)
-        await self.put_revisits(commit)
+        put_first = "revisit_put_after_ack" not in self.m.worker.faults  # off: a bug to catch
+        if put_first:
+            await self.put_revisits(commit)
+        await self.m.deliver(commit)  # links of other shards' hosts: there first
         while True:
             batch = session.commit_batch(commit, self.m.now())
             sent = self.m.now()
@@ -70,6 +72,8 @@ class Committer:
             self.m.wake()
         if written and not write_first:
             await self.write_items(commit)
+        if not put_first:
+            await self.put_revisits(commit)
         self.m.wake()
         return len(commit.outcomes)
 
@@ -83,24 +87,15 @@ class Committer:
             await self.m.persist(revisits.put, fetches)
 
     async def write_items(self, commit: Commit) -> None:
-        sink, responses = self.m.worker.sink, self.take_archive()
+        """Write the commit's items and flush every sink, in one thread hop: an archive
+        flushes the records of every response fetched so far (the commit's pages' among
+        them), which the dispatcher handed it as they came."""
+        sink = self.m.worker.sink
 
         def write() -> None:
-            self.write_archive(responses)
             if commit.items:
                 sink.write(commit.items)
             sink.flush()
 
         await self.m.offload(write)
         self.m.session.items_written(len(commit.items))
-
-    def take_archive(self) -> list[Response]:
-        """The responses not yet archived (every one of the pages being committed)."""
-        responses, self.m.to_archive = self.m.to_archive, []
-        return responses
-
-    def write_archive(self, responses: list[Response]) -> None:
-        archive = self.m.worker.archive
-        if archive is not None:
-            for response in responses:
-                archive.archive(response)

@@ -117,7 +117,6 @@ class Driver(Membership):
                     nursery.start_soon(Taker(self, self.revisits).take_loop)
             await self.leave()
         finally:
-            self.committer.write_archive(self.committer.take_archive())
             self.worker.sink.flush()
 
     async def begin(self) -> None:
@@ -158,7 +157,7 @@ class Driver(Membership):
     async def heartbeat_loop(self) -> None:
         while True:
             beat = await self.beat_once()
-            if beat is not None and self.ends_with(beat):
+            if beat is not None and await self.ending(beat):
                 self.nursery.cancel_scope.cancel()
                 return
             with trio.move_on_after(self.settings.beat_interval):
@@ -166,6 +165,11 @@ class Driver(Membership):
                     await self.flushed.wait()
                 else:
                     await trio.sleep_forever()
+
+    async def ending(self, beat: Beat) -> bool:
+        """Whether the membership ends after ``beat`` (one shard: ``ends_with``; a
+        sharded crawl's ``_sharding.ShardDriver`` asks every shard)."""
+        return self.ends_with(beat)
 
     def ends_with(self, beat: Beat) -> bool:
         """Whether the membership ends after ``beat``: the crawl is over, or this worker

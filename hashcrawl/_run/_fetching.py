@@ -137,12 +137,20 @@ class Dispatcher:
                 page.outcome = await self.m.worker.handler.failed(held, page.outcome, exc)
             return None
         page.answered(response, self.m.now() - sent, self.m.now(), set_cookies(response))
+        if self.m.worker.handler.parser is not None:  # the host is free: fetch its next page
+            self.m.wake()  # while this one is parsed in the other process
         return response
 
     async def handle(self, page: Page, response: Response) -> None:
         assert page.origin is not None
         try:
-            page.handled(await self.m.worker.handler.handle(page.held, response, page.origin))
+            # Due times by the server's clock, as the take compares them: a skewed clock
+            # here neither delays nor advances this page's revisit.
+            server_s = self.m.session.clock.server_s_by(self.m.now())
+            handled = self.m.worker.handler.handle(
+                page.held, response, page.origin, server_s=server_s
+            )
+            page.handled(await handled)
         except Exception as exc:  # a parse callback's bug fails its page, not the worker
             log.exception("parsing %s failed", page.held.entry.url)
             page.handle_failed(exc, self.m.now())
@@ -163,8 +171,9 @@ class Dispatcher:
         """
         with sending_only_while(lambda: self.may_send(held)):
             response = await self.fetcher.fetch(request)
-        if self.m.worker.archive is not None:  # before the page's outcome exists
-            self.m.to_archive.append(response)
+        archive = self.m.worker.archive
+        if archive is not None:  # records built here, before the page's outcome exists
+            archive.archive(response)  # the commit's flush writes them, before the ack
         return response
 
     async def fetch_robots(self, held: Held) -> Robots | Unreachable:

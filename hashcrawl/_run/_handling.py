@@ -18,7 +18,7 @@ from typing import Any
 import attrs
 import trio
 
-from hashcrawl._core._due import judged
+from hashcrawl._core._due import bucket_bits, judged
 from hashcrawl._core._entry import Entry
 from hashcrawl._core._frontier import Held
 from hashcrawl._core._links import request_url
@@ -39,6 +39,8 @@ from hashcrawl._run._callbacks import (
 )
 from hashcrawl._settings import Settings, revisit_policy
 from hashcrawl._web._models import Request, Response
+from hashcrawl._web._parsing import ENABLED as PARSE_PROCESS
+from hashcrawl._web._parsing import Parser
 from hashcrawl._web._robots import parse_retry_after
 from hashcrawl._web._sinks import as_dict
 from hashcrawl._web._sitemaps import sitemap_entries
@@ -98,14 +100,23 @@ class Handler:
         self.name = name  # the spider's, or the parse function's, for dead letters' reasons
         self.blocking = blocking or (spider is not None and spider.blocking)
         self.settings = settings if settings is not None else Settings()
+        # HASHCRAWL_PARSE_PROCESS=1: the default parse in a process of its own (_parsing)
+        self.parser = Parser() if PARSE_PROCESS and parse is None and spider is None else None
 
-    async def handle(self, held: Held, response: Response, origin: Origin) -> Outcome:
+    async def handle(
+        self, held: Held, response: Response, origin: Origin, *, server_s: float | None = None
+    ) -> Outcome:
         """The outcome of a response (``_handled``) and, with ``--revisit``, the page's
-        next revisit record. A revisit that found the page unchanged (a 304, or the same
-        content) writes no item and follows nothing: its callback saw it already."""
+        next revisit record, due ``server_s`` (the server's clock now, as the session
+        knows it; this machine's clock without) plus its interval. A revisit that found
+        the page unchanged (a 304, or the same content) writes no item and follows
+        nothing: its callback saw it already."""
         # Rounded up, so a revisit never comes before the interval has passed.
-        policy, now_s = revisit_policy(self.settings), math.ceil(unix_now())
-        fetch = None if policy is None else judged(held.entry, fetched(response), policy, now_s)
+        now_s = math.ceil(unix_now() if server_s is None else server_s)
+        policy, fetch = revisit_policy(self.settings), None
+        if policy is not None:
+            bits = bucket_bits(self.settings.revisit_pages)  # fixed with the crawl
+            fetch = judged(held.entry, fetched(response), policy, now_s, bits=bits)
         if fetch is not None and fetch.verdict is Verdict.UNCHANGED:
             return attrs.evolve(Outcome.done(held, [], []), revisit=fetch)
         outcome = await self._handled(held, response, origin)
@@ -167,6 +178,12 @@ class Handler:
         settings = self.settings
         capped = attrs.evolve(response, max_links=settings.max_links)
         produced = _Produced()
+        if self.parser is not None and 200 <= capped.status < 300 and capped.is_html:
+            page = await self.parser.parse(
+                capped.body, capped.url, capped.headers.get("content-type"), capped.max_links
+            )
+            if page is not None:  # else links() parses it here
+                capped._parsed.append(page)
         try:
             await self._timed(self._produce(held, capped, origin, produced))
         except Exception as exc:  # a callback's bug fails its page, not the worker

@@ -12,7 +12,7 @@ from typing import Any, Protocol, TypeVar
 import trio
 
 from hashcrawl._core._faults import Faults
-from hashcrawl._core._session import Session
+from hashcrawl._core._session import Commit, Session
 from hashcrawl._exceptions import ConfigError, Fenced, QueueError
 from hashcrawl._run._calls import Call, Signal, StoreCaller, Wakeup
 from hashcrawl._run._handling import Handler
@@ -21,7 +21,6 @@ from hashcrawl._settings import Settings
 from hashcrawl._store._base import RevisitStore, WorkerStore
 from hashcrawl._store._crawlconfig import CrawlSettings
 from hashcrawl._web._cookies import Jars
-from hashcrawl._web._models import Response
 from hashcrawl._web._sinks import Archive, Sink
 
 log = logging.getLogger("hashcrawl")
@@ -122,9 +121,6 @@ class Membership:
         self.settings = worker.settings
         self.store = store
         self.limiter = trio.CapacityLimiter(4)
-        # Responses for the archive, written by the next commit before it acknowledges:
-        # one thread's turn per commit, not per page.
-        self.to_archive: list[Response] = []
         self.call: Call = call if call is not None else self._in_thread
         self.caller = StoreCaller(self.call, lambda: self.settings.lease, self.now)
         self._spawn = spawn
@@ -194,6 +190,10 @@ class Membership:
         memory = _resident_mib() if settings.max_memory else 0.0
         if self.session.check_limits(self.now(), memory):
             self.worker.stop()
+
+    async def deliver(self, commit: Commit) -> None:
+        """Put ``commit``'s links that are another shard's into that shard, before the
+        commit acknowledges their pages (a sharded crawl: ``_sharding``); here, none."""
 
     async def read_scope(self) -> None:
         """Learn the crawl's scope (at join, and when a commit finds that it has grown)."""

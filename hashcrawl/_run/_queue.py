@@ -17,6 +17,7 @@ from hashcrawl._core._urls import canonicalize, fingerprint, host_key
 from hashcrawl._exceptions import ConfigError
 from hashcrawl._store._base import WorkerStore
 from hashcrawl._store._redisurl import RedisURL, check_crawl_name
+from hashcrawl._store._shards import Shards, queued_any, shard_tags, stored_tags
 from hashcrawl._store._store import Batch, Store
 from hashcrawl._web._models import Request
 from hashcrawl._web._spider import Calls
@@ -32,9 +33,42 @@ class Queue:
         crawl: the crawl's name; its keys are namespaced by it.
     """
 
-    def __init__(self, redis: str | RedisURL, crawl: str, *, timeout: float = 20.0) -> None:
+    def __init__(
+        self,
+        redis: str | RedisURL,
+        crawl: str,
+        *,
+        timeout: float = 20.0,
+        shards: int | None = None,
+    ) -> None:
+        """Args:
+        shards: the crawl's shards (``--shards``): recorded by the first submit if the
+            crawl has not begun; refused if it differs from the crawl's (None: the crawl's).
+        """
         url = redis if isinstance(redis, RedisURL) else RedisURL.parse(redis, name="redis")
         self._store = Store(url, check_crawl_name(crawl, called="crawl"), timeout=timeout)
+        self._given = shards
+        self._timeout = timeout
+        self._shards: Shards | None = None
+
+    def _target(self, *, record: bool = False) -> Store | Shards:
+        """The crawl's shards if it has several, else its one store; with ``record``, the
+        shards given are recorded if the crawl has none yet."""
+        if self._shards is None:
+            tags = shard_tags(self._store, self._given) if record else self._stored()
+            if tags:
+                self._shards = Shards(self._store, tags, timeout=self._timeout)
+        return self._shards if self._shards is not None else self._store
+
+    def _stored(self) -> list[str]:
+        tags = stored_tags(self._store) or []
+        if self._given is not None and self._given != len(tags) + 1:
+            shard_tags(self._store, self._given)  # raises the one-line error
+        return tags
+
+    def _stores(self) -> list[Store]:
+        target = self._target()
+        return target.stores if isinstance(target, Shards) else [target]
 
     def submit(
         self,
@@ -57,8 +91,10 @@ class Queue:
                 before it goes in: earlier batches are in, this one and later ones are not.
             QueueError: Redis could not be reached.
         """
-        self._store.widen_scope(scope_members(domains=allow_domains, span=span_hosts))
-        return submit_urls(self._store, urls, priority=priority, dont_filter=dont_filter)
+        target = self._target(record=True)
+        for store in self._stores():
+            store.widen_scope(scope_members(domains=allow_domains, span=span_hosts))
+        return submit_urls(target, urls, priority=priority, dont_filter=dont_filter)
 
     def other_crawls(self) -> list[str]:
         """Names of the crawls with keys on this Redis server (one bounded SCAN)."""
@@ -67,7 +103,16 @@ class Queue:
     def status(self) -> dict[str, Any]:
         """Waiting, held, workers (with hosts owned and pages fetched), seen, fetched...,
         and the crawl's ``settings`` (see :meth:`settings`)."""
-        return {**self._store.status(), "settings": self.settings()}
+        return {**merged([s.status() for s in self._stores()]), "settings": self.settings()}
+
+    def idle_since_ms(self) -> int | None:
+        """Server ms since which nothing was outstanding in any shard (see
+        ``Views.idle_since_ms``); a shard nothing was ever queued in is idle."""
+        values = [s.idle_since_ms() for s in self._stores()]
+        if len(values) == 1:
+            return values[0]
+        begun = [v for s, v in zip(self._stores(), values, strict=True) if queued_any(s)]
+        return None if not begun or None in begun else max(v for v in begun if v is not None)
 
     def settings(self) -> dict[str, Any]:
         """The crawl's settings by field name, and their ``version`` (None if none are
@@ -77,26 +122,30 @@ class Queue:
         return view(self._store)
 
     def clear(self) -> int:
-        """Delete every key of the crawl; returns how many were deleted."""
-        return self._store.clear()
+        """Delete every key of the crawl (every shard's); returns how many were deleted."""
+        return sum(store.clear() for store in reversed(self._stores()))
 
     def dead(self) -> dict[str, str]:
         """Pages that used up their attempts (URL -> their last error)."""
-        records = (_dead_record(text, key) for key, text in self._store.dead().items())
+        dead = {k: t for store in self._stores() for k, t in store.dead().items()}
+        records = (_dead_record(text, key) for key, text in dead.items())
         return {entry.url: error for entry, error in records}
 
     def retry_dead(self) -> int:
         """Put every dead-lettered page back in the crawl with fresh attempts."""
-        dead = self._store.dead()
         retried = 0
-        for chunk in chunks(iter(dead), BATCH):
-            entries = [_dead_record(dead[key], key)[0] for key in chunk]
-            _submit_entries(self._store, entries)  # their hosts are in the scope already
-            self._store.forget_dead(chunk)
-            retried += len(chunk)
+        for store in self._stores():  # a dead letter is in its host's shard
+            dead = store.dead()
+            for chunk in chunks(iter(dead), BATCH):
+                entries = [_dead_record(dead[key], key)[0] for key in chunk]
+                _submit_entries(store, entries)  # their hosts are in the scope already
+                store.forget_dead(chunk)
+                retried += len(chunk)
         return retried
 
     def close(self) -> None:
+        if self._shards is not None:
+            self._shards.close()
         self._store.close()
 
     def __enter__(self) -> Queue:
@@ -106,8 +155,11 @@ class Queue:
         self.close()
 
 
+Target = WorkerStore | Shards  # one store, or a sharded crawl's shards
+
+
 def submit_urls(
-    store: WorkerStore, urls: Iterable[str], *, priority: int = 0, dont_filter: bool = False
+    store: Target, urls: Iterable[str], *, priority: int = 0, dont_filter: bool = False
 ) -> int:
     """Route URLs to their host owners' streams (or the inbox), a thousand per commit."""
     added = 0
@@ -119,17 +171,28 @@ def submit_urls(
     return added
 
 
-def submit_entries(store: WorkerStore, entries: list[Entry]) -> int:
+def submit_entries(store: Target, entries: list[Entry]) -> int:
     """Route entries to their host owners' streams (or the inbox); their hosts join the
-    scope first (see ``_scope``)."""
+    scope first (see ``_scope``), every shard's in a sharded crawl, and each entry goes
+    to its host's shard."""
     added = 0
     for chunk in chunks(entries, BATCH):
-        store.widen_scope(scope_members(hosts={host_key(e.canonical) for e in chunk}))
-        added += _submit_entries(store, chunk)
+        members = scope_members(hosts={host_key(e.canonical) for e in chunk})
+        if not isinstance(store, Shards):
+            store.widen_scope(members)
+            added += _submit_entries(store, chunk)
+            continue
+        for each in store.stores:
+            each.widen_scope(members)
+        by_shard: dict[int, list[Entry]] = {}
+        for entry in chunk:
+            by_shard.setdefault(store.shard_of(host_key(entry.canonical)), []).append(entry)
+        for shard, group in sorted(by_shard.items()):
+            added += _submit_entries(store.stores[shard], group)
     return added
 
 
-def submit_start_requests(store: WorkerStore, spider: Calls) -> int:
+def submit_start_requests(store: Target, spider: Calls) -> int:
     """The spider's ``start_requests()`` in the queue (those seen before left out).
 
     Raises:
@@ -158,6 +221,22 @@ def _submit_entries(store: WorkerStore, entries: list[Entry]) -> int:
         result = store.commit(batch)
         if result.status is Status.OK:
             return result.added
+
+
+SUMMED = ("waiting", "held", "seen", "queued", "dead", "leases_reclaimed", "queue_bad")
+
+
+def merged(views: list[dict[str, Any]]) -> dict[str, Any]:
+    """A sharded crawl's status: shard 0's (members and their counters, which every
+    shard's heartbeat records alike), with the queue's figures summed over the shards."""
+    first = dict(views[0])
+    for view in views[1:]:
+        for name in SUMMED:
+            first[name] += view[name]
+        first["bad_samples"] = first["bad_samples"] + view["bad_samples"]
+        first["ended"] = first["ended"] and (view["ended"] or not view["exists"])
+    first["shards"] = len(views)
+    return first
 
 
 def _to_request(url: str) -> str:

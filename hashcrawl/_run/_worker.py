@@ -29,12 +29,14 @@ from hashcrawl._run._membership import _in_worker_thread
 from hashcrawl._run._membership import unwrapped as unwrapped
 from hashcrawl._run._metrics import Tally
 from hashcrawl._run._queue import submit_start_requests
+from hashcrawl._run._sharding import Sharded
 from hashcrawl._settings import CRAWL, Settings
 from hashcrawl._store import _crawlconfig
 from hashcrawl._store._base import WorkerStore
 from hashcrawl._store._crawlconfig import CrawlSettings
 from hashcrawl._store._redisurl import RedisURL, check_crawl_name
 from hashcrawl._store._revisits import Revisits
+from hashcrawl._store._shards import Shards, shard_tags
 from hashcrawl._store._store import LOST, Store
 from hashcrawl._web._addresses import PYTHON_ALLOW_HINT, AddressPolicy, url_refusal
 from hashcrawl._web._fetch import Fetcher, HttpxFetcher
@@ -139,7 +141,7 @@ class Worker:
         """The current membership's state, if the worker is a member now."""
         return self._driver.session if self._driver is not None else None
 
-    _driver: Driver | None = None
+    _driver: Driver | Sharded | None = None
     _store: WorkerStore | None = None
 
     async def run(self) -> None:
@@ -172,16 +174,21 @@ class Worker:
         )
         reason = "finished"
         try:
+            shards = await self._shards(store)  # before anything is queued
             if self.handler.spider is not None:
                 urls = list(getattr(self.spider, "start_urls", None) or ())
                 await trio.to_thread.run_sync(check_start_urls, urls, self.settings)
                 await trio.to_thread.run_sync(self.handler.spider.opened)
-                await trio.to_thread.run_sync(submit_start_requests, store, self.handler.spider)
+                into = store if shards is None else shards
+                await trio.to_thread.run_sync(submit_start_requests, into, self.handler.spider)
             while True:
                 # The crawl's --revisit is known only once the driver has joined: the
                 # records are always at hand, and only used while the policy says so.
                 revisits = Revisits.of(store) if isinstance(store, Store) else None
-                self._driver = Driver(self, store, fetcher, revisits=revisits)
+                if shards is not None:
+                    self._driver = Sharded(self, shards, fetcher, revisits=revisits)
+                else:
+                    self._driver = Driver(self, store, fetcher, revisits=revisits)
                 if self._stop_requested:
                     return
                 try:
@@ -210,7 +217,27 @@ class Worker:
                 metrics.server_close()
             if own_fetcher:
                 await fetcher.aclose()  # type: ignore[attr-defined]
+            if self._shards_open is not None:
+                self._shards_open.close()
             store.close()
+
+    _shards_open: Shards | None = None
+
+    async def _shards(self, store: WorkerStore) -> Shards | None:
+        """The crawl's shards if it has several (recording them if this worker starts a
+        crawl with --shards); None for one shard, the crawl as it always was.
+
+        Raises:
+            ConfigError: --shards differs from the crawl's.
+        """
+        if not isinstance(store, Store):
+            return None
+        tags = await trio.to_thread.run_sync(shard_tags, store, self.settings.shards)
+        if not tags:
+            return None
+        self._shards_open = Shards(store, tags, timeout=self.settings.answer_timeout)
+        log.info("crawl %s runs on %d shards", self.crawl, len(self._shards_open))
+        return self._shards_open
 
     def _serve_metrics(self) -> Any:
         if self.settings.metrics_port is None:
@@ -223,7 +250,13 @@ class Worker:
         """Fleet-wide counters from Redis, for a metrics scrape (never the page path)."""
         if self._store is None:
             return {}
-        return self._store.fleet_counters()
+        if self._shards_open is None:
+            return self._store.fleet_counters()
+        totals: dict[str, int] = {}
+        for store in self._shards_open.stores:  # every shard's queue, summed
+            for name, value in store.fleet_counters().items():
+                totals[name] = totals.get(name, 0) + value
+        return totals
 
 
 def check_start_urls(urls: list[str], settings: Settings) -> None:

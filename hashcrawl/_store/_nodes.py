@@ -155,6 +155,15 @@ class Nodes:
         nodes = [(n.host, int(n.port)) for n in self._cluster.get_primaries()]  # type: ignore[no-untyped-call]
         return [self._new_client(node, timeout, True) for node in sorted(nodes)]
 
+    def primary_of_slot(self, slot: int) -> str:
+        """``host:port`` of the primary serving ``slot`` ("" for one server, or a slot
+        the map does not list)."""
+        self._discover()
+        if self._cluster is None:
+            return ""
+        serving = self._cluster.nodes_manager.slots_cache.get(slot) or []
+        return f"{serving[0].host}:{serving[0].port}" if serving else ""
+
     def moved(self, settle: Callable[[redis.Redis], object], timeout: float) -> None:
         """If the crawl's slot changed nodes since the last call, call ``settle`` with a
         client of the new node first; the change counts as settled once it returns."""

@@ -15,7 +15,14 @@ from typing import TYPE_CHECKING, Any, ParamSpec, TypeVar
 import attrs
 import redis
 
-from hashcrawl._core._due import DueFigures, Fetch, bucket_of, stored_entry, url_fingerprint
+from hashcrawl._core._due import (
+    BUCKET_BITS,
+    DueFigures,
+    Fetch,
+    bucket_of,
+    stored_entry,
+    url_fingerprint,
+)
 from hashcrawl._core._entry import Entry
 from hashcrawl._core._revisit import Record, Verdict
 from hashcrawl._exceptions import QueueError
@@ -64,16 +71,20 @@ class Revisits:
         prefix: str,
         *,
         run: Callable[[Sequence[Any], Sequence[str]], Any] | None = None,
+        clock: Callable[[], int] | None = None,
     ) -> None:
         """Args:
         client: gives the redis-py client (one that does not decode) at first use, so
             that making this object does no IO.
         run: runs revisit.lua with these args and keys (default: on ``client``); a
             store's own, so that on a cluster its replicas confirm each write.
+        clock: milliseconds to take due records by instead of the server's TIME (a
+            store's, for simulations, which drive time themselves).
         """
         self._client_of = client
         self.prefix = prefix
         self._run = run
+        self._clock = clock
 
     @classmethod
     def of(cls, store: Store) -> Revisits:
@@ -83,6 +94,7 @@ class Revisits:
             lambda: store._nodes.client("bytes", store._timeout, decode=False),
             store.prefix,
             run=store.revisit_script,
+            clock=store.clock,
         )
 
     def _script_call(self, args: Sequence[Any]) -> Any:
@@ -108,12 +120,14 @@ class Revisits:
             fp = url_fingerprint(fetch.entry.key)
             entry = stored_entry(fetch.entry) if fetch.first else ""
             verdict = _VERDICTS[fetch.verdict]
-            args += [bucket_of(fp), fp, fetch.record.to_bytes(), entry, verdict]
+            args += [bucket_of(fp, fetch.bits), fp, fetch.record.to_bytes(), entry, verdict]
         return int(self._script_call(args))
 
     @_translated
     def take(self, *, requeue_s: int, now_s: int | None = None, most: int = TAKE_MOST) -> Taken:
         """Turn due records into inbox entries (see ``lua/revisit.lua``)."""
+        if now_s is None and self._clock is not None:
+            now_s = self._clock() // 1000
         now = "" if now_s is None else now_s
         args = [self.prefix, "take", now, most, TAKE_BUCKETS, requeue_s]
         got = self._script_call(args)
@@ -126,10 +140,10 @@ class Revisits:
         return DueFigures.from_histogram(dict(_texts(raw.items())), now_s)
 
     @_translated
-    def record_of(self, entry: Entry) -> Record | None:
+    def record_of(self, entry: Entry, *, bits: int = BUCKET_BITS) -> Record | None:
         """The stored record of ``entry``'s page, if any (for tests and inspection)."""
         fp = url_fingerprint(entry.key)
-        raw = self._client.hget(f"{self.prefix}rv:{bucket_of(fp)}", fp)
+        raw = self._client.hget(f"{self.prefix}rv:{bucket_of(fp, bits)}", fp)
         return None if raw is None else Record.from_bytes(raw)
 
 

@@ -49,9 +49,11 @@ class Sink(Protocol):
 class Archive(Protocol):
     """A sink that also keeps every response the worker gets (``WarcSink``).
 
-    ``archive`` is called from the commit's thread, for every response fetched since
-    the last commit, right before ``flush``; the worker acknowledges the pages once
-    ``flush`` returns, so what ``archive`` wrote must survive it. ``named_for`` is
+    ``archive`` is called on the worker's event loop as each response arrives, before
+    its page's outcome exists: it must not block (keep the records, write nothing) and
+    should not raise (keep the error for ``flush``). The commit that acknowledges the
+    page calls ``flush`` first, from its thread, and acknowledges once it returns, so
+    ``flush`` must write what ``archive`` kept and make it durable. ``named_for`` is
     called once before the worker fetches, with its id, for the names of the files.
     """
 
@@ -224,8 +226,10 @@ def sink_for(path: str | None, *, fsync: bool = True, **warc: Any) -> Sink:
         return JsonLinesSink("-", fsync=fsync)
     if path.endswith(".csv"):
         return CsvSink(path, fsync=fsync)
-    if is_warc_path(path):
-        return WarcSink(path, fsync=fsync, **warc)
+    if is_warc_path(path):  # hashcrawl join's: the records made in a process of their own
+        # (HASHCRAWL_WARC_PROCESS=0: on the event loop, for scripts/bench's comparison)
+        process = os.environ.get("HASHCRAWL_WARC_PROCESS", "1") != "0"
+        return WarcSink(path, fsync=fsync, **{"process": process, **warc})
     return JsonLinesSink(path, fsync=fsync)
 
 

@@ -1,4 +1,4 @@
-"""WARC output: every fetch as a request and a response record, written with FastWARC.
+"""WARC output: every fetch as a request and a response record.
 
 A :class:`WarcSink` writes WARC 1.1 (ISO 28500), the format Heritrix, wget, StormCrawler
 and Common Crawl write and pywb, cdxj-indexer, warcio and FastWARC read. Each file opens
@@ -7,23 +7,25 @@ statuses, robots.txt, sitemaps) gives a ``response`` record holding the HTTP res
 received (status line, header lines, body still content-encoded, as wget and Heritrix
 keep it) and a ``request`` record that names it in ``WARC-Concurrent-To``.
 
-FastWARC (resiliparse's, compiled) builds each record from the bytes as given and
-computes its ``WARC-Block-Digest``; hashcrawl computes ``WARC-Payload-Digest`` (FastWARC
-writes none for a record it did not parse) and gzips each record as its own member, so
-a file cut short reads up to its last whole record. warcio, the reference reader, was
-the first choice, but in ``scripts/bench_warc_libs.py`` it took 1.4 times the CPU per
-record pair at the same gzip level (its pure-Python header handling), 6.9 times with
-its own gzip (level 9), and it re-encodes header bytes that are not ASCII. The tests
-read every file back with warcio, so a second implementation checks what is written.
+Records are built here, header lines and both digests (``WARC-Block-Digest``,
+``WARC-Payload-Digest``), and each is gzipped as its own member (ISA-L's igzip through
+``isal``, zlib where it is missing), so a file cut short reads up to its last whole
+record. FastWARC's builder did the header lines before; it held the GIL for ~17 us a
+record against ~3 us for these few lines of text, and the tests read every file back with
+warcio and FastWARC both, digests checked, so two readers check what is written.
 
-Durability is the items' promise: the worker archives the responses of a commit's
-pages (and any fetched since) right before its flush, which writes and fsyncs them
-(one write for them all: each system call in the writing thread is a turn of the GIL
-the event loop's thread waits for), and only then
-acknowledges the pages, so every acknowledged page's records are on disk. Files are
-this process's alone (their names carry the worker's id and a sequence number, and are
-created exclusively), and a new one starts once the current one would pass
-``max_size``.
+Where the work happens: :meth:`WarcSink.archive` runs on the worker's event loop as each
+response arrives and builds and compresses the records there (~55 us a page of 8 KiB);
+:meth:`WarcSink.flush`, in the commit's thread, only writes and fsyncs them (system calls
+that let go of the GIL). Built in that thread instead, as before, the records cost the
+event loop's thread far more than their own CPU: each system call the loop made handed
+the GIL to the archiving thread for up to the switch interval.
+
+Durability is the items' promise: every response is archived before its page's outcome
+exists, and the commit that acknowledges the page flushes first, so every acknowledged
+page's records are on disk. Files are this process's alone (their names carry the
+worker's id and a sequence number, and are created exclusively), and a new one starts
+once the current one would pass ``max_size``.
 """
 
 from __future__ import annotations
@@ -32,23 +34,27 @@ import base64
 import collections
 import datetime
 import hashlib
-import importlib.metadata
-import io
 import os
 import socket
 import threading
 import time
 import uuid
-import zlib
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-from fastwarc.warc import WarcRecord, WarcRecordType
+import attrs
 
 from hashcrawl._exceptions import ConfigError
 from hashcrawl._settings import WARC_MAX_SIZE
 from hashcrawl._version import __version__
 from hashcrawl._web._models import Exchange, Response
+from hashcrawl._web._warc_writer import Fetch, Writer
+
+try:  # ISA-L's deflate: 2.8 times zlib's speed at level 1, files no bigger (see GZIP_LEVEL)
+    from isal import isal_zlib as _deflate
+
+except ImportError:  # pragma: no cover - a platform with no isal wheel
+    import zlib as _deflate  # type: ignore[no-redef]
 
 #: Payload digests a worker remembers for revisit records; the oldest are forgotten.
 REVISIT_MEMORY = 100_000
@@ -57,11 +63,13 @@ REVISIT_PROFILE = "http://netpreserve.org/warc/1.1/revisit/identical-payload-dig
 NOT_MODIFIED_PROFILE = "http://netpreserve.org/warc/1.1/revisit/server-not-modified"
 RESPONSE_TYPE = "application/http; msgtype=response"
 REQUEST_TYPE = "application/http; msgtype=request"
-# Level 6 (zlib's default) took 2.7 times the CPU per record pair of level 1 in
-# scripts/bench_warc_libs.py, for files a fifth smaller: on the page path, speed wins.
+# isal's level 1 compressed the bench site's pages in 22 us (zlib's level 1: 61 us) to
+# files 2% smaller than zlib's (isal's level 0: 16 us, 14% bigger). zlib: its level 1.
 GZIP_LEVEL = 1
+_GZIP = 16 + 15  # wbits: a gzip member, a 32 KiB window
 _SUFFIXES = (".warc.gz", ".warc")
 _DROPPED = (b"content-encoding", b"transfer-encoding", b"content-length")  # see _exchange_of
+_END = b"\r\n\r\n"
 
 
 def is_warc_path(path: str) -> bool:
@@ -71,7 +79,21 @@ def is_warc_path(path: str) -> bool:
 
 def payload_digest(payload: bytes) -> str:
     """A WARC digest, ``sha1:`` and base 32, as warcio and Heritrix write it."""
-    return "sha1:" + base64.b32encode(hashlib.sha1(payload).digest()).decode("ascii")
+    return _digest(hashlib.sha1(payload))
+
+
+def _digest(sha1: Any) -> str:
+    return "sha1:" + base64.b32encode(sha1.digest()).decode("ascii")
+
+
+@attrs.define
+class _Piece:
+    """Records for one file, to be written at the next flush."""
+
+    fd: int
+    records: list[bytes] = attrs.Factory(list)
+    created: str | None = None  # the file's name, when the file is new: its directory is synced
+    last: bool = False  # the file is full: closed once this is written
 
 
 class WarcSink:
@@ -92,6 +114,12 @@ class WarcSink:
             headers only, referring to the first.
         fsync: make each flush durable (fsync); False trades a power loss's records
             for speed.
+        process: build, compress, write and fsync the records in a process of their
+            own (``hashcrawl join`` does), started by :meth:`named_for` (else at the
+            first flush): :meth:`archive` only keeps each fetch's bytes, and the
+            records' CPU leaves the worker's core. Its death fails the flush.
+            Without: records are built and compressed in :meth:`archive`, and the
+            flush writes them.
 
     Raises:
         ConfigError: ``path`` does not end in ``.warc.gz`` or ``.warc``, or ``max_size``
@@ -105,6 +133,7 @@ class WarcSink:
         max_size: int = WARC_MAX_SIZE,
         revisits: bool = False,
         fsync: bool = True,
+        process: bool = False,
     ) -> None:
         self.path = os.fspath(path)
         suffix = next((s for s in _SUFFIXES if self.path.endswith(s)), None)
@@ -114,104 +143,139 @@ class WarcSink:
             raise ConfigError(f"--warc-max-size must be above 0, got {max_size}")
         self.max_size, self.revisits, self.fsync = max_size, revisits, fsync
         self._stem, self._suffix = self.path[: -len(suffix)], suffix
+        self._gzip = suffix == ".warc.gz"
         self._worker = f"{socket.gethostname().split('.')[0][:24] or 'host'}-{os.getpid()}"
-        self._lock = threading.Lock()
+        self._lock = threading.Lock()  # the records kept and the file: held briefly
+        self._writing = threading.Lock()  # one flush or close at a time
         self._fd: int | None = None
-        self._size, self._sequence, self._dirty = 0, 0, False
-        self._pending: list[bytes] = []  # records appended, not yet written
+        self._size, self._sequence = 0, 0
+        self._pieces: list[_Piece] = []  # records kept, not yet written, oldest first
+        self._failed: Exception | None = None  # what went wrong in archive, raised by flush
         self._seen: collections.OrderedDict[str, tuple[str, str, str]] = collections.OrderedDict()
-        #: The files this sink has written, oldest first.
+        #: The files this sink has written, oldest first (with ``process``: as of the
+        #: last flush).
         self.files: list[str] = []
+        self._writer: Writer | None = None
+        if process:
+            options = {"path": self.path, "max_size": max_size, "revisits": revisits}
+            self._writer = Writer({**options, "fsync": fsync, "worker": self._worker})
 
     def named_for(self, worker: str) -> None:
         """Name the files after ``worker`` (the worker calls this before it fetches)."""
         with self._lock:
             self._worker = worker
+        if self._writer is not None:
+            self._writer.named_for(worker)
 
     def write(self, items: Sequence[Mapping[str, Any]]) -> None:
         """Items are not archived: an item sink beside this one takes them."""
 
     def archive(self, response: Response) -> None:
-        """Add ``response``'s request and response (or revisit) records; the next
-        :meth:`flush` (or :meth:`close`) writes them, in one system call, and syncs them."""
-        exchange = response.exchange or _exchange_of(response)
-        with self._lock:  # one writer, its revisit memory and the file: one call at a time
-            data = self._records(response, exchange)
-            if self._fd is not None and self._size + len(data) > self.max_size:
-                self._close_file()
-            if self._fd is None:
-                self._open_file()
-            self._append(data)
+        """Build ``response``'s request and response (or revisit) records and keep
+        them; the next :meth:`flush` (or :meth:`close`) writes and syncs them.
+
+        The worker calls this on its event loop as each response arrives: it writes
+        nothing (it creates the next file when one is due, a rare ``open``), and raises
+        nothing: what fails here (a file that cannot be created) fails the next flush,
+        so no page is acknowledged without its records.
+        """
+        try:
+            fetch = fetch_of(response)
+        except Exception as exc:
+            with self._lock:
+                self._failed = self._failed or exc
+            return
+        if self._writer is not None:
+            self._writer.keep(fetch)
+        else:
+            self.keep(fetch)
+
+    def keep(self, fetch: Fetch) -> None:
+        """:meth:`archive` for a fetch as the writer process gets it."""
+        with self._lock:  # the revisit memory and the file: one call at a time
+            try:
+                data = self._records(fetch)
+                if self._fd is not None and self._size + len(data) > self.max_size:
+                    self._piece().last = True
+                    self._fd = None
+                if self._fd is None:
+                    self._open_file()
+                self._append(data)
+            except Exception as exc:
+                self._failed = self._failed or exc
 
     def flush(self) -> None:
-        with self._lock:
-            if self._dirty and self._fd is not None:
-                self._write_pending()
-                if self.fsync:
-                    os.fsync(self._fd)
-            self._dirty = False
+        with self._writing:
+            with self._lock:
+                pieces, self._pieces = self._pieces, []
+            self._write(pieces)
+            if self._writer is not None:
+                self.files = self._writer.flush()
+            if self._failed is not None:
+                raise self._failed
 
     def close(self) -> None:
-        with self._lock:
-            if self._fd is not None:
-                self._close_file()
+        with self._writing:
+            if self._writer is not None:
+                self.files = self._writer.close()
+            with self._lock:
+                if self._fd is not None:
+                    self._piece().last = True
+                    self._fd = None
+                pieces, self._pieces = self._pieces, []
+            self._write(pieces)
 
     # -- records -------------------------------------------------------------------------
 
-    def _records(self, response: Response, exchange: Exchange) -> bytes:
+    def _records(self, fetch: Fetch) -> bytes:
         """The response (or revisit) record, then the request record naming it."""
-        uri = response.url
-        common = {"WARC-Target-URI": uri}
-        if exchange.address:
-            common["WARC-IP-Address"] = exchange.address
-        date = exchange.started.strftime("%Y-%m-%dT%H:%M:%S.%fZ")
-        digest = payload_digest(exchange.body)
-        first = self._first_with(digest, response, exchange)
-        told = {**common, "Content-Type": RESPONSE_TYPE, "WARC-Payload-Digest": digest}
-        if response.status == 304:  # not modified: headers only, whatever the flag
-            told["WARC-Profile"] = NOT_MODIFIED_PROFILE
-            answer, answer_id = self._record(
-                WarcRecordType.revisit, date, told, exchange.response_head
-            )
+        common = f"WARC-Target-URI: {_value(fetch.url)}\r\n"
+        if fetch.address:
+            common += f"WARC-IP-Address: {_value(fetch.address)}\r\n"
+        date = fetch.date
+        digest = payload_digest(fetch.body)
+        first = self._first_with(digest, fetch)
+        told = f"{common}Content-Type: {RESPONSE_TYPE}\r\nWARC-Payload-Digest: {digest}\r\n"
+        head, body = fetch.response_head, fetch.body
+        if fetch.status == 304:  # not modified: headers only, whatever the flag
+            told += f"WARC-Profile: {NOT_MODIFIED_PROFILE}\r\n"
+            answer, answer_id = self._record("revisit", date, told, head)
         elif first is not None:  # the body is the first's: headers only
-            told.update(_refers_to(first))
-            answer, answer_id = self._record(
-                WarcRecordType.revisit, date, told, exchange.response_head
-            )
+            told += "".join(f"{name}: {_value(v)}\r\n" for name, v in _refers_to(first).items())
+            answer, answer_id = self._record("revisit", date, told, head)
         else:
-            if response.truncated:
-                told["WARC-Truncated"] = "length"
-            block = exchange.response_head + exchange.body
-            answer, answer_id = self._record(WarcRecordType.response, date, told, block)
-            if self.revisits and _dedupable(response, exchange):
-                self._remember(digest, (uri, date, answer_id))
-        asked = {**common, "Content-Type": REQUEST_TYPE, "WARC-Concurrent-To": answer_id}
-        block = exchange.request_head + exchange.request_body
-        request, _ = self._record(WarcRecordType.request, date, asked, block)
+            if fetch.truncated:
+                told += "WARC-Truncated: length\r\n"
+            answer, answer_id = self._record("response", date, told, head, body)
+            if self.revisits and _dedupable(fetch):
+                self._remember(digest, (fetch.url, date, answer_id))
+        asked = f"{common}Content-Type: {REQUEST_TYPE}\r\nWARC-Concurrent-To: {answer_id}\r\n"
+        request, _ = self._record("request", date, asked, fetch.request_head, fetch.request_body)
         return answer + request
 
     def _record(
-        self, kind: WarcRecordType, date: str, headers: Mapping[str, str], block: bytes
+        self, kind: str, date: str, headers: str, head: bytes, body: bytes = b""
     ) -> tuple[bytes, str]:
-        """One record as it goes in the file (gzipped for .warc.gz), and its id."""
-        record = WarcRecord()
-        record.init_headers(kind, uuid.uuid4().urn[4:].encode("ascii"))
-        record.headers["WARC-Date"] = date
-        for name, value in headers.items():
-            record.headers[name] = value
-        record.set_bytes_content(block)
-        out = io.BytesIO()
-        record.write(out, checksum_data=True)  # WARC-Block-Digest
-        data = out.getvalue()
-        if self._suffix == ".warc.gz":  # one gzip member per record
-            data = _gzip_member(data)
-        return data, str(record.record_id)
+        """One record as it goes in the file (gzipped for .warc.gz), and its id.
 
-    def _first_with(
-        self, digest: str, response: Response, exchange: Exchange
-    ) -> tuple[str, str, str] | None:
+        ``headers`` are the record's own header lines; its block is ``head + body``.
+        """
+        record_id = f"<urn:uuid:{uuid.uuid4()}>"
+        sha1 = hashlib.sha1(head)
+        sha1.update(body)
+        lines = (
+            f"WARC/1.1\r\nWARC-Type: {kind}\r\nWARC-Date: {date}\r\n"
+            f"WARC-Record-ID: {record_id}\r\nContent-Length: {len(head) + len(body)}\r\n"
+            f"{headers}WARC-Block-Digest: {_digest(sha1)}\r\n\r\n"
+        ).encode(errors="replace")  # a lone surrogate in a URL
+        data = b"".join((lines, head, body, _END))
+        if self._gzip:  # one gzip member per record
+            data = _deflate.compress(data, GZIP_LEVEL, _GZIP)
+        return data, record_id
+
+    def _first_with(self, digest: str, fetch: Fetch) -> tuple[str, str, str] | None:
         """The record first archived with this payload, if this one is to be a revisit."""
-        if not (self.revisits and _dedupable(response, exchange)):
+        if not (self.revisits and _dedupable(fetch)):
             return None
         return self._seen.get(digest)
 
@@ -223,7 +287,11 @@ class WarcSink:
     # -- files -----------------------------------------------------------------------------
 
     def _open_file(self) -> None:
-        """Create the next file of this sink (never one that exists) and begin it."""
+        """Create the next file of this sink (never one that exists) and begin it.
+
+        The one system call :meth:`archive` makes, once a file; the flush syncs the
+        directory, so the new name outlives a power loss before any page is acknowledged.
+        """
         stamp = time.strftime("%Y%m%d%H%M%S", time.gmtime())
         while True:
             name = f"{self._stem}-{stamp}-{self._sequence:05d}-{self._worker}{self._suffix}"
@@ -235,18 +303,12 @@ class WarcSink:
                 continue
         self.files.append(name)
         self._size = 0
-        if self.fsync:  # the new name must outlive a power loss too
-            directory = os.open(os.path.dirname(os.path.abspath(name)), os.O_RDONLY)
-            try:
-                os.fsync(directory)
-            finally:
-                os.close(directory)
+        self._pieces.append(_Piece(self._fd, created=name))
         self._append(self._warcinfo(os.path.basename(name)))
 
     def _warcinfo(self, filename: str) -> bytes:
-        versions = f"hashcrawl/{__version__} (fastwarc/{importlib.metadata.version('fastwarc')})"
         fields = {
-            "software": versions,
+            "software": f"hashcrawl/{__version__}",
             "format": "WARC File Format 1.1",
             "conformsTo": "https://iipc.github.io/warc-specifications/specifications/"
             "warc-format/warc-1.1/",
@@ -254,44 +316,56 @@ class WarcSink:
             "worker": self._worker,
         }
         block = "".join(f"{name}: {value}\r\n" for name, value in fields.items()).encode()
-        headers = {"WARC-Filename": filename, "Content-Type": "application/warc-fields"}
+        headers = f"WARC-Filename: {_value(filename)}\r\nContent-Type: application/warc-fields\r\n"
         date = datetime.datetime.now(datetime.UTC).strftime("%Y-%m-%dT%H:%M:%S.%fZ")
-        return self._record(WarcRecordType.warcinfo, date, headers, block)[0]
+        return self._record("warcinfo", date, headers, block)[0]
+
+    def _piece(self) -> _Piece:
+        """The piece of the current file kept for the next flush (a new one after a flush)."""
+        assert self._fd is not None
+        if not self._pieces or self._pieces[-1].fd != self._fd:
+            self._pieces.append(_Piece(self._fd))
+        return self._pieces[-1]
 
     def _append(self, data: bytes) -> None:
-        assert self._fd is not None
-        self._pending.append(data)
+        self._piece().records.append(data)
         self._size += len(data)
-        self._dirty = True
 
-    def _write_pending(self) -> None:
-        """Write what :meth:`_append` kept, at once: one system call, not one a record."""
-        assert self._fd is not None
-        data, self._pending = b"".join(self._pending), []
-        while data:
-            data = data[os.write(self._fd, data) :]
+    def _write(self, pieces: list[_Piece]) -> None:
+        """Write each piece's records at once (one system call a file, not one a record),
+        sync them, and close the files that are full. Runs in the commit's thread: the
+        GIL is let go all along."""
+        for number, piece in enumerate(pieces):
+            try:
+                data = b"".join(piece.records)
+                while data:
+                    data = data[os.write(piece.fd, data) :]
+                if self.fsync and piece.records:
+                    os.fsync(piece.fd)
+                    if piece.created is not None:
+                        _sync_directory(piece.created)
+            except BaseException:
+                for left in pieces[number:]:  # not to leak the full files' descriptors
+                    if left.last:
+                        os.close(left.fd)
+                raise
+            if piece.last:
+                os.close(piece.fd)
 
-    def _close_file(self) -> None:
-        assert self._fd is not None
-        try:
-            self._write_pending()
-            if self._dirty and self.fsync:
-                os.fsync(self._fd)  # its records may belong to pages not yet acknowledged
-        finally:
-            os.close(self._fd)
-            self._fd, self._dirty = None, False
+
+def _sync_directory(name: str) -> None:
+    directory = os.open(os.path.dirname(os.path.abspath(name)), os.O_RDONLY)
+    try:
+        os.fsync(directory)
+    finally:
+        os.close(directory)
 
 
-def _gzip_member(data: bytes) -> bytes:
-    """``data`` as one gzip member, its window no bigger than it needs.
-
-    Setting up zlib's full 32 KiB window and hash table cost more than compressing a
-    small record (58 us against 3 us for 600 bytes); a window that holds the whole
-    record loses no match.
-    """
-    bits = min(zlib.MAX_WBITS, max(9, (len(data) - 1).bit_length()))
-    gzip = zlib.compressobj(GZIP_LEVEL, zlib.DEFLATED, 16 + bits, max(1, bits - 7))
-    return gzip.compress(data) + gzip.flush()
+def _value(value: str) -> str:
+    """A header value that cannot end its line early (control characters %-escaped)."""
+    if value.isprintable():
+        return value
+    return "".join(c if c.isprintable() else f"%{ord(c):02X}" for c in value)
 
 
 def _refers_to(first: tuple[str, str, str]) -> dict[str, str]:
@@ -304,10 +378,26 @@ def _refers_to(first: tuple[str, str, str]) -> dict[str, str]:
     }
 
 
-def _dedupable(response: Response, exchange: Exchange) -> bool:
+def _dedupable(fetch: Fetch) -> bool:
     """Whether a payload may be a revisit's: whole and not empty (every empty payload
     has one digest, and a redirect's says nothing)."""
-    return bool(exchange.body) and not response.truncated
+    return bool(fetch.body) and not fetch.truncated
+
+
+def fetch_of(response: Response) -> Fetch:
+    """What the records of ``response`` are made of."""
+    exchange = response.exchange or _exchange_of(response)
+    return Fetch(
+        url=response.url,
+        status=response.status,
+        truncated=response.truncated,
+        date=exchange.started.strftime("%Y-%m-%dT%H:%M:%S.%fZ"),
+        address=exchange.address or "",
+        request_head=exchange.request_head,
+        request_body=exchange.request_body,
+        response_head=exchange.response_head,
+        body=exchange.body,
+    )
 
 
 def _exchange_of(response: Response) -> Exchange:

@@ -1,0 +1,106 @@
+"""A crawl's shards as stored: their tags (key ``shards`` of shard 0), fixed when the
+crawl starts, and one store per shard (see ``_core._shards`` for what a shard is).
+
+A crawl of one shard (the default) has no ``shards`` key: its keys are exactly what
+they always were. A crawl of S > 1 shards records the tags of shards 1..S-1 there, once
+(``SET NX``, confirmed like every write), before its first entry is queued.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+from redis.crc import key_slot
+
+from hashcrawl._core._shards import MAX_SHARDS, choose_tags, shard_name, shard_of
+from hashcrawl._exceptions import ConfigError
+from hashcrawl._store._connection import _translated
+from hashcrawl._store._store import Store
+
+KEY = "shards"  # in shard 0: the other shards' tags, space-separated
+
+
+@_translated
+def stored_tags(store: Store) -> list[str] | None:
+    """The tags recorded in ``store`` (shard 0), or None if the crawl has none."""
+    text = store._redis.get(store.key(KEY))
+    return None if text is None else str(text).split()
+
+
+@_translated
+def _record(store: Store, tags: Sequence[str]) -> list[str]:
+    """Record ``tags`` unless some are already; returns those recorded."""
+    store._write(("SET", store.key(KEY), " ".join(tags), "NX"))
+    return str(store._redis.get(store.key(KEY)) or "").split()
+
+
+@_translated
+def _primary_of(store: Store, slot: int) -> str:
+    return store._nodes.primary_of_slot(slot)
+
+
+@_translated
+def _begun(store: Store) -> bool:
+    return store._redis.get(store.key("instance")) is not None
+
+
+@_translated
+def queued_any(store: Store) -> bool:
+    """Whether anything was ever queued in ``store``'s shard (its heartbeat says idle
+    only once something was)."""
+    return int(store._redis.hget(store.key("seenmeta"), "queued") or 0) > 0
+
+
+def slot_of(name: str) -> int:
+    """The hash slot of the keys ``hc:{name}:...``."""
+    return int(key_slot(name.encode()))
+
+
+def shard_tags(store: Store, given: int | None) -> list[str]:
+    """The tags of the crawl's shards 1..S-1 (none: one shard), recording them if this
+    starts a crawl of ``given`` shards.
+
+    Raises:
+        ConfigError: ``given`` differs from the crawl's, or the crawl has begun on one
+            shard (S is fixed when a crawl starts).
+        QueueError: Redis could not be reached.
+    """
+    if given is not None and not 1 <= given <= MAX_SHARDS:
+        raise ConfigError(f"--shards must be 1 to {MAX_SHARDS}, got {given}")
+    tags = stored_tags(store)
+    if tags is None and given is not None and given > 1:
+        if _begun(store):
+            raise ConfigError(_fixed(store.crawl, 1, given))
+        wanted = choose_tags(store.crawl, given, slot_of, lambda slot: _primary_of(store, slot))
+        tags = _record(store, wanted)
+    tags = tags or []
+    if given is not None and given != len(tags) + 1:
+        raise ConfigError(_fixed(store.crawl, len(tags) + 1, given))
+    return tags
+
+
+def _fixed(crawl: str, shards: int, given: int) -> str:
+    return (
+        f"crawl {crawl!r} runs on {shards} shard{'s' if shards > 1 else ''}, not --shards "
+        f"{given}: the shards are fixed when a crawl starts ('hashcrawl reset' starts it anew)"
+    )
+
+
+class Shards:
+    """One store per shard of a crawl (shard 0 first: the crawl's own prefix)."""
+
+    def __init__(self, first: Store, tags: Sequence[str], *, timeout: float) -> None:
+        self.tags = list(tags)
+        others = [Store(first.url, shard_name(first.crawl, t), timeout=timeout) for t in tags]
+        self.stores = [first, *others]
+
+    def __len__(self) -> int:
+        return len(self.stores)
+
+    def shard_of(self, host: str) -> int:
+        return shard_of(host, len(self.stores))
+
+    def close(self) -> None:
+        """Close the stores of shards 1..S-1 (shard 0's is its opener's)."""
+        for store in self.stores[1:]:
+            store.close()
