@@ -187,15 +187,23 @@ def delay_at(world: World, start: float) -> float:
 
 
 def versions(world: World) -> list[str]:
-    """Each change made once: the settings record's version is 1 + the changes made."""
-    stored = world.observer.r.hget(world.observer.prefix + "settings", "version")
-    version = None if stored is None else str(stored)
-    if version is None or version == str(1 + world.changes):
-        return []
-    return [
-        f"the crawl's settings are at version {version} after {world.changes} changes "
-        f"(version 1 is the first worker's record): a change was lost or made twice"
-    ]
+    """Each change made once: the settings record's version is 1 + the changes made, and
+    the record holds the settings' fields and its version, nothing else."""
+    record = {
+        str(k): str(v)
+        for k, v in world.observer.r.hgetall(world.observer.prefix + "settings").items()
+    }
+    version = record.get("version")
+    problems = []
+    if version is not None and version != str(1 + world.changes):
+        problems.append(
+            f"the crawl's settings are at version {version} after {world.changes} changes "
+            f"(version 1 is the first worker's record): a change was lost or made twice"
+        )
+    strays = sorted(set(record) - {"version", *_crawlconfig.RECORDED})
+    if strays:
+        problems.append(f"the crawl's settings record holds fields no setting has: {strays}")
+    return problems
 
 
 async def lost_join_then_pause(world: World, early: float = 0.05) -> str:
