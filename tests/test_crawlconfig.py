@@ -288,7 +288,10 @@ async def _running(
 
     async with trio.open_nursery() as nursery:
         nursery.start_soon(run)
-        await await_until(lambda: worker.crawl_settings is not None, what="the worker started")
+        # Started: its settings adopted and its membership made (the shards' check sits
+        # between the two, and a check run before the membership would see none).
+        started = lambda: worker.crawl_settings is not None and worker.session is not None  # noqa: E731
+        await await_until(started, what="the worker started")
         await check(worker)  # type: ignore[operator]
         await await_until(lambda: bool(raised) or worker.session is None, what="run returned")
         worker.stop()
