@@ -29,7 +29,11 @@ _HTML_TYPES = frozenset({"text/html", "application/xhtml+xml"})
 # an XML declaration, and this parser's declared encoding then overrides any in the page.
 _PARSER = lxml.html.HTMLParser(encoding="utf-8")
 # Text codecs that raise whatever the error handler, or can take quadratic time.
-_UNSAFE_CODECS = frozenset({"idna", "punycode", "undefined"})
+# Python codecs that are no web encoding and misbehave on arbitrary bytes: the escape
+# codecs read backslashes as escapes (and warn or fail on a stray one).
+_UNSAFE_CODECS = frozenset(
+    {"idna", "punycode", "undefined", "unicode-escape", "raw-unicode-escape"}
+)
 
 
 @attrs.frozen
