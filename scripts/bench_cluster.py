@@ -151,7 +151,10 @@ def _crawl(
         # second of that primary's CPU (a model, not a saturated run).
         "capacity": 1000 / max(per_1k) if max(per_1k) else 0.0,
         "replication": replication / max(pages, 1),
-        "top": ", ".join(f"{k} {v / max(pages, 1):.2f}" for k, v in _ranked(calls)[:14]),
+        # Every command at 0.005 per page or more, so before and after compare whole.
+        "top": ", ".join(
+            f"{k} {v / max(pages, 1):.2f}" for k, v in _ranked(calls) if v / max(pages, 1) >= 0.005
+        ),
     }
 
 
