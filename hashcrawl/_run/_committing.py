@@ -8,11 +8,7 @@ import logging
 import trio
 
 from hashcrawl._core._batch import Status
-from hashcrawl._core._session import (
-    COMMIT_EVERY,
-    COMMIT_MAX,
-    Commit,
-)
+from hashcrawl._core._session import COMMIT_MAX, Commit
 from hashcrawl._run._membership import Membership
 
 log = logging.getLogger("hashcrawl")
@@ -32,7 +28,7 @@ class Committer:
             if session.flushed():
                 self.m.flushed.set()
             if len(session.outcomes) < COMMIT_MAX:
-                with trio.move_on_after(COMMIT_EVERY):
+                with trio.move_on_at(self.m.next_commit_at()):
                     await self.m.commit_soon.wait()
 
     async def flush_now(self) -> None:

@@ -59,6 +59,9 @@ class Driver(Membership):
     """One membership of a worker under trio: the IO its :class:`Session` asks for, in
     loops that share this membership's plumbing (:class:`Membership`).
 
+    ``read_block_ms`` is how long a read of an empty stream waits for entries (an XADD
+    into the stream ends the wait at once, so a longer one only saves polls).
+
     Args:
         worker: the worker this membership is of (its id, settings, handler, sink).
         store: the crawl's store.
@@ -70,6 +73,8 @@ class Driver(Membership):
         revisits: the crawl's revisit records, with ``--revisit``: the driver takes
             due ones and its commits write the next ones.
     """
+
+    read_block_ms = 500
 
     def __init__(
         self,
@@ -160,11 +165,16 @@ class Driver(Membership):
             if beat is not None and await self.ending(beat):
                 self.nursery.cancel_scope.cancel()
                 return
-            with trio.move_on_after(self.settings.beat_interval):
+            with trio.move_on_after(self.beat_every()):
                 if beat is not None and self.session.stopping:
                     await self.flushed.wait()
                 else:
                     await trio.sleep_forever()
+
+    def beat_every(self) -> float:
+        """Seconds from one heartbeat to the next (a sharded crawl's other shards beat
+        less often: ``_sharding.ShardDriver``)."""
+        return self.settings.beat_interval
 
     async def ending(self, beat: Beat) -> bool:
         """Whether the membership ends after ``beat`` (one shard: ``ends_with``; a
@@ -248,7 +258,7 @@ class Driver(Membership):
                 await self.changed.wait()
                 continue
             try:
-                await self.read_once(block_ms=500)
+                await self.read_once(block_ms=self.read_block_ms)
             except QueueError as exc:
                 log.debug("read failed: %s", exc)
                 await trio.sleep(self.settings.beat_interval)

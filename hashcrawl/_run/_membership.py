@@ -12,7 +12,7 @@ from typing import Any, Protocol, TypeVar
 import trio
 
 from hashcrawl._core._faults import Faults
-from hashcrawl._core._session import Commit, Session
+from hashcrawl._core._session import COMMIT_EVERY, Commit, Session
 from hashcrawl._exceptions import ConfigError, Fenced, QueueError
 from hashcrawl._run._calls import Call, Signal, StoreCaller, Wakeup
 from hashcrawl._run._handling import Handler
@@ -165,6 +165,11 @@ class Membership:
             self._spawn(fn, *args)
         else:
             self.nursery.start_soon(fn, *args)
+
+    def next_commit_at(self) -> float:
+        """When the committer commits next unless woken sooner: COMMIT_EVERY from now
+        (a sharded crawl's drivers commit together: ``_sharding.ShardDriver``)."""
+        return self.now() + COMMIT_EVERY
 
     def wake(self) -> None:
         """Wake the loops whose turn the session's state now asks for."""

@@ -46,9 +46,20 @@ from hashcrawl._store._shards import Shards, queued_any
 from hashcrawl._web._fetch import Fetcher
 
 log = logging.getLogger("hashcrawl")
-# Seconds a delivery into a shard waits for the links of this worker's other shards'
-# commits to join it (a quarter of a commit's own batching wait).
-GATHER = COMMIT_EVERY / 4
+# What a commit costs (~10 commands, and a WAIT on a cluster) is per commit, not per page,
+# and each shard's driver sees 1/S of the worker's pages: so a sharded worker's drivers
+# commit together, every COMMIT_EVERY * S seconds (at most COMMIT_TICK_MAX) on one clock,
+# and their links to one another's shards then meet in one delivery per shard.
+COMMIT_TICK_MAX = 1.0
+# A delivery into a shard waits this part of the commit tick for the links of this
+# worker's other shards' commits to join it.
+GATHER_PART = 1 / 4
+# Heartbeats of shards s > 0 come every fresh_for / BEAT_PARTS seconds (never more often
+# than a shard 0's): two may fail in a row before the shard stops fetching. They renew
+# the lease and learn the shard's epoch; a stale route is refused by a commit anyway.
+BEAT_PARTS = 3
+# An empty stream is read with a long block: an XADD into it ends the wait at once.
+READ_BLOCK_MS = 5000
 SCOPE_CHUNK = 1000  # scope members per SADD when copied to the other shards
 _OWN = frozenset({"_worker", "shard", "settings", "instance", "_shards"})
 
@@ -95,6 +106,8 @@ class ShardDriver(Driver):
         count = len(sharded.shards)
         self.session.commits.foreign = lambda host: shard_of(host, count) != shard
         self.beat_sent = 0.0
+        self.tick = min(COMMIT_TICK_MAX, COMMIT_EVERY * count)
+        self.read_block_ms = READ_BLOCK_MS
         self._inbound: list[Entry] = []  # links waiting for a delivery into this shard
         self._rounds = 0  # deliveries that took their links
         self._delivered = 0  # of those, done (they finish in order: one at a time)
@@ -107,6 +120,18 @@ class ShardDriver(Driver):
     async def beat_once(self) -> Beat | None:
         self.beat_sent = self.now()
         return await super().beat_once()
+
+    def beat_every(self) -> float:
+        """Shard 0 beats as one shard does; the others less often, but as often while
+        the worker stops (its end waits on their beats)."""
+        every = self.settings.beat_interval
+        if self.shard == 0 or self.session.stopping:
+            return every
+        return max(every, self.settings.fresh_for / BEAT_PARTS)
+
+    def next_commit_at(self) -> float:
+        """The next tick of the worker's commit clock (every shard's driver on it)."""
+        return (math.floor(self.now() / self.tick) + 1) * self.tick
 
     async def ending(self, beat: Beat) -> bool:
         """Whether this membership ends: once every shard is flushed (a stop), or the
@@ -168,8 +193,8 @@ class ShardDriver(Driver):
         """Add ``entries`` (links found in another shard) to this shard, confirmed.
 
         Deliveries into one shard go one at a time, each with every link waiting when it
-        starts (a group commit): this worker's S-1 other shards' commits share a
-        delivery, gathered for GATHER seconds, instead of one each.
+        starts (a group commit): this worker's S-1 other shards' commits, made on the
+        same tick, share a delivery, gathered for a part of the tick, instead of one each.
 
         Raises:
             Fenced: this worker is no longer a member of this shard.
@@ -179,7 +204,7 @@ class ShardDriver(Driver):
         async with self._one_at_a_time:
             if self._delivered > ticket:  # a delivery since has taken them, and is done
                 return
-            await trio.sleep(GATHER)
+            await trio.sleep(self.tick * GATHER_PART)
             taken, self._inbound = self._inbound, []
             self._rounds += 1
             try:
