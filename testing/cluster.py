@@ -215,24 +215,28 @@ class Cluster:
             return False
         return True
 
-    def move_slot_of(self, key: str, to: RedisServer, *, batch: int = 100) -> None:
+    def move_slot_of(self, key: str, to: RedisServer, *, batch: int = 100) -> int:
         """Migrate ``key``'s slot, keys and all, to the primary ``to`` (what
-        ``redis-cli --cluster reshard`` does for each slot), and wait until every live
-        node agrees."""
+        ``redis-cli --cluster reshard`` does for each slot, ``batch`` keys a MIGRATE as
+        its ``--cluster-pipeline``), and wait until every live node agrees. Returns the
+        keys moved."""
+        move = self.open_move(key, to)
+        moved = 0
+        while keys := move.keys(batch):
+            moved += move.migrate(keys)
+        move.close()
+        return moved
+
+    def open_move(self, key: str, to: RedisServer) -> SlotMove:
+        """Start migrating ``key``'s slot to the primary ``to`` (IMPORTING on ``to``,
+        then MIGRATING on its primary); the keys are the caller's to move."""
         source = self.primary_of(key)
         with self.client(source) as src, self.client(to) as dst:
             slot = int(src.execute_command("CLUSTER", "KEYSLOT", key))
             ids = {n: self.node_id(n) for n in (source, to)}
             dst.execute_command("CLUSTER", "SETSLOT", slot, "IMPORTING", ids[source])
             src.execute_command("CLUSTER", "SETSLOT", slot, "MIGRATING", ids[to])
-            while keys := src.execute_command("CLUSTER", "GETKEYSINSLOT", slot, batch):
-                auth = [] if self.password is None else ["AUTH", self.password]
-                src.execute_command("MIGRATE", HOST, to.port, "", 0, 5000, *auth, "KEYS", *keys)
-            for node in self.primaries():
-                with self.client(node) as client:
-                    client.execute_command("CLUSTER", "SETSLOT", slot, "NODE", ids[to])
-        _wait(lambda: self.primary_of(key) is to, f"{key!r}'s slot to be served by {to.port}")
-        self.wait_ready_nodes()
+        return SlotMove(self, key, slot, source, to, ids[to])
 
     def node_id(self, node: RedisServer) -> str:
         with self.client(node) as client:
@@ -274,3 +278,45 @@ def started(directory: Path, **options: Any) -> Iterator[Cluster]:
     """A cluster for a ``with`` block or a fixture: ``yield from started(path)``."""
     with Cluster(directory, **options) as cluster:
         yield cluster
+
+
+class SlotMove:
+    """One slot's migration under way (``Cluster.open_move``): move its keys, then close."""
+
+    def __init__(
+        self,
+        cluster: Cluster,
+        key: str,
+        slot: int,
+        source: RedisServer,
+        to: RedisServer,
+        to_id: str,
+    ) -> None:
+        self.cluster, self.key, self.slot = cluster, key, slot
+        self.source, self.to, self.to_id = source, to, to_id
+
+    def keys(self, count: int) -> list[str]:
+        """Up to ``count`` keys of the slot still on the source."""
+        with self.cluster.client(self.source) as src:
+            return list(src.execute_command("CLUSTER", "GETKEYSINSLOT", self.slot, count))
+
+    def migrate(self, keys: list[str]) -> int:
+        """MIGRATE ``keys`` to the target; returns how many."""
+        password = self.cluster.password
+        auth = [] if password is None else ["AUTH", password]
+        with self.cluster.client(self.source) as src:
+            src.execute_command("MIGRATE", HOST, self.to.port, "", 0, 5000, *auth, "KEYS", *keys)
+        return len(keys)
+
+    def close(self) -> None:
+        """Give the slot to the target on every primary, and wait until every live node
+        agrees."""
+        cluster = self.cluster
+        for node in [self.to, *(n for n in cluster.primaries() if n is not self.to)]:
+            with cluster.client(node) as client:
+                client.execute_command("CLUSTER", "SETSLOT", self.slot, "NODE", self.to_id)
+        _wait(
+            lambda: cluster.primary_of(self.key) is self.to,
+            f"the slot to be served by {self.to.port}",
+        )
+        cluster.wait_ready_nodes()

@@ -32,6 +32,7 @@ log = logging.getLogger("hashcrawl._store._store")
 P = ParamSpec("P")
 T = TypeVar("T")
 GROUP = "g"
+ABSENT = "absent"  # a key of the crawl's slot that is never written (see ``_run``)
 
 
 def _script(name: str) -> str:
@@ -65,9 +66,12 @@ def _reason(exc: redis.RedisError | RedisClusterException) -> str:
     text = str(exc).splitlines()[0] if str(exc) else type(exc).__name__
     if isinstance(exc, redis.TimeoutError):
         return f"no answer in time ({text})"
-    if isinstance(exc, redis.exceptions.AskError):  # MOVED or ASK
+    if isinstance(exc, redis.exceptions.MovedError):
         where = f"{exc.host}:{exc.port}"
         return f"the crawl's slot is served by {where} now (a failover or reshard): {text}"
+    if isinstance(exc, redis.exceptions.AskError):  # not followed: see ``_run``
+        where = f"{exc.host}:{exc.port}"
+        return f"the crawl's slot is being migrated to {where} (a reshard): {text}"
     if isinstance(exc, redis.exceptions.ClusterDownError):
         return f"the cluster cannot serve the crawl's slot now (a failover under way?): {text}"
     if isinstance(exc, redis.exceptions.TryAgainError):
@@ -123,7 +127,8 @@ class Connection:
         """Raise the epoch past any the old primary of the slot may have issued and lost
         (see ``lua/failover.lua``), before this store writes anything to the new one."""
         ratchet = client.register_script(_script("failover"))
-        epoch = ratchet(keys=[self.key("epoch")], args=[self.prefix, self._now()])
+        keys = [self.key("epoch"), self.key(ABSENT)]
+        epoch = ratchet(keys=keys, args=[self.prefix, self._now()])
         if int(epoch):
             log.warning("crawl %s: its slot moved, epoch raised to %s", self.crawl, epoch)
 
@@ -133,9 +138,12 @@ class Connection:
         """Run a script; one that writes, in a cluster whose primary has replicas, returns
         only once they confirm it (``Nodes.confirmed``)."""
         script = self._scripts[name]
-        # A declared key makes a node that does not hold the crawl's slot answer MOVED,
-        # ASK or TRYAGAIN before the script runs; the scripts themselves read only ARGV.
-        keys = keys or [self.key("epoch")]
+        # Declared keys make a node that does not hold the crawl's slot answer MOVED
+        # before the script runs; the scripts themselves read only ARGV. ABSENT is never
+        # written, so while the slot is being migrated (a reshard) every call is refused
+        # whole (TRYAGAIN or ASK, never followed: no ASKING) instead of running halfway
+        # over keys some of which have left.
+        keys = [*(keys or [self.key("epoch")]), self.key(ABSENT)]
         client = self._redis
         if read_only or not self._nodes.replicas:
             return script(keys=list(keys), args=list(args), client=client)

@@ -82,6 +82,7 @@ class Nodes:
         self._replicas = 0
         self._map_read_at = 0.0  # time.monotonic() of the last slot-map read
         self._moved = False
+        self._migrating = False  # a migration of the slot was seen and logged
         self._clients: dict[tuple[Any, ...], redis.Redis] = {}
 
     @property
@@ -178,6 +179,17 @@ class Nodes:
         """Note an error: after one that may mean the slot moved, read the slot map again."""
         if self._cluster is None:
             return
+        migrating = isinstance(exc, redis.exceptions.TryAgainError) or (
+            isinstance(exc, redis.exceptions.AskError)
+            and not isinstance(exc, redis.exceptions.MovedError)
+        )
+        if migrating and not self._migrating:
+            self._migrating = True  # one line per migration, not one per call refused
+            log.warning(
+                "the crawl's slot on %s is being migrated (a reshard): its calls are "
+                "refused whole and tried again until the slot has moved",
+                self.owner,
+            )
         if not isinstance(exc, MAP_MAY_CHANGE) and NOT_LOCAL not in str(exc):
             return
         self._reread()
@@ -260,6 +272,7 @@ class Nodes:
                 *owner,
             )
             self._moved = True
+            self._migrating = False
             for key in [k for k in self._clients if k[0] == self._owner]:
                 self._clients.pop(key).close()
         self._owner = owner
