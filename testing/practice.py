@@ -21,6 +21,7 @@ import attrs
 from redis import Redis
 
 from hashcrawl._cli._server import RedisServer
+from hashcrawl._core._shards import shard_name
 from testing.cluster import Cluster
 from testing.testsite import SITE_FLAGS, SiteServer, Verdict, generate_site, judge
 
@@ -32,6 +33,7 @@ _PROGRESS_EVERY = 5.0  # seconds between progress lines while waiting
 _COMMAND_TIMEOUT = 60.0
 
 Progress = Callable[[str], None]
+Disrupt = Callable[[Progress], None]  # done to the cluster mid-crawl: a failover, a reshard
 
 
 @attrs.frozen
@@ -62,6 +64,7 @@ def run_practice(
     progress: Progress = print,
     cluster: bool = False,
     fail_primary: bool = False,
+    reshard: bool = False,
     shards: int = 1,
 ) -> tuple[Verdict, list[WorkerExit]]:
     """Crawl a generated site with `workers` processes, SIGKILL one a third of the way in.
@@ -76,6 +79,8 @@ def run_practice(
             URL naming a node that does not hold the crawl's slot.
         fail_primary: on a cluster, SIGKILL the primary holding the crawl's slot half-way
             through the crawl; the run goes on once its replica is promoted.
+        reshard: on a cluster, half-way through the crawl move the slot of every shard
+            of the crawl, keys and all, to another primary (``Cluster.move_slot_of``).
         shards: the crawl's ``--shards`` (given to every worker and to the submit).
     """
     workdir.mkdir(parents=True, exist_ok=True)
@@ -83,7 +88,7 @@ def run_practice(
     log_path = workdir / "requests.jsonl"
     with (
         SiteServer(site, latency=latency, log_path=log_path) as server,
-        _store(workdir, cluster=cluster) as (redis_url, failover, commands),
+        _store(workdir, cluster=cluster) as (redis_url, failover, moves, commands),
     ):
         expected = len(server.site.expected())
         progress(f"site: {expected} expected URLs on {hosts} hosts at {server.site.root}")
@@ -101,7 +106,7 @@ def run_practice(
                 replace_after=replace_after,
                 target=expected // 3,
                 deadline=time.monotonic() + timeout,
-                failover=failover if fail_primary else None,
+                failover=failover if fail_primary else moves if reshard else None,
             )
         finally:
             pool.kill_remaining()
@@ -119,12 +124,14 @@ def run_practice(
 @contextlib.contextmanager
 def _store(
     workdir: Path, *, cluster: bool
-) -> Iterator[tuple[str, Callable[[Progress], None], Callable[[], int]]]:
-    """The crawl's Redis URL, how to fail the primary holding its slot (a cluster's), and
-    how many commands the primaries have run so far."""
+) -> Iterator[tuple[str, Disrupt, Disrupt, Callable[[], int]]]:
+    """The crawl's Redis URL, how to fail the primary holding its slot (a cluster's), how
+    to move every shard's slot to another primary, and how many commands the primaries
+    have run so far."""
     if not cluster:
         with RedisServer(directory=workdir / "redis") as redis:
-            yield redis.url, lambda progress: None, lambda: _commands_run(redis.url)
+            nothing: Disrupt = lambda progress: None  # noqa: E731
+            yield redis.url, nothing, nothing, lambda: _commands_run(redis.url)
         return
     key = f"hc:{{{CRAWL}}}:epoch"
     with Cluster(workdir / "cluster") as nodes:
@@ -140,10 +147,30 @@ def _store(
                 f"(port {nodes.primary_of(key).port}) took over in {took:.1f} s"
             )
 
+        def moves(progress: Progress) -> None:
+            for name in _shard_names(nodes, key):
+                shard_key = f"hc:{{{name}}}:epoch"
+                source = nodes.primary_of(shard_key)
+                to = next(n for n in nodes.primaries() if n is not source)
+                started = time.monotonic()
+                # Ten keys a MIGRATE, as redis-cli --cluster reshard's default pipeline.
+                moved = nodes.move_slot_of(shard_key, to, batch=10)
+                progress(
+                    f"moved the slot of {name!r} ({moved} keys) from port {source.port} "
+                    f"to {to.port} in {time.monotonic() - started:.2f} s"
+                )
+
         def commands() -> int:
             return sum(_commands_run(node.url) for node in nodes.primaries())
 
-        yield url, failover, commands
+        yield url, failover, moves, commands
+
+
+def _shard_names(nodes: Cluster, key: str) -> list[str]:
+    """The crawl's name and its other shards' (their tags are in shard 0's ``shards``)."""
+    with nodes.client(nodes.primary_of(key)) as client:
+        tags = str(client.get(f"hc:{{{CRAWL}}}:shards") or "").split()
+    return [CRAWL, *(shard_name(CRAWL, tag) for tag in tags)]
 
 
 def _commands_run(url: str) -> int:
@@ -203,7 +230,7 @@ def _crawl(
         pool.kill_one()
         time.sleep(replace_after)  # the run's specified pause, not a wait for a condition
         pool.start()
-    step = "the primary's death"
+    step = "the primary's death (or the reshard)"
     if failover is not None and _wait_for_requests(
         server, pool, target * 3 // 2, deadline, step=step
     ):

@@ -148,6 +148,43 @@ def test_a_moved_slot_is_followed_and_the_epoch_jumps(redis_cluster: Cluster, cr
         store.close()
 
 
+def test_a_call_during_a_slot_migration_is_refused_whole(redis_cluster: Cluster, crawl_name: str):
+    """While the crawl's slot is being migrated, some keys moved and some not, a commit
+    and a heartbeat are refused before their script runs (TRYAGAIN, never half applied
+    over the keys still there); once the slot has moved they work on its new primary,
+    and the entry the refused commit would have acknowledged is still pending there."""
+    store = cluster_store(redis_cluster, crawl_name)
+    try:
+        _, epoch, _ = store.join("w1", {})
+        stream = store.stream_of("w1")
+        holder = redis_cluster.primary_of(store.key("epoch"))
+        with redis_cluster.client(holder) as raw:
+            raw.xadd(stream, {"r": '{"u":"http://a.example/"}'})
+        batch = one_page_with_links(store, "w1", epoch, 3)
+        target = next(n for n in redis_cluster.primaries() if n is not holder)
+        move = redis_cluster.open_move(store.key("epoch"), target)
+        move.migrate([stream])  # the stream has left; members, epoch and the rest have not
+        with pytest.raises(QueueError, match="being migrated"):
+            store.commit(batch)
+        with pytest.raises(QueueError, match="being migrated"):
+            store.heartbeat("w1", lease_ms=LEASE_MS, applied=epoch, known_epoch=epoch)
+        left = move.keys(100)  # what the source still holds: no key a commit writes
+        assert store.key("epoch") in left
+        assert store.key("seenmeta") not in left and store.key("outstanding") not in left
+        while keys := move.keys(10):
+            move.migrate(keys)
+        move.close()
+        with pytest.raises(QueueError, match=r"served by .* now"):
+            store.heartbeat("w1", lease_ms=LEASE_MS, applied=epoch, known_epoch=epoch)
+        beat = store.heartbeat("w1", lease_ms=LEASE_MS, applied=epoch, known_epoch=epoch)
+        assert beat.alive and beat.members == ("w1",)
+        with redis_cluster.client(target) as raw:
+            assert raw.xpending(stream, "g")["pending"] == 1
+            assert raw.hget(store.key("seenmeta"), "queued") is None
+    finally:
+        store.close()
+
+
 def test_a_hung_primary_is_a_queue_error_without_the_password(
     redis_cluster: Cluster, crawl_name: str
 ):
@@ -212,7 +249,7 @@ def test_a_single_server_is_not_taken_for_a_cluster(redis_url: str, crawl_name: 
     ("error", "said"),
     [
         (redis_py.exceptions.MovedError("3999 127.0.0.1:7002"), "served by 127.0.0.1:7002"),
-        (redis_py.exceptions.AskError("3999 127.0.0.1:7003"), "served by 127.0.0.1:7003"),
+        (redis_py.exceptions.AskError("3999 127.0.0.1:7003"), "being migrated to 127.0.0.1:7003"),
         (redis_py.exceptions.TryAgainError("Multiple keys request"), "being migrated"),
         (redis_py.exceptions.ClusterDownError("The cluster is down"), "cannot serve"),
         (redis_py.exceptions.ReadOnlyError("You can't write"), "a replica now"),
@@ -311,6 +348,24 @@ def test_a_sharded_crawl_survives_the_death_of_a_primary(tmp_path: Path) -> None
         fail_primary=True, kill=False, shards=6,
     )  # fmt: skip
     assert any("took over" in line for line in lines)
+    assert practice_failures(verdict, exits) == []
+    assert verdict.fetched == verdict.expected
+    assert [exit.code for exit in exits] == [0, 0, 0]
+
+
+@pytest.mark.slow
+def test_a_reshard_during_a_crawl_loses_nothing(tmp_path: Path) -> None:
+    """Three shards, three workers; half-way, every shard's slot is migrated, keys and
+    all, to another primary (SETSLOT and MIGRATE, as redis-cli --cluster reshard): the
+    stores follow, no script runs half over a migrating slot, nothing is missing,
+    nothing came too close, and every worker exits 0."""
+    lines: list[str] = []
+    verdict, exits = run_practice(
+        pages=400, hosts=30, workers=3, delay=0.1, lease=10, idle=5, replace_after=3,
+        workdir=tmp_path, timeout=300, progress=lines.append, cluster=True,
+        reshard=True, kill=False, shards=3,
+    )  # fmt: skip
+    assert sum("moved the slot of" in line for line in lines) == 3
     assert practice_failures(verdict, exits) == []
     assert verdict.fetched == verdict.expected
     assert [exit.code for exit in exits] == [0, 0, 0]
