@@ -4,7 +4,10 @@ The tree::
 
     HashcrawlError
     ├── ConfigError (also ValueError)     a bad URL, crawl name, flag or setting: exit 2
-    │   └── InvalidURL                    a URL hashcrawl cannot crawl or connect to
+    │   ├── InvalidURL                    a URL hashcrawl cannot crawl or connect to
+    │   └── ShardsChanged                 the crawl was given shards as this worker
+    │                                     joined it as one (a worker without --shards
+    │                                     starts again with them, see ``_worker``)
     ├── QueueError (also ConnectionError) Redis unreachable, hanging or refusing: exit 1
     │   ├── Fenced                        this worker lost its membership (a lease passed)
     │   └── StateLost                     the crawl's keys are gone (Redis lost its data)
@@ -34,6 +37,11 @@ class ConfigError(HashcrawlError, ValueError):
 
 class InvalidURL(ConfigError):
     """A URL that hashcrawl cannot crawl (or, for Redis URLs, connect to)."""
+
+
+class ShardsChanged(ConfigError):
+    """Another worker recorded the crawl's shards just before this one joined it as a
+    crawl of one shard (two workers starting a crawl at once, with different --shards)."""
 
 
 class QueueError(HashcrawlError, ConnectionError):

@@ -8,6 +8,7 @@ from __future__ import annotations
 import collections
 from collections import Counter
 from pathlib import Path
+from typing import Any
 
 import pytest
 import trio
@@ -16,10 +17,17 @@ from hypothesis import strategies as st
 
 from hashcrawl._core._shards import Ends, Report, choose_tags, shard_name, shard_of
 from hashcrawl._core._urls import host_key
-from hashcrawl._exceptions import ConfigError
+from hashcrawl._exceptions import ConfigError, ShardsChanged
 from hashcrawl._run._queue import Queue
 from hashcrawl._store._redisurl import RedisURL
-from hashcrawl._store._shards import Shards, shard_tags, slot_of, stored_tags
+from hashcrawl._store._shards import (
+    Shards,
+    _record,
+    shard_tags,
+    slot_of,
+    still_one_shard,
+    stored_tags,
+)
 from hashcrawl._store._store import Store
 from testing.fleet import (
     DEADLINE,
@@ -148,6 +156,77 @@ def test_a_crawl_begun_on_one_shard_refuses_more(redis_url: str, crawl_name: str
         with pytest.raises(ConfigError, match=r"runs on 1 shard, not --shards 2: .* fixed"):
             Queue(redis_url, crawl_name, shards=2).submit(["http://b.example/"])
         queue.clear()
+
+
+def test_a_layout_is_recorded_only_before_the_crawl_begins_and_a_join_sees_it(
+    redis_url: str, crawl_name: str
+) -> None:
+    """The two orders of a race between a worker of three shards and one of one: a join
+    before the record makes the record fail (the crawl has begun on one shard); a record
+    before the join is found by the joined worker's check."""
+    store = Store(RedisURL.parse(redis_url), crawl_name)
+    other = Store(RedisURL.parse(redis_url), crawl_name + "-b")
+    try:
+        assert shard_tags(store, None) == []  # the one-shard worker looks: nothing yet
+        store.join("w1", {})
+        assert _record(store, ["x", "y"]) is None and stored_tags(store) is None
+        with pytest.raises(ConfigError, match="runs on 1 shard, not --shards 3"):
+            shard_tags(store, 3)
+        still_one_shard(store)  # nothing recorded: it carries on
+        assert shard_tags(other, None) == []  # the one-shard worker looks: nothing yet
+        tags = shard_tags(other, 3)  # the other records three shards before it joins
+        other.join("w2", {})
+        with pytest.raises(ShardsChanged, match="was given 3 shards"):
+            still_one_shard(other)
+        assert stored_tags(other) == tags
+    finally:
+        for each in (store, other):
+            each.clear()
+            each.close()
+
+
+def test_two_workers_starting_a_crawl_with_different_shards_end_with_one_layout(
+    redis_url: str, tmp_path: Path
+) -> None:
+    """Two workers start one new crawl at the same moment, one with --shards 3 and one
+    without: whichever the server ordered first, the crawl has one layout (the one
+    without takes the three shards, or the one with them refuses in one line), every
+    page is requested once, and each host's pages come from one worker."""
+    site = generate_site(pages=60, hosts=6, seed=9, port=0)
+    crew = Crew(redis_url, new_crawl_name(), tmp_path)
+    refused: list[str] = []
+
+    async def run(worker: Any) -> None:
+        try:
+            await crew.run(worker)
+        except ConfigError as exc:
+            refused.append(str(exc))
+
+    async def crawl(server: SiteServer) -> None:
+        with trio.fail_after(DEADLINE):
+            async with trio.open_nursery() as nursery:
+                for settings in (fast_settings(shards=3), fast_settings()):
+                    nursery.start_soon(run, crew.hire(settings))
+                await await_until(lambda: bool(refused) or crew.members() == 2, what="a layout")
+                await trio.to_thread.run_sync(submit, redis_url, crew.crawl, [server.site.root])
+
+    with SiteServer(site, latency=0.02) as server:
+        trio.run(crawl, server)
+        requests = server.requests()
+    counts = request_counts(requests)
+    assert set(counts) == server.site.expected()
+    assert {url: n for url, n in counts.items() if n > 1} == {}
+    owners = collections.defaultdict(set)
+    for item in crew.items():
+        owners[host_key(item["url"])].add(item["worker"])
+    assert {name: ids for name, ids in owners.items() if len(ids) > 1} == {}
+    with Queue(redis_url, crew.crawl) as queue:
+        layout = queue.status()["shards"]
+    if refused:
+        assert layout == 1 and len(refused) == 1
+        assert "\n" not in refused[0] and "not --shards 3" in refused[0]
+    else:
+        assert layout == 3
 
 
 def test_a_submit_goes_to_each_hosts_shard_and_status_and_clear_cover_all(

@@ -28,6 +28,7 @@ import logging
 import os
 import socket
 import time
+from collections.abc import Awaitable, Callable
 from typing import Any
 
 import trio
@@ -72,6 +73,8 @@ class Driver(Membership):
             (default: in a worker thread, off the event loop).
         revisits: the crawl's revisit records, with ``--revisit``: the driver takes
             due ones and its commits write the next ones.
+        after_join: checked right after the first join, before any loop starts; a
+            ``ConfigError`` it raises makes the driver leave again and raise it.
     """
 
     read_block_ms = 500
@@ -86,8 +89,10 @@ class Driver(Membership):
         spawn: Spawn | None = None,
         offload: Offload | None = None,
         revisits: RevisitStore | None = None,
+        after_join: Callable[[Driver], Awaitable[None]] | None = None,
     ) -> None:
         super().__init__(worker, store, call=call, spawn=spawn, offload=offload, revisits=revisits)
+        self.after_join = after_join
         self.dispatcher = Dispatcher(self, fetcher)
         self.committer = Committer(self)
         self.handoffs = Handoffs(self)
@@ -141,6 +146,12 @@ class Driver(Membership):
         sent = self.now()
         now_ms, _, worker.instance = await self.persist_join(info)
         session.joined(sent, self.now(), now_ms)
+        if self.after_join is not None:
+            try:
+                await self.after_join(self)
+            except ConfigError:
+                await self.leave()  # nothing fetched or committed: hand the hosts back
+                raise
         await self.persist(self.store.widen_scope, session.own_scope())
         await self.read_scope()
         epoch, members = await self.persist(self.store.members)

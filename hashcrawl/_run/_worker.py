@@ -20,7 +20,7 @@ import trio
 from hashcrawl._core._faults import NO_FAULTS, Faults
 from hashcrawl._core._session import Session
 from hashcrawl._core._urls import canonicalize
-from hashcrawl._exceptions import ConfigError, Fenced, StateLost
+from hashcrawl._exceptions import ConfigError, Fenced, ShardsChanged, StateLost
 from hashcrawl._flags import header_pairs
 from hashcrawl._run._calls import StoreCaller
 from hashcrawl._run._driver import Driver as Driver
@@ -36,7 +36,7 @@ from hashcrawl._store._base import WorkerStore
 from hashcrawl._store._crawlconfig import CrawlSettings
 from hashcrawl._store._redisurl import RedisURL, check_crawl_name
 from hashcrawl._store._revisits import Revisits
-from hashcrawl._store._shards import Shards, shard_tags
+from hashcrawl._store._shards import Shards, shard_tags, still_one_shard
 from hashcrawl._store._store import LOST, Store
 from hashcrawl._web._addresses import PYTHON_ALLOW_HINT, AddressPolicy, url_refusal
 from hashcrawl._web._fetch import Fetcher, HttpxFetcher
@@ -188,7 +188,8 @@ class Worker:
                 if shards is not None:
                     self._driver = Sharded(self, shards, fetcher, revisits=revisits)
                 else:
-                    self._driver = Driver(self, store, fetcher, revisits=revisits)
+                    check = _still_one_shard if isinstance(store, Store) else None
+                    self._driver = Driver(self, store, fetcher, revisits=revisits, after_join=check)
                 if self._stop_requested:
                     return
                 try:
@@ -196,6 +197,15 @@ class Worker:
                     if self.settings_refused is not None:  # stopped by the crawl's settings
                         raise self.settings_refused
                     return
+                except ShardsChanged as exc:
+                    if self.settings.shards is not None:  # it asked for one shard: refuse
+                        why = f"{exc}: its --shards {self.settings.shards} no longer fits"
+                        raise ConfigError(why) from None
+                    # It asked for nothing: it takes the crawl's shards, under a new id (it
+                    # left shard 0 before fetching anything).
+                    log.warning("%s; it joins them all instead", exc)
+                    shards = await self._shards(store)
+                    self.id = new_worker_id()
                 except Fenced as exc:
                     known = self.instance  # none yet: fenced before its first join
                     if known and await _marker_gone(store, known, self.settings.lease):
@@ -288,3 +298,10 @@ async def _marker_gone(store: WorkerStore, instance: str, lease: float) -> bool:
     """
     caller = StoreCaller(_in_worker_thread, lambda: lease, trio.current_time)
     return await caller.persist(store.instance) != instance
+
+
+async def _still_one_shard(driver: Driver) -> None:
+    """A one-shard driver's check after its join (``_store._shards.still_one_shard``)."""
+    store = driver.store
+    assert isinstance(store, Store)
+    await driver.persist(still_one_shard, store)

@@ -120,8 +120,9 @@ class Connection:
     @functools.cached_property
     def _scripts(self) -> dict[str, Any]:
         client = self._nodes.client("main", self._timeout)
-        names = ("heartbeat", "join", "leave", "commit", "release", "unpark", "inflight", "revisit")
-        return {name: client.register_script(_script(name)) for name in (*names, "settings")}
+        names = ["heartbeat", "join", "leave", "commit", "release", "unpark", "inflight"]
+        names += ["revisit", "settings", "shards"]
+        return {name: client.register_script(_script(name)) for name in names}
 
     def _after_failover(self, client: Any) -> None:
         """Raise the epoch past any the old primary of the slot may have issued and lost

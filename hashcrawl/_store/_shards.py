@@ -3,7 +3,10 @@ crawl starts, and one store per shard (see ``_core._shards`` for what a shard is
 
 A crawl of one shard (the default) has no ``shards`` key: its keys are exactly what
 they always were. A crawl of S > 1 shards records the tags of shards 1..S-1 there, once
-(``SET NX``, confirmed like every write), before its first entry is queued.
+and only while the crawl has not begun (``lua/shards.lua``, confirmed like every write),
+before its first entry is queued; a worker of one shard reads the key again right after
+its join (``still_one_shard``), so that of two workers starting a crawl at once with
+different layouts one always finds out.
 """
 
 from __future__ import annotations
@@ -13,7 +16,7 @@ from collections.abc import Sequence
 from redis.crc import key_slot
 
 from hashcrawl._core._shards import MAX_SHARDS, choose_tags, shard_name, shard_of
-from hashcrawl._exceptions import ConfigError
+from hashcrawl._exceptions import ConfigError, ShardsChanged
 from hashcrawl._store._connection import _translated
 from hashcrawl._store._store import Store
 
@@ -28,10 +31,12 @@ def stored_tags(store: Store) -> list[str] | None:
 
 
 @_translated
-def _record(store: Store, tags: Sequence[str]) -> list[str]:
-    """Record ``tags`` unless some are already; returns those recorded."""
-    store._write(("SET", store.key(KEY), " ".join(tags), "NX"))
-    return str(store._redis.get(store.key(KEY)) or "").split()
+def _record(store: Store, tags: Sequence[str]) -> list[str] | None:
+    """Record ``tags`` unless some are already, and only while the crawl has not begun
+    (``lua/shards.lua``, confirmed like every write); returns those recorded, or None:
+    the crawl has begun on one shard."""
+    recorded = store._run("shards", [store.prefix, " ".join(tags)])
+    return None if recorded is None else str(recorded).split()
 
 
 @_translated
@@ -73,10 +78,29 @@ def shard_tags(store: Store, given: int | None) -> list[str]:
             raise ConfigError(_fixed(store.crawl, 1, given))
         wanted = choose_tags(store.crawl, given, slot_of, lambda slot: _primary_of(store, slot))
         tags = _record(store, wanted)
+        if tags is None:  # a worker of one shard joined meanwhile
+            raise ConfigError(_fixed(store.crawl, 1, given))
     tags = tags or []
     if given is not None and given != len(tags) + 1:
         raise ConfigError(_fixed(store.crawl, len(tags) + 1, given))
     return tags
+
+
+def still_one_shard(store: Store) -> None:
+    """Check, right after a worker of one shard joined, that no layout was recorded
+    before its join (a worker starting the crawl with --shards at the same moment: its
+    record and this join are ordered by the server, ``lua/shards.lua``).
+
+    Raises:
+        ShardsChanged: the crawl has shards after all.
+        QueueError: Redis could not be reached.
+    """
+    tags = stored_tags(store)
+    if tags:
+        raise ShardsChanged(
+            f"crawl {store.crawl!r} was given {len(tags) + 1} shards (another worker's "
+            "--shards) as this worker joined it as one shard"
+        )
 
 
 def _fixed(crawl: str, shards: int, given: int) -> str:
