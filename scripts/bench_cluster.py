@@ -51,10 +51,12 @@ def main() -> int:
     print(f"site: {args.pages} pages on {args.hosts} hosts, served by {site.kind}", flush=True)
     results: dict[str, dict[str, Any]] = {}
     runs = [_run_of(text) for text in args.runs.split(",")]
-    for primaries, shards in runs:
-        name = _name(primaries, shards)
+    for primaries, shards, checkout in runs:
+        name = _name(primaries, shards, checkout)
+        again = sum(n == name or n.startswith(name + " #") for n in results)
+        name += f" #{again + 1}" if again else ""  # the same run again, interleaved
         store = _one_server if primaries == 1 else functools.partial(_cluster, primaries)
-        results[name] = _crawl(name, store, seeds, site, work, args, shards)
+        results[name] = _crawl(name, store, seeds, site, work, args, shards, checkout)
         print(f"{_line(name, results[name])}; load average {_load()}", flush=True)
     first = results[_name(*runs[0])]
     print(f"\nagainst {_name(*runs[0])}:")
@@ -67,15 +69,18 @@ def main() -> int:
     return 0 if all(r["complete"] for r in results.values()) else 1
 
 
-def _run_of(text: str) -> tuple[int, int]:
-    """``P:S`` (P primaries, 1 for one server; S shards) as numbers."""
+def _run_of(text: str) -> tuple[int, int, str]:
+    """``P:S`` or ``P:S@DIR`` (P primaries, 1 for one server; S shards; the workers run
+    hashcrawl from checkout DIR, an earlier commit say) as numbers and the checkout."""
+    text, _, checkout = text.partition("@")
     primaries, _, shards = text.partition(":")
-    return int(primaries), int(shards or 1)
+    return int(primaries), int(shards or 1), checkout
 
 
-def _name(primaries: int, shards: int) -> str:
+def _name(primaries: int, shards: int, checkout: str = "") -> str:
     where = "one server" if primaries == 1 else f"{primaries} primaries"
-    return f"{where}, {shards} shard{'s' if shards > 1 else ''}"
+    name = f"{where}, {shards} shard{'s' if shards > 1 else ''}"
+    return name + (f" @{Path(checkout).name}" if checkout else "")
 
 
 @contextlib.contextmanager
@@ -114,6 +119,7 @@ def _crawl(
     work: Path,
     args: argparse.Namespace,
     shards: int,
+    checkout: str = "",
 ) -> dict[str, Any]:
     run_dir = work / name.replace(" ", "-").replace(",", "")
     run_dir.mkdir(parents=True, exist_ok=True)
@@ -127,7 +133,8 @@ def _crawl(
             extra = extra if shards > 1 else []
             with Queue(url, bench_crawl.CRAWL, shards=shards) as queue:
                 queue.submit([])  # records the shards before the launcher submits
-            launch = bench_crawl.hashcrawl_launcher(seeds, args.workers, extra)
+            where = Path(checkout) if checkout else None
+            launch = bench_crawl.hashcrawl_launcher(seeds, args.workers, extra, checkout=where)
             pids, _, _ = launch(url, run_dir)
             _, in_time = bench_crawl.wait_all(pids, time.monotonic() + args.timeout)
             calls_after, cpu_after = snapshot()
@@ -189,8 +196,9 @@ def _parser() -> argparse.ArgumentParser:
     p.add_argument(
         "--runs",
         default="1:1,3:1,3:6",
-        help="crawls to run, P:S each (P primaries, 1 for one server; S --shards), "
-        "comma-separated; the first is the baseline (default: %(default)s)",
+        help="crawls to run, P:S each (P primaries, 1 for one server; S --shards), or "
+        "P:S@DIR to run the workers from checkout DIR, comma-separated; the first is the "
+        "baseline (default: %(default)s)",
     )
     p.add_argument("--timeout", type=float, default=300.0, help="seconds allowed per crawl")
     p.add_argument("--workdir", type=Path, help="keep everything here")
