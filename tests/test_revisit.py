@@ -11,6 +11,7 @@ from hypothesis import strategies as st
 from hashcrawl._core._revisit import (
     DEFAULT_MAX_S,
     DEFAULT_MIN_S,
+    LONGEST_S,
     MAX_ETAG,
     MAX_QUIET_S,
     MAX_RECORD,
@@ -263,3 +264,14 @@ def test_a_record_past_the_longest_quiet_time_is_bad() -> None:
     """A quiet time no rule could have written is a record hashcrawl did not write."""
     with pytest.raises(BadRecord, match="quiet time"):
         Record.from_bytes(record(quiet_s=MAX_QUIET_S + 1).to_bytes())
+
+
+def test_the_bounds_reach_a_year_and_the_record_its_longest_etag() -> None:
+    """A year is the longest interval a flag takes; a record with the longest ETag kept
+    reads back (both ends of the ranges hold)."""
+    assert Policy.parse(str(LONGEST_S)).low == LONGEST_S
+    with pytest.raises(ValueError, match="--revisit "):
+        Policy.parse(str(LONGEST_S + 1))
+    longest = record(etag='"' + "e" * (MAX_ETAG - 2) + '"')
+    assert len(longest.to_bytes()) == MAX_RECORD
+    assert Record.from_bytes(longest.to_bytes()) == longest
