@@ -275,3 +275,9 @@ def test_the_bounds_reach_a_year_and_the_record_its_longest_etag() -> None:
     longest = record(etag='"' + "e" * (MAX_ETAG - 2) + '"')
     assert len(longest.to_bytes()) == MAX_RECORD
     assert Record.from_bytes(longest.to_bytes()) == longest
+
+
+def test_a_last_modified_past_what_four_bytes_hold_is_not_kept() -> None:
+    """The last second a u32 holds (2106) is kept; the next is not (it would not pack)."""
+    assert kept_last_modified("Sun, 07 Feb 2106 06:28:15 GMT") == 2**32 - 1
+    assert kept_last_modified("Sun, 07 Feb 2106 06:28:16 GMT") == 0
