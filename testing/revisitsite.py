@@ -102,21 +102,20 @@ class RevisitSite:
     ) -> tuple[int, dict[str, str], bytes]:
         """The status, headers and body for ``path`` now; logs the request."""
         at = self.now()
+
+        def logged(status: int, version: int = -1) -> None:
+            with self._lock:
+                self.log.append(Hit(at=at, path=path, if_none_match=if_none_match,
+                                    if_modified_since=if_modified_since, status=status,
+                                    version=version))  # fmt: skip
+
         if path == "/":
+            logged(200)
             links = "".join(f'<a href="/p/{n}">{n}</a> ' for n in range(len(self.pages)))
-            self._logged(
-                Hit(
-                    at=at,
-                    path=path,
-                    if_none_match=if_none_match,
-                    if_modified_since=if_modified_since,
-                    status=200,
-                    version=-1,
-                )
-            )
             return 200, {"Content-Type": "text/html"}, f"<title>index</title>{links}".encode()
         n = _page_number(path, len(self.pages))
-        if n is None:
+        if n is None:  # robots.txt too: every request counts for politeness
+            logged(404)
             return 404, {"Content-Type": "text/plain"}, b"not found"
         page, version = self.pages[n], self.version(n, at)
         headers = {"Content-Type": "text/html"}
@@ -126,16 +125,7 @@ class RevisitSite:
         if page.kind in ("etag", "lastmod"):
             headers["Last-Modified"] = email.utils.formatdate(modified, usegmt=True)
         status = 304 if self._fresh(page, etag, modified, if_none_match, if_modified_since) else 200
-        self._logged(
-            Hit(
-                at=at,
-                path=path,
-                if_none_match=if_none_match,
-                if_modified_since=if_modified_since,
-                status=status,
-                version=version,
-            )
-        )
+        logged(status, version)
         body = b"" if status == 304 else f"<title>p{n}</title>version {version}".encode()
         return status, headers, body
 
@@ -153,10 +143,6 @@ class RevisitSite:
             return False
         return modified <= when
 
-    def _logged(self, hit: Hit) -> None:
-        with self._lock:
-            self.log.append(hit)
-
     def _handler_class(self) -> type[http.server.BaseHTTPRequestHandler]:
         site = self
 
@@ -167,11 +153,14 @@ class RevisitSite:
                     self.headers.get("If-None-Match"),
                     self.headers.get("If-Modified-Since"),
                 )
-                self.send_response(status)
-                for name, value in {**headers, "Content-Length": str(len(body))}.items():
-                    self.send_header(name, value)
-                self.end_headers()
-                self.wfile.write(body)
+                try:
+                    self.send_response(status)
+                    for name, value in {**headers, "Content-Length": str(len(body))}.items():
+                        self.send_header(name, value)
+                    self.end_headers()
+                    self.wfile.write(body)
+                except (BrokenPipeError, ConnectionResetError):
+                    pass  # a worker SIGKILLed mid-answer: its request is logged all the same
 
             def log_message(self, format: str, *args: object) -> None:
                 pass  # the site keeps its own log

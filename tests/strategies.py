@@ -240,9 +240,9 @@ robots_bodies = st.lists(
 
 #: Revisit records as the core writes them (ETags within the kept length).
 revisit_records = st.builds(
-    lambda due, interval, digest, modified, tag: (due, interval, digest, modified, tag),
+    lambda due, quiet, digest, modified, tag: (due, quiet, digest, modified, tag),
     st.integers(0, 2**32 - 1),
-    st.integers(1, 365 * 86_400),
+    st.integers(0, 5 * 365 * 86_400),
     st.binary(min_size=8, max_size=8),
     st.integers(0, 2**32 - 1),
     st.one_of(

@@ -30,7 +30,7 @@ def held(entry: Entry) -> Held:
 
 
 def revisit(etag: str = '"e1"') -> Entry:
-    record = Record(due_s=1, interval_s=600, digest=digest_of(PAGE), etag=etag)
+    record = Record(due_s=1, quiet_s=3600, digest=digest_of(PAGE), etag=etag)
     return Entry(url=URL, dont_filter=True, revisit=record.to_hex())
 
 
@@ -50,7 +50,7 @@ async def test_a_first_fetch_gets_a_record_and_its_item() -> None:
     got = await handler.handle(held(Entry(url=URL)), response(200, etag='"e1"'), Origin("w1"))
     assert got.kind is Kind.DONE and len(got.items) == 1 and got.follows
     assert got.revisit is not None and got.revisit.first
-    assert (got.revisit.record.etag, got.revisit.record.interval_s) == ('"e1"', 60)
+    assert (got.revisit.record.etag, got.revisit.record.quiet_s) == ('"e1"', 0)
 
 
 async def test_a_first_fetch_that_failed_gets_no_record() -> None:
@@ -60,11 +60,11 @@ async def test_a_first_fetch_that_failed_gets_no_record() -> None:
 
 
 async def test_a_304_writes_no_item_and_follows_nothing() -> None:
-    """A revisit answered 304 is unchanged: no item, no follows, a longer interval."""
+    """A revisit answered 304 is unchanged: no item, no follows, a longer quiet time."""
     got = await Handler(settings=SETTINGS).handle(held(revisit()), response(304, b""), Origin("w1"))
     assert got.kind is Kind.DONE and got.items == [] and got.follows == []
     assert got.revisit is not None and got.revisit.verdict is Verdict.UNCHANGED
-    assert got.revisit.record.interval_s == 720 and not got.revisit.first
+    assert got.revisit.record.quiet_s == 3600 + 720 and not got.revisit.first
 
 
 async def test_a_200_with_the_same_content_is_unchanged() -> None:
@@ -74,12 +74,12 @@ async def test_a_200_with_the_same_content_is_unchanged() -> None:
     assert got.revisit.verdict is Verdict.UNCHANGED
 
 
-async def test_a_changed_page_is_parsed_and_its_interval_shrinks() -> None:
-    """New content: an item as on a first fetch, and the interval times 0.7."""
+async def test_a_changed_page_is_parsed_and_its_quiet_time_reset() -> None:
+    """New content: an item as on a first fetch, and the quiet time back to 0."""
     changed = response(200, PAGE + b"<p>new</p>")
     got = await Handler(settings=SETTINGS).handle(held(revisit()), changed, Origin("w1"))
     assert len(got.items) == 1 and got.revisit is not None
-    assert (got.revisit.verdict, got.revisit.record.interval_s) == (Verdict.CHANGED, 420)
+    assert (got.revisit.verdict, got.revisit.record.quiet_s) == (Verdict.CHANGED, 0)
 
 
 async def test_an_overloaded_revisit_is_retried_without_a_record() -> None:

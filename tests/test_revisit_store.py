@@ -100,7 +100,8 @@ def test_a_revisit_is_conditional_on_the_last_validators(
 
 
 def test_the_next_fetch_writes_the_next_due_time(revisits: Revisits, raw: Any, prefix: str) -> None:
-    """After a 304 the record is due a longer interval on, and the minute counts follow."""
+    """After a 304 the record is due its next interval on (the minimum still: the page has
+    been quiet for one), its quiet time is longer, and the minute counts follow."""
     fetch = first_fetch("http://a.test/1")
     revisits.put([fetch])
     revisits.take(requeue_s=REQUEUE, now_s=NOW + 60)
@@ -110,7 +111,7 @@ def test_the_next_fetch_writes_the_next_due_time(revisits: Revisits, raw: Any, p
     record, verdict = after_fetch(old, Fetched(status=304), policy=POLICY, now_s=NOW + 70)
     revisits.put([Fetch(entry=entry, record=record, verdict=verdict, first=False)])
     assert revisits.record_of(fetch.entry) == record
-    assert record.due_s == NOW + 70 + 72
+    assert (record.due_s, record.quiet_s) == (NOW + 70 + 60, old.quiet_s + 60)
     figures = revisits.figures(NOW + 70)
     assert (figures.records, figures.next_hour) == (1, 1)
     assert raw.hget(prefix + "stats", "revisit_unchanged") == b"1"

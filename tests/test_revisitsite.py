@@ -76,3 +76,12 @@ def test_the_log_judges_missed_changes_and_gaps(site: RevisitSite, clock: Clock)
     assert changes_missed(site, 0, within=1.0) == [2]
     assert smallest_gap(site) == 10.5
     assert [hit.if_none_match for hit in site.hits(0)] == [None, '"v0"', '"v1"']
+
+
+def test_every_request_is_logged_robots_txt_too(site: RevisitSite, clock: Clock) -> None:
+    """A 404 (robots.txt, an unknown page) is in the log: politeness counts every request."""
+    assert get(site, "/robots.txt").status_code == 404
+    clock.t = 0.25
+    get(site, "/p/0")
+    assert [(hit.path, hit.status) for hit in site.log] == [("/robots.txt", 404), ("/p/0", 200)]
+    assert smallest_gap(site) == 0.25

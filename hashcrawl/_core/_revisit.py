@@ -17,13 +17,19 @@ import attrs
 
 from hashcrawl._exceptions import HashcrawlError
 
-#: Unchanged: the interval grows by this factor; changed: it shrinks by ``SHRINK``.
-#: Both rates (0.2, 0.3) are under Nutch's 0.4, past which it warns the schedule is
-#: unstable; the shrink is the larger, so a page that starts changing is caught up with
-#: sooner than a quiet one is let go. The walk stands still where about one fetch in
-#: three finds a change (ln GROW / (ln GROW - ln SHRINK) = 0.34).
-GROW = 1.2
-SHRINK = 0.7
+#: The adaptive rule: a page's next interval is this share of its *quiet time* (how long
+#: its fetches have found it unchanged), within [--revisit-min, --revisit-max]. So an
+#: interval is never longer than --revisit-min or a fifth of the time the page has been
+#: seen unchanged, whichever is longer: a page that changed a minute ago is not left for
+#: an hour. 0.2 is Squid's default lm-factor (RFC 9111 4.2.2's heuristic freshness names
+#: 10% as typical); past the minimum, a quiet page's interval grows by 20% a fetch,
+#: Nutch's INC_RATE. A change resets the quiet time, so there is no walk to oscillate
+#: (Nutch warns that its two-way rates are unstable above 0.4): the interval is a
+#: function of the quiet time alone. After a change a page stays at --revisit-min until
+#: it has been quiet for 1/SHARE = 5 of them, so a page changing at least that often is
+#: fetched as a fixed --revisit-min would fetch it; a slower page's change is seen
+#: within about a fifth of the time since its last.
+SHARE = 0.2
 DEFAULT_MIN_S = 60  # StormCrawler's lower bound, and no more than a minute stale
 DEFAULT_MAX_S = 14 * 86_400  # StormCrawler's upper bound
 LONGEST_S = 365 * 86_400  # the largest interval a flag may ask for
@@ -31,8 +37,11 @@ SHORTEST_S = 1  # the smallest: a test's; --delay still paces every host
 #: The longest ETag kept. A longer one is not stored at all: a cut ETag never matches,
 #: so the page is revalidated by Last-Modified and its digest instead.
 MAX_ETAG = 22
-_HEAD = struct.Struct(">II8sI")  # due_s, interval_s, digest, last_modified_s
+_HEAD = struct.Struct(">II8sI")  # due_s, quiet_s, digest, last_modified_s
 MAX_RECORD = _HEAD.size + MAX_ETAG
+#: The longest quiet time a record holds: past LONGEST_S / SHARE the interval is the
+#: longest a flag may ask for anyway.
+MAX_QUIET_S = round(LONGEST_S / SHARE)
 #: An ETag worth sending back: an opaque tag, optionally weak, of visible ASCII.
 _ETAG = re.compile(r'(W/)?"[\x21\x23-\x7e]*"', re.ASCII)
 _U32 = 2**32 - 1
@@ -84,18 +93,26 @@ class Policy:
         """A new page's interval: the shortest, until its fetches show it quiet."""
         return self.low
 
-    def next_interval(self, interval: int, verdict: Verdict) -> int:
-        """The interval after a fetch judged ``verdict``, clamped to the bounds."""
-        if not self.adaptive or verdict is Verdict.UNKNOWN:
-            return self._clamped(interval)
-        # At least a second either way, so that short intervals move too (round(2 * 1.2)
-        # is 2 again).
-        if verdict is Verdict.CHANGED:
-            return self._clamped(min(interval - 1, round(interval * SHRINK)))
-        return self._clamped(max(interval + 1, round(interval * GROW)))
+    def interval(self, quiet_s: int) -> int:
+        """The interval of a page seen unchanged for ``quiet_s`` seconds: fixed, or
+        ``SHARE`` of its quiet time within the bounds."""
+        if not self.adaptive:
+            return self.low
+        return max(self.low, min(self.high, round(quiet_s * SHARE)))
 
-    def _clamped(self, interval: int) -> int:
-        return max(self.low, min(self.high, interval))
+    def quiet_after(self, quiet_s: int, verdict: Verdict) -> int:
+        """The quiet time after a fetch judged ``verdict``, of a page that was due
+        ``interval(quiet_s)`` after the fetch before.
+
+        Changed: 0. Unchanged: the interval waited is added (the time since the fetch
+        before, less any lateness, so the quiet time errs short and the interval with
+        it). Unknown (an error, a 404, a redirect): kept.
+        """
+        if verdict is Verdict.CHANGED:
+            return 0
+        if verdict is Verdict.UNCHANGED:
+            return min(MAX_QUIET_S, quiet_s + self.interval(quiet_s))
+        return min(MAX_QUIET_S, quiet_s)
 
 
 def _check_bound(flag: str, seconds: int) -> None:
@@ -110,14 +127,14 @@ class Record:
     """What a revisited URL keeps between fetches, as stored in its bucket."""
 
     due_s: int
-    interval_s: int
+    quiet_s: int  # seconds its fetches have found it unchanged (Policy.quiet_after)
     digest: bytes = b"\0" * 8
     last_modified_s: int = 0  # 0: the server sent none (or none worth keeping)
     etag: str = ""  # "": none, or one longer than MAX_ETAG
 
     def to_bytes(self) -> bytes:
         """The record as Redis keeps it: 20 bytes and the ETag."""
-        head = _HEAD.pack(self.due_s, self.interval_s, self.digest, self.last_modified_s)
+        head = _HEAD.pack(self.due_s, self.quiet_s, self.digest, self.last_modified_s)
         return head + self.etag.encode("ascii")
 
     @classmethod
@@ -129,15 +146,13 @@ class Record:
         """
         if not _HEAD.size <= len(data) <= MAX_RECORD:
             raise BadRecord(f"revisit record is {len(data)} bytes, not {_HEAD.size}-{MAX_RECORD}")
-        due, interval, digest, modified = _HEAD.unpack_from(data)
+        due, quiet, digest, modified = _HEAD.unpack_from(data)
         etag = data[_HEAD.size :].decode("ascii", "replace")
         if etag and not _ETAG.fullmatch(etag):
             raise BadRecord(f"revisit record holds no ETag: {etag!r}")
-        if not SHORTEST_S <= interval <= LONGEST_S:
-            raise BadRecord(f"revisit record's interval {interval} s is out of range")
-        return cls(
-            due_s=due, interval_s=interval, digest=digest, last_modified_s=modified, etag=etag
-        )
+        if quiet > MAX_QUIET_S:
+            raise BadRecord(f"revisit record's quiet time {quiet} s is out of range")
+        return cls(due_s=due, quiet_s=quiet, digest=digest, last_modified_s=modified, etag=etag)
 
     def to_hex(self) -> str:
         """The record as an entry carries it (``V``): JSON cannot hold bytes."""
@@ -225,8 +240,8 @@ def after_fetch(
     """
     digest = digest_of(fetched.body)
     verdict = judge(record, fetched.status, digest)
-    interval = policy.first_interval() if record is None else record.interval_s
-    interval = policy.next_interval(interval, verdict) if record is not None else interval
+    quiet = 0 if record is None else policy.quiet_after(record.quiet_s, verdict)
+    interval = policy.interval(quiet)
     etag, modified = kept_etag(fetched.etag), kept_last_modified(fetched.last_modified)
     if fetched.status == 200:
         kept = (digest, modified, etag)
@@ -235,7 +250,5 @@ def after_fetch(
     else:
         kept = (b"\0" * 8, 0, "")
     due = min(_U32, now_s + interval)
-    record = Record(
-        due_s=due, interval_s=interval, digest=kept[0], last_modified_s=kept[1], etag=kept[2]
-    )
+    record = Record(due_s=due, quiet_s=quiet, digest=kept[0], last_modified_s=kept[1], etag=kept[2])
     return record, verdict

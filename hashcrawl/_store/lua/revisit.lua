@@ -2,7 +2,7 @@
 -- revisit: keep revisited pages' records, and turn due ones into inbox entries.
 -- KEYS[1]: a key of the crawl, for the cluster's routing only (not read).
 --   P..'rv:'..B     HASH   8-byte URL fingerprint -> record (hashcrawl/_core/_revisit.py:
---                          due_s u32, interval_s u32, digest 8 bytes, last_modified u32,
+--                          due_s u32, quiet_s u32, digest 8 bytes, last_modified u32,
 --                          ETag 0-22 bytes), B the fingerprint's bucket     (put, take)
 --   P..'rvu:'..B    HASH   fingerprint -> the page's entry, JSON text        (put; take
 --                          reads it, and deletes it with an unreadable record)
