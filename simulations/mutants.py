@@ -20,7 +20,8 @@ the quick profile alone, to measure what it catches by itself.
 A mutant whose id is in ``simulations/mutants.toml``'s ``[equivalent]`` table and that
 survives is reported as equivalent, with that table's one-line argument, and left out of
 the kill rates. A mutant id is a hash of the file, the line's text and the change, so it
-stays the same when lines above it move.
+stays the same when lines above it move; the same change to a second line of the same
+text gets that id hashed with its rank in the file (``distinct_ids``).
 """
 
 from __future__ import annotations
@@ -114,8 +115,26 @@ def targets(config: dict[str, object], files: Sequence[str]) -> list[tuple[Path,
 
 def mutants_of(path: Path, operators: Sequence[str]) -> list[Mutant]:
     if path.suffix == ".lua":
-        return [_from_lua(m) for m in lua_mutants.mutants_of(path, ROOT)]
-    return python_mutants(path, operators)
+        return distinct_ids([_from_lua(m) for m in lua_mutants.mutants_of(path, ROOT)])
+    return distinct_ids(python_mutants(path, operators))
+
+
+def distinct_ids(found: list[Mutant]) -> list[Mutant]:
+    """``found`` with the ids of the same change to the same line text made distinct: the
+    first (highest in the file) keeps the plain id, so every id that never collided stays
+    as the tables have it; the k-th repeat hashes that id with k."""
+    seen: dict[str, int] = {}
+    rank: dict[int, int] = {}
+    for at in sorted(range(len(found)), key=lambda at: found[at].line):
+        rank[at] = seen[found[at].id] = seen.get(found[at].id, 0) + 1
+    return [  # in the order found: a seeded sample draws from this order
+        m if rank[at] == 1 else attrs.evolve(m, id=_nth_id(m.id, rank[at]))
+        for at, m in enumerate(found)
+    ]
+
+
+def _nth_id(first: str, k: int) -> str:
+    return hashlib.sha1(f"{first}\0{k}".encode()).hexdigest()[:8]
 
 
 def _from_lua(m: lua_mutants.LuaMutant) -> Mutant:

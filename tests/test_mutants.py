@@ -74,6 +74,22 @@ def test_a_mutant_id_stays_when_lines_above_it_move(tmp_path: Path) -> None:
     assert before == after and before
 
 
+def test_the_same_change_to_two_lines_of_the_same_text_gets_two_ids(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The first keeps the plain id (as earlier tables have it); the second gets its own."""
+    monkeypatch.setattr(mutants, "ROOT", tmp_path)
+    script = tmp_path / "s.lua"
+    script.write_text("if a == 1 then return 0 end\nlocal b = 2\nif a == 1 then return 0 end\n")
+    lua = lua_mutants.mutants_of(script, tmp_path)
+    plain = [mutants.mutant_id(m.path, m.old, m.new) for m in lua]
+    assert len(set(plain)) < len(plain)  # lines 1 and 3 collide by their text
+    ids = [m.id for m in mutants.mutants_of(script, [])]
+    assert len(set(ids)) == len(ids)
+    first = [n for n, m in enumerate(lua) if m.line == 1]
+    assert [ids[n] for n in first] == [plain[n] for n in first]
+
+
 def test_python_annotations_are_not_mutated(tmp_path: Path, monkeypatch) -> None:  # type: ignore[no-untyped-def]
     """``int | None`` in an annotation is a string nobody evaluates: no mutant there."""
     pytest.importorskip("cosmic_ray", reason="pip install -e '.[mutants]'")
