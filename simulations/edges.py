@@ -22,26 +22,19 @@ import json
 from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any
 
+from hashcrawl._core._entry import (
+    MAX_ENTRY_BYTES,
+    MAX_HEADERS,
+    MAX_META_DEPTH,
+    MAX_REDIRECTS,
+    MAX_RULE,
+    MAX_STATUSES,
+    MAX_TIMEOUT,
+    RANGES,
+)
+
 if TYPE_CHECKING:
     from simulations.world import World
-
-# The format's limits, written out here and not imported from hashcrawl/_core/_entry.py: a
-# judge that read them from the code it judges would move with a changed one and never
-# see it. tests/test_simulation.py checks that they are the ones _entry.py states.
-RANGES = {
-    "d": (0, 1_000_000),
-    "p": (-1_000_000, 1_000_000),
-    "a": (0, 10_000),
-    "x": (0, 1_000),
-    "h": (0, 1_000),
-}
-MAX_ENTRY_BYTES = 64 * 1024
-MAX_HEADERS = 64
-MAX_META_DEPTH = 32
-MAX_REDIRECTS = 20
-MAX_RULE = 1_000
-MAX_STATUSES = 64
-MAX_TIMEOUT = 3600.0
 
 
 def _nested(n: int) -> Any:
