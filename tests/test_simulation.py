@@ -173,24 +173,3 @@ def test_a_delay_change_is_kept_by_requests_from_its_bound_on() -> None:
     early = [(float("-inf"), 1.0), (10.0, 3.0)]
     world.delays = early
     assert reach.delay_at(world, 10.0 + reach.FOLLOW_WITHIN + 1) == 3.0
-
-
-def test_the_edge_entries_are_each_at_a_limit_or_just_past_it() -> None:
-    """Every entry planted at a limit of the format is read; every one just past it is bad,
-    even once a worker writes it again with one more attempt or as a suspect."""
-    import attrs
-
-    from hashcrawl._core._entry import MAX_ENTRY_BYTES, BadEntry, Entry
-    from simulations import edges
-
-    good, bad = edges.payloads("h0.test", 3)
-    assert len(good) == len(bad) == len(edges.EDGES) + 1
-    for url, payload in good.items():
-        entry = Entry.decode(payload)
-        assert entry.url == url
-        again = attrs.evolve(entry, attempts=entry.attempts + 1, suspect=True).encode()
-        assert Entry.decode(again).url == url
-    for payload in bad.values():
-        with pytest.raises(BadEntry):
-            Entry.decode(payload)
-    assert len(bad["http://h0.test/edge-3-size-past"]) == MAX_ENTRY_BYTES + 1
