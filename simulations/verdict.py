@@ -15,10 +15,7 @@ from simulations.world import World
 FINISH_WITHIN = 900.0  # simulated seconds for the fault-free end of a crawl
 ARMED_FOR = 10.0  # simulated seconds an armed crash may still strike once faults stop
 JUDGE_EVERY = 5.0  # simulated seconds between checks while the fleet runs to the end
-# Simulated seconds without a request, an item or a worker change: more than the longest
-# wait hashcrawl puts on a host after a failure (failure_wait's 60 s, which an entry
-# written by hand with many attempts reaches: simulations.edges).
-STALLED_AFTER = 90.0
+STALLED_AFTER = 60.0  # simulated seconds without a request, an item or a worker change
 
 
 def violations(world: World) -> list[str]:
