@@ -20,9 +20,7 @@ as it was):
   a broken tool would. Each must be counted once as bad (``stats``'s ``queue_bad``, at
   most the number planted at any time, exactly that at the end), the crawl must still
   end, and ``outstanding`` may fall short of the entries by at most the number planted
-  (the idle recount sets it right), never exceed them. Beside them go entries at
-  each limit of the entry format and just past it (:mod:`simulations.edges`): those at
-  a limit must end like pages, those past it be counted bad and never fetched.
+  (the idle recount sets it right), never exceed them.
   With parking, ``parked`` lists exactly the hosts with an overflow set
   (:func:`parked_listed`).
 
@@ -49,7 +47,6 @@ from hashcrawl._core._urls import canonicalize, fingerprint
 from hashcrawl._store import _crawlconfig
 from hashcrawl._store._redisurl import RedisURL
 from hashcrawl._store._store import Store
-from simulations import edges
 
 if TYPE_CHECKING:
     from simulations.crew import SimWorker
@@ -130,12 +127,8 @@ def plant(world: World, index: int) -> str:
     stream = observer.stream_of(member)
     for payload in PLANTED:
         observer.r.xadd(stream, {"r": payload} if payload is not None else {"x": "1"})
-    bad = edges.plant(world, stream, index)  # and a pair at each limit of the format
-    world.planted += len(PLANTED) + bad
-    return (
-        f"{len(PLANTED) + bad} unreadable entries and {bad} at the edges of the format "
-        f"written by hand into {member}'s stream"
-    )
+    world.planted += len(PLANTED)
+    return f"{len(PLANTED)} unreadable entries written by hand into {member}'s stream"
 
 
 def parked_listed(world: World) -> list[str]:

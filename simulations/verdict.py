@@ -8,7 +8,7 @@ faults, runs the fleet until every worker has left, and returns what went wrong.
 
 from __future__ import annotations
 
-from simulations import checks, edges, reach, revisits
+from simulations import checks, reach, revisits
 from simulations.observe import Snapshot
 from simulations.world import World
 
@@ -27,7 +27,7 @@ def violations(world: World) -> list[str]:
         + checks.lost(accepted(world, snap), snap.queued, done, snap.dead)
         + revisits.repeats(world)
         + checks.politeness(world.fetches, world.delay_of)
-        + checks.accounting(snap.outstanding, snap.entries, world.planted + len(world.edges_good))
+        + checks.accounting(snap.outstanding, snap.entries, world.planted)
         + checks.killer(world.killed_members, int(world.settings["max_attempts"]))
         + reach.bad_counted(world)
         + reach.versions(world)
@@ -140,12 +140,7 @@ def _judge_end(world: World) -> list[str]:
         )
     end = checks.unfinished(accepted(world, snap), world.done_urls(), snap.dead, world.failed)
     return (
-        problems
-        + end
-        + edges.read_at_the_end(world, snap.dead)
-        + edges.never_fetched(world)
-        + reach.bad_counted(world, end=True)
-        + revisits.lost_at_end(world, snap.dead)
+        problems + end + reach.bad_counted(world, end=True) + revisits.lost_at_end(world, snap.dead)
     )
 
 

@@ -108,8 +108,6 @@ class World:
         self.reach = Reach.of(site.seed)  # parking, seen-filter rollover (simulations.reach)
         self.reach.prepare(self)
         self.planted = 0  # unreadable entries written into streams by hand
-        self.edges_good: dict[str, str] = {}  # url -> entry at a limit, by hand (edges)
-        self.edges_bad: dict[str, str] = {}  # url -> entry just past one, by hand
         self.changes = 0  # crawl settings changed with configure (reach.configure)
         self.delays = [(float("-inf"), float(self.settings["delay"]))]  # (since, delay)
         self.queue = Queue(self.url, self.crawl)
