@@ -20,7 +20,8 @@ the quick profile alone, to measure what it catches by itself.
 A mutant whose id is in ``simulations/mutants.toml``'s ``[equivalent]`` table and that
 survives is reported as equivalent, with that table's one-line argument, and left out of
 the kill rates. A mutant id is a hash of the file, the line's text and the change, so it
-stays the same when lines above it move.
+stays the same when lines above it move; the same change to a second line of the same
+text gets that id hashed with its rank in the file (``distinct_ids``).
 """
 
 from __future__ import annotations
@@ -45,7 +46,7 @@ from pathlib import Path
 
 import attrs
 
-from simulations import lua_mutants
+from simulations import lua_mutants, mutant_cache
 
 ROOT = Path(__file__).resolve().parent.parent
 CONFIG = ROOT / "simulations" / "mutants.toml"
@@ -114,8 +115,26 @@ def targets(config: dict[str, object], files: Sequence[str]) -> list[tuple[Path,
 
 def mutants_of(path: Path, operators: Sequence[str]) -> list[Mutant]:
     if path.suffix == ".lua":
-        return [_from_lua(m) for m in lua_mutants.mutants_of(path, ROOT)]
-    return python_mutants(path, operators)
+        return distinct_ids([_from_lua(m) for m in lua_mutants.mutants_of(path, ROOT)])
+    return distinct_ids(python_mutants(path, operators))
+
+
+def distinct_ids(found: list[Mutant]) -> list[Mutant]:
+    """``found`` with the ids of the same change to the same line text made distinct: the
+    first (highest in the file) keeps the plain id, so every id that never collided stays
+    as the tables have it; the k-th repeat hashes that id with k."""
+    seen: dict[str, int] = {}
+    rank: dict[int, int] = {}
+    for at in sorted(range(len(found)), key=lambda at: found[at].line):
+        rank[at] = seen[found[at].id] = seen.get(found[at].id, 0) + 1
+    return [  # in the order found: a seeded sample draws from this order
+        m if rank[at] == 1 else attrs.evolve(m, id=_nth_id(m.id, rank[at]))
+        for at, m in enumerate(found)
+    ]
+
+
+def _nth_id(first: str, k: int) -> str:
+    return hashlib.sha1(f"{first}\0{k}".encode()).hexdigest()[:8]
 
 
 def _from_lua(m: lua_mutants.LuaMutant) -> Mutant:
@@ -234,6 +253,7 @@ class Plan:
     test_timeout: float
     sim_timeout: float
     equivalent: dict[str, str]
+    cache: Path | None = None  # where verdicts are kept (simulations.mutant_cache)
 
 
 def lua_invalid(mutants: Sequence[Mutant], workdir: Path) -> set[str]:
@@ -260,20 +280,35 @@ def lua_invalid(mutants: Sequence[Mutant], workdir: Path) -> set[str]:
 
 def run_one(mutant: Mutant, tests: list[str], plan: Plan, workdir: Path) -> Outcome:
     started = time.monotonic()
+    text = mutant.apply((SNAPSHOT[0] / mutant.path).read_text())
+    if text is None:
+        return Outcome(mutant, "no change", "invalid", 0.0)
+    env = mutant_cache.environment(tuple(tests), plan.stages, plan.seed) if plan.cache else ""
+    if plan.cache is not None:
+        found = mutant_cache.lookup(plan.cache, mutant.id, env, SNAPSHOT[0], (mutant.path, text))
+        if found is not None:
+            return _outcome(mutant, found["killed_by"], found["stage"], 0.0, plan, cached=True)
     tree = Path(tempfile.mkdtemp(prefix=f"mutant-{mutant.id}-", dir=workdir))
     try:
         _copy_tree(tree)
-        target = tree / mutant.path
-        text = mutant.apply(target.read_text())
-        if text is None:
-            return Outcome(mutant, "no change", "invalid", 0.0)
-        target.write_text(text)
+        deps = mutant_cache.arm(tree) if plan.cache is not None else None
+        (tree / mutant.path).write_text(text)
         killed_by, stage = _kill(tree, tests, plan)
+        read = None if deps is None else mutant_cache.read_set(tree, deps, SNAPSHOT[0])
     finally:
         shutil.rmtree(tree, ignore_errors=True)
-    seconds = time.monotonic() - started
+    if plan.cache is not None and read is not None and stage != "timeout":
+        verdict = {"killed_by": killed_by, "stage": stage}
+        mutant_cache.store(plan.cache, mutant.id, env, read, verdict)
+    return _outcome(mutant, killed_by, stage, time.monotonic() - started, plan)
+
+
+def _outcome(
+    mutant: Mutant, killed_by: str, stage: str, seconds: float, plan: Plan, cached: bool = False
+) -> Outcome:
     equivalent = plan.equivalent.get(mutant.id, "") if not killed_by else ""
-    return Outcome(mutant, killed_by, stage, seconds, equivalent)
+    shown = f"{killed_by} (cached)" if cached and killed_by else killed_by
+    return Outcome(mutant, shown, stage, seconds, equivalent)
 
 
 def baseline(tests: list[str], plan: Plan, workdir: Path) -> str:
@@ -342,7 +377,13 @@ def _python(tree: Path, args: list[str], timeout: float) -> tuple[int | None, st
 
 
 def _python_once(tree: Path, args: list[str], timeout: float) -> tuple[int | None, str]:
-    env = {**os.environ, "PYTHONPATH": str(tree), "PYTHONDONTWRITEBYTECODE": "1"}
+    env = {
+        **os.environ,
+        "PYTHONPATH": str(tree),
+        "PYTHONDONTWRITEBYTECODE": "1",
+        "MUTANT_TREE": str(tree),  # for simulations.mutant_cache's hook, if the tree has it
+        "MUTANT_DEPS": str(tree.parent / f"{tree.name}.deps"),
+    }
     with subprocess.Popen(
         [sys.executable, *args],
         cwd=tree,
@@ -519,6 +560,7 @@ def main(argv: list[str] | None = None) -> int:
         test_timeout=args.test_timeout,
         sim_timeout=args.sim_timeout,
         equivalent=equivalent,
+        cache=args.cache,
     )
     return _run(chosen, killers, plan, args, len(every))
 
@@ -634,6 +676,9 @@ def _parser() -> argparse.ArgumentParser:
     parser.add_argument("--out", default="mutants.md", help="where the table goes")
     parser.add_argument("--config", type=Path, default=CONFIG)
     parser.add_argument("--no-baseline", action="store_true", help="skip the unmutated run")
+    parser.add_argument(
+        "--cache", type=Path, help="keep verdicts here; reuse those whose inputs are unchanged"
+    )
     parser.add_argument("--list", action="store_true", help="print the mutants, run nothing")
     parser.add_argument(
         "--merge", nargs="+", type=Path, help="tables of earlier runs: one table of them all"

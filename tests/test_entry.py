@@ -7,7 +7,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from hashcrawl._core._entry import MAX_ENTRY_BYTES, MAX_TIMEOUT, BadEntry, Entry
+from hashcrawl._core._entry import MAX_ENTRY_BYTES, MAX_RULE, MAX_TIMEOUT, BadEntry, Entry
 from tests.strategies import stream_payloads
 
 json_values = st.recursive(
@@ -204,3 +204,19 @@ def test_a_timeout_of_exactly_the_limit_is_read_and_a_little_more_is_a_bad_entry
     assert Entry.decode(json.dumps({"u": url, "t": MAX_TIMEOUT})).timeout == MAX_TIMEOUT
     with pytest.raises(BadEntry, match="timeout"):
         Entry.decode(json.dumps({"u": url, "t": MAX_TIMEOUT + 0.5}))
+
+
+def test_a_scrapy_requests_fields_survive_encoding_and_a_rule_out_of_range_is_bad() -> None:
+    """Errback, cb_kwargs, statuses and the rule index come back; a rule past MAX_RULE does not."""
+    for rule in (0, MAX_RULE):
+        entry = Entry(
+            url="http://a.example/",
+            errback="on_error",
+            cb_kwargs={"page": 2},
+            handle_httpstatus_list=(404,),
+            rule=rule,
+        )
+        assert Entry.decode(entry.encode()) == entry
+    for rule in (-1, MAX_RULE + 1, 1.0):
+        with pytest.raises(BadEntry, match="rule"):
+            Entry.decode(json.dumps({"u": "http://a.example/", "R": rule}))

@@ -64,6 +64,34 @@ def test_a_host_not_allowed_yet_is_skipped_not_lost() -> None:
     assert frontier.take(0.0) == held(1)
 
 
+def test_a_host_refused_by_may_fetch_does_not_hold_up_the_next_host() -> None:
+    """Another host ready at the same moment is taken while may_fetch refuses the first."""
+    frontier = frontier_with(held(1), held(2, host="b.test"), delay=0.0)
+    got = frontier.take(0.0, lambda host: host.name != "a.test")
+    assert isinstance(got, Held) and got.host == "b.test"
+    assert frontier.take(0.0) == held(1)
+
+
+def test_a_stale_slot_of_a_revoked_host_does_not_hold_up_the_next_host() -> None:
+    """The slot a revoked host left in the timeline is passed over, not taken for the end."""
+    frontier = frontier_with(held(1), held(2, host="b.test"), delay=0.0)
+    frontier.revoke("a.test")
+    got = frontier.take(0.0)
+    assert isinstance(got, Held) and got.host == "b.test"
+
+
+def test_a_slot_whose_pacing_moved_does_not_hold_up_a_host_ready_behind_it() -> None:
+    """A host backed off after its slot was scheduled is put later; the next one starts."""
+    frontier = frontier_with(held(1), held(2), held(3, host="b.test"), held(4, host="b.test"))
+    assert frontier.take(0.0) == held(1)
+    assert frontier.take(0.0) == held(3, host="b.test")
+    frontier.done("a.test", 0.5)  # a.test's slot: 1.5
+    frontier.back_off("a.test", 5.0)  # ... which is now 5.0
+    frontier.done("b.test", 1.0)  # b.test's slot: 2.0
+    assert frontier.take(3.0) == held(4, host="b.test")
+    assert frontier.take(3.0) == 5.0
+
+
 def test_a_revoked_host_is_never_taken_and_drop_returns_its_queue() -> None:
     """After revoke nothing of the host starts; drop hands its queued entries back."""
     frontier = frontier_with(held(1), held(2), delay=0.0)

@@ -168,6 +168,28 @@ async def test_a_redirect_within_the_limit_is_followed_and_one_past_it_dead_lett
     assert dead.kind is Kind.DEAD and "more than 2 redirects" in dead.error
 
 
+async def test_a_redirects_target_is_one_level_deeper_and_none_is_followed_past_max_depth() -> None:
+    """--max-depth counts a redirect as a link: the target of a page at the limit is not
+    followed, one above it is, at the next depth."""
+    from hashcrawl._core._entry import Entry
+    from hashcrawl._core._frontier import Held
+    from hashcrawl._run._handling import Handler, Origin
+    from hashcrawl._settings import Settings
+    from hashcrawl._web._models import Request, Response
+
+    def moved(depth: int) -> Held:
+        return Held("1-0", Entry(url="http://a.test/old", depth=depth), "a.test")
+
+    response = Response(
+        "http://a.test/old", 301, {"location": "/new"}, b"", Request("http://a.test/old")
+    )
+    handler = Handler(settings=Settings(max_depth=2))
+    below = await handler.handle(moved(1), response, Origin("w1"))
+    assert [(e.url, e.depth) for e in below.follows] == [("http://a.test/new", 2)]
+    at_limit = await handler.handle(moved(2), response, Origin("w1"))
+    assert at_limit.follows == []
+
+
 async def test_a_page_whose_callback_never_asks_for_links_counts_none_dropped() -> None:
     """A callback that yields items only leaves no parse behind: nothing was dropped."""
     from hashcrawl._core._entry import Entry

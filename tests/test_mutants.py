@@ -74,6 +74,22 @@ def test_a_mutant_id_stays_when_lines_above_it_move(tmp_path: Path) -> None:
     assert before == after and before
 
 
+def test_the_same_change_to_two_lines_of_the_same_text_gets_two_ids(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The first keeps the plain id (as earlier tables have it); the second gets its own."""
+    monkeypatch.setattr(mutants, "ROOT", tmp_path)
+    script = tmp_path / "s.lua"
+    script.write_text("if a == 1 then return 0 end\nlocal b = 2\nif a == 1 then return 0 end\n")
+    lua = lua_mutants.mutants_of(script, tmp_path)
+    plain = [mutants.mutant_id(m.path, m.old, m.new) for m in lua]
+    assert len(set(plain)) < len(plain)  # lines 1 and 3 collide by their text
+    ids = [m.id for m in mutants.mutants_of(script, [])]
+    assert len(set(ids)) == len(ids)
+    first = [n for n, m in enumerate(lua) if m.line == 1]
+    assert [ids[n] for n in first] == [plain[n] for n in first]
+
+
 def test_python_annotations_are_not_mutated(tmp_path: Path, monkeypatch) -> None:  # type: ignore[no-untyped-def]
     """``int | None`` in an annotation is a string nobody evaluates: no mutant there."""
     pytest.importorskip("cosmic_ray", reason="pip install -e '.[mutants]'")
@@ -87,3 +103,30 @@ def test_python_annotations_are_not_mutated(tmp_path: Path, monkeypatch) -> None
     )
     found = mutants.python_mutants(module, ["ReplaceBinaryOperator_BitOr_BitAnd"])
     assert [(m.line, m.change) for m in found] == [(3, "| -> &")]
+
+
+def test_a_cached_verdict_is_reused_only_while_every_file_it_read_is_unchanged(
+    tmp_path: Path,
+) -> None:
+    """The files recorded (the mutant's own, with the mutant applied, among them) and the
+    environment must all match; a change to any of them makes the mutant run again."""
+    from simulations import mutant_cache
+
+    root, tree, cache = tmp_path / "root", tmp_path / "tree", tmp_path / "cache"
+    for place in (root, tree):
+        (place / "pkg").mkdir(parents=True)
+        (place / "pkg" / "a.py").write_text("x = 1\n")
+        (place / "pkg" / "s.lua").write_text("return 1\n")
+    (tree / "pkg" / "a.py").write_text("x = 2\n")  # the mutant
+    deps = mutant_cache.arm(tree)
+    deps.write_text("pkg/a.py\n")  # as the hook writes it
+    read = mutant_cache.read_set(tree, deps, root)
+    assert read is not None and set(read) == {"pkg/a.py", "pkg/s.lua"}
+    verdict = {"killed_by": "tests/test_a.py::test_x", "stage": "tests"}
+    mutant_cache.store(cache, "abcd1234", "env", read, verdict)
+    mutated = ("pkg/a.py", "x = 2\n")
+    assert mutant_cache.lookup(cache, "abcd1234", "env", root, mutated) == verdict
+    assert mutant_cache.lookup(cache, "abcd1234", "other env", root, mutated) is None
+    assert mutant_cache.lookup(cache, "abcd1234", "env", root, ("pkg/a.py", "x = 3\n")) is None
+    (root / "pkg" / "s.lua").write_text("return 2\n")
+    assert mutant_cache.lookup(cache, "abcd1234", "env", root, mutated) is None

@@ -149,3 +149,15 @@ def test_a_dead_letters_error_is_cut_at_500_characters() -> None:
     into = batch()
     router(max_attempts=1).add(into, Outcome.retry(held(), "e" * 2000))
     assert json.loads(into.dead[1])["error"] == "e" * 500
+
+
+def test_the_wait_after_a_failure_doubles_to_a_minute_even_for_a_hand_written_attempts_count() -> (
+    None
+):
+    """1, 2, 4 ... 60 s; an entry naming the most attempts an entry may (10,000) waits 60 s
+    instead of overflowing a float (the edges of the simulation found it)."""
+    from hashcrawl._core._entry import RANGES
+    from hashcrawl._core._outcome import failure_wait
+
+    assert [failure_wait(a) for a in range(7)] == [1.0, 2.0, 4.0, 8.0, 16.0, 32.0, 60.0]
+    assert failure_wait(RANGES["a"][1]) == 60.0

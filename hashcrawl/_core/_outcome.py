@@ -260,8 +260,11 @@ class Router:
 
 
 def failure_wait(attempts: int) -> float:
-    """Seconds a host waits after a failure with no Retry-After: 1, 2, 4... at most 60."""
-    return min(60.0, 2.0**attempts)
+    """Seconds a host waits after a failure with no Retry-After: 1, 2, 4... at most 60.
+
+    An entry written by hand may name up to 10,000 attempts: 2.0 ** 1024 overflows, so the
+    exponent is capped first (2 ** 6 is past 60 already)."""
+    return min(60.0, 2.0 ** min(attempts, 6))
 
 
 @attrs.frozen
