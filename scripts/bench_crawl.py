@@ -52,6 +52,7 @@ class Result:
     items: int
     complete: bool
     main_cpu: float = 0.0  # the processes' main threads only (their event loops)
+    window_cpu: float = 0.0  # the main threads' CPU between the first request and the last page
 
     @property
     def pages_per_s(self) -> float:
@@ -64,6 +65,16 @@ class Result:
     @property
     def main_cpu_per_1k(self) -> float:
         return self.main_cpu / self.pages * 1000 if self.pages else 0.0
+
+    @property
+    def window_cpu_per_1k(self) -> float:
+        return self.window_cpu / self.pages * 1000 if self.pages else 0.0
+
+    @property
+    def busy(self) -> float:
+        """The main threads' CPU in the crawl's window over its wall time: near 1 for one
+        process, the event loop was never idle (CPU-bound); well under it, it waited."""
+        return self.window_cpu / self.wall if self.wall > 0 else 0.0
 
     @property
     def calls_per_page(self) -> float:
@@ -82,6 +93,8 @@ class Result:
             "pages_per_s": self.pages_per_s,
             "cpu_per_1k": self.cpu_per_1k,
             "main_cpu_per_1k": self.main_cpu_per_1k,
+            "window_cpu_per_1k": self.window_cpu_per_1k,
+            "busy": self.busy,
             "calls_per_page": self.calls_per_page,
             "memory_per_url": self.memory_per_url,
         }
@@ -93,6 +106,20 @@ class Usage:
     cpu: float = 0.0
     rss_kb: int = 0
     main_cpu: float = 0.0
+    samples: list[tuple[float, float]] = attrs.Factory(list)  # (time.time(), main threads' CPU)
+
+    def main_cpu_between(self, start: float, end: float) -> float:
+        """The main threads' CPU between two ``time.time()`` instants (interpolated)."""
+        return _at(self.samples, end) - _at(self.samples, start)
+
+
+def _at(samples: list[tuple[float, float]], when: float) -> float:
+    before = [(t, c) for t, c in samples if t <= when] or samples[:1]
+    after = [(t, c) for t, c in samples if t >= when] or samples[-1:]
+    if not before:
+        return 0.0
+    (t0, c0), (t1, c1) = before[-1], after[0]
+    return c0 if t1 <= t0 else c0 + (c1 - c0) * (when - t0) / (t1 - t0)
 
 
 _TICK = os.sysconf("SC_CLK_TCK") if hasattr(os, "sysconf") else 100
@@ -120,13 +147,14 @@ def wait_all(pids: Sequence[int], deadline: float) -> tuple[Usage, bool]:
             seconds = main_thread_cpu(pid)
             if seconds is not None:
                 main[pid] = seconds
-            done, status, rusage = os.wait4(pid, os.WNOHANG)
+            done, status, rusage = os.wait4(pid, os.WNOHANG)  # (main's last look kept)
             if done:
                 left.discard(pid)
                 usage.main_cpu += main.get(pid, 0.0)
                 in_time = in_time and os.waitstatus_to_exitcode(status) == 0
                 usage.cpu += rusage.ru_utime + rusage.ru_stime
                 usage.rss_kb = max(usage.rss_kb, rusage.ru_maxrss)
+        usage.samples.append((time.time(), sum(main.values())))
         if left and time.monotonic() > deadline:
             in_time = False
             for pid in left:
@@ -219,6 +247,7 @@ def measure(
         items=count_lines(outputs),
         complete=in_time and pages >= expected_pages,
         main_cpu=usage.main_cpu,
+        window_cpu=usage.main_cpu_between(first, last),
     )
 
 

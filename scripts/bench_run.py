@@ -181,9 +181,9 @@ def render(report: dict[str, Any], results: list[Any], profile: str | None) -> s
         lines += [
             "",
             "| contender | procs | pages | wall s | pages/s | pages/s/proc | CPU s/1k pages "
-            "| main thread CPU s/1k | Redis cmds/page | Redis B/URL seen | peak RSS MB "
-            "| Redis CPU s/1k pages |",
-            "|---|--:|--:|--:|--:|--:|--:|--:|--:|--:|--:|--:|",
+            "| main thread CPU s/1k | main busy | Redis cmds/page | Redis B/URL seen "
+            "| peak RSS MB | Redis CPU s/1k pages |",
+            "|---|--:|--:|--:|--:|--:|--:|--:|--:|--:|--:|--:|--:|",
             *[_row(r) for r in results],
             *_notes(results),
             *_ratios(results),
@@ -208,6 +208,7 @@ def _row(r: Any) -> str:
         f"{r.pages_per_s / r.processes:.0f}",
         f"{r.cpu_per_1k:.2f}",
         f"{r.main_cpu_per_1k:.2f}",
+        f"{r.busy / r.processes:.2f}",
         f"{r.calls_per_page:.2f}",
         f"{r.memory_per_url:.0f}",
         f"{r.rss_kb / MB:.0f}",

@@ -127,7 +127,7 @@ events {{ worker_connections 4096; }}
 http {{
     types {{ text/html html; text/plain txt; }}
     default_type text/html;
-    log_format bench '$msec $status $server_addr $request_uri';
+    log_format bench '$msec $status $server_addr $request_uri $request_time $connection';
     access_log {log} bench buffer=256k flush=1s;
     sendfile on;
     tcp_nopush on;
@@ -223,10 +223,22 @@ def _sbin(name: str) -> str | None:
 
 def read_log(path: Path) -> Iterator[tuple[float, int, str, str]]:
     """(time, status, host, uri) of every request in an access log."""
+    for at, status, host, uri, _, _ in read_spans(path):
+        yield at, status, host, uri
+
+
+def read_spans(path: Path) -> Iterator[tuple[float, int, str, str, float, str]]:
+    """(end, status, host, uri, seconds, connection) of every request in an access log.
+
+    nginx logs ``$msec`` as the response's last byte leaves, and ``$request_time`` since
+    the request's first byte came (so the request began at end - seconds); the fallback
+    server logs neither of the last two (0 and "")."""
     with open(path) as lines:
         for line in lines:
-            at, status, host, uri = line.split(" ", 3)
-            yield float(at), int(status), host, uri.rstrip("\n")
+            at, status, host, rest = line.rstrip("\n").split(" ", 3)
+            uri, _, tail = rest.partition(" ")
+            seconds, _, connection = tail.partition(" ")
+            yield float(at), int(status), host, uri, float(seconds or 0), connection
 
 
 # -- the asyncio fallback server ---------------------------------------------------------------
