@@ -269,7 +269,7 @@ class ShardWorld:
         if not live:
             return
         member, primary = self.rng.choice(live), self.rng.choice(self.primaries)
-        primary.losing = 2
+        primary.losing = 10**6  # until it dies below: the newcomer's retries are lost too
         newcomer = f"w{len(self.workers) + 1}"
         self.say("model", f"shard {primary.shard}'s primary dies after {newcomer}'s join")
         await self.join()
@@ -278,6 +278,7 @@ class ShardWorld:
         primary.fail_over()
         await self.crash(self.workers[newcomer], "killed as the primary died")
         await self.join()
+        self.problems += shardverdict.epochs(self)  # judged now: the member's next call jumps
 
     async def random_step(self) -> None:
         rng = self.rng

@@ -52,3 +52,31 @@ def test_a_failover_drops_exactly_the_unconfirmed_writes() -> None:
         assert primary.failovers == 1 and primary.losing == 0
     finally:
         world.close()
+
+
+def _mid_join(seed: int, faults: Faults = NO_FAULTS, *, race_joins: bool = False) -> list[str]:
+    world = shards.ShardWorld(seed, faults=faults, race_joins=race_joins)
+
+    async def play() -> list[str]:
+        for _ in range(2):
+            await world.join()
+        await world.tick()
+        await world.failover_mid_join()
+        await world.tick()
+        return world.violations()
+
+    try:
+        problems: list[str] = world.do(play)
+    finally:
+        world.close()
+    return problems
+
+
+@pytest.mark.parametrize("seed", [1, 2, 3])
+def test_a_failover_mid_join_keeps_fencing_only_with_the_epoch_jump(seed: int) -> None:
+    """A ring read from a lost suffix passes no fencing check once the epoch jumped; with
+    the jump skipped, or a newcomer joining before any store saw the move, it does."""
+    assert _mid_join(seed) == []
+    stale = "a stale ring passes the fencing check"
+    assert any(stale in p for p in _mid_join(seed, Faults.of(["skip_failover_ratchet"])))
+    assert any(stale in p for p in _mid_join(seed, race_joins=True))
