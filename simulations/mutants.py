@@ -53,6 +53,7 @@ CONFIG = ROOT / "simulations" / "mutants.toml"
 COPIED = ("hashcrawl", "tests", "testing", "simulations", "pyproject.toml")
 LIVE: set[subprocess.Popen[str]] = set()  # killers running now: stopped if the run is
 SNAPSHOT = [ROOT]  # the tree mutants are copied from: a copy made when the run starts
+SHARD_RUNS = 12  # runs of `python -m simulations.shards` per mutant (about 100 s of CPU)
 
 
 @attrs.frozen
@@ -254,6 +255,7 @@ class Plan:
     sim_timeout: float
     equivalent: dict[str, str]
     cache: Path | None = None  # where verdicts are kept (simulations.mutant_cache)
+    simulation: str = "quick"  # or "shards": python -m simulations.shards (SHARD_RUNS runs)
 
 
 def lua_invalid(mutants: Sequence[Mutant], workdir: Path) -> set[str]:
@@ -283,7 +285,11 @@ def run_one(mutant: Mutant, tests: list[str], plan: Plan, workdir: Path) -> Outc
     text = mutant.apply((SNAPSHOT[0] / mutant.path).read_text())
     if text is None:
         return Outcome(mutant, "no change", "invalid", 0.0)
-    env = mutant_cache.environment(tuple(tests), plan.stages, plan.seed) if plan.cache else ""
+    env = (
+        mutant_cache.environment(tuple(tests), (*plan.stages, plan.simulation), plan.seed)
+        if plan.cache
+        else ""
+    )
     if plan.cache is not None:
         found = mutant_cache.lookup(plan.cache, mutant.id, env, SNAPSHOT[0], (mutant.path, text))
         if found is not None:
@@ -330,7 +336,7 @@ def _kill(tree: Path, tests: list[str], plan: Plan) -> tuple[str, str]:
         if killed:
             return killed, "timeout" if killed.startswith("timeout") else "tests"
     if "sim" in plan.stages:
-        killed = _by_simulation(tree, plan.seed, plan.sim_timeout)
+        killed = _by_simulation(tree, plan.seed, plan.sim_timeout, plan.simulation)
         if killed:
             return killed, "timeout" if killed.startswith("timeout") else "sim"
     return "", ""
@@ -350,9 +356,14 @@ def _by_tests(tree: Path, tests: list[str], timeout: float) -> str:
     return f"error: {error.group(1)}" if error else f"pytest exit {code}"
 
 
-def _by_simulation(tree: Path, seed: int, timeout: float) -> str:
+def _by_simulation(tree: Path, seed: int, timeout: float, simulation: str = "quick") -> str:
     args = ["-m", "simulations", "--seed", str(seed), "--no-shrink", "--progress", "0"]
+    if simulation == "shards":  # the sharded store's simulation (simulations.shards)
+        args = ["-m", "simulations.shards", "--runs", str(SHARD_RUNS), "--seed", str(seed)]
     code, out = _python(tree, args, timeout)
+    caught = re.search(r"^seed \d+: caught: (.+)", out, re.MULTILINE)
+    if simulation == "shards" and code == 1 and caught:
+        return f"sim: {caught.group(1).strip()[:200]}"
     if code is None:
         return f"timeout: quick profile over {timeout:.0f} s"
     if code == 0:
@@ -561,6 +572,7 @@ def main(argv: list[str] | None = None) -> int:
         sim_timeout=args.sim_timeout,
         equivalent=equivalent,
         cache=args.cache,
+        simulation=args.simulation,
     )
     return _run(chosen, killers, plan, args, len(every))
 
@@ -671,6 +683,12 @@ def _parser() -> argparse.ArgumentParser:
     parser.add_argument("--jobs", type=int, default=os.cpu_count() or 1)
     parser.add_argument("--stages", default="tests,sim", help="tests,sim (default) or sim")
     parser.add_argument("--sim-seed", type=int, default=1, help="the quick profile's seed")
+    parser.add_argument(
+        "--simulation",
+        choices=("quick", "shards"),
+        default="quick",
+        help="the simulation stage: the quick profile, or the sharded store's runs",
+    )
     parser.add_argument("--test-timeout", type=float, default=300.0)
     parser.add_argument("--sim-timeout", type=float, default=1800.0)
     parser.add_argument("--out", default="mutants.md", help="where the table goes")

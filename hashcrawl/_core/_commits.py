@@ -78,12 +78,13 @@ class Commits:
             router.add(batch, outcome)
         return batch
 
-    def delivery(self, entries: Iterable[Entry], now: float) -> Batch:
+    def delivery(self, entries: Iterable[Entry], now: float, ring: Ring | None = None) -> Batch:
         """A batch that only adds ``entries`` (links found in another shard, of hosts in
-        this one), routed and filtered as follows are: no acknowledgement, no pace."""
-        s, ring = self.s, self.s.epochs.latest
-        batch = Batch(worker=s.id, epoch=ring.epoch, src=s.stream, scope=s.scope.version)
-        router = self.router(ring, now)
+        this one), routed and filtered as follows are: no acknowledgement, no pace.
+        (``ring``: routed by another ring, the deliberate bug ``deliver_by_source_ring``.)"""
+        s, latest = self.s, self.s.epochs.latest
+        batch = Batch(worker=s.id, epoch=latest.epoch, src=s.stream, scope=s.scope.version)
+        router = self.router(ring or latest, now)
         for entry in entries:
             unfiltered = router.follow(batch, entry)
             for target, payload in zip(unfiltered[::2], unfiltered[1::2], strict=True):

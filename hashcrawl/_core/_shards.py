@@ -113,8 +113,13 @@ class Ends:
     is not idle, as on one shard). Once over, it stays over.
     """
 
-    def __init__(self, shards: int) -> None:
+    def __init__(self, shards: int, *, one_sweep: bool = False) -> None:
+        """Args:
+        one_sweep: the deliberate bug ``end_from_one_sweep``: over once every shard's
+            last report is quiet, however far apart they came.
+        """
         self.shards = shards
+        self.one_sweep = one_sweep
         self.first: dict[int, Report] = {}  # the first report of each shard's current run
         self.last: dict[int, Report] = {}
         self._over = False
@@ -139,6 +144,8 @@ class Ends:
         lasts = self.last.values()
         if not all(r.quiet for r in lasts) or all(r.marker == "unbegun" for r in lasts):
             return False
-        if max(r.received for r in self.first.values()) < min(r.sent for r in lasts):
+        if self.one_sweep or max(r.received for r in self.first.values()) < min(
+            r.sent for r in lasts
+        ):
             self._over = True
         return self._over

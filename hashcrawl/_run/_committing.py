@@ -53,7 +53,9 @@ class Committer:
         put_first = "revisit_put_after_ack" not in self.m.worker.faults  # off: a bug to catch
         if put_first:
             await self.put_revisits(commit)
-        await self.m.deliver(commit)  # links of other shards' hosts: there first
+        deliver_first = "deliver_after_ack" not in self.m.worker.faults  # off: a bug to catch
+        if deliver_first:
+            await self.m.deliver(commit)  # links of other shards' hosts: there first
         while True:
             batch = session.commit_batch(commit, self.m.now())
             sent = self.m.now()
@@ -70,6 +72,8 @@ class Committer:
             await self.write_items(commit)
         if not put_first:
             await self.put_revisits(commit)
+        if not deliver_first:
+            await self.m.deliver(commit)
         self.m.wake()
         return len(commit.outcomes)
 

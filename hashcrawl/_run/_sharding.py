@@ -104,7 +104,9 @@ class ShardDriver(Driver):
         store = sharded.shards.stores[shard]
         super().__init__(member, store, sharded.fetcher, **kwargs)
         count = len(sharded.shards)
-        self.session.commits.foreign = lambda host: shard_of(host, count) != shard
+        if "foreign_in_source" not in member.faults:  # off: a deliberate bug to catch
+            self.session.commits.foreign = lambda host: shard_of(host, count) != shard
+        self.misroute: Any = None  # deliver_by_source_ring: the ring that routes, wrongly
         self.beat_sent = 0.0
         self.tick = min(COMMIT_TICK_MAX, COMMIT_EVERY * count)
         self.read_block_ms = READ_BLOCK_MS
@@ -187,6 +189,8 @@ class ShardDriver(Driver):
             await self.sharded.widen_others(self.shard, scope_members(hosts=widen))
         async with trio.open_nursery() as nursery:  # into every destination at once
             for shard, entries in sorted(elsewhere.items()):
+                if "deliver_by_source_ring" in self.worker.faults:  # a deliberate bug
+                    self.sharded.drivers[shard].misroute = self.session.epochs.latest
                 nursery.start_soon(self.sharded.drivers[shard].accept, entries)
 
     async def accept(self, entries: Sequence[Entry]) -> None:
@@ -217,7 +221,7 @@ class ShardDriver(Driver):
     async def _add(self, entries: Sequence[Entry]) -> None:
         session = self.session
         while True:
-            batch = session.commits.delivery(entries, self.now())
+            batch = session.commits.delivery(entries, self.now(), ring=self.misroute)
             if not batch.add:
                 return
             result = await self.persist(self.store.commit, batch)
@@ -243,12 +247,13 @@ class Sharded:
 
     def __init__(self, worker: Member, shards: Shards, fetcher: Fetcher, **kwargs: Any) -> None:
         self.worker, self.shards, self.fetcher = worker, shards, fetcher
-        self.ends = Ends(len(shards))
+        self.ends = Ends(len(shards), one_sweep="end_from_one_sweep" in worker.faults)
         self._joined = 0
         self._all_joined = trio.Event()
         self.members = [ShardMember(worker, i, len(shards)) for i in range(len(shards))]
+        seams = {k: v for k, v in kwargs.items() if k != "revisits"}  # call, spawn, offload
         self.drivers = [
-            ShardDriver(self, i, member, revisits=_revisits_of(shards, i, kwargs))
+            ShardDriver(self, i, member, revisits=_revisits_of(shards, i, kwargs), **seams)
             for i, member in enumerate(self.members)
         ]
 

@@ -23,6 +23,7 @@ from redis.backoff import NoBackoff
 from redis.exceptions import RedisClusterException
 from redis.retry import Retry
 
+from hashcrawl._core._faults import NO_FAULTS, Faults
 from hashcrawl._exceptions import InvalidURL, QueueError
 from hashcrawl._store._nodes import Nodes
 from hashcrawl._store._redisurl import RedisURL
@@ -91,12 +92,15 @@ class Connection:
         *,
         timeout: float = 20.0,
         clock: Callable[[], int] | None = None,
+        faults: Faults = NO_FAULTS,
     ) -> None:
         """Args:
         clock: milliseconds to use as "now" in lease and liveness decisions instead of
             the server's TIME; for simulations, which drive time themselves.
+        faults: deliberate bugs, for the simulations (``_core._faults``).
         """
         self.url = url
+        self.faults = faults
         self.clock = clock
         self.crawl = crawl
         self.prefix = f"hc:{{{crawl}}}:"
@@ -127,6 +131,8 @@ class Connection:
     def _after_failover(self, client: Any) -> None:
         """Raise the epoch past any the old primary of the slot may have issued and lost
         (see ``lua/failover.lua``), before this store writes anything to the new one."""
+        if "skip_failover_ratchet" in self.faults:  # a deliberate bug to catch
+            return
         ratchet = client.register_script(_script("failover"))
         keys = [self.key("epoch"), self.key(ABSENT)]
         epoch = ratchet(keys=keys, args=[self.prefix, self._now()])

@@ -1,0 +1,83 @@
+"""The simulation of a sharded store: it keeps every invariant through crashes between a
+delivery and its page's commit and failovers that drop a primary's last writes, and it
+catches each sharded mechanism's deliberate bug (docs/simulation.md, "A sharded store")."""
+
+from __future__ import annotations
+
+import re
+
+import pytest
+
+from hashcrawl._core._faults import NO_FAULTS, Faults
+from simulations import shards
+
+# What each deliberate bug breaks, as the violation says it, and a seed whose runs catch
+# it (how often over seeds: ``python -m simulations.shards --fault NAME --seeds 3``).
+# end_from_one_sweep and deliver_by_source_ring are not caught in 3 of 3 seeds yet
+# (docs/simulation.md); skip_failover_ratchet is shown by the aimed failover below (its
+# seeded catch moved under pytest once: the runs depend on the hash seed and order).
+CAUGHT_AS = {
+    "deliver_after_ack": ("neither queued, done nor dead", 1),
+    "foreign_in_source": ("less than its delay|fetched at once|times", 1),
+}
+RUNS = 20  # runs of one seed: each bug above is caught within them (measured: docs)
+
+
+def test_a_sharded_crawl_keeps_every_invariant() -> None:
+    """Seeded runs of a crawl over 2-4 shards, with faults, break no invariant."""
+    for seed in (11, 12, 13):
+        problems, world = shards.run_once(seed)
+        assert problems == [], "\n".join(world.trace[-30:])
+        assert world.fetches and len(world.primaries) >= 2
+
+
+@pytest.mark.parametrize("fault", sorted(CAUGHT_AS))
+def test_the_sharded_simulation_catches_deliberate_bug(fault: str) -> None:
+    """With one sharded mechanism's deliberate bug on, a run breaks an invariant."""
+    pattern, seed = CAUGHT_AS[fault]
+    hit, _ = shards.run(RUNS, seed, Faults.of([fault]))
+    assert re.search(pattern, hit.splitlines()[0] if hit else ""), hit[:2000]
+
+
+def test_a_failover_drops_exactly_the_unconfirmed_writes() -> None:
+    """A failover armed for k writes runs them unanswered, then restores the replica."""
+    world = shards.ShardWorld(5, faults=NO_FAULTS)
+    try:
+        primary = world.primaries[0]
+        observer = world.observers[0]
+        before = observer.r.get(observer.prefix + "outstanding")
+        primary.losing = 1
+        observer.r.incr(observer.prefix + "outstanding")  # a write no caller saw confirmed
+        primary.fail_over()
+        assert observer.r.get(observer.prefix + "outstanding") == before
+        assert primary.failovers == 1 and primary.losing == 0
+    finally:
+        world.close()
+
+
+def _mid_join(seed: int, faults: Faults = NO_FAULTS, *, race_joins: bool = False) -> list[str]:
+    world = shards.ShardWorld(seed, faults=faults, race_joins=race_joins)
+
+    async def play() -> list[str]:
+        for _ in range(2):
+            await world.join()
+        await world.tick()
+        await world.failover_mid_join()
+        await world.tick()
+        return world.violations()
+
+    try:
+        problems: list[str] = world.do(play)
+    finally:
+        world.close()
+    return problems
+
+
+@pytest.mark.parametrize("seed", [1, 2, 3])
+def test_a_failover_mid_join_keeps_fencing_only_with_the_epoch_jump(seed: int) -> None:
+    """A ring read from a lost suffix passes no fencing check once the epoch jumped; with
+    the jump skipped, or a newcomer joining before any store saw the move, it does."""
+    assert _mid_join(seed) == []
+    stale = "a stale ring passes the fencing check"
+    assert any(stale in p for p in _mid_join(seed, Faults.of(["skip_failover_ratchet"])))
+    assert any(stale in p for p in _mid_join(seed, race_joins=True))
