@@ -162,6 +162,8 @@ class ShardWorker:
             )
             for t in ["", *env.tags]
         ]
+        for store in self.stores:  # they stand for a cluster's stores
+            store.settle_first_join = True
         self.fetcher = SimFetcher(env.web, name, env.fetches, timeout=env.settings["timeout"])
         worker = Worker(
             env.url,

@@ -58,6 +58,7 @@ from simulations.world import BEAT, SETTINGS, server
 KINDS = ("beat", "read", "fetch", "apply", "drain", "load_pace", "unpark", "commit")
 FINISH_WITHIN = 900.0  # simulated seconds for the fault-free end
 CLOCK_FROM_MS = 10**12
+FAILOVER_MS = 10  # far less than any lease, more than any lost suffix's membership changes
 STEPS = 40  # steps of a run before the fault-free end
 FAULTS = (  # drawn alike: a cut off twice as often (the end's reports go stale there)
     *("crash", "crash_between", "crash_at_delivery", "pause", "cut", "cut"),
@@ -75,6 +76,7 @@ class ShardWorld:
             sharded store": the open race this shows).
         """
         self.rng = random.Random(seed)
+        self.failover_ms = 0  # what the failovers so far added to the servers' clock
         self.race_joins = race_joins
         self.seed, self.faults = seed, faults
         shards = self.rng.choice((2, 3, 3, 4))
@@ -128,8 +130,12 @@ class ShardWorld:
     def clock_ms(self) -> int:
         """The workers' clock in ms: simulated time from a day far from 0, so that the
         epoch a failover jumps to (``lua/failover.lua``: the clock in ms) is far above
-        any count of membership changes, as on a real server."""
-        return CLOCK_FROM_MS + self.loop.now_ms()
+        any count of membership changes, as on a real server. Each failover moves it on
+        by ``FAILOVER_MS``: a real one takes at least ``cluster-node-timeout``, so the
+        promoted node's clock reads later than any the old primary wrote an epoch at
+        (the jump's premise; without it a join at the instant of a failover could draw
+        the very number the lost suffix held)."""
+        return CLOCK_FROM_MS + self.loop.now_ms() + self.failover_ms
 
     def say(self, who: str, text: str) -> str:
         self.trace.append(f"t={self.now():8.3f} {who}: {text}")
@@ -359,6 +365,7 @@ class ShardWorld:
         queued = self.observers[primary.shard].snapshot().queued
         fetched = {f.url for f in self.fetches if self.shard_of(f.url) == primary.shard}
         self.excused.update(fetched | set(queued))
+        self.failover_ms += FAILOVER_MS
         self.say("model", f"shard {primary.shard} fails over, losing {primary.lost_writes}")
         primary.lost_writes = []
 

@@ -125,6 +125,34 @@ def test_a_write_its_replica_does_not_confirm_fails(redis_cluster: Cluster, craw
         store.close()
 
 
+def test_a_stores_first_join_on_a_cluster_raises_the_epoch_as_after_a_move(
+    redis_cluster: Cluster, crawl_name: str, redis_url: str
+) -> None:
+    """A store that never saw the crawl's node may be looking at a replica promoted
+    without epochs the old primary issued; so its first join jumps the epoch to the
+    server's clock before it adds one, and later joins of that store do not. On one
+    server a join adds one, as before."""
+    first, second = (cluster_store(redis_cluster, crawl_name) for _ in range(2))
+    try:
+        _, e1, _ = first.join("w1", {})
+        assert e1 == 1  # a new crawl has no epoch to raise
+        now, e2, _ = second.join("w2", {})
+        assert now - 60_000 <= e2 - 1 and e2 > e1 + 1  # jumped, then one more for the join
+        assert first.leave("w1", {}) == e2 + 1
+        _, e3, _ = first.join("w1b", {})
+        assert e3 == e2 + 2  # first has joined before: no jump this time
+    finally:
+        first.close()
+        second.close()
+    one = [Store(RedisURL.parse(redis_url), crawl_name + "one") for _ in range(2)]
+    try:
+        epochs = [store.join(f"w{i}", {})[1] for i, store in enumerate(one)]
+        assert epochs == [1, 2]
+    finally:
+        for store in one:
+            store.close()
+
+
 def test_a_moved_slot_is_followed_and_the_epoch_jumps(redis_cluster: Cluster, crawl_name: str):
     """When the crawl's slot moves to another primary, the next call fails with a
     QueueError naming the move (the caller retries), the one after works there, and the

@@ -106,6 +106,11 @@ class Connection:
         self.prefix = f"hc:{{{crawl}}}:"
         self._timeout = timeout
         self.marker = secrets.token_hex(8)  # the instance marker if this store sets it
+        # Whether this store's first join raises the epoch as after a failover (None: on
+        # a cluster, found at first use). The simulations set it for their stand-ins.
+        self.settle_first_join: bool | None = None
+        self._joined = False
+        self._first_settle = False  # the settle under way is a first join's, not a move's
         options = {
             "retry": Retry(NoBackoff(), 0),  # hashcrawl retries itself, at most a second apart
             "protocol": 2,
@@ -136,8 +141,23 @@ class Connection:
         ratchet = client.register_script(_script("failover"))
         keys = [self.key("epoch"), self.key(ABSENT)]
         epoch = ratchet(keys=keys, args=[self.prefix, self._now()])
-        if int(epoch):
+        first, self._first_settle = self._first_settle, False
+        if int(epoch) and not first:
             log.warning("crawl %s: its slot moved, epoch raised to %s", self.crawl, epoch)
+
+    def _before_join(self) -> None:
+        """A store's first join on a cluster settles as after a failover. Its slot may
+        have failed over before this store first looked: the promoted replica may lack
+        epochs the old primary issued to other members, and a plain join would issue one
+        of those numbers again (a stale ring would then pass fencing). The stores that
+        saw the move raise the epoch only at their next call; this one must not wait."""
+        if self._joined:
+            return
+        self._joined = True
+        settle = self.settle_first_join
+        if settle if settle is not None else self._nodes.cluster:
+            self._first_settle = True
+            self._nodes.expect_move()
 
     def _run(
         self, name: str, args: Sequence[Any], keys: Sequence[str] = (), *, read_only: bool = False

@@ -175,6 +175,12 @@ class Nodes:
         with self._lock:
             self._moved = False
 
+    def expect_move(self) -> None:
+        """Settle as after a move before the next call: for a store that has never seen
+        the slot's node, which may be a replica promoted after losing writes."""
+        with self._lock:
+            self._moved = True
+
     def failed(self, exc: BaseException) -> None:
         """Note an error: after one that may mean the slot moved, read the slot map again."""
         if self._cluster is None:

@@ -124,6 +124,7 @@ class Store(Views):
             StateLost: ``instance`` is no longer the crawl's marker.
         """
         args = [self.prefix, worker, self._now(), instance, self.marker, *_flat(info)]
+        self._before_join()
         reply = self._run("join", args)
         if int(reply[1]) == -2:
             raise StateLost(f"{LOST}; worker {worker} stops")
