@@ -58,7 +58,7 @@ from simulations.world import BEAT, SETTINGS, server
 KINDS = ("beat", "read", "fetch", "apply", "drain", "load_pace", "unpark", "commit")
 FINISH_WITHIN = 900.0  # simulated seconds for the fault-free end
 CLOCK_FROM_MS = 10**12
-FAILOVER_MS = 10  # far less than any lease, more than any lost suffix's membership changes
+FAILOVER_S = 0.01  # the aimed failover's length: far less than a lease, and a clock tick
 STEPS = 40  # steps of a run before the fault-free end
 FAULTS = (  # drawn alike: a cut off twice as often (the end's reports go stale there)
     *("crash", "crash_between", "crash_at_delivery", "pause", "cut", "cut"),
@@ -76,7 +76,6 @@ class ShardWorld:
             sharded store": the open race this shows).
         """
         self.rng = random.Random(seed)
-        self.failover_ms = 0  # what the failovers so far added to the servers' clock
         self.race_joins = race_joins
         self.seed, self.faults = seed, faults
         shards = self.rng.choice((2, 3, 3, 4))
@@ -130,12 +129,8 @@ class ShardWorld:
     def clock_ms(self) -> int:
         """The workers' clock in ms: simulated time from a day far from 0, so that the
         epoch a failover jumps to (``lua/failover.lua``: the clock in ms) is far above
-        any count of membership changes, as on a real server. Each failover moves it on
-        by ``FAILOVER_MS``: a real one takes at least ``cluster-node-timeout``, so the
-        promoted node's clock reads later than any the old primary wrote an epoch at
-        (the jump's premise; without it a join at the instant of a failover could draw
-        the very number the lost suffix held)."""
-        return CLOCK_FROM_MS + self.loop.now_ms() + self.failover_ms
+        any count of membership changes, as on a real server."""
+        return CLOCK_FROM_MS + self.loop.now_ms()
 
     def say(self, who: str, text: str) -> str:
         self.trace.append(f"t={self.now():8.3f} {who}: {text}")
@@ -282,6 +277,10 @@ class ShardWorld:
         with contextlib.suppress(QueueError):
             await member.drivers[primary.shard].read_members()
         primary.fail_over()
+        # A real failover takes cluster-node-timeout at least, so the promoted node's
+        # clock reads later than any the lost suffix's epochs were drawn at: the jump's
+        # premise (lua/failover.lua). At one instant a join could draw the very number.
+        await self.loop.advance(FAILOVER_S)
         await self.crash(self.workers[newcomer], "killed as the primary died")
         await self.join()
         self.problems += shardverdict.epochs(self)  # judged now: the member's next call jumps
@@ -365,7 +364,6 @@ class ShardWorld:
         queued = self.observers[primary.shard].snapshot().queued
         fetched = {f.url for f in self.fetches if self.shard_of(f.url) == primary.shard}
         self.excused.update(fetched | set(queued))
-        self.failover_ms += FAILOVER_MS
         self.say("model", f"shard {primary.shard} fails over, losing {primary.lost_writes}")
         primary.lost_writes = []
 
