@@ -271,6 +271,22 @@ class Task:
     result: Any = None
     error: BaseException | None = None
 
+    def run(self, fn: Callable[[], Awaitable[Any]], loop: Any) -> None:
+        """Run ``fn`` as this step on the simulation's ``loop``; its result or error lands
+        here, never raised (every way a step can end is the model's)."""
+
+        async def run() -> None:
+            with self.scope:
+                try:
+                    self.result = await fn()
+                except trio.Cancelled:
+                    raise
+                except BaseException as exc:  # every way a step can end is the model's
+                    self.error = exc
+            self.done = True
+
+        loop.start(run)
+
 
 class SimSink:
     """Records which URLs a worker wrote items for: the crawl's "done" set."""
@@ -360,18 +376,7 @@ class SimWorker:
 
     def start(self, kind: str, fn: Callable[[], Awaitable[Any]]) -> None:
         task = self.tasks[kind] = Task(kind)
-
-        async def run() -> None:
-            with task.scope:
-                try:
-                    task.result = await fn()
-                except trio.Cancelled:
-                    raise
-                except BaseException as exc:  # every way a step can end is the model's
-                    task.error = exc
-            task.done = True
-
-        self.env.loop.start(run)
+        task.run(fn, self.env.loop)
 
     def stop_tasks(self, *, but: str | None = None) -> None:
         for kind, task in self.tasks.items():

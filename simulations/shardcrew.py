@@ -214,18 +214,7 @@ class ShardWorker:
 
     def start(self, kind: str, fn: Callable[[], Awaitable[Any]]) -> None:
         task = self.tasks[kind] = Task(kind)
-
-        async def run() -> None:
-            with task.scope:
-                try:
-                    task.result = await fn()
-                except trio.Cancelled:
-                    raise
-                except BaseException as exc:  # every way a step can end is the model's
-                    task.error = exc
-            task.done = True
-
-        self.env.loop.start(run)
+        task.run(fn, self.env.loop)
 
     def stop_tasks(self, *, shard: int | None = None) -> None:
         """Cancel every pending step (of one shard's driver: ``shard``)."""
