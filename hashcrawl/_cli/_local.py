@@ -96,6 +96,7 @@ class Children:
         self.env = env
         self.processes: list[subprocess.Popen[bytes]] = []
         self.signals = 0
+        self._pid = os.getpid()  # a forked child runs _on_signal too, until _as_child
 
     def run(self) -> list[int]:
         """Start the workers and wait for them; returns their exit statuses.
@@ -134,6 +135,10 @@ class Children:
         nothing (an exception here once left that lock held, and ``wait`` hung for ever).
         ``run`` raises StoppedAtOnce once the killed workers are reaped.
         """
+        if os.getpid() != self._pid:
+            # A child between fork and exec (in _as_child, before it ignores SIGINT):
+            # the Ctrl-C is the parent's to tell, once; the child's line would be twice.
+            return
         self.signals += 1
         if self.signals == 1:
             line = log_line(
