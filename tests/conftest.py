@@ -1,9 +1,11 @@
 """Fixtures for the whole suite: real Redis-compatible servers that the tests start.
 
-scripts/test runs the suite on pytest-xdist workers, a module to a worker
-(``--dist loadfile``), so a module-scoped fixture (often several crawls) runs once. The
-hooks below hand the longest modules out first, and run a test marked ``alone`` while
-no other test runs: one that bounds a duration cannot share two cores with three crawls.
+scripts/test runs the suite on pytest-xdist workers (``--dist loadgroup``). The hooks
+below keep a module whose tests share a module-scoped fixture (often several crawls) on
+one worker, so that fixture runs once, and hand every other test out alone, so that no
+long module ends the run on one worker while the others sit idle. They hand the longest
+tests out first, and run a test marked ``alone`` while no other test runs: one that bounds
+a duration cannot share two cores with three crawls.
 """
 
 from __future__ import annotations
@@ -22,15 +24,22 @@ from testing.cluster import Cluster
 
 CLUSTER_PASSWORD = "s3cr#t/pw"  # characters a URL must carry escaped or raw
 
-# The modules that take minutes each (the crash simulation is CPU-bound; test_cli starts
-# a process per test): handed out first, so that neither ends the run alone on one
-# worker while the others sit idle. scripts/test keeps this order (--no-loadscope-reorder).
+# The modules that take minutes (the crash simulation's quick profile is one CPU-bound
+# test of minutes; test_cli starts a process per test): handed out first, so that
+# neither ends the run on one worker while the others sit idle. scripts/test keeps this
+# order (--no-loadscope-reorder).
 LONGEST_MODULES = ("test_simulation.py", "test_cli.py")
 
 
+@pytest.hookimpl(tryfirst=True)  # before xdist reads the groups
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
     """The longest modules first; those with a test marked ``alone`` last (it then waits
-    for short tests only), that test last in its module."""
+    for short tests only), that test last in its module. A module with a fixture wider
+    than a test is one xdist group."""
+    shared = {item.path for item in items if _shares_a_fixture(item)}
+    for item in items:
+        if item.path in shared:
+            item.add_marker(pytest.mark.xdist_group(item.path.name))
     first = {name: rank for rank, name in enumerate(LONGEST_MODULES)}
     last = {item.path for item in items if item.get_closest_marker("alone")}
 
@@ -39,6 +48,16 @@ def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
         return module, item.get_closest_marker("alone") is not None
 
     items.sort(key=rank)
+
+
+def _shares_a_fixture(item: pytest.Item) -> bool:
+    """Whether the test uses a fixture set up once for its module (or class, or package)."""
+    info = getattr(item, "_fixtureinfo", None)
+    if info is None:
+        return False
+    return any(
+        defs[-1].scope in ("module", "class", "package") for defs in info.name2fixturedefs.values()
+    )
 
 
 @pytest.hookimpl(wrapper=True)
