@@ -116,15 +116,12 @@ class Observer:
         ``XREADGROUP ... BLOCK 1`` on an empty stream costs a server tick (100 ms at
         hz 10); asking first keeps idle reads free. Ids only grow, so the newest entry
         is undelivered exactly when it is newer than the group's last delivered id.
+        The comparison runs in Redis (``_UNDELIVERED``): every read turn of every worker
+        asks, and parsing ``XINFO GROUPS``' reply here was a fifth of the quick profile's
+        Python time.
         """
-        self.sent.update(("xinfo|groups", "xrevrange"))
-        with self.r.pipeline(transaction=False) as pipe:
-            pipe.xinfo_groups(stream)
-            pipe.xrevrange(stream, count=1)
-            groups, newest = pipe.execute(raise_on_error=False)
-        if isinstance(groups, Exception) or not groups or not newest:
-            return False
-        return _id(newest[0][0]) > _id(groups[0]["last-delivered-id"])
+        self.sent.update(("eval", "xrevrange", "xinfo|groups"))
+        return bool(self.r.eval(_UNDELIVERED, 1, stream))
 
     def pace(self, host: str) -> str | None:
         self.sent["hget"] += 1
@@ -144,6 +141,28 @@ class Observer:
         keys = self.keys()
         for start in range(0, len(keys), 500):
             self.r.unlink(*keys[start : start + 500])
+
+
+# 1 when the newest entry of KEYS[1] is newer than its first group's last delivered id;
+# 0 with no stream, no group or no entry. Both commands always run, so ``sent`` counts
+# them exactly (the fleet takes them out of its figures).
+_UNDELIVERED = """
+local newest = redis.call('XREVRANGE', KEYS[1], '+', '-', 'COUNT', 1)
+local groups = redis.pcall('XINFO', 'GROUPS', KEYS[1])
+if groups.err or #groups == 0 or #newest == 0 then return 0 end
+local group, last = groups[1], nil
+for i = 1, #group, 2 do
+  if group[i] == 'last-delivered-id' then last = group[i + 1] end
+end
+local function parts(id)
+  local ms, seq = string.match(id, '^(%d+)-(%d+)$')
+  return tonumber(ms), tonumber(seq)
+end
+local nms, nseq = parts(newest[1][1])
+local lms, lseq = parts(last)
+if nms ~= lms then return nms > lms and 1 or 0 end
+return nseq > lseq and 1 or 0
+"""
 
 
 def _escaped(prefix: str) -> str:
@@ -167,8 +186,3 @@ def _dead_url(record: str) -> str:
         return _url(json.loads(record)["entry"])
     except (ValueError, KeyError, TypeError):
         return ""
-
-
-def _id(eid: str) -> tuple[int, int]:
-    ms, _, seq = eid.partition("-")
-    return int(ms), int(seq or 0)

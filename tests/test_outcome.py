@@ -27,6 +27,13 @@ def batch() -> Batch:
     return Batch(worker="w1", epoch=4, src="q:w1")
 
 
+def test_a_page_done_without_links_counts_none_found() -> None:
+    """A page done with nothing found (a 304, a page without links) adds no link to the
+    tally's count of links found: ``found`` is 0 unless given (2ef231cf)."""
+    assert Outcome.done(held(), [], []).found == 0
+    assert Outcome.done(held(), [], [], found=3).found == 3
+
+
 def test_a_forwarded_entry_moves_to_its_hosts_owner() -> None:
     """A forward moves the entry to the owner's stream, as read."""
     into = batch()

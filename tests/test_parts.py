@@ -21,6 +21,15 @@ def test_the_clock_takes_the_offset_at_the_middle_of_the_round_trip() -> None:
     assert clock.local_time(clock.server_ms(5.0)) == 5.0
 
 
+def test_the_clock_s_latest_reading_is_the_latest_the_exchange_allows() -> None:
+    """Server time 100 s stamped somewhere between sent at 10 s and answered at 12 s: at
+    local 12 s the server reads at most 102 s, and that bound, no later (5ec4f23c added
+    a whole round trip: revisits stamped a round trip late)."""
+    clock = Clock()
+    clock.sample(10.0, 12.0, 100_000)
+    assert clock.server_s_by(12.0) == 102.0
+
+
 def test_a_blamed_suspect_goes_out_alone_among_suspects() -> None:
     """Once a suspect that used an attempt is out, no other suspect may start."""
     suspects = Suspects()
