@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from urllib.parse import urljoin
 
+import attrs
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
@@ -80,6 +81,9 @@ def test_an_entry_stores_one_url_and_derives_the_canonical_form() -> None:
     assert entry.canonical == canonicalize(url) != url
     assert Entry.decode(entry.encode()) == entry
     assert entry.encode() == '{"u":"http://example.com/index.html?java/lang/String.html"}'
+    moved = attrs.evolve(entry, url="http://EXAMPLE.com/b?z=1&a=2")  # asked once, not carried
+    assert moved.canonical == "http://example.com/b?a=2&z=1"
+    assert moved != entry and attrs.evolve(moved, url=url) == entry
 
 
 def _joined_by_urllib(base: str, href: str) -> str | None:
