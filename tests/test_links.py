@@ -4,8 +4,10 @@ from __future__ import annotations
 
 from urllib.parse import urljoin
 
+import attrs
 import pytest
 from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from hashcrawl._core._entry import Entry
 from hashcrawl._core._links import header_links, request_url, sendable
@@ -79,6 +81,9 @@ def test_an_entry_stores_one_url_and_derives_the_canonical_form() -> None:
     assert entry.canonical == canonicalize(url) != url
     assert Entry.decode(entry.encode()) == entry
     assert entry.encode() == '{"u":"http://example.com/index.html?java/lang/String.html"}'
+    moved = attrs.evolve(entry, url="http://EXAMPLE.com/b?z=1&a=2")  # asked once, not carried
+    assert moved.canonical == "http://example.com/b?a=2&z=1"
+    assert moved != entry and attrs.evolve(moved, url=url) == entry
 
 
 def _joined_by_urllib(base: str, href: str) -> str | None:
@@ -106,6 +111,16 @@ def test_fast_joins_send_what_urljoin_sends(base: str, href: str) -> None:
 def test_fast_joins_agree_on_ordinary_links(base: str, href: str) -> None:
     """On the links pages write, the fast path and urljoin agree too."""
     assert request_url(base, href) == _joined_by_urllib(base, href)
+
+
+@settings(max_examples=1000, deadline=None)
+@given(tricky_bases, st.sampled_from(["", "b.html", "c/d?x=1", "e?", "f/../g"]), tricky_hrefs)
+def test_pages_of_one_directory_resolve_a_link_alike(base: str, other: str, href: str) -> None:
+    """A link resolved for one page of a directory (and remembered) is resolved for
+    another page of that directory, whatever its name or query, as urllib resolves it."""
+    sibling = base.rpartition("/")[0] + "/" + other if "/" in base else base
+    for page in (base, sibling, base):
+        assert request_url(page, href) == _joined_by_urllib(page, href)
 
 
 @pytest.mark.parametrize(

@@ -130,6 +130,25 @@ def test_rules_from_the_same_text_and_agent_are_equal_and_hashable() -> None:
     assert Robots.allow_all() != Robots.deny_all()
 
 
+def test_remembered_verdicts_are_each_rules_own_and_bounded() -> None:
+    """Verdicts are remembered per rules: two hosts' rules (and rules read again) asked
+    the same URLs answer as their own text says, and the memory stays bounded."""
+    from hashcrawl._core import _rules
+
+    urls = [f"http://h/{d}/{i}" for d in ("a", "b") for i in range(3)] + ["http://h/a/" + "x" * 600]
+    hosts = [robots("User-agent: *\nDisallow: /a/\n"), robots("User-agent: *\nDisallow: /b/\n")]
+    hosts.append(hosts[0].kept_until(5.0))  # the same rules kept again
+    for _ in range(2):  # the second round reads what the first remembered
+        for rules in hosts:
+            verdicts = [rules.allowed(u) for u in urls]
+            assert verdicts == [rules._parser.can_fetch(u, rules.agent) for u in urls]
+    assert [hosts[0].allowed(u) for u in urls[:6]] == [False] * 3 + [True] * 3
+    assert [hosts[1].allowed(u) for u in urls[:6]] == [True] * 3 + [False] * 3
+    for i in range(_rules.VERDICTS_KEPT + 10):
+        hosts[0].allowed(f"http://h/c/{i}")
+    assert 0 < len(_rules._VERDICTS) <= _rules.VERDICTS_KEPT
+
+
 # crawl delay
 
 

@@ -101,6 +101,9 @@ class Entry:
     handle_httpstatus_list: tuple[int, ...] = ()
     rule: int | None = None
     revisit: str | None = None  # a revisit's record (``_revisit.Record``) in hex ("V")
+    # ``canonical``, once asked: a follow is asked it five times or more (the robots
+    # check, scope, routing, the seen cache, the fingerprint); never stored or compared.
+    _canonical: str | None = attrs.field(default=None, init=False, eq=False, repr=False)
 
     @property
     def key(self) -> str:
@@ -114,12 +117,16 @@ class Entry:
 
     @property
     def canonical(self) -> str:
-        """The canonical form of ``url`` (cached by ``canonicalize``).
+        """The canonical form of ``url``, computed once.
 
         Raises:
             InvalidURL: ``url`` is not a crawlable http(s) URL.
         """
-        return canonicalize(self.url)
+        canonical = self._canonical
+        if canonical is None:
+            canonical = canonicalize(self.url)
+            object.__setattr__(self, "_canonical", canonical)  # frozen: a cache, not a change
+        return canonical
 
     def encode(self) -> str:
         """The entry as the JSON text stored in the stream's ``r`` field."""

@@ -60,6 +60,7 @@ _ABSOLUTE = re.compile(r"[A-Za-z][A-Za-z0-9+.-]*://[^/?#\t\r\n]")
 # Links longer than this are resolved every time: a hostile page's long links would
 # otherwise fill the cache with their megabytes.
 _CACHED_HREF = 1024
+_OUTSIDE = ""  # what _relative_url gives for a link its fast path does not take
 _LINK_VALUE = re.compile(r"<([^>]*)>((?:\s*;\s*[^,;]*(?:\"[^\"]*\")?)*)")
 _REL_PARAM = re.compile(r""";\s*rel\s*=\s*(?:"([^"]*)"|([^\s;,]*))""", re.IGNORECASE)
 
@@ -79,7 +80,15 @@ def request_url(base: str, href: str) -> str | None:
         return None
     if _ABSOLUTE.match(href) and len(href) <= _CACHED_HREF:  # urljoin reads only the scheme
         return _absolute_url(_scheme_of(base), href)
-    url = _fast_join(base, href.partition("#")[0])
+    written = href.partition("#")[0]
+    directory = _directory_of(base)
+    # A reference with a path has a URL that depends on the base's directory alone: the
+    # pages of one directory share it, however many of them write the link.
+    if directory is not None and written[0] != "?" and len(directory + written) <= _CACHED_HREF:
+        url = _relative_url(directory, written)
+        if url != _OUTSIDE:
+            return url
+    url = _fast_join(base, written)
     if url is None:
         return _joined_url(base, href)
     try:
@@ -100,6 +109,30 @@ def _scheme_of(base: str) -> str:
         return urlsplit(base).scheme
     except ValueError:
         return ""
+
+
+@functools.lru_cache(maxsize=64)  # as _scheme_of: the few bases of the pages in hand
+def _directory_of(base: str) -> str | None:
+    """A plain base (the fast path's domain) up to the last "/" of its path, else None."""
+    origin = _plain_origin(base)
+    if origin is None:
+        return None
+    path = base[len(origin) :].partition("?")[0]
+    return origin + path[: path.rindex("/") + 1]
+
+
+@functools.lru_cache(maxsize=16384)
+def _relative_url(directory: str, written: str) -> str | None:
+    """``request_url`` of a reference that is not a query alone, against any base of
+    ``directory``: ``_OUTSIDE`` when it is outside the fast path's domain."""
+    url = _fast_join(directory, written)
+    if url is None:
+        return _OUTSIDE
+    try:
+        canonicalize(url)
+    except ValueError:
+        return None
+    return url
 
 
 def _joined_url(base: str, href: str) -> str | None:

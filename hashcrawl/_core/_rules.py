@@ -8,6 +8,7 @@ robots.txt is fetched is ``hashcrawl._web._robots``'s.
 
 from __future__ import annotations
 
+import itertools
 import math
 import re
 from collections.abc import Iterable
@@ -27,6 +28,12 @@ MAX_ROBOTS_SITEMAPS = 50
 # them in Python): the worker checks them in a thread, off its event loop.
 _HEAVY_TEXT = 32 * 1024
 
+#: robots.txt verdicts remembered, all hosts' together: a host's pages link the same few
+#: hundred URLs over and over, and protego parses each URL and walks the rules anew
+#: (~15 us a link). Then they start over.
+VERDICTS_KEPT = 16384
+_REMEMBERED_URL = 512  # longer URLs are checked every time: the memory stays a few MiB
+_VERDICTS: dict[tuple[int, str], bool] = {}
 _DENY_ALL = "User-agent: *\nDisallow: /\n"
 # The product token: what robots.txt groups name ("hashcrawl" in "hashcrawl/0.1 (+...)").
 _PRODUCT_TOKEN = re.compile(r"[A-Za-z0-9_-]+")
@@ -45,6 +52,8 @@ class Robots:
     _parser: Protego = attrs.field(eq=False, repr=False)
     #: When to fetch robots.txt again (the caller's clock); never by default.
     until: float = attrs.field(default=math.inf, eq=False, kw_only=True)
+    # Names these rules in ``_VERDICTS`` (a new one for each value, evolved ones too).
+    _token: int = attrs.field(factory=itertools.count().__next__, init=False, eq=False, repr=False)
 
     @classmethod
     def parse(cls, text: str, user_agent: str) -> Robots:
@@ -80,7 +89,15 @@ class Robots:
 
     def allowed(self, url: str) -> bool:
         """Return True if the rules let our agent fetch ``url``."""
-        return self._parser.can_fetch(url, self.agent)
+        key = (self._token, url)
+        verdict = _VERDICTS.get(key)
+        if verdict is None:
+            verdict = self._parser.can_fetch(url, self.agent)
+            if len(url) <= _REMEMBERED_URL:
+                if len(_VERDICTS) >= VERDICTS_KEPT:
+                    _VERDICTS.clear()  # bounded: the verdicts start over
+                _VERDICTS[key] = verdict
+        return verdict
 
     @property
     def sitemaps(self) -> list[str]:

@@ -24,7 +24,7 @@ from hashcrawl._core._frontier import Held
 from hashcrawl._core._links import request_url
 from hashcrawl._core._outcome import PARSE_FAULT, Kind, Outcome, failure_wait, is_last_attempt
 from hashcrawl._core._outcome import Origin as Origin
-from hashcrawl._core._revisit import Verdict
+from hashcrawl._core._revisit import Policy, Verdict
 from hashcrawl._core._urls import canonicalize, host_key
 from hashcrawl._exceptions import ConfigError, HttpError
 from hashcrawl._run._callbacks import (
@@ -100,6 +100,7 @@ class Handler:
         self.name = name  # the spider's, or the parse function's, for dead letters' reasons
         self.blocking = blocking or (spider is not None and spider.blocking)
         self.settings = settings if settings is not None else Settings()
+        self._policy_of: tuple[Settings, Policy | None] | None = None
         # HASHCRAWL_PARSE_PROCESS=1: the default parse in a process of its own (_parsing)
         self.parser = Parser() if PARSE_PROCESS and parse is None and spider is None else None
 
@@ -113,7 +114,7 @@ class Handler:
         nothing: its callback saw it already."""
         # Rounded up, so a revisit never comes before the interval has passed.
         now_s = math.ceil(unix_now() if server_s is None else server_s)
-        policy, fetch = revisit_policy(self.settings), None
+        policy, fetch = self._revisit_policy(), None
         if policy is not None:
             bits = bucket_bits(self.settings.revisit_pages)  # fixed with the crawl
             fetch = judged(held.entry, fetched(response), policy, now_s, bits=bits)
@@ -123,6 +124,13 @@ class Handler:
         if fetch is None or outcome.kind is not Kind.DONE:
             return outcome  # a retried page's record waits, its requeue lease running
         return attrs.evolve(outcome, revisit=fetch)
+
+    def _revisit_policy(self) -> Policy | None:
+        """``revisit_policy(self.settings)``, parsed once for each settings value given."""
+        settings = self.settings
+        if self._policy_of is None or self._policy_of[0] is not settings:
+            self._policy_of = (settings, revisit_policy(settings))
+        return self._policy_of[1]
 
     async def _handled(self, held: Held, response: Response, origin: Origin) -> Outcome:
         """The outcome of a response: retried if the server is overloaded, dead-lettered
@@ -185,7 +193,10 @@ class Handler:
             if page is not None:  # else links() parses it here
                 capped._parsed.append(page)
         try:
-            await self._timed(self._produce(held, capped, origin, produced))
+            if self._callback_for(held) is None:  # no checkpoint: no timeout could cut it
+                self._default(held, capped, origin, produced)
+            else:
+                await self._timed(self._produce(held, capped, origin, produced))
         except Exception as exc:  # a callback's bug fails its page, not the worker
             error = f"the parse callback {self._name_of(held)} {failure(exc)}"
             log.error("parsing %s failed: %s\n%s", held.entry.url, error, spider_frames(exc))
@@ -259,11 +270,17 @@ class Handler:
         """
         parse = self._callback_for(held)
         if parse is None:
-            links = response.links() if 200 <= response.status < 300 else []
-            produced.items.append(page_item(held, response, origin.worker))
-            produced.follows += [Entry(url=u, depth=held.entry.depth + 1) for u in links]
+            self._default(held, response, origin, produced)
             return
         await self._run(parse, response, held, produced, response.url)
+
+    @staticmethod
+    def _default(held: Held, response: Response, origin: Origin, produced: _Produced) -> None:
+        """What the default parse produces: the page's item, and an entry per link."""
+        links = response.links() if 200 <= response.status < 300 else []
+        produced.items.append(page_item(held, response, origin.worker))
+        depth = held.entry.depth + 1
+        produced.follows += [Entry(url=u, depth=depth) for u in links]
 
     async def _run(
         self, call: Callable[[Any], Any], arg: Any, held: Held, produced: _Produced, base: str

@@ -86,8 +86,7 @@ def parse_html(
         return Page(None, ())
     base = _base_url(root, url)
     targets = link_targets(root)
-    resolved = (u for t in _written_once(targets) if (u := request_url(base, t)) is not None)
-    links = _unique(resolved, max_links)
+    links = _resolved(targets, base, max_links)
     dropped = sum(1 for _ in targets)  # counted as written, not resolved: cheap
     return Page(_title(root), links, canonical_link(root, base), dropped, root, base)
 
@@ -152,22 +151,20 @@ def _base_url(root: lxml.html.HtmlElement, url: str) -> str:
     return url
 
 
-def _written_once(targets: Iterator[str]) -> Iterator[str]:
-    """Each target as first written: a page repeats its links (navigation bars, tables
-    of contents), and the same href against the same base resolves the same."""
-    seen: set[str] = set()
-    for target in targets:
-        if target not in seen:
-            seen.add(target)
-            yield target
-
-
-def _unique(links: Iterator[str], most: int | None) -> tuple[str, ...]:
-    if most is None:
-        return tuple(dict.fromkeys(links))
+def _resolved(targets: Iterator[str], base: str, most: int | None) -> tuple[str, ...]:
+    """The unique URLs of ``targets``, in first-seen order, at most ``most`` (the targets
+    after the last one kept are left in ``targets``). Each target is resolved once as
+    first written: a page repeats its links (navigation bars, tables of contents), and
+    the same href against the same base resolves the same."""
+    written: set[str] = set()
     kept: dict[str, None] = {}
-    for link in links:
-        kept[link] = None
-        if len(kept) >= most:
-            break
+    for target in targets:
+        if target in written:
+            continue
+        written.add(target)
+        url = request_url(base, target)
+        if url is not None:
+            kept[url] = None
+            if most is not None and len(kept) >= most:
+                break
     return tuple(kept)
