@@ -43,6 +43,7 @@ class RawServer:
     def __init__(self, handler: Handler, host: str = "127.0.0.2") -> None:
         self.handler, self.host = handler, host
         self.paths: list[str] = []
+        self.heads: list[bytes] = []  # each request's first bytes as read: its head
         self._socket = socket.create_server((host, 0))
         self._socket.settimeout(0.05)  # so that the loop sees a close without a connection
         self._closed = threading.Event()
@@ -77,7 +78,9 @@ class RawServer:
     def _answer(self, connection: socket.socket) -> None:
         with connection:
             try:
-                head = connection.recv(65536).decode("latin-1")
+                received = connection.recv(65536)
+                self.heads.append(received.partition(b"\r\n\r\n")[0])
+                head = received.decode("latin-1")
                 path = head.split(" ", 2)[1] if head.count(" ") >= 2 else "/"
                 self.paths.append(path)
                 for part in self.handler(path):

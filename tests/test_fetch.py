@@ -250,11 +250,44 @@ async def test_a_request_is_checked_as_it_is_written_not_when_it_is_made():
     assert [r.host for r in logged] == [host(0)]
 
 
-def test_the_default_pools_check_every_connection_they_open():
-    """httpx hides its pool's network backend; if a new release moves it, this fails."""
-    pools = OriginPools.of(max_connections=2, max_per_host=1)
-    transport = pools._make_pool()
-    assert type(transport._pool._network_backend).__name__ == "_GatedBackend"  # type: ignore[attr-defined]
+@pytest.mark.parametrize(
+    "request_",
+    [
+        Request("/"),
+        Request("/a;b/%7E/ä ö?q=ü&r=%20#frag"),
+        Request("/", headers=[("Cookie", "k=v"), ("user-agent", "mine"), ("X-One", "1")]),
+        Request("/form", method="POST", body=b"a=1&b=2"),
+        Request("/empty", method="POST"),
+        Request("/put", method="PUT", body="é", headers=[("Content-Length", "2")]),
+        Request("/gone", method="DELETE", headers=[("Host", "example.test")]),
+    ],
+    ids=["plain", "odd-url", "headers", "post", "empty-post", "put", "host-given"],
+)
+async def test_the_pools_send_the_bytes_httpx_s_client_sends(request_: Request):
+    """The fetcher's own pools speak httpcore directly; what reaches the server, and the
+    response made of the answer, are what httpx's client makes of the same request."""
+    answer = response(201, b"<title>t</title>", Set_Cookie="a=1", Content_Type="text/html")
+    got: list[tuple[bytes, Response]] = []
+    with RawServer(lambda path: answer) as server:
+        url = server.url() + request_.url.removeprefix("/")
+        sent = request_.replace(url=url)
+        every = [("Accept", "text/html"), ("Authorization", "Bearer s")]
+        direct = HttpxFetcher(allow_nets=[server.host], headers=every, user_agent="ua/1")
+        through_httpx = HttpxFetcher(
+            transport=httpx.AsyncHTTPTransport(), headers=every, user_agent="ua/1"
+        )
+        for fetcher in (direct, through_httpx):
+            fetched = await fetcher.fetch(sent)
+            await fetcher.aclose()
+            got.append((server.heads[-1], fetched))
+    (head, mine), (httpx_head, theirs) = got
+    assert head == httpx_head
+    assert (mine.url, mine.status, mine.headers.multi_items(), mine.body) == (
+        theirs.url,
+        theirs.status,
+        theirs.headers.multi_items(),
+        theirs.body,
+    )
 
 
 # bounded cost per response

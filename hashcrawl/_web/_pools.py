@@ -16,8 +16,8 @@ import contextvars
 import functools
 import socket
 from collections import OrderedDict
-from collections.abc import AsyncIterator, Callable, Iterable, Iterator
-from typing import Any
+from collections.abc import AsyncIterator, Callable, Iterable
+from typing import Any, Protocol
 
 import attrs
 import httpcore
@@ -36,20 +36,28 @@ class NotSent(Exception):
     """A request was stopped before it left: its worker may no longer fetch the host."""
 
 
-@contextlib.contextmanager
-def sending_only_while(check: Callable[[], bool]) -> Iterator[None]:
+class sending_only_while:  # lower case: it replaced a contextmanager function
     """Have this task's requests ask ``check`` again right before their bytes are written.
 
     The worker checks that it may fetch a host before it calls the fetcher, but a request
     can then wait (for a free connection, a connect, the scheduler) and the process can
     be paused meanwhile. :class:`HttpxFetcher`'s own pools ask ``check`` again as the
     request is written to the socket, and raise :class:`NotSent` if it says no.
+
+    A class, not a ``contextmanager``: it is entered once a request, and a generator's
+    two steps cost more than the contextvar's set and reset.
     """
-    token = _may_send.set(check)
-    try:
-        yield
-    finally:
-        _may_send.reset(token)
+
+    __slots__ = ("_check", "_token")
+
+    def __init__(self, check: Callable[[], bool]) -> None:
+        self._check = check
+
+    def __enter__(self) -> None:
+        self._token = _may_send.set(self._check)
+
+    def __exit__(self, *_: object) -> None:
+        _may_send.reset(self._token)
 
 
 class OriginPools(httpx.AsyncBaseTransport):
@@ -66,9 +74,7 @@ class OriginPools(httpx.AsyncBaseTransport):
     many hosts keeps a bounded number of sockets open.
     """
 
-    def __init__(
-        self, make_pool: Callable[[], httpx.AsyncBaseTransport], *, max_connections: int
-    ) -> None:
+    def __init__(self, make_pool: Callable[[], Any], *, max_connections: int) -> None:
         self._make_pool = make_pool
         self._max_pools = max_connections
         self._slots = trio.Semaphore(max_connections)
@@ -78,21 +84,33 @@ class OriginPools(httpx.AsyncBaseTransport):
     def of(
         cls, *, max_connections: int, max_per_host: int, policy: AddressPolicy | None = None
     ) -> OriginPools:
-        """Pools of ``httpx.AsyncHTTPTransport``, each up to ``max_per_host`` connections,
-        connecting only where ``policy`` allows (default: public addresses only)."""
+        """Pools of httpcore's ``AsyncConnectionPool``, each up to ``max_per_host``
+        connections, connecting only where ``policy`` allows (default: public addresses
+        only). These pools take httpcore's requests, not httpx's (``HttpxFetcher``
+        sends through them with httpcore alone)."""
         # One TLS context for all pools: building one loads the CA bundle, ~10 ms each.
         tls = httpx.create_ssl_context()
-        limits = httpx.Limits(max_connections=max_per_host, max_keepalive_connections=max_per_host)
         policy = policy if policy is not None else AddressPolicy()
 
-        def make_pool() -> httpx.AsyncBaseTransport:
-            transport = httpx.AsyncHTTPTransport(verify=tls, limits=limits, trust_env=False)
-            return _gated(transport, policy)
+        def make_pool() -> httpcore.AsyncConnectionPool:
+            # As httpx's AsyncHTTPTransport makes its pool (HTTP/1.1, keep-alive 5 s).
+            return httpcore.AsyncConnectionPool(
+                ssl_context=tls,
+                max_connections=max_per_host,
+                max_keepalive_connections=max_per_host,
+                keepalive_expiry=httpx.Limits().keepalive_expiry,
+                network_backend=_GatedBackend(httpcore.TrioBackend(), policy),
+            )
 
         return cls(make_pool, max_connections=max_connections)
 
-    async def handle_async_request(self, request: httpx.Request) -> httpx.Response:
-        await self._slots.acquire()
+    async def handle_async_request(self, request: Any) -> Any:
+        """Send ``request`` (httpx's, or httpcore's with pools of httpcore's) through its
+        origin's pool; the response's stream gives back its slot once closed."""
+        try:  # a free slot is taken without a trip through the scheduler
+            self._slots.acquire_nowait()
+        except trio.WouldBlock:
+            await self._slots.acquire()
         pool = None
         try:
             pool = await self._pool_for((request.url.scheme, request.url.host, request.url.port))
@@ -102,7 +120,6 @@ class OriginPools(httpx.AsyncBaseTransport):
                 pool.active -= 1
             self._slots.release()
             raise
-        assert isinstance(response.stream, httpx.AsyncByteStream)
         response.stream = _Released(response.stream, pool, self._slots)
         return response
 
@@ -135,14 +152,22 @@ class OriginPools(httpx.AsyncBaseTransport):
 
 @attrs.define
 class _Pool:
-    transport: httpx.AsyncBaseTransport
+    transport: Any  # an httpx transport, or httpcore's AsyncConnectionPool
     active: int = 0  # responses not yet closed: a pool is closed only with none
+
+
+class _Body(Protocol):
+    """A response's body stream, httpx's or httpcore's: its chunks, and its close."""
+
+    def __aiter__(self) -> AsyncIterator[bytes]: ...
+
+    async def aclose(self) -> None: ...
 
 
 class _Released(httpx.AsyncByteStream):
     """A response body that gives back its pool's use and its slot once closed."""
 
-    def __init__(self, stream: httpx.AsyncByteStream, pool: _Pool, slots: trio.Semaphore) -> None:
+    def __init__(self, stream: _Body, pool: _Pool, slots: trio.Semaphore) -> None:
         self._stream, self._pool, self._slots = stream, pool, slots
         self._open = True
 
@@ -157,24 +182,6 @@ class _Released(httpx.AsyncByteStream):
                 self._open = False
                 self._pool.active -= 1
                 self._slots.release()
-
-
-def _gated(transport: httpx.AsyncHTTPTransport, policy: AddressPolicy) -> httpx.AsyncHTTPTransport:
-    """``transport``, connecting only where ``policy`` allows, its sockets checking
-    :func:`sending_only_while` before each write.
-
-    httpx (0.28) has no public way to choose its pool's network backend (encode/httpx
-    PR 3749 would add one), so the pool's backend is wrapped where it stands.
-    tests/test_fetch.py fails if a new httpx or httpcore moves it.
-    """
-    pool = getattr(transport, "_pool", None)
-    backend = getattr(pool, "_network_backend", None)
-    if isinstance(backend, httpcore.AsyncNetworkBackend):
-        pool._network_backend = _GatedBackend(backend, policy)  # type: ignore[union-attr]
-    else:
-        # Without the backend there is no check of addresses: refuse to run so.
-        raise RuntimeError("httpx changed: hashcrawl cannot check the addresses it connects to")
-    return transport
 
 
 class _GatedBackend(httpcore.AsyncNetworkBackend):
