@@ -34,6 +34,7 @@ from hashcrawl._web._models import Exchange, Request, Response
 from hashcrawl._web._pools import NotSent as NotSent
 from hashcrawl._web._pools import OriginPools as OriginPools
 from hashcrawl._web._pools import sending_only_while as sending_only_while
+from hashcrawl._web._wire import URLParts, WireRequest, plain_url
 
 log = logging.getLogger("hashcrawl")
 #: The content codings the default fetcher decodes under its body cap, and so asks for.
@@ -207,27 +208,30 @@ class HttpxFetcher:
         (its request and response models, the auth and redirect generators, the cookie
         and hook layers, a wrapper per stream): a third of a page's CPU in the bench.
         """
-        url = httpx.URL(request.url)
-        if request.headers or request.body or request.method in ("POST", "PUT", "PATCH"):
+        plain = not (request.headers or request.body or request.method in ("POST", "PUT", "PATCH"))
+        url = plain_url(request.url) if plain else None
+        if url is None:
+            parsed = httpx.URL(request.url)
+            url = URLParts.of(parsed)
+        if not plain:
             merged = httpx.Headers(self._client.headers)
             merged.update(list(request.headers))
-            sent = httpx.Request(request.method, url, headers=merged, content=request.body or None)
-            head = sent.headers.raw
+            body = request.body or None
+            head = httpx.Request(request.method, parsed, headers=merged, content=body).headers.raw
         else:  # what httpx.Request builds for a bodiless request without headers of its own
             head = [(b"Host", url.netloc), *self._every] if url.host else self._every
-        target = httpcore.URL(
-            scheme=url.raw_scheme, host=url.raw_host, port=url.port, target=url.raw_path
-        )
-        core = httpcore.Request(request.method, target, headers=head, content=request.body)
+        target = httpcore.URL(scheme=url.scheme, host=url.host, port=url.port, target=url.target)
+        core = WireRequest(request.method.encode("ascii"), target, head, request.body)
         got = await pools.handle_async_request(core)
+        stream = got.stream  # the pools' own, which gives the slot back once closed
         try:
             headers = httpx.Headers(got.headers)
             address = _peer_address(got) if self.keep_raw else None
             codings = headers.get_list("content-encoding", split_commas=True)
-            read = await self._read(got.stream, got.aclose, codings)
+            read = await self._read(stream, stream.aclose, codings)
         finally:
-            await got.aclose()
-        answer = _Answer(str(url), got.status, headers, got.extensions, core, address)
+            await stream.aclose()
+        answer = _Answer(url.text, got.status, headers, got.extensions, core, address)
         return (answer, *read)
 
     async def _fetch_httpx(self, request: Request, deadline: float) -> _Fetched:
