@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import gzip
 import socket
+import ssl
 import threading
 import time
 from collections.abc import Callable, Iterable
@@ -40,8 +41,10 @@ def bomb(inflated: int, layers: int = 1) -> bytes:
 class RawServer:
     """Serves ``handler``'s answers on ``host`` (a loopback address) until closed."""
 
-    def __init__(self, handler: Handler, host: str = "127.0.0.2") -> None:
-        self.handler, self.host = handler, host
+    def __init__(
+        self, handler: Handler, host: str = "127.0.0.2", *, tls: ssl.SSLContext | None = None
+    ) -> None:
+        self.handler, self.host, self.tls = handler, host, tls
         self.paths: list[str] = []
         self.heads: list[bytes] = []  # each request's first bytes as read: its head
         self._socket = socket.create_server((host, 0))
@@ -51,7 +54,8 @@ class RawServer:
         self._thread = threading.Thread(target=self._serve, daemon=True)
 
     def url(self, path: str = "/") -> str:
-        return f"http://{self.host}:{self.port}{path}"
+        scheme = "https" if self.tls else "http"
+        return f"{scheme}://{self.host}:{self.port}{path}"
 
     def __enter__(self) -> Self:
         self._thread.start()
@@ -78,15 +82,22 @@ class RawServer:
     def _answer(self, connection: socket.socket) -> None:
         with connection:
             try:
-                received = connection.recv(65536)
-                self.heads.append(received.partition(b"\r\n\r\n")[0])
-                head = received.decode("latin-1")
-                path = head.split(" ", 2)[1] if head.count(" ") >= 2 else "/"
-                self.paths.append(path)
-                for part in self.handler(path):
-                    if isinstance(part, float | int):
-                        time.sleep(part)
-                    else:
-                        connection.sendall(part)
+                if self.tls is None:
+                    self._respond(connection)
+                    return
+                with self.tls.wrap_socket(connection, server_side=True) as wrapped:
+                    self._respond(wrapped)
             except OSError:
                 return  # the client hung up, as a bounded client should
+
+    def _respond(self, connection: socket.socket) -> None:
+        received = connection.recv(65536)
+        self.heads.append(received.partition(b"\r\n\r\n")[0])
+        head = received.decode("latin-1")
+        path = head.split(" ", 2)[1] if head.count(" ") >= 2 else "/"
+        self.paths.append(path)
+        for part in self.handler(path):
+            if isinstance(part, float | int):
+                time.sleep(part)
+            else:
+                connection.sendall(part)

@@ -5,6 +5,7 @@ from __future__ import annotations
 import contextlib
 import gzip
 import json
+import ssl
 import zlib
 from collections.abc import AsyncIterator, Callable, Iterable
 from pathlib import Path
@@ -14,6 +15,7 @@ import httpx
 import pytest
 import trio
 import trio.testing
+import trustme
 
 from hashcrawl import FetchError, HttpxFetcher, Queue, Request, Response
 from hashcrawl._exceptions import Refused
@@ -452,3 +454,53 @@ async def test_a_crawl_never_reaches_a_private_address_it_was_not_allowed(
     assert set(dead) == {internal, inner.url("/latest/meta-data/")}
     assert all("127.0.5.7 is not a public address" in why for why in dead.values())
     assert "internal" not in json.dumps(crew.items())
+
+
+# TLS
+
+
+@pytest.fixture
+def tls_server(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> ssl.SSLContext:
+    """A server context whose certificate (for 127.0.0.2) a CA the fetcher trusts signed."""
+    ca = trustme.CA()
+    context = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
+    ca.issue_cert("127.0.0.2").configure_cert(context)
+    ca.cert_pem.write_to_path(str(tmp_path / "ca.pem"))
+    monkeypatch.setenv("SSL_CERT_FILE", str(tmp_path / "ca.pem"))  # httpx's TLS context reads it
+    return context
+
+
+async def test_an_https_answer_is_read_over_tls_with_its_peer_address(tls_server: ssl.SSLContext):
+    """The pools' own connections speak TLS: the body arrives, the peer's address is kept."""
+    answer = response(200, b"<title>over tls</title>", Content_Type="text/html")
+    with RawServer(lambda path: answer, tls=tls_server) as server:
+        fetcher = HttpxFetcher(allow_nets=[server.host], keep_raw=True)
+        try:
+            got = await fetcher.fetch(Request(server.url("/s")))
+        finally:
+            await fetcher.aclose()
+    assert (got.status, got.title(), server.paths) == (200, "over tls", ["/s"])
+    assert got.exchange is not None and got.exchange.address == "127.0.0.2"
+
+
+async def test_an_untrusted_certificate_fails_the_fetch_saying_so():
+    """Without the CA, the handshake fails: a FetchError naming TLS, nothing requested."""
+    ca = trustme.CA()
+    context = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
+    ca.issue_cert("127.0.0.2").configure_cert(context)
+    with RawServer(lambda path: response(200, b"secret"), tls=context) as server:
+        fetcher = HttpxFetcher(allow_nets=[server.host])
+        with pytest.raises(FetchError, match=r"TLS handshake failed.*CERTIFICATE_VERIFY_FAILED"):
+            await fetcher.fetch(Request(server.url()))
+        await fetcher.aclose()
+    assert server.paths == []
+
+
+async def test_https_to_a_plain_http_server_says_it_does_not_speak_tls():
+    """A TLS hello answered in plain text: the message says to try http://."""
+    with RawServer(lambda path: response(400, b"")) as server:
+        fetcher = HttpxFetcher(allow_nets=[server.host])
+        url = server.url().replace("http://", "https://")
+        with pytest.raises(FetchError, match="does not speak TLS there"):
+            await fetcher.fetch(Request(url))
+        await fetcher.aclose()

@@ -16,7 +16,7 @@ import contextvars
 import functools
 import socket
 from collections import OrderedDict
-from collections.abc import AsyncIterator, Callable, Iterable
+from collections.abc import AsyncIterator, Callable, Iterable, Iterator
 from typing import Any, Protocol
 
 import attrs
@@ -99,7 +99,7 @@ class OriginPools(httpx.AsyncBaseTransport):
                 max_connections=max_per_host,
                 max_keepalive_connections=max_per_host,
                 keepalive_expiry=httpx.Limits().keepalive_expiry,
-                network_backend=_GatedBackend(httpcore.TrioBackend(), policy),
+                network_backend=_GatedBackend(policy),
             )
 
         return cls(make_pool, max_connections=max_connections)
@@ -193,8 +193,8 @@ class _GatedBackend(httpcore.AsyncNetworkBackend):
     through. TLS's server name and the Host header come from the URL, not from here.
     """
 
-    def __init__(self, backend: httpcore.AsyncNetworkBackend, policy: AddressPolicy) -> None:
-        self._backend, self._policy = backend, policy
+    def __init__(self, policy: AddressPolicy) -> None:
+        self._policy = policy
 
     async def connect_tcp(
         self,
@@ -209,27 +209,32 @@ class _GatedBackend(httpcore.AsyncNetworkBackend):
         if not allowed:
             raise Refused(self._policy.refusal(host, addresses))
         connect = functools.partial(
-            self._backend.connect_tcp,
-            port=port,
-            timeout=timeout,
-            local_address=local_address,
-            socket_options=socket_options,
+            _connect, port=port, timeout=timeout, local_address=local_address
         )
         for address in allowed[:-1]:  # the next address if one refuses, as browsers do
             with contextlib.suppress(httpcore.ConnectError):
-                return _GatedStream(await connect(address))
-        return _GatedStream(await connect(allowed[-1]))
+                return _GatedStream(await connect(address), socket_options)
+        return _GatedStream(await connect(allowed[-1]), socket_options)
 
     async def connect_unix_socket(
         self, path: str, timeout: float | None = None, socket_options: Iterable[Any] | None = None
     ) -> httpcore.AsyncNetworkStream:
-        stream = await self._backend.connect_unix_socket(
-            path, timeout=timeout, socket_options=socket_options
-        )
-        return _GatedStream(stream)
+        with _mapped(httpcore.ConnectTimeout, httpcore.ConnectError, OSError):
+            with trio.fail_after(_or_inf(timeout)):
+                stream = await trio.open_unix_socket(path)
+        return _GatedStream(stream, socket_options)
 
     async def sleep(self, seconds: float) -> None:
-        await self._backend.sleep(seconds)
+        await trio.sleep(seconds)
+
+
+async def _connect(
+    address: str, *, port: int, timeout: float | None, local_address: str | None
+) -> trio.SocketStream:
+    """A TCP connection to ``address`` (TCP_NODELAY, trio's default), errors as httpcore's."""
+    with _mapped(httpcore.ConnectTimeout, httpcore.ConnectError, OSError):
+        with trio.fail_after(_or_inf(timeout)):
+            return await trio.open_tcp_stream(address, port, local_address=local_address)
 
 
 class _GatedStream(httpcore.AsyncNetworkStream):
@@ -237,21 +242,47 @@ class _GatedStream(httpcore.AsyncNetworkStream):
 
     Between the check and the socket's send there is no await: a pause can still fall
     in that gap, of microseconds, but no longer in a wait for a connection.
+
+    It does what httpcore's ``TrioStream`` does (errors mapped to httpcore's the same
+    way), without that class's two context managers around every read and write when
+    no timeout is given: the default fetcher gives none, its deadline is the
+    exchange's (``trio.fail_after`` around it).
     """
 
-    def __init__(self, stream: httpcore.AsyncNetworkStream) -> None:
+    def __init__(self, stream: trio.abc.Stream, socket_options: Iterable[Any] | None) -> None:
         self._stream = stream
+        for option in socket_options or ():
+            self._socket().setsockopt(*option)
 
     async def write(self, buffer: bytes, timeout: float | None = None) -> None:
         # An empty write (the end of a bodiless request) sends nothing; the request's
         # first bytes were checked already, and refusing now would hide that they left.
+        if not buffer:
+            return
         check = _may_send.get()
-        if buffer and check is not None and not check():
+        if check is not None and not check():
             raise NotSent("this worker may no longer fetch the host")
-        await self._stream.write(buffer, timeout)
+        try:
+            if timeout is None:
+                await self._stream.send_all(buffer)
+            else:
+                with trio.fail_after(timeout):
+                    await self._stream.send_all(buffer)
+        except trio.TooSlowError as exc:
+            raise httpcore.WriteTimeout(exc) from exc
+        except (trio.BrokenResourceError, trio.ClosedResourceError) as exc:
+            raise httpcore.WriteError(exc) from exc
 
     async def read(self, max_bytes: int, timeout: float | None = None) -> bytes:
-        return await self._stream.read(max_bytes, timeout)
+        try:
+            if timeout is None:
+                return bytes(await self._stream.receive_some(max_bytes))  # no copy of bytes
+            with trio.fail_after(timeout):
+                return bytes(await self._stream.receive_some(max_bytes))
+        except trio.TooSlowError as exc:
+            raise httpcore.ReadTimeout(exc) from exc
+        except (trio.BrokenResourceError, trio.ClosedResourceError) as exc:
+            raise httpcore.ReadError(exc) from exc
 
     async def aclose(self) -> None:
         await self._stream.aclose()
@@ -259,10 +290,56 @@ class _GatedStream(httpcore.AsyncNetworkStream):
     async def start_tls(
         self, ssl_context: Any, server_hostname: str | None = None, timeout: float | None = None
     ) -> httpcore.AsyncNetworkStream:
-        return _GatedStream(await self._stream.start_tls(ssl_context, server_hostname, timeout))
+        tls = trio.SSLStream(
+            self._stream, ssl_context, server_hostname=server_hostname, https_compatible=True
+        )
+        try:
+            with _mapped(httpcore.ConnectTimeout, httpcore.ConnectError):
+                with trio.fail_after(_or_inf(timeout)):
+                    await tls.do_handshake()
+        except Exception:
+            await self.aclose()
+            raise
+        return _GatedStream(tls, ())
 
     def get_extra_info(self, info: str) -> Any:
-        return self._stream.get_extra_info(info)
+        if info == "ssl_object" and isinstance(self._stream, trio.SSLStream):
+            return self._stream._ssl_object  # as httpcore's TrioStream reads it
+        if info == "client_addr":
+            return self._socket().getsockname()
+        if info == "server_addr":
+            return self._socket().getpeername()
+        if info == "socket":
+            return self._socket()
+        if info == "is_readable":
+            return self._socket().is_readable()
+        return None
+
+    def _socket(self) -> trio.socket.SocketType:
+        stream = self._stream
+        while isinstance(stream, trio.SSLStream):
+            stream = stream.transport_stream
+        assert isinstance(stream, trio.SocketStream)
+        return stream.socket
+
+
+def _or_inf(timeout: float | None) -> float:
+    return float("inf") if timeout is None else timeout
+
+
+@contextlib.contextmanager
+def _mapped(
+    too_slow: type[Exception], broken: type[Exception], *also: type[Exception]
+) -> Iterator[None]:
+    """trio's errors as httpcore's: a timeout as ``too_slow``, a broken stream (or
+    ``also``) as ``broken``, each raised from the original (once a connection)."""
+    breaks: tuple[type[Exception], ...] = (trio.BrokenResourceError, *also)
+    try:
+        yield
+    except trio.TooSlowError as exc:
+        raise too_slow(exc) from exc
+    except breaks as exc:
+        raise broken(exc) from exc
 
 
 async def _resolve(host: str, port: int) -> list[str]:
