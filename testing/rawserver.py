@@ -47,6 +47,8 @@ class RawServer:
         self.handler, self.host, self.tls = handler, host, tls
         self.paths: list[str] = []
         self.heads: list[bytes] = []  # each request's first bytes as read: its head
+        self._ended = threading.Condition()
+        self.ended = 0  # connections answered and closed
         self._socket = socket.create_server((host, 0))
         self._socket.settimeout(0.05)  # so that the loop sees a close without a connection
         self._closed = threading.Event()
@@ -79,16 +81,25 @@ class RawServer:
             connection.settimeout(None)
             threading.Thread(target=self._answer, args=(connection,), daemon=True).start()
 
+    def wait_for_ended(self, count: int, timeout: float) -> bool:
+        """Wait until ``count`` connections were answered and closed; whether they were."""
+        with self._ended:
+            return self._ended.wait_for(lambda: self.ended >= count, timeout)
+
     def _answer(self, connection: socket.socket) -> None:
-        with connection:
-            try:
+        try:
+            with connection:
                 if self.tls is None:
                     self._respond(connection)
                     return
                 with self.tls.wrap_socket(connection, server_side=True) as wrapped:
                     self._respond(wrapped)
-            except OSError:
-                return  # the client hung up, as a bounded client should
+        except OSError:
+            return  # the client hung up, as a bounded client should
+        finally:
+            with self._ended:
+                self.ended += 1
+                self._ended.notify_all()
 
     def _respond(self, connection: socket.socket) -> None:
         received = connection.recv(65536)

@@ -504,3 +504,33 @@ async def test_https_to_a_plain_http_server_says_it_does_not_speak_tls():
         with pytest.raises(FetchError, match="does not speak TLS there"):
             await fetcher.fetch(Request(url))
         await fetcher.aclose()
+
+
+# connections kept alive
+
+
+async def test_a_kept_alive_connection_serves_the_next_request():
+    """Requests to one origin, one after another, go over one connection."""
+    with SiteServer(make_site({(host(0), "/"): page("a"), (host(0), "/b"): page("b")})) as server:
+        fetcher = HttpxFetcher(allow_nets=[host(0)])
+        urls = [server.site.root + path for path in ("b", "", "b")]
+        statuses = [(await fetcher.fetch(Request(url))).status for url in urls]
+        pools = fetcher._pools
+        assert pools is not None
+        (pool,) = [p.transport for p in pools._pools.values()]
+        kept = len(pool._open)
+        await fetcher.aclose()
+    assert (statuses, kept) == ([200, 200, 200], 1)
+
+
+async def test_a_connection_the_server_closed_while_idle_is_not_reused():
+    """An answer without ``Connection: close`` whose server then hangs up: the next
+    request opens a new connection instead of failing on the dead one."""
+    head = b"HTTP/1.1 200 OK\r\nContent-Length: 2\r\nContent-Type: text/plain\r\n\r\nok"
+    with RawServer(lambda path: [head]) as server:
+        fetcher = HttpxFetcher(allow_nets=[server.host])
+        first = await fetcher.fetch(Request(server.url("/1")))
+        assert await trio.to_thread.run_sync(lambda: server.wait_for_ended(1, 10.0))
+        second = await fetcher.fetch(Request(server.url("/2")))
+        await fetcher.aclose()
+    assert (first.body, second.body, server.paths) == (b"ok", b"ok", ["/1", "/2"])

@@ -26,6 +26,7 @@ import trio
 
 from hashcrawl._exceptions import Refused
 from hashcrawl._web._addresses import AddressPolicy, literal_address
+from hashcrawl._web._origin import OriginPool
 
 _may_send: contextvars.ContextVar[Callable[[], bool] | None] = contextvars.ContextVar(
     "hashcrawl_may_send", default=None
@@ -84,22 +85,22 @@ class OriginPools(httpx.AsyncBaseTransport):
     def of(
         cls, *, max_connections: int, max_per_host: int, policy: AddressPolicy | None = None
     ) -> OriginPools:
-        """Pools of httpcore's ``AsyncConnectionPool``, each up to ``max_per_host``
-        connections, connecting only where ``policy`` allows (default: public addresses
-        only). These pools take httpcore's requests, not httpx's (``HttpxFetcher``
-        sends through them with httpcore alone)."""
+        """An :class:`OriginPool` per origin, each up to ``max_per_host`` connections,
+        connecting only where ``policy`` allows (default: public addresses only). These
+        pools take httpcore's requests, not httpx's (``HttpxFetcher`` sends through
+        them with httpcore alone)."""
         # One TLS context for all pools: building one loads the CA bundle, ~10 ms each.
         tls = httpx.create_ssl_context()
+        tls.set_alpn_protocols(["http/1.1"])  # as httpcore sets it on each connect
         policy = policy if policy is not None else AddressPolicy()
 
-        def make_pool() -> httpcore.AsyncConnectionPool:
-            # As httpx's AsyncHTTPTransport makes its pool (HTTP/1.1, keep-alive 5 s).
-            return httpcore.AsyncConnectionPool(
-                ssl_context=tls,
+        def make_pool() -> OriginPool:
+            # Keep-alive as httpx's transport keeps it (5 s); HTTP/1.1 only, as it speaks.
+            return OriginPool(
+                _GatedBackend(policy),
+                tls=tls,
                 max_connections=max_per_host,
-                max_keepalive_connections=max_per_host,
-                keepalive_expiry=httpx.Limits().keepalive_expiry,
-                network_backend=_GatedBackend(policy),
+                keepalive_expiry=httpx.Limits().keepalive_expiry or 5.0,
             )
 
         return cls(make_pool, max_connections=max_connections)
@@ -152,7 +153,7 @@ class OriginPools(httpx.AsyncBaseTransport):
 
 @attrs.define
 class _Pool:
-    transport: Any  # an httpx transport, or httpcore's AsyncConnectionPool
+    transport: Any  # an httpx transport, or an OriginPool
     active: int = 0  # responses not yet closed: a pool is closed only with none
 
 
