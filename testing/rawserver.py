@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import gzip
 import socket
+import ssl
 import threading
 import time
 from collections.abc import Callable, Iterable
@@ -40,9 +41,14 @@ def bomb(inflated: int, layers: int = 1) -> bytes:
 class RawServer:
     """Serves ``handler``'s answers on ``host`` (a loopback address) until closed."""
 
-    def __init__(self, handler: Handler, host: str = "127.0.0.2") -> None:
-        self.handler, self.host = handler, host
+    def __init__(
+        self, handler: Handler, host: str = "127.0.0.2", *, tls: ssl.SSLContext | None = None
+    ) -> None:
+        self.handler, self.host, self.tls = handler, host, tls
         self.paths: list[str] = []
+        self.heads: list[bytes] = []  # each request's first bytes as read: its head
+        self._ended = threading.Condition()
+        self.ended = 0  # connections answered and closed
         self._socket = socket.create_server((host, 0))
         self._socket.settimeout(0.05)  # so that the loop sees a close without a connection
         self._closed = threading.Event()
@@ -50,7 +56,8 @@ class RawServer:
         self._thread = threading.Thread(target=self._serve, daemon=True)
 
     def url(self, path: str = "/") -> str:
-        return f"http://{self.host}:{self.port}{path}"
+        scheme = "https" if self.tls else "http"
+        return f"{scheme}://{self.host}:{self.port}{path}"
 
     def __enter__(self) -> Self:
         self._thread.start()
@@ -74,16 +81,34 @@ class RawServer:
             connection.settimeout(None)
             threading.Thread(target=self._answer, args=(connection,), daemon=True).start()
 
+    def wait_for_ended(self, count: int, timeout: float) -> bool:
+        """Wait until ``count`` connections were answered and closed; whether they were."""
+        with self._ended:
+            return self._ended.wait_for(lambda: self.ended >= count, timeout)
+
     def _answer(self, connection: socket.socket) -> None:
-        with connection:
-            try:
-                head = connection.recv(65536).decode("latin-1")
-                path = head.split(" ", 2)[1] if head.count(" ") >= 2 else "/"
-                self.paths.append(path)
-                for part in self.handler(path):
-                    if isinstance(part, float | int):
-                        time.sleep(part)
-                    else:
-                        connection.sendall(part)
-            except OSError:
-                return  # the client hung up, as a bounded client should
+        try:
+            with connection:
+                if self.tls is None:
+                    self._respond(connection)
+                    return
+                with self.tls.wrap_socket(connection, server_side=True) as wrapped:
+                    self._respond(wrapped)
+        except OSError:
+            return  # the client hung up, as a bounded client should
+        finally:
+            with self._ended:
+                self.ended += 1
+                self._ended.notify_all()
+
+    def _respond(self, connection: socket.socket) -> None:
+        received = connection.recv(65536)
+        self.heads.append(received.partition(b"\r\n\r\n")[0])
+        head = received.decode("latin-1")
+        path = head.split(" ", 2)[1] if head.count(" ") >= 2 else "/"
+        self.paths.append(path)
+        for part in self.handler(path):
+            if isinstance(part, float | int):
+                time.sleep(part)
+            else:
+                connection.sendall(part)

@@ -5,6 +5,7 @@ from __future__ import annotations
 import contextlib
 import gzip
 import json
+import ssl
 import zlib
 from collections.abc import AsyncIterator, Callable, Iterable
 from pathlib import Path
@@ -14,6 +15,7 @@ import httpx
 import pytest
 import trio
 import trio.testing
+import trustme
 
 from hashcrawl import FetchError, HttpxFetcher, Queue, Request, Response
 from hashcrawl._exceptions import Refused
@@ -250,11 +252,44 @@ async def test_a_request_is_checked_as_it_is_written_not_when_it_is_made():
     assert [r.host for r in logged] == [host(0)]
 
 
-def test_the_default_pools_check_every_connection_they_open():
-    """httpx hides its pool's network backend; if a new release moves it, this fails."""
-    pools = OriginPools.of(max_connections=2, max_per_host=1)
-    transport = pools._make_pool()
-    assert type(transport._pool._network_backend).__name__ == "_GatedBackend"  # type: ignore[attr-defined]
+@pytest.mark.parametrize(
+    "request_",
+    [
+        Request("/"),
+        Request("/a;b/%7E/ä ö?q=ü&r=%20#frag"),
+        Request("/", headers=[("Cookie", "k=v"), ("user-agent", "mine"), ("X-One", "1")]),
+        Request("/form", method="POST", body=b"a=1&b=2"),
+        Request("/empty", method="POST"),
+        Request("/put", method="PUT", body="é", headers=[("Content-Length", "2")]),
+        Request("/gone", method="DELETE", headers=[("Host", "example.test")]),
+    ],
+    ids=["plain", "odd-url", "headers", "post", "empty-post", "put", "host-given"],
+)
+async def test_the_pools_send_the_bytes_httpx_s_client_sends(request_: Request):
+    """The fetcher's own pools speak httpcore directly; what reaches the server, and the
+    response made of the answer, are what httpx's client makes of the same request."""
+    answer = response(201, b"<title>t</title>", Set_Cookie="a=1", Content_Type="text/html")
+    got: list[tuple[bytes, Response]] = []
+    with RawServer(lambda path: answer) as server:
+        url = server.url() + request_.url.removeprefix("/")
+        sent = request_.replace(url=url)
+        every = [("Accept", "text/html"), ("Authorization", "Bearer s")]
+        direct = HttpxFetcher(allow_nets=[server.host], headers=every, user_agent="ua/1")
+        through_httpx = HttpxFetcher(
+            transport=httpx.AsyncHTTPTransport(), headers=every, user_agent="ua/1"
+        )
+        for fetcher in (direct, through_httpx):
+            fetched = await fetcher.fetch(sent)
+            await fetcher.aclose()
+            got.append((server.heads[-1], fetched))
+    (head, mine), (httpx_head, theirs) = got
+    assert head == httpx_head
+    assert (mine.url, mine.status, mine.headers.multi_items(), mine.body) == (
+        theirs.url,
+        theirs.status,
+        theirs.headers.multi_items(),
+        theirs.body,
+    )
 
 
 # bounded cost per response
@@ -419,3 +454,83 @@ async def test_a_crawl_never_reaches_a_private_address_it_was_not_allowed(
     assert set(dead) == {internal, inner.url("/latest/meta-data/")}
     assert all("127.0.5.7 is not a public address" in why for why in dead.values())
     assert "internal" not in json.dumps(crew.items())
+
+
+# TLS
+
+
+@pytest.fixture
+def tls_server(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> ssl.SSLContext:
+    """A server context whose certificate (for 127.0.0.2) a CA the fetcher trusts signed."""
+    ca = trustme.CA()
+    context = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
+    ca.issue_cert("127.0.0.2").configure_cert(context)
+    ca.cert_pem.write_to_path(str(tmp_path / "ca.pem"))
+    monkeypatch.setenv("SSL_CERT_FILE", str(tmp_path / "ca.pem"))  # httpx's TLS context reads it
+    return context
+
+
+async def test_an_https_answer_is_read_over_tls_with_its_peer_address(tls_server: ssl.SSLContext):
+    """The pools' own connections speak TLS: the body arrives, the peer's address is kept."""
+    answer = response(200, b"<title>over tls</title>", Content_Type="text/html")
+    with RawServer(lambda path: answer, tls=tls_server) as server:
+        fetcher = HttpxFetcher(allow_nets=[server.host], keep_raw=True)
+        try:
+            got = await fetcher.fetch(Request(server.url("/s")))
+        finally:
+            await fetcher.aclose()
+    assert (got.status, got.title(), server.paths) == (200, "over tls", ["/s"])
+    assert got.exchange is not None and got.exchange.address == "127.0.0.2"
+
+
+async def test_an_untrusted_certificate_fails_the_fetch_saying_so():
+    """Without the CA, the handshake fails: a FetchError naming TLS, nothing requested."""
+    ca = trustme.CA()
+    context = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
+    ca.issue_cert("127.0.0.2").configure_cert(context)
+    with RawServer(lambda path: response(200, b"secret"), tls=context) as server:
+        fetcher = HttpxFetcher(allow_nets=[server.host])
+        with pytest.raises(FetchError, match=r"TLS handshake failed.*CERTIFICATE_VERIFY_FAILED"):
+            await fetcher.fetch(Request(server.url()))
+        await fetcher.aclose()
+    assert server.paths == []
+
+
+async def test_https_to_a_plain_http_server_says_it_does_not_speak_tls():
+    """A TLS hello answered in plain text: the message says to try http://."""
+    with RawServer(lambda path: response(400, b"")) as server:
+        fetcher = HttpxFetcher(allow_nets=[server.host])
+        url = server.url().replace("http://", "https://")
+        with pytest.raises(FetchError, match="does not speak TLS there"):
+            await fetcher.fetch(Request(url))
+        await fetcher.aclose()
+
+
+# connections kept alive
+
+
+async def test_a_kept_alive_connection_serves_the_next_request():
+    """Requests to one origin, one after another, go over one connection."""
+    with SiteServer(make_site({(host(0), "/"): page("a"), (host(0), "/b"): page("b")})) as server:
+        fetcher = HttpxFetcher(allow_nets=[host(0)])
+        urls = [server.site.root + path for path in ("b", "", "b")]
+        statuses = [(await fetcher.fetch(Request(url))).status for url in urls]
+        pools = fetcher._pools
+        assert pools is not None
+        (pool,) = [p.transport for p in pools._pools.values()]
+        kept = len(pool._open)
+        await fetcher.aclose()
+    assert (statuses, kept) == ([200, 200, 200], 1)
+
+
+async def test_a_connection_the_server_closed_while_idle_is_not_reused():
+    """An answer without ``Connection: close`` whose server then hangs up: the next
+    request opens a new connection instead of failing on the dead one."""
+    head = b"HTTP/1.1 200 OK\r\nContent-Length: 2\r\nContent-Type: text/plain\r\n\r\nok"
+    with RawServer(lambda path: [head]) as server:
+        fetcher = HttpxFetcher(allow_nets=[server.host])
+        first = await fetcher.fetch(Request(server.url("/1")))
+        assert await trio.to_thread.run_sync(lambda: server.wait_for_ended(1, 10.0))
+        second = await fetcher.fetch(Request(server.url("/2")))
+        await fetcher.aclose()
+    assert (first.body, second.body, server.paths) == (b"ok", b"ok", ["/1", "/2"])

@@ -20,9 +20,10 @@ import socket
 import ssl
 import urllib.request
 import zlib
-from collections.abc import Callable, Iterable, Iterator
-from typing import Protocol, runtime_checkable
+from collections.abc import AsyncIterable, Awaitable, Callable, Iterable, Iterator
+from typing import Any, NamedTuple, Protocol, runtime_checkable
 
+import httpcore
 import httpx
 import trio
 
@@ -33,12 +34,22 @@ from hashcrawl._web._models import Exchange, Request, Response
 from hashcrawl._web._pools import NotSent as NotSent
 from hashcrawl._web._pools import OriginPools as OriginPools
 from hashcrawl._web._pools import sending_only_while as sending_only_while
+from hashcrawl._web._wire import URLParts, WireRequest, plain_url
 
 log = logging.getLogger("hashcrawl")
 #: The content codings the default fetcher decodes under its body cap, and so asks for.
 ACCEPT_ENCODING = "gzip, deflate"
 _GZIP_OR_ZLIB = 32 + zlib.MAX_WBITS  # zlib detects which header the stream has
 _PIECE = 256 * 1024  # most bytes inflated at once
+#: httpcore's errors, which httpx turns into its own of the same names (ConnectError...).
+_CORE_ERRORS = (
+    httpcore.NetworkError,
+    httpcore.TimeoutException,
+    httpcore.ProtocolError,
+    httpcore.UnsupportedProtocol,
+    httpcore.ProxyError,
+)
+_TRANSPORT_ERRORS = (httpx.HTTPError, *_CORE_ERRORS)
 
 
 @runtime_checkable
@@ -64,7 +75,7 @@ def fetch_failure(exc: BaseException) -> str:
             return "connection refused (nothing listens at that address and port)"
         if isinstance(cause, socket.gaierror):
             return f"DNS lookup failed: {cause.strerror or cause}"
-    if isinstance(exc, httpx.TimeoutException):
+    if isinstance(exc, httpx.TimeoutException | httpcore.TimeoutException):
         return f"timed out ({type(exc).__name__})"
     said = next((str(c) for c in causes if str(c)), "")
     return f"{type(exc).__name__}: {said}" if said else type(exc).__name__
@@ -128,8 +139,11 @@ class HttpxFetcher:
     ) -> None:
         self.max_body, self.timeout, self.keep_raw = max_body, timeout, keep_raw
         policy = AddressPolicy.of(allow_nets, allow_private)
+        # With its own pools the fetcher sends through httpcore itself (see _fetch_direct);
+        # the client below then only holds the headers and builds unusual requests.
+        self._pools: OriginPools | None = None
         if transport is None and not _environment_proxies():
-            transport = OriginPools.of(
+            self._pools = transport = OriginPools.of(
                 max_connections=max_connections, max_per_host=max_per_host, policy=policy
             )
         limits = httpx.Limits(
@@ -156,31 +170,29 @@ class HttpxFetcher:
         # request and response on every answer (~3% of a page): one that takes none
         # looks at none.
         self._client._cookies = _NoCookies(refusing)
+        # What every plain GET sends after its Host, as httpx's client would merge it.
+        self._every = self._client.headers.raw
 
     async def fetch(self, request: Request) -> Response:
-        started = datetime.datetime.now(datetime.UTC)
+        started = datetime.datetime.now(datetime.UTC) if self.keep_raw else None
+        deadline = self.timeout if request.timeout is None else request.timeout
         try:
-            deadline = self.timeout if request.timeout is None else request.timeout
             with trio.fail_after(deadline):
-                async with self._client.stream(
-                    request.method,
-                    request.url,
-                    headers=list(request.headers) or None,
-                    content=request.body or None,
-                    timeout=deadline,
-                ) as answer:
-                    address = _peer_address(answer) if self.keep_raw else None
-                    body, raw, truncated = await self._read(answer)
+                if self._pools is not None:
+                    answer, body, raw, truncated = await self._fetch_direct(request, self._pools)
+                else:
+                    answer, body, raw, truncated = await self._fetch_httpx(request, deadline)
         except trio.TooSlowError:
             raise FetchError(f"no whole answer within the timeout ({deadline:g} s)") from None
-        except httpx.HTTPError as exc:
+        except _TRANSPORT_ERRORS as exc:
             raise FetchError(fetch_failure(exc)[:300]) from None
         exchange = None
         if raw is not None:
-            exchange = _exchange(answer, request.body, raw, started, address, self._hidden)
+            assert started is not None
+            exchange = _exchange(answer, request.body, raw, started, self._hidden)
         return Response(
-            url=str(answer.url),
-            status=answer.status_code,
+            url=answer.url,
+            status=answer.status,
             headers=answer.headers,
             body=body,
             request=request,
@@ -188,22 +200,82 @@ class HttpxFetcher:
             exchange=exchange,
         )
 
-    async def _read(self, answer: httpx.Response) -> tuple[bytes, bytes | None, bool]:
+    async def _fetch_direct(self, request: Request, pools: OriginPools) -> _Fetched:
+        """``request`` sent through the pools with httpcore alone, bytes on the wire as
+        httpx's client would send them (tests/test_fetch.py compares the two).
+
+        httpx's client and transport cost more per request than its connection pool
+        (its request and response models, the auth and redirect generators, the cookie
+        and hook layers, a wrapper per stream): see docs/notes/issue-22.md (send5).
+        """
+        plain = not (request.headers or request.body or request.method in ("POST", "PUT", "PATCH"))
+        url = plain_url(request.url) if plain else None
+        if url is None:
+            parsed = httpx.URL(request.url)
+            url = URLParts.of(parsed)
+        if not plain:
+            merged = httpx.Headers(self._client.headers)
+            merged.update(list(request.headers))
+            body = request.body or None
+            head = httpx.Request(request.method, parsed, headers=merged, content=body).headers.raw
+        else:  # what httpx.Request builds for a bodiless request without headers of its own
+            head = [(b"Host", url.netloc), *self._every] if url.host else self._every
+        target = httpcore.URL(scheme=url.scheme, host=url.host, port=url.port, target=url.target)
+        core = WireRequest(request.method.encode("ascii"), target, head, request.body)
+        got = await pools.handle_async_request(core)
+        stream = got.stream  # the pools' own, which gives the slot back once closed
+        try:
+            headers = httpx.Headers(got.headers)
+            address = _peer_address(got) if self.keep_raw else None
+            codings = headers.get_list("content-encoding", split_commas=True)
+            read = await self._read(stream, stream.aclose, codings)
+        finally:
+            await stream.aclose()
+        answer = _Answer(url.text, got.status, headers, got.extensions, core, address)
+        return (answer, *read)
+
+    async def _fetch_httpx(self, request: Request, deadline: float) -> _Fetched:
+        """``request`` sent through httpx's client (a given transport, or a proxy's)."""
+        async with self._client.stream(
+            request.method,
+            request.url,
+            headers=list(request.headers) or None,
+            content=request.body or None,
+            timeout=deadline,
+        ) as got:
+            sent = httpcore.Request(
+                got.request.method,
+                httpcore.URL(target=got.request.url.raw_path),  # only its target is read
+                headers=got.request.headers.raw,
+            )
+            address = _peer_address(got) if self.keep_raw else None
+            status, extensions = got.status_code, got.extensions
+            answer = _Answer(str(got.url), status, got.headers, extensions, sent, address)
+            if got.is_stream_consumed:  # a given transport's response, in memory already
+                # Decoded already: what was received is not known, so nothing claims to be it.
+                content = got.content
+                return answer, content[: self.max_body], None, len(content) > self.max_body
+            codings = got.headers.get_list("content-encoding", split_commas=True)
+            return (answer, *await self._read(got.aiter_raw(), got.aclose, codings))
+
+    async def _read(
+        self,
+        chunks: AsyncIterable[bytes],
+        close: Callable[[], Awaitable[None]],
+        codings: list[str],
+    ) -> tuple[bytes, bytes | None, bool]:
         """The body decoded, and as received (with ``keep_raw``), each cut at
         ``max_body``; and whether it was cut."""
-        if answer.is_stream_consumed:  # a given transport's response, in memory already
-            # Decoded already: what was received is not known, so nothing claims to be it.
-            return answer.content[: self.max_body], None, len(answer.content) > self.max_body
-        decode = _decoder(answer.headers.get_list("content-encoding", split_commas=True))
+        decode = _decoder(codings)
         # BytesIO hands its buffer over at getvalue() where bytearray would be copied:
         # a body at the cap costs its size once, not twice. Unencoded, the body as
         # received is the body itself, not a second copy.
         body, truncated = io.BytesIO(), False
         raw = io.BytesIO() if self.keep_raw and decode is not _as_received else None
         try:
-            async for chunk in answer.aiter_raw():
+            async for chunk in chunks:
                 if truncated:
-                    continue  # iterating on ends httpx's generators (a ReadError, or the end)
+                    continue  # iterating on ends httpcore's generators (a ReadError, or the end)
                 cut = False
                 if raw is not None:
                     # Bytes that inflate to nothing must not grow the kept copy unbounded.
@@ -212,8 +284,8 @@ class HttpxFetcher:
                     raw.write(chunk)
                 truncated = self._keep(body, decode(chunk)) or cut
                 if truncated:
-                    await answer.aclose()  # reads no more
-        except httpx.HTTPError:
+                    await close()  # reads no more
+        except _TRANSPORT_ERRORS:
             if not truncated:
                 raise
         decoded = body.getvalue()
@@ -234,6 +306,21 @@ class HttpxFetcher:
     async def aclose(self) -> None:
         """Close the client, and with it every pool it opened."""
         await self._client.aclose()
+
+
+class _Answer(NamedTuple):
+    """What a fetch keeps of its answer, either way it was sent."""
+
+    url: str
+    status: int
+    headers: httpx.Headers
+    extensions: dict[str, Any]
+    sent: httpcore.Request  # as it went: method, target and headers
+    address: str | None  # the peer's IP address, kept only for an exchange
+
+
+#: The answer, the body decoded and as received, and whether it was cut.
+_Fetched = tuple[_Answer, bytes, bytes | None, bool]
 
 
 class _NoCookies(httpx.Cookies):
@@ -266,20 +353,19 @@ def _as_received(raw: bytes) -> tuple[bytes]:
 
 
 def _exchange(
-    answer: httpx.Response,
+    answer: _Answer,
     body_sent: bytes,
     body: bytes,
     started: datetime.datetime,
-    address: str | None,
     hidden: frozenset[bytes],
 ) -> Exchange:
     """The exchange behind ``answer`` as it went over the wire (``body``: as received)."""
-    sent = answer.request
-    version = answer.http_version.encode("ascii", "replace")
-    request_line = b"%s %s %s" % (sent.method.encode("ascii"), sent.url.raw_path, version)
-    asked = [(n, b"redacted" if n.lower() in hidden else v) for n, v in sent.headers.raw]
+    sent = answer.sent
+    version = answer.extensions.get("http_version", b"HTTP/1.1")
+    request_line = b"%s %s %s" % (sent.method, sent.url.target, version)
+    asked = [(n, b"redacted" if n.lower() in hidden else v) for n, v in sent.headers]
     reason = answer.extensions.get("reason_phrase", b"")
-    status_line = b"%s %d %s" % (version, answer.status_code, reason)
+    status_line = b"%s %d %s" % (version, answer.status, reason)
     # httpx hands the body over with its chunking removed: a reader that saw
     # "Transfer-Encoding: chunked" would look for chunks that are not there. The
     # header is kept under StormCrawler's name for headers a crawler changed.
@@ -293,7 +379,7 @@ def _exchange(
         response_head=_head(status_line, told),
         body=body,
         started=started,
-        address=address,
+        address=answer.address,
     )
 
 
@@ -302,7 +388,7 @@ def _head(first: bytes, headers: Iterable[tuple[bytes, bytes]]) -> bytes:
     return b"\r\n".join(lines) + b"\r\n\r\n"
 
 
-def _peer_address(answer: httpx.Response) -> str | None:
+def _peer_address(answer: httpx.Response | httpcore.Response) -> str | None:
     """The IP address ``answer`` came from (through a proxy: the proxy's), if known."""
     stream = answer.extensions.get("network_stream")
     try:

@@ -17,7 +17,7 @@ import functools
 import socket
 from collections import OrderedDict
 from collections.abc import AsyncIterator, Callable, Iterable, Iterator
-from typing import Any
+from typing import Any, Protocol
 
 import attrs
 import httpcore
@@ -26,6 +26,7 @@ import trio
 
 from hashcrawl._exceptions import Refused
 from hashcrawl._web._addresses import AddressPolicy, literal_address
+from hashcrawl._web._origin import OriginPool
 
 _may_send: contextvars.ContextVar[Callable[[], bool] | None] = contextvars.ContextVar(
     "hashcrawl_may_send", default=None
@@ -36,20 +37,28 @@ class NotSent(Exception):
     """A request was stopped before it left: its worker may no longer fetch the host."""
 
 
-@contextlib.contextmanager
-def sending_only_while(check: Callable[[], bool]) -> Iterator[None]:
+class sending_only_while:  # lower case: it replaced a contextmanager function
     """Have this task's requests ask ``check`` again right before their bytes are written.
 
     The worker checks that it may fetch a host before it calls the fetcher, but a request
     can then wait (for a free connection, a connect, the scheduler) and the process can
     be paused meanwhile. :class:`HttpxFetcher`'s own pools ask ``check`` again as the
     request is written to the socket, and raise :class:`NotSent` if it says no.
+
+    A class, not a ``contextmanager``: it is entered once a request, and a generator's
+    two steps cost more than the contextvar's set and reset.
     """
-    token = _may_send.set(check)
-    try:
-        yield
-    finally:
-        _may_send.reset(token)
+
+    __slots__ = ("_check", "_token")
+
+    def __init__(self, check: Callable[[], bool]) -> None:
+        self._check = check
+
+    def __enter__(self) -> None:
+        self._token = _may_send.set(self._check)
+
+    def __exit__(self, *_: object) -> None:
+        _may_send.reset(self._token)
 
 
 class OriginPools(httpx.AsyncBaseTransport):
@@ -66,9 +75,7 @@ class OriginPools(httpx.AsyncBaseTransport):
     many hosts keeps a bounded number of sockets open.
     """
 
-    def __init__(
-        self, make_pool: Callable[[], httpx.AsyncBaseTransport], *, max_connections: int
-    ) -> None:
+    def __init__(self, make_pool: Callable[[], Any], *, max_connections: int) -> None:
         self._make_pool = make_pool
         self._max_pools = max_connections
         self._slots = trio.Semaphore(max_connections)
@@ -78,21 +85,33 @@ class OriginPools(httpx.AsyncBaseTransport):
     def of(
         cls, *, max_connections: int, max_per_host: int, policy: AddressPolicy | None = None
     ) -> OriginPools:
-        """Pools of ``httpx.AsyncHTTPTransport``, each up to ``max_per_host`` connections,
-        connecting only where ``policy`` allows (default: public addresses only)."""
+        """An :class:`OriginPool` per origin, each up to ``max_per_host`` connections,
+        connecting only where ``policy`` allows (default: public addresses only). These
+        pools take httpcore's requests, not httpx's (``HttpxFetcher`` sends through
+        them with httpcore alone)."""
         # One TLS context for all pools: building one loads the CA bundle, ~10 ms each.
         tls = httpx.create_ssl_context()
-        limits = httpx.Limits(max_connections=max_per_host, max_keepalive_connections=max_per_host)
+        tls.set_alpn_protocols(["http/1.1"])  # as httpcore sets it on each connect
         policy = policy if policy is not None else AddressPolicy()
 
-        def make_pool() -> httpx.AsyncBaseTransport:
-            transport = httpx.AsyncHTTPTransport(verify=tls, limits=limits, trust_env=False)
-            return _gated(transport, policy)
+        def make_pool() -> OriginPool:
+            # Keep-alive as httpx's transport keeps it (5 s); HTTP/1.1 only, as it speaks.
+            return OriginPool(
+                _GatedBackend(policy),
+                tls=tls,
+                max_connections=max_per_host,
+                keepalive_expiry=httpx.Limits().keepalive_expiry or 5.0,
+            )
 
         return cls(make_pool, max_connections=max_connections)
 
-    async def handle_async_request(self, request: httpx.Request) -> httpx.Response:
-        await self._slots.acquire()
+    async def handle_async_request(self, request: Any) -> Any:
+        """Send ``request`` (httpx's, or httpcore's with pools of httpcore's) through its
+        origin's pool; the response's stream gives back its slot once closed."""
+        try:  # a free slot is taken without a trip through the scheduler
+            self._slots.acquire_nowait()
+        except trio.WouldBlock:
+            await self._slots.acquire()
         pool = None
         try:
             pool = await self._pool_for((request.url.scheme, request.url.host, request.url.port))
@@ -102,7 +121,6 @@ class OriginPools(httpx.AsyncBaseTransport):
                 pool.active -= 1
             self._slots.release()
             raise
-        assert isinstance(response.stream, httpx.AsyncByteStream)
         response.stream = _Released(response.stream, pool, self._slots)
         return response
 
@@ -135,14 +153,22 @@ class OriginPools(httpx.AsyncBaseTransport):
 
 @attrs.define
 class _Pool:
-    transport: httpx.AsyncBaseTransport
+    transport: Any  # an httpx transport, or an OriginPool
     active: int = 0  # responses not yet closed: a pool is closed only with none
+
+
+class _Body(Protocol):
+    """A response's body stream, httpx's or httpcore's: its chunks, and its close."""
+
+    def __aiter__(self) -> AsyncIterator[bytes]: ...
+
+    async def aclose(self) -> None: ...
 
 
 class _Released(httpx.AsyncByteStream):
     """A response body that gives back its pool's use and its slot once closed."""
 
-    def __init__(self, stream: httpx.AsyncByteStream, pool: _Pool, slots: trio.Semaphore) -> None:
+    def __init__(self, stream: _Body, pool: _Pool, slots: trio.Semaphore) -> None:
         self._stream, self._pool, self._slots = stream, pool, slots
         self._open = True
 
@@ -159,24 +185,6 @@ class _Released(httpx.AsyncByteStream):
                 self._slots.release()
 
 
-def _gated(transport: httpx.AsyncHTTPTransport, policy: AddressPolicy) -> httpx.AsyncHTTPTransport:
-    """``transport``, connecting only where ``policy`` allows, its sockets checking
-    :func:`sending_only_while` before each write.
-
-    httpx (0.28) has no public way to choose its pool's network backend (encode/httpx
-    PR 3749 would add one), so the pool's backend is wrapped where it stands.
-    tests/test_fetch.py fails if a new httpx or httpcore moves it.
-    """
-    pool = getattr(transport, "_pool", None)
-    backend = getattr(pool, "_network_backend", None)
-    if isinstance(backend, httpcore.AsyncNetworkBackend):
-        pool._network_backend = _GatedBackend(backend, policy)  # type: ignore[union-attr]
-    else:
-        # Without the backend there is no check of addresses: refuse to run so.
-        raise RuntimeError("httpx changed: hashcrawl cannot check the addresses it connects to")
-    return transport
-
-
 class _GatedBackend(httpcore.AsyncNetworkBackend):
     """A network backend that connects only to addresses its policy allows, and whose
     streams are :class:`_GatedStream` s.
@@ -186,8 +194,8 @@ class _GatedBackend(httpcore.AsyncNetworkBackend):
     through. TLS's server name and the Host header come from the URL, not from here.
     """
 
-    def __init__(self, backend: httpcore.AsyncNetworkBackend, policy: AddressPolicy) -> None:
-        self._backend, self._policy = backend, policy
+    def __init__(self, policy: AddressPolicy) -> None:
+        self._policy = policy
 
     async def connect_tcp(
         self,
@@ -202,27 +210,32 @@ class _GatedBackend(httpcore.AsyncNetworkBackend):
         if not allowed:
             raise Refused(self._policy.refusal(host, addresses))
         connect = functools.partial(
-            self._backend.connect_tcp,
-            port=port,
-            timeout=timeout,
-            local_address=local_address,
-            socket_options=socket_options,
+            _connect, port=port, timeout=timeout, local_address=local_address
         )
         for address in allowed[:-1]:  # the next address if one refuses, as browsers do
             with contextlib.suppress(httpcore.ConnectError):
-                return _GatedStream(await connect(address))
-        return _GatedStream(await connect(allowed[-1]))
+                return _GatedStream(await connect(address), socket_options)
+        return _GatedStream(await connect(allowed[-1]), socket_options)
 
     async def connect_unix_socket(
         self, path: str, timeout: float | None = None, socket_options: Iterable[Any] | None = None
     ) -> httpcore.AsyncNetworkStream:
-        stream = await self._backend.connect_unix_socket(
-            path, timeout=timeout, socket_options=socket_options
-        )
-        return _GatedStream(stream)
+        with _mapped(httpcore.ConnectTimeout, httpcore.ConnectError, OSError):
+            with trio.fail_after(_or_inf(timeout)):
+                stream = await trio.open_unix_socket(path)
+        return _GatedStream(stream, socket_options)
 
     async def sleep(self, seconds: float) -> None:
-        await self._backend.sleep(seconds)
+        await trio.sleep(seconds)
+
+
+async def _connect(
+    address: str, *, port: int, timeout: float | None, local_address: str | None
+) -> trio.SocketStream:
+    """A TCP connection to ``address`` (TCP_NODELAY, trio's default), errors as httpcore's."""
+    with _mapped(httpcore.ConnectTimeout, httpcore.ConnectError, OSError):
+        with trio.fail_after(_or_inf(timeout)):
+            return await trio.open_tcp_stream(address, port, local_address=local_address)
 
 
 class _GatedStream(httpcore.AsyncNetworkStream):
@@ -230,21 +243,47 @@ class _GatedStream(httpcore.AsyncNetworkStream):
 
     Between the check and the socket's send there is no await: a pause can still fall
     in that gap, of microseconds, but no longer in a wait for a connection.
+
+    It does what httpcore's ``TrioStream`` does (errors mapped to httpcore's the same
+    way), without that class's two context managers around every read and write when
+    no timeout is given: the default fetcher gives none, its deadline is the
+    exchange's (``trio.fail_after`` around it).
     """
 
-    def __init__(self, stream: httpcore.AsyncNetworkStream) -> None:
+    def __init__(self, stream: trio.abc.Stream, socket_options: Iterable[Any] | None) -> None:
         self._stream = stream
+        for option in socket_options or ():
+            self._socket().setsockopt(*option)
 
     async def write(self, buffer: bytes, timeout: float | None = None) -> None:
         # An empty write (the end of a bodiless request) sends nothing; the request's
         # first bytes were checked already, and refusing now would hide that they left.
+        if not buffer:
+            return
         check = _may_send.get()
-        if buffer and check is not None and not check():
+        if check is not None and not check():
             raise NotSent("this worker may no longer fetch the host")
-        await self._stream.write(buffer, timeout)
+        try:
+            if timeout is None:
+                await self._stream.send_all(buffer)
+            else:
+                with trio.fail_after(timeout):
+                    await self._stream.send_all(buffer)
+        except trio.TooSlowError as exc:
+            raise httpcore.WriteTimeout(exc) from exc
+        except (trio.BrokenResourceError, trio.ClosedResourceError) as exc:
+            raise httpcore.WriteError(exc) from exc
 
     async def read(self, max_bytes: int, timeout: float | None = None) -> bytes:
-        return await self._stream.read(max_bytes, timeout)
+        try:
+            if timeout is None:
+                return bytes(await self._stream.receive_some(max_bytes))  # no copy of bytes
+            with trio.fail_after(timeout):
+                return bytes(await self._stream.receive_some(max_bytes))
+        except trio.TooSlowError as exc:
+            raise httpcore.ReadTimeout(exc) from exc
+        except (trio.BrokenResourceError, trio.ClosedResourceError) as exc:
+            raise httpcore.ReadError(exc) from exc
 
     async def aclose(self) -> None:
         await self._stream.aclose()
@@ -252,10 +291,56 @@ class _GatedStream(httpcore.AsyncNetworkStream):
     async def start_tls(
         self, ssl_context: Any, server_hostname: str | None = None, timeout: float | None = None
     ) -> httpcore.AsyncNetworkStream:
-        return _GatedStream(await self._stream.start_tls(ssl_context, server_hostname, timeout))
+        tls = trio.SSLStream(
+            self._stream, ssl_context, server_hostname=server_hostname, https_compatible=True
+        )
+        try:
+            with _mapped(httpcore.ConnectTimeout, httpcore.ConnectError):
+                with trio.fail_after(_or_inf(timeout)):
+                    await tls.do_handshake()
+        except Exception:
+            await self.aclose()
+            raise
+        return _GatedStream(tls, ())
 
     def get_extra_info(self, info: str) -> Any:
-        return self._stream.get_extra_info(info)
+        if info == "ssl_object" and isinstance(self._stream, trio.SSLStream):
+            return self._stream._ssl_object  # as httpcore's TrioStream reads it
+        if info == "client_addr":
+            return self._socket().getsockname()
+        if info == "server_addr":
+            return self._socket().getpeername()
+        if info == "socket":
+            return self._socket()
+        if info == "is_readable":
+            return self._socket().is_readable()
+        return None
+
+    def _socket(self) -> trio.socket.SocketType:
+        stream = self._stream
+        while isinstance(stream, trio.SSLStream):
+            stream = stream.transport_stream
+        assert isinstance(stream, trio.SocketStream)
+        return stream.socket
+
+
+def _or_inf(timeout: float | None) -> float:
+    return float("inf") if timeout is None else timeout
+
+
+@contextlib.contextmanager
+def _mapped(
+    too_slow: type[Exception], broken: type[Exception], *also: type[Exception]
+) -> Iterator[None]:
+    """trio's errors as httpcore's: a timeout as ``too_slow``, a broken stream (or
+    ``also``) as ``broken``, each raised from the original (once a connection)."""
+    breaks: tuple[type[Exception], ...] = (trio.BrokenResourceError, *also)
+    try:
+        yield
+    except trio.TooSlowError as exc:
+        raise too_slow(exc) from exc
+    except breaks as exc:
+        raise broken(exc) from exc
 
 
 async def _resolve(host: str, port: int) -> list[str]:
