@@ -69,11 +69,11 @@ class Commits:
         commit: Commit,
         now: float,
         carried: Iterable[Entry] = (),
-        ring: Ring | None = None,
+        misroute: Ring | None = None,
     ) -> Batch:
         """The batch that commits ``commit`` at the newest epoch this worker knows, and
         adds ``carried`` (links found in another shard, of hosts in this one) as a
-        delivery does. (``ring``: those routed by another ring, the deliberate bug
+        delivery does. (``misroute``: those routed by another ring, the deliberate bug
         ``deliver_by_source_ring``.)"""
         s, ring = self.s, self.s.epochs.latest
         hosts = {h for o in commit.outcomes for h in o.widen}
@@ -85,7 +85,7 @@ class Commits:
         router = self.router(ring, now)
         for outcome in commit.outcomes:
             router.add(batch, outcome)
-        _add_links(batch, self.router(ring, now) if ring else router, carried)
+        _add_links(batch, router if misroute is None else self.router(misroute, now), carried)
         return batch
 
     def delivery(self, entries: Iterable[Entry], now: float, ring: Ring | None = None) -> Batch:
