@@ -299,11 +299,12 @@ class ShardWorker:
         return f"unparked {', '.join(took) or 'nothing'}"
 
     def wants(self, kind: str, shard: int) -> bool:
-        session = self.drivers[shard].session
+        driver = self.drivers[shard]
+        session = driver.session
         if f"{kind}@{shard}" in self.tasks or self.ended[shard]:
             return False
         return {
-            "commit": bool(session.outcomes),
+            "commit": bool(session.outcomes or driver.inbound),
             "apply": session.epochs.waiting,
             "drain": session.epochs.orphans_waiting,
             "load_pace": bool(session.carry.due),

@@ -2,6 +2,8 @@
 
     python -m simulations.shards --runs 40 --seed 1
     python -m simulations.shards --fault deliver_after_ack --runs 40 --seeds 3
+    python -m simulations.shards --aimed stale_report --fault end_from_one_sweep --seeds 3
+    python -m simulations.shards --aimed expired_in_one --fault deliver_by_source_ring --seeds 3
 
 A crawl of S shards (2-4) runs on S :class:`~simulations.shardcrew.Primary` (each its
 own slot, failing over on its own) with 1-3 :class:`~simulations.shardcrew.ShardWorker`,
@@ -38,8 +40,11 @@ from collections import Counter
 from collections.abc import Awaitable, Callable
 from typing import Any
 
+import attrs
+
 from hashcrawl._core._faults import NO_FAULTS, Faults
 from hashcrawl._core._frontier import Held
+from hashcrawl._core._ring import Ring
 from hashcrawl._core._shards import shard_name, shard_of
 from hashcrawl._core._urls import host_key
 from hashcrawl._exceptions import Fenced, QueueError
@@ -52,7 +57,7 @@ from simulations.crew import SimulatedCrash
 from simulations.loop import Loop, settle
 from simulations.observe import Observer
 from simulations.shardcrew import Primary, ShardWorker
-from simulations.web import Fetch, Site, Web
+from simulations.web import Fetch, Page, Site, Web
 from simulations.world import BEAT, SETTINGS, server
 
 KINDS = ("beat", "read", "fetch", "apply", "drain", "load_pace", "unpark", "commit")
@@ -428,6 +433,161 @@ class ShardWorld:
         return self.loop.run(fn, *args)
 
 
+STALE_WITHIN = 60.0  # simulated seconds the aimed stale report's crawl runs, faults on
+
+
+def stale_report_shape(world: ShardWorld) -> tuple[str, str, int, str] | None:
+    """The aimed stale report's web, if this world's layout allows it: the submitted
+    page A (shard s) links only to a new page B on a host of shard d != s that the
+    observer owns in d, while the other of two workers owns A's host. Returns (the
+    deliverer, the observer, d, B's URL), or None."""
+    if len(world.primaries) < 2:
+        return None
+    ring = Ring.of(1, ("w1", "w2"))
+    url_a = world.web.url(0)
+    s, deliverer = world.shard_of(url_a), ring.owner_of(host_key(url_a))
+    observer = "w2" if deliverer == "w1" else "w1"
+    for i in range(100):
+        url_b = f"http://b{i}.test/b"
+        d = world.shard_of(url_b)
+        if d != s and ring.owner_of(host_key(url_b)) == observer:
+            page = world.web.pages[url_a]
+            world.web.pages = {
+                url_a: attrs.evolve(page, kind="ok", links=(url_b,), fails=0),
+                url_b: Page(url_b, f"b{i}.test", "ok", (), 0.1),
+            }
+            world.web.killer = None
+            assert deliverer is not None
+            return deliverer, observer, d, url_b
+    return None
+
+
+async def stale_report(world: ShardWorld, shape: tuple[str, str, int, str]) -> list[str]:
+    """Aimed (``end_from_one_sweep``): the observer's one report of shard d is quiet (d
+    has not begun) and goes stale, the observer cut off from d, while the deliverer's
+    page A of shard s puts B into d (in the observer's stream, which it cannot read) and
+    s turns quiet. Only the second sweep keeps the observer from calling the crawl over
+    with B queued; without the bug it gives up, and the deliverer finishes."""
+    _, observer, d, _ = shape
+    await world.join()
+    await world.join()
+    w = world.workers[observer]
+    for shard in range(len(w.drivers)):
+        await world.step(w, "beat", shard)
+    w.links[d].cut = True
+    world._excuse(w)
+    world.say(observer, f"reported every shard once, and is cut off from shard {d}")
+    start = world.now()
+    while world.now() < start + STALE_WITHIN and w.live:
+        if problems := world.violations():
+            return problems
+        await world.tick()
+    w.links[d].cut = False
+    return await world.finish()
+
+
+def expired_in_one_shape(world: ShardWorld) -> tuple[str, str, int, str] | None:
+    """The aimed misroute's web, if this world's layout allows it: the submitted page
+    starts a chain of pages on one host of the deliverer's outside d (work that keeps the
+    crawl going); page A, submitted later, is on a host of shard s that the deliverer
+    owns and links only to B, on a host of shard d != s that the other worker owns
+    (both with two members). Returns (the deliverer, the other, d, A's URL), or None."""
+    if len(world.primaries) < 2:
+        return None
+    ring = Ring.of(1, ("w1", "w2"))
+    for i in range(100):
+        url_a = f"http://a{i}.test/a"
+        s, deliverer = world.shard_of(url_a), ring.owner_of(host_key(url_a))
+        other = "w2" if deliverer == "w1" else "w1"
+        for j in range(100):
+            url_b = f"http://b{j}.test/b"
+            d = world.shard_of(url_b)
+            if d != s and ring.owner_of(host_key(url_b)) == other:
+                chain = _chain(world, ring, deliverer, d)
+                first = world.web.url(0)
+                page = attrs.evolve(world.web.pages[first], kind="ok", links=chain[:1], fails=0)
+                pages = {
+                    url: Page(url, host_key(url), "ok", chain[n + 1 : n + 2], 0.1)
+                    for n, url in enumerate(chain)
+                }
+                world.web.pages = {
+                    first: page,
+                    **pages,
+                    url_a: Page(url_a, f"a{i}.test", "ok", (url_b,), 0.1),
+                    url_b: Page(url_b, f"b{j}.test", "ok", (), 0.1),
+                }
+                world.web.killer = None
+                assert deliverer is not None
+                return deliverer, other, d, url_a
+    return None
+
+
+def _chain(world: ShardWorld, ring: Ring, owner: str | None, away: int) -> tuple[str, ...]:
+    """Twelve pages on a host ``owner`` owns outside shard ``away``, each linking the next."""
+    host = next(
+        f"c{k}.test"
+        for k in range(1000)
+        if world.shard_of(f"http://c{k}.test/") != away and ring.owner_of(f"c{k}.test") == owner
+    )
+    return tuple(f"http://{host}/c{n}" for n in range(12))
+
+
+async def expired_in_one(world: ShardWorld, shape: tuple[str, str, int, str]) -> list[str]:
+    """Aimed (``deliver_by_source_ring``): the other worker, cut off from shard d, dies
+    near the end of its lease there; d expires it and its stream there is drained, while
+    shard s, whose lease it renewed until it died, still counts it a member. Then A is
+    submitted: the deliverer's commit into d routes B by d's ring (itself), not by s's
+    (the other, whose stream in d nobody reads any more: B would wait there for ever)."""
+    _, other, d, url_a = shape
+    await world.join()
+    await world.join()
+    gone = world.workers[other]
+    gone.links[d].cut = True
+    world._excuse(gone)
+    world.say(other, f"is cut off from shard {d}")
+    s = world.shard_of(url_a)
+    start = world.now()
+    while world.now() < start + float(world.settings["lease"]) - 2 * BEAT:
+        await world.tick()
+    await world.crash(gone, "dies before it would give up (a crash: its other leases run on)")
+    while world.now() < start + STALE_WITHIN:
+        if problems := world.violations():
+            return problems
+        in_d, in_s = world.observers[d].snapshot(), world.observers[s].snapshot()
+        if other not in in_d.members and not in_d.orphans and other in in_s.members:
+            break
+        await world.tick()
+    else:
+        return []  # the window did not open: nothing shown
+    world.submit([url_a])
+    world.say("model", f"{other} is expired in shard {d}, a member of shard {s} still")
+    return await world.finish()
+
+
+# The aimed scenarios: each finds its shape in a world (its web rewritten) and plays it.
+AIMS: dict[str, tuple[Callable[[ShardWorld], Any], Callable[..., Awaitable[list[str]]]]] = {
+    "stale_report": (stale_report_shape, stale_report),
+    "expired_in_one": (expired_in_one_shape, expired_in_one),
+}
+
+
+def run_aimed(
+    seed: int, faults: Faults = NO_FAULTS, *, aim: str = "stale_report"
+) -> tuple[list[str], ShardWorld]:
+    """One aimed scenario in the first world from ``seed`` on whose layout allows it
+    (most do): its violations and the world (closed)."""
+    shape_of, play = AIMS[aim]
+    for n in range(100):
+        world = ShardWorld(seed * 1000 + n, faults=faults)
+        try:
+            shape = shape_of(world)
+            if shape is not None:
+                return world.do(play, world, shape), world
+        finally:
+            world.close()
+    raise AssertionError(f"no world from seed {seed} has the shape of {aim}")
+
+
 def run_once(
     seed: int, faults: Faults = NO_FAULTS, steps: int = STEPS
 ) -> tuple[list[str], ShardWorld]:
@@ -450,19 +610,33 @@ def run(runs: int, seed: int, faults: Faults = NO_FAULTS) -> tuple[str, int]:
     return "", runs
 
 
+def _aimed(seed: int, faults: Faults, aim: str) -> tuple[str, int]:
+    problems, world = run_aimed(seed, faults, aim=aim)
+    if problems:
+        tail = "\n".join(world.trace[-40:])
+        return f"aimed {aim} (seed {world.seed}): {problems[0]}\n{tail}", 1
+    return "", 1
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m simulations.shards", description=__doc__)
     parser.add_argument("--runs", type=int, default=40, help="runs per seed")
     parser.add_argument("--seed", type=int, default=1, help="the first seed")
     parser.add_argument("--seeds", type=int, default=1, help="seeds from --seed on")
     parser.add_argument("--fault", action="append", default=[], help="a deliberate bug")
+    parser.add_argument(
+        "--aimed",
+        choices=sorted(AIMS),
+        help="each seed's aimed scenario instead of runs: stale_report (the window of "
+        "end_from_one_sweep), expired_in_one (of deliver_by_source_ring)",
+    )
     args = parser.parse_args(argv)
     logging.getLogger("hashcrawl").setLevel(logging.ERROR)  # each failover's epoch jump
     faults = Faults.of(args.fault)
     broke = 0
     for seed in range(args.seed, args.seed + args.seeds):
         started, cpu = time.monotonic(), time.process_time()
-        hit, made = run(args.runs, seed, faults)
+        hit, made = _aimed(seed, faults, args.aimed) if args.aimed else run(args.runs, seed, faults)
         took = f"{time.monotonic() - started:.0f} s wall, {time.process_time() - cpu:.0f} s CPU"
         print(f"seed {seed}: {'caught: ' + hit if hit else 'held'} after {made} runs, {took}")
         sys.stdout.flush()

@@ -7,6 +7,7 @@ import pytest
 
 from hashcrawl._core._batch import Committed, Status
 from hashcrawl._core._commits import Commits
+from hashcrawl._core._entry import Entry
 from hashcrawl._exceptions import Fenced
 from tests.test_core import session_of
 
@@ -39,3 +40,17 @@ def test_a_refused_commit_keeps_its_records_and_a_fenced_one_raises() -> None:
     assert (list(session.carry.read), session.outcomes) == (["a.test"], commit.outcomes)
     with pytest.raises(Fenced, match="worker w7 lost its membership"):
         commits.committed(commit, batch, Committed(status="fenced"), 0.0)
+
+
+def test_a_commit_carries_other_shards_links_and_remembers_them_as_seen() -> None:
+    """Links carried for other shards' pages go in the batch as seen-filtered adds, with
+    no outcome of its own; once committed they are seen, and carried again add nothing."""
+    session = session_of(worker="w1", members=("w1",))
+    session.scope = session.scope.widened({"b.test"})
+    commits = Commits(session)
+    link = Entry(url="http://b.test/x")
+    commit = session.next_commit()
+    batch = commits.batch(commit, 0.0, [link])
+    assert (commit.outcomes, [a[0] for a in batch.add], batch.ack) == ([], ["q:w1"], [])
+    assert commits.committed(commit, batch, Committed(status="ok"), 0.0, [link]) is Status.OK
+    assert commits.batch(session.next_commit(), 0.0, [link]).add == []

@@ -64,8 +64,17 @@ class Commits:
         route = (ring, s.stream_of, s.inbox, s.scope, s.seen, most)
         return Router(*route, at=at, faults=s.faults, foreign=self.foreign)
 
-    def batch(self, commit: Commit, now: float) -> Batch:
-        """The batch that commits ``commit`` at the newest epoch this worker knows."""
+    def batch(
+        self,
+        commit: Commit,
+        now: float,
+        carried: Iterable[Entry] = (),
+        misroute: Ring | None = None,
+    ) -> Batch:
+        """The batch that commits ``commit`` at the newest epoch this worker knows, and
+        adds ``carried`` (links found in another shard, of hosts in this one) as a
+        delivery does. (``misroute``: those routed by another ring, the deliberate bug
+        ``deliver_by_source_ring``.)"""
         s, ring = self.s, self.s.epochs.latest
         hosts = {h for o in commit.outcomes for h in o.widen}
         # Filtered by the widened scope; the commit stores the hosts, or is refused.
@@ -76,6 +85,7 @@ class Commits:
         router = self.router(ring, now)
         for outcome in commit.outcomes:
             router.add(batch, outcome)
+        _add_links(batch, router if misroute is None else self.router(misroute, now), carried)
         return batch
 
     def delivery(self, entries: Iterable[Entry], now: float, ring: Ring | None = None) -> Batch:
@@ -84,15 +94,19 @@ class Commits:
         (``ring``: routed by another ring, the deliberate bug ``deliver_by_source_ring``.)"""
         s, latest = self.s, self.s.epochs.latest
         batch = Batch(worker=s.id, epoch=latest.epoch, src=s.stream, scope=s.scope.version)
-        router = self.router(ring or latest, now)
-        for entry in entries:
-            unfiltered = router.follow(batch, entry)
-            for target, payload in zip(unfiltered[::2], unfiltered[1::2], strict=True):
-                batch.add.append([target, payload, *fingerprint(entry.key), 0])
+        _add_links(batch, self.router(ring or latest, now), entries)
         return batch
 
-    def committed(self, commit: Commit, batch: Batch, result: Committed, took: float) -> Status:
-        """Redis answered a commit; returns its status (OK, RESCOPE or STALE).
+    def committed(
+        self,
+        commit: Commit,
+        batch: Batch,
+        result: Committed,
+        took: float,
+        carried: Iterable[Entry] = (),
+    ) -> Status:
+        """Redis answered a commit (that added ``carried`` too); returns its status (OK,
+        RESCOPE or STALE).
 
         Raises:
             Fenced: the worker lost its membership.
@@ -108,4 +122,13 @@ class Commits:
         s.ledger.committed(commit)
         s.carry.committed(batch.unpace)
         s.seen.remember(outcomes, s.scope)
+        s.seen.remember_entries(carried, s.scope)
         return Status.OK
+
+
+def _add_links(batch: Batch, router: Router, entries: Iterable[Entry]) -> None:
+    """Add ``entries`` to ``batch`` as follows are added: scoped, seen-filtered."""
+    for entry in entries:
+        unfiltered = router.follow(batch, entry)
+        for target, payload in zip(unfiltered[::2], unfiltered[1::2], strict=True):
+            batch.add.append([target, payload, *fingerprint(entry.key), 0])

@@ -32,15 +32,15 @@ docs/simulation.md says. A :class:`Faults` value is passed in (``Worker(faults=.
 Deliberate bugs of a sharded crawl (``_run._sharding``; the simulation
 ``simulations.shards`` runs them):
 
-- ``deliver_after_ack``: a page's links to other shards' hosts are delivered after the
-  commit that acknowledges the page, not before: a worker that dies in between loses
-  them;
+- ``deliver_after_ack``: a page is acknowledged once its links to other shards' hosts
+  are handed to those shards' drivers, before their commits have added them: a worker
+  that dies in between loses them;
 - ``foreign_in_source``: a link to another shard's host is committed into the page's
   own shard as well as delivered: two shards, so two owners, for one host;
 - ``end_from_one_sweep``: the end of a sharded crawl is decided from each shard's last
   report alone, however far apart they came: a shard that reported idle before a link
   reached it counts as idle;
-- ``deliver_by_source_ring``: a delivery into a shard is routed by the ring of the
+- ``deliver_by_source_ring``: links carried into a shard are routed by the ring of the
   shard the link was found in, not the destination's: the host goes to a worker its
   shard's ring does not name;
 - ``skip_failover_ratchet``: a store that sees the crawl's slot move (a replica

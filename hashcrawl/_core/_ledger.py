@@ -48,9 +48,9 @@ class Ledger:
         self._slotted.add(id(outcome))
         self.items_pending += len(outcome.items)
 
-    def next_commit(self) -> Commit:
-        """The oldest outcomes to commit, with the items not yet written."""
-        outcomes = self.outcomes[:COMMIT_MAX]
+    def next_commit(self, count: int = COMMIT_MAX) -> Commit:
+        """The oldest outcomes to commit (at most ``count``), with the items not yet written."""
+        outcomes = self.outcomes[: min(count, COMMIT_MAX)]
         items = [item for o in outcomes if id(o) not in self._written for item in o.items]
         return Commit(outcomes, items)
 

@@ -17,7 +17,7 @@ sent is asked separately (:meth:`Session.may_send`), right before it leaves.
 from __future__ import annotations
 
 import logging
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Sequence
 from typing import Any
 
 from hashcrawl._core._batch import Batch, Beat, Committed, Status
@@ -316,8 +316,8 @@ class Session:
         """What waits to be committed, oldest first (see ``Ledger``)."""
         return self.ledger.outcomes
 
-    def next_commit(self) -> Commit:
-        return self.ledger.next_commit()
+    def next_commit(self, count: int = COMMIT_MAX) -> Commit:
+        return self.ledger.next_commit(count)
 
     def items_written(self, count: int) -> None:
         self.tally.items += count
@@ -329,13 +329,22 @@ class Session:
     def router(self, ring: Ring, now: float) -> Router:
         return self.commits.router(ring, now)
 
-    def commit_batch(self, commit: Commit, now: float) -> Batch:
-        """The batch that commits ``commit`` (see ``Commits``)."""
-        return self.commits.batch(commit, now)
+    def commit_batch(
+        self, commit: Commit, now: float, carried: Sequence[Entry] = (), ring: Ring | None = None
+    ) -> Batch:
+        """The batch that commits ``commit``, and adds ``carried`` (see ``Commits``)."""
+        return self.commits.batch(commit, now, carried, ring)
 
-    def committed(self, commit: Commit, batch: Batch, result: Committed, took: float) -> Status:
+    def committed(
+        self,
+        commit: Commit,
+        batch: Batch,
+        result: Committed,
+        took: float,
+        carried: Sequence[Entry] = (),
+    ) -> Status:
         """Redis answered a commit; returns its status (see ``Commits.committed``)."""
-        return self.commits.committed(commit, batch, result, took)
+        return self.commits.committed(commit, batch, result, took, carried)
 
     # -- membership changes (the handover itself: ``Handover``) ---------------------------
 

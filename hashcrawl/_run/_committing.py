@@ -1,5 +1,7 @@
 """The committer: writes the oldest outcomes' items, then acknowledges and routes them
-atomically, a fifth of a second apart or at once when every slot is taken."""
+atomically, a fifth of a second apart or at once when every slot is taken. In a sharded
+crawl a commit also carries the links other shards' pages found for this shard
+(``Inbound``), and acknowledges only pages whose links of other shards are in."""
 
 from __future__ import annotations
 
@@ -8,6 +10,7 @@ import logging
 import trio
 
 from hashcrawl._core._batch import Status
+from hashcrawl._core._entry import Entry
 from hashcrawl._core._session import COMMIT_MAX, Commit
 from hashcrawl._run._membership import Membership
 
@@ -23,44 +26,62 @@ class Committer:
     async def commit_loop(self) -> None:
         session = self.m.session
         while True:
-            if session.outcomes:
-                await self.commit_turn()
+            committed = 0
+            if session.outcomes or self.m.inbound:
+                committed = await self.commit_turn()
             if session.flushed():
                 self.m.flushed.set()
-            if len(session.outcomes) < COMMIT_MAX:
+            # Outcomes that wait for their links to be carried into other shards wait
+            # for the next tick too (or for a wake-up when they are in).
+            if len(session.outcomes) < COMMIT_MAX or not committed:
                 with trio.move_on_at(self.m.next_commit_at()):
                     await self.m.commit_soon.wait()
 
     async def flush_now(self) -> None:
         while self.m.session.outcomes:
-            await self.commit_turn()
+            if not await self.commit_turn():
+                await self.m.deliveries_awaited()
 
     async def commit_turn(self) -> int:
-        """Write the oldest outcomes' items, then acknowledge and route them atomically;
-        returns how many outcomes were committed."""
-        session = self.m.session
-        commit = session.next_commit()
-        if not commit.outcomes:
+        """Write the oldest outcomes' items, then acknowledge and route them atomically
+        (with the links carried for other shards' pages); returns how many outcomes were
+        committed."""
+        commit = self.m.session.next_commit(await self.m.committable())
+        parcels = self.m.inbound.take()
+        if not commit.outcomes and not parcels:
             return 0
+        try:
+            await self.commit_these(commit, [e for p in parcels for e in p.entries])
+        except BaseException:
+            self.m.inbound.put_back(parcels)
+            raise
+        if parcels:
+            self.m.carried(parcels)
+        self.m.wake()
+        return len(commit.outcomes)
+
+    async def commit_these(self, commit: Commit, carried: list[Entry]) -> None:
+        session = self.m.session
         write_first = (
             "ack_before_write" not in self.m.worker.faults
         )  # off: a deliberate bug to catch
         # An archive holds records of pages with no items too: it is flushed every time.
-        written = commit.items or self.m.worker.archive is not None
+        written = bool(commit.outcomes) and bool(commit.items or self.m.worker.archive is not None)
         if written and write_first:
             await self.write_items(commit)
         session.commit_written(commit)
         put_first = "revisit_put_after_ack" not in self.m.worker.faults  # off: a bug to catch
         if put_first:
             await self.put_revisits(commit)
-        deliver_first = "deliver_after_ack" not in self.m.worker.faults  # off: a bug to catch
-        if deliver_first:
-            await self.m.deliver(commit)  # links of other shards' hosts: there first
+        misroute = self.m.inbound.misroute
         while True:
-            batch = session.commit_batch(commit, self.m.now())
+            batch = session.commit_batch(commit, self.m.now(), carried, misroute)
+            if not commit.outcomes and not batch.add:
+                return  # every carried link was committed through this shard's filter
             sent = self.m.now()
             result = await self.m.persist(self.m.store.commit, batch)
-            status = session.committed(commit, batch, result, self.m.now() - sent)
+            took = self.m.now() - sent
+            status = session.committed(commit, batch, result, took, carried)
             if status is Status.OK:
                 break
             if status is Status.RESCOPE:
@@ -72,10 +93,6 @@ class Committer:
             await self.write_items(commit)
         if not put_first:
             await self.put_revisits(commit)
-        if not deliver_first:
-            await self.m.deliver(commit)
-        self.m.wake()
-        return len(commit.outcomes)
 
     async def put_revisits(self, commit: Commit) -> None:
         """Write the committed pages' next revisit records, before their entries are

@@ -12,10 +12,11 @@ from typing import Any, Protocol, TypeVar
 import trio
 
 from hashcrawl._core._faults import Faults
-from hashcrawl._core._session import COMMIT_EVERY, Commit, Session
+from hashcrawl._core._session import COMMIT_EVERY, COMMIT_MAX, Session
 from hashcrawl._exceptions import ConfigError, Fenced, QueueError
 from hashcrawl._run._calls import Call, Signal, StoreCaller, Wakeup
 from hashcrawl._run._handling import Handler
+from hashcrawl._run._inbound import Inbound, Parcel
 from hashcrawl._run._metrics import Tally
 from hashcrawl._settings import Settings
 from hashcrawl._store._base import RevisitStore, WorkerStore
@@ -145,6 +146,7 @@ class Membership:
         self.commit_soon = Wakeup()
         self.settings_due = Wakeup()  # a heartbeat named new crawl settings
         self.flushed = trio.Event()  # stays set: the membership may end at the next beat
+        self.inbound = Inbound()  # links of other shards' pages for this one's commits
 
     async def _in_thread(self, fn: Callable[..., T], *args: Any, **kwargs: Any) -> T:
         """Run a blocking store call in a thread; cancellable at once."""
@@ -196,9 +198,19 @@ class Membership:
         if self.session.check_limits(self.now(), memory):
             self.worker.stop()
 
-    async def deliver(self, commit: Commit) -> None:
-        """Put ``commit``'s links that are another shard's into that shard, before the
-        commit acknowledges their pages (a sharded crawl: ``_sharding``); here, none."""
+    async def committable(self) -> int:
+        """How many of the oldest outcomes a commit may acknowledge now: all (a sharded
+        crawl's, only those whose links of other shards are in: ``_sharding``)."""
+        return COMMIT_MAX
+
+    def carried(self, parcels: list[Parcel]) -> None:
+        """A commit added ``parcels`` (links other shards' pages found), confirmed."""
+        for parcel in parcels:
+            parcel.done = True
+
+    async def deliveries_awaited(self) -> None:
+        """Wait for a commit of another shard to carry links (one shard: none to wait for)."""
+        await trio.lowlevel.checkpoint()
 
     async def read_scope(self) -> None:
         """Learn the crawl's scope (at join, and when a commit finds that it has grown)."""
