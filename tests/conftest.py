@@ -1,8 +1,8 @@
 """Fixtures for the whole suite: real Redis-compatible servers that the tests start.
 
 scripts/test runs the suite on pytest-xdist workers (``--dist loadgroup``). The hooks
-below keep a module whose tests share a module-scoped fixture (often several crawls) on
-one worker, so that fixture runs once, and hand every other test out alone, so that no
+below keep the tests of a module that share a module-scoped fixture (often several crawls)
+on one worker, so that fixture runs once, and hand every other test out alone, so that no
 long module ends the run on one worker while the others sit idle. They hand the longest
 tests out first, and run a test marked ``alone`` while no other test runs: one that bounds
 a duration cannot share two cores with three crawls.
@@ -34,11 +34,11 @@ LONGEST_MODULES = ("test_simulation.py", "test_cli.py")
 @pytest.hookimpl(tryfirst=True)  # before xdist reads the groups
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
     """The longest modules first; those with a test marked ``alone`` last (it then waits
-    for short tests only), that test last in its module. A module with a fixture wider
-    than a test is one xdist group."""
-    shared = {item.path for item in items if _shares_a_fixture(item)}
+    for short tests only), that test last in its module. The tests of a module that use a
+    fixture wider than a test are one xdist group (so it is set up once); its other tests
+    are handed out alone (test_cluster's crawls start clusters of their own)."""
     for item in items:
-        if item.path in shared:
+        if _shares_a_fixture(item):
             item.add_marker(pytest.mark.xdist_group(item.path.name))
     first = {name: rank for rank, name in enumerate(LONGEST_MODULES)}
     last = {item.path for item in items if item.get_closest_marker("alone")}
