@@ -70,7 +70,7 @@ if b.sv then
     return {'rescope', size}
   end
 end
-chunked('SADD', P .. 'scope', b.widen or {})
+local widened = chunked('SADD', P .. 'scope', b.widen or {})
 if b.w == '' and b.i then redis.call('SET', P .. 'instance', b.i, 'NX') end
 
 -- The seen filter: a scalable Bloom filter. Layer i holds c0 * 2^i entries at a false
@@ -253,4 +253,7 @@ for f, v in pairs(stats) do
 end
 -- Counters are kept as a few HINCRBYs; one field each is what Redis offers.
 for j = 1, #flat, 2 do redis.call('HINCRBY', P .. 'stats', flat[j], flat[j + 1]) end
-return {'ok', added, acked, moved, redis.call('SCARD', P .. 'scope')}
+-- The scope's size, known without asking when it was checked above and nothing joined it.
+local scope = tonumber(b.sv)
+if not scope or widened > 0 then scope = redis.call('SCARD', P .. 'scope') end
+return {'ok', added, acked, moved, scope}
