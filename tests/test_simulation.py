@@ -21,10 +21,11 @@ CAUGHT_AS = {
 }
 TEETH = profiles.Profile("teeth", examples=600, steps=50)
 # Each seeded switch runs with a seed that catches it within a few examples alone (seed 6
-# catches ack_before_write in 4 s; seeds 1-3 and 8-10 miss it in 25 examples), and may take up to the quick profile's examples: a
-# catch ends the run, and the measure is a catch within a quick run. Alone the
-# runs are deterministic; in CI's parallel run one missed its seed's early catch twice
-# (cause not found), so a test does not hang on one path. How often a whole quick run
+# catches ack_before_write in 4 s; seeds 1-3 and 8-10 miss it in 25 examples), and may
+# take up to the quick profile's examples: a catch ends the run, and the measure
+# is a catch within a quick run. Alone the runs are deterministic; in CI's parallel run
+# one missed its seed's early catch twice (cause not found), so a test does not hang on
+# one path. How often a whole quick run
 # catches each is measured by ``python -m simulations.teeth`` (docs/simulation.md).
 QUICK_EXAMPLES = profiles.QUICK.examples
 SEEDED = {"ack_before_write": 6}
