@@ -6,7 +6,7 @@ from __future__ import annotations
 import math
 
 from hashcrawl._core._frontier import Held
-from hashcrawl._core._gate import Gate
+from hashcrawl._core._gate import Gate, Pool
 from tests.test_core import LEASE, ready, session_of
 
 
@@ -36,3 +36,34 @@ def test_freshness_ends_a_quarter_lease_after_the_last_answered_heartbeat() -> N
     assert isinstance(held, Held)
     assert gate.fresh(LEASE / 4 - 0.01) and gate.may_send(held, LEASE / 4 - 0.01)
     assert not gate.fresh(LEASE / 4) and not gate.may_send(held, LEASE / 4)
+
+
+def test_a_slot_is_held_from_dispatch_until_the_page_is_committed() -> None:
+    """One shard: in flight plus fetched-and-uncommitted stays within --concurrency."""
+    session = session_of(concurrency=2, delay=0.0)
+    ready(session, "http://a.test/", "http://b.test/", "http://c.test/")
+    gate = Gate(session)
+    assert isinstance(gate.next_fetch(0.0), Held)
+    session.ledger.uncommitted = 1  # the first page fetched, not yet committed
+    session.in_flight = 1
+    assert gate.saturated() and not isinstance(gate.next_fetch(0.0), Held)
+
+
+def test_a_sharded_workers_shards_share_twice_the_concurrency_of_unacknowledged_pages() -> None:
+    """Each shard keeps its share in flight; its pages held past their fetch (waiting on
+    their links' delivery) count against the worker's pool, not the share."""
+    shards = [session_of(concurrency=2) for _ in range(3)]
+    pool = Pool(8, lambda: shards)
+    for session in shards:
+        session.gate.pool = pool
+    one, other = shards[0], shards[1]
+    one.in_flight = 2
+    assert one.gate.saturated() and not other.gate.saturated()  # the share, in flight
+    one.in_flight, one.ledger.uncommitted = 0, 5  # more than its share, held
+    assert not one.gate.saturated()
+    other.ledger.uncommitted = 3  # 8 held over the worker: every shard waits
+    assert all(s.gate.saturated() for s in shards)
+    assert not pool.released()  # still full
+    other.ledger.uncommitted = 2  # a commit freed one
+    assert pool.released() and not pool.released()  # once, to wake the others' dispatchers
+    assert not any(s.gate.saturated() for s in shards)

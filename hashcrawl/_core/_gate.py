@@ -10,6 +10,7 @@ still owns it. The same check runs once more right before the request leaves
 from __future__ import annotations
 
 import math
+from collections.abc import Callable, Iterable
 from typing import Protocol
 
 from hashcrawl._core._epochs import Epochs
@@ -35,11 +36,52 @@ class Dispatching(Protocol):
     stopping: bool
 
 
+class Holding(Protocol):
+    """What a pool counts of each session it spans."""
+
+    in_flight: int
+    ledger: Ledger
+
+
+class Pool:
+    """A sharded worker's slots, shared by its shards' sessions.
+
+    Each shard's driver keeps its share of --concurrency in flight; the pages it has
+    fetched and not yet acknowledged count against the worker's ``limit`` (twice
+    --concurrency), not against its share: a page of one shard waits a commit tick for
+    its links to go into the other shards before it may be acknowledged, and a share's
+    few slots would fill within that tick and force early commits. So what a killed
+    sharded worker held, and so what is fetched twice, stays within 2 x --concurrency.
+    """
+
+    def __init__(self, limit: int, sessions: Callable[[], Iterable[Holding]]) -> None:
+        self.limit = limit
+        self._sessions = sessions
+        self.refused = False  # a dispatch found the pool full: wake every shard when not
+
+    def held(self) -> int:
+        return sum(s.in_flight + s.ledger.uncommitted for s in self._sessions())
+
+    def full(self) -> bool:
+        if self.held() >= self.limit:
+            self.refused = True
+            return True
+        return False
+
+    def released(self) -> bool:
+        """Whether a dispatch was refused for a full pool that is no longer full."""
+        if self.refused and self.held() < self.limit:
+            self.refused = False
+            return True
+        return False
+
+
 class Gate:
     """The dispatch decisions of one session."""
 
     def __init__(self, session: Dispatching) -> None:
         self.s = session
+        self.pool: Pool | None = None  # a sharded worker's shared slots
 
     def fresh(self, now: float) -> bool:
         """Whether a heartbeat Redis answered was sent recently enough to fetch."""
@@ -53,9 +95,12 @@ class Gate:
         """Every slot is taken by a request in flight or a page not yet committed.
 
         Counting the uncommitted keeps what a killed worker held, and so what is
-        fetched twice, within --concurrency.
+        fetched twice, within --concurrency (a sharded worker's: ``Pool``).
         """
-        return self.s.in_flight + self.s.ledger.uncommitted >= self.s.settings.concurrency
+        s, pool = self.s, self.pool
+        if pool is None:
+            return s.in_flight + s.ledger.uncommitted >= s.settings.concurrency
+        return s.in_flight >= s.settings.concurrency or pool.full()
 
     def may_fetch(self, host: Host) -> bool:
         return (

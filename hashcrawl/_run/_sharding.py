@@ -33,6 +33,7 @@ import trio
 
 from hashcrawl._core._batch import Beat, chunks
 from hashcrawl._core._entry import Entry
+from hashcrawl._core._gate import Pool
 from hashcrawl._core._outcome import Outcome
 from hashcrawl._core._scope import members as scope_members
 from hashcrawl._core._session import COMMIT_MAX
@@ -62,6 +63,10 @@ BEAT_PARTS = 3
 # An empty stream is read with a long block: an XADD into it ends the wait at once.
 READ_BLOCK_MS = 5000
 SCOPE_CHUNK = 1000  # scope members per SADD when copied to the other shards
+# A sharded worker's pages fetched and not yet acknowledged, over all its shards, as a
+# multiple of --concurrency (``_core._gate.Pool``): the pages that wait a tick on their
+# links' delivery into other shards hold slots that long.
+POOL = 2
 _OWN = frozenset({"_worker", "shard", "settings", "instance", "_shards"})
 
 
@@ -232,6 +237,10 @@ class ShardDriver(Driver):
         super().carried(parcels)
         self.sharded.delivered_some()
 
+    def wake(self) -> None:
+        super().wake()
+        self.sharded.slots_freed(self)
+
     async def deliveries_awaited(self) -> None:
         if not await self.committable():
             with trio.move_on_after(self.tick):  # a notice during committable is missed
@@ -253,11 +262,17 @@ class Sharded:
         self._all_joined = trio.Event()
         self.delivered = Signal()  # a commit carried links into its shard
         self.members = [ShardMember(worker, i, len(shards)) for i in range(len(shards))]
+        self.pool = Pool(POOL * worker.settings.concurrency, self._sessions)
         seams = {k: v for k, v in kwargs.items() if k != "revisits"}  # call, spawn, offload
         self.drivers = [
             ShardDriver(self, i, member, revisits=_revisits_of(shards, i, kwargs), **seams)
             for i, member in enumerate(self.members)
         ]
+        for driver in self.drivers:
+            driver.session.gate.pool = self.pool
+
+    def _sessions(self) -> list[Any]:
+        return [driver.session for driver in self.drivers]
 
     @property
     def session(self) -> Any:
@@ -290,6 +305,13 @@ class Sharded:
             if driver.session.saturated() or driver.session.stopping:
                 driver.commit_soon.set()
 
+    def slots_freed(self, woken: ShardDriver) -> None:
+        """A dispatch refused for the worker's full pool may go on: wake every shard's."""
+        if self.pool.released():
+            for driver in self.drivers:
+                if driver is not woken:
+                    driver.changed.notify()
+
     async def widen_others(self, shard: int, members: set[str]) -> None:
         """Add ``members`` to every shard's scope but ``shard``'s, a thousand a command."""
         for chunk in chunks(sorted(members), SCOPE_CHUNK):
@@ -305,6 +327,7 @@ class Sharded:
         for member, driver in zip(self.members, self.drivers, strict=True):
             member.settings = share(settings, len(self.drivers))
             driver.take_settings(member.settings)
+        self.pool.limit = POOL * settings.concurrency
 
 
 def _revisits_of(shards: Shards, shard: int, kwargs: dict[str, Any]) -> Revisits | None:
