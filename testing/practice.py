@@ -77,7 +77,7 @@ def run_practice(
         verbose: workers log their progress (to worker-N.log in `workdir`).
         cluster: the crawl's Redis is a 3-primary Redis Cluster (`testing.cluster`), its
             URL naming a node that does not hold the crawl's slot.
-        fail_primary: on a cluster, SIGKILL the primary holding the crawl's slot half-way
+        fail_primary: on a cluster, SIGKILL the primary holding the most keys half-way
             through the crawl; the run goes on once its replica is promoted.
         reshard: on a cluster, half-way through the crawl move the slot of every shard
             of the crawl, keys and all, to another primary (``Cluster.move_slot_of``).
@@ -139,12 +139,13 @@ def _store(
         url = next(n.url for n in nodes.primaries() if n is not holder)
 
         def failover(progress: Progress) -> None:
+            aim = _most_keys(nodes, key)
             started = time.monotonic()
-            dead = nodes.kill_primary_of(key)
+            dead = nodes.kill_primary_of(aim)
             took = time.monotonic() - started
             progress(
-                f"killed the crawl's primary (port {dead.port}) with SIGKILL; its replica "
-                f"(port {nodes.primary_of(key).port}) took over in {took:.1f} s"
+                f"killed the primary holding the most keys (port {dead.port}) with SIGKILL; "
+                f"its replica (port {nodes.primary_of(aim).port}) took over in {took:.1f} s"
             )
 
         def moves(progress: Progress) -> None:
@@ -164,6 +165,18 @@ def _store(
             return sum(_commands_run(node.url) for node in nodes.primaries())
 
         yield url, failover, moves, commands
+
+
+def _most_keys(nodes: Cluster, key: str) -> str:
+    """A shard's epoch key on the primary that holds the most keys (``DBSIZE``): with
+    one shard, the crawl's own."""
+    keys = [f"hc:{{{name}}}:epoch" for name in _shard_names(nodes, key)]
+
+    def size(shard_key: str) -> int:
+        with nodes.client(nodes.primary_of(shard_key)) as client:
+            return int(client.dbsize())
+
+    return max(keys, key=size)
 
 
 def _shard_names(nodes: Cluster, key: str) -> list[str]:
