@@ -20,7 +20,7 @@ import signal
 import subprocess
 import sys
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Collection, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -135,10 +135,13 @@ def main_thread_cpu(pid: int) -> float | None:
     return (int(fields[11]) + int(fields[12])) / _TICK  # utime, stime
 
 
-def wait_all(pids: Sequence[int], deadline: float) -> tuple[Usage, bool]:
+def wait_all(
+    pids: Sequence[int], deadline: float, ok: Collection[int] = (0,)
+) -> tuple[Usage, bool]:
     """Reap ``pids`` with their rusage; kill what is left at ``deadline``.
 
-    Returns the summed usage, and whether every process exited 0 before the deadline.
+    Returns the summed usage, and whether every process exited with a status in ``ok``
+    before the deadline.
     """
     usage, left, in_time = Usage(), set(pids), True
     main: dict[int, float] = {}  # each main thread's CPU at the last look (0.05 s apart)
@@ -151,7 +154,7 @@ def wait_all(pids: Sequence[int], deadline: float) -> tuple[Usage, bool]:
             if done:
                 left.discard(pid)
                 usage.main_cpu += main.get(pid, 0.0)
-                in_time = in_time and os.waitstatus_to_exitcode(status) == 0
+                in_time = in_time and os.waitstatus_to_exitcode(status) in ok
                 usage.cpu += rusage.ru_utime + rusage.ru_stime
                 usage.rss_kb = max(usage.rss_kb, rusage.ru_maxrss)
         usage.samples.append((time.time(), sum(main.values())))
