@@ -159,7 +159,7 @@ def test_a_yielded_request_too_large_for_an_entry_fails_its_page_clearly(crawl: 
     reasons = {url.split("/", 3)[3]: error for url, error in crawl.dead.items()}
     assert reasons["login"].startswith("the parse callback ")
     assert " raised ConfigError: Request POST http://" in reasons["login"]
-    assert "-byte queue entry, over the 65536 an entry holds" in reasons["login"]
+    assert "-byte queue entry, over the 65520 an entry holds" in reasons["login"]
     assert not [s for s in crawl.seen if s.path == "/big"]
 
 

@@ -168,3 +168,38 @@ def test_the_wait_after_a_failure_doubles_to_a_minute_even_for_a_hand_written_at
 
     assert [failure_wait(a) for a in range(7)] == [1.0, 2.0, 4.0, 8.0, 16.0, 32.0, 60.0]
     assert failure_wait(RANGES["a"][1]) == 60.0
+
+
+def _at_the_limit(**fields: object) -> Entry:
+    """An entry whose encoding is exactly MAX_ENTRY_BYTES, as one written by hand can be."""
+    from hashcrawl._core._entry import MAX_ENTRY_BYTES
+
+    bare = len(Entry(url="http://a.test/", meta="", **fields).encode().encode())  # type: ignore[arg-type]
+    entry = Entry(url="http://a.test/", meta="m" * (MAX_ENTRY_BYTES - bare), **fields)  # type: ignore[arg-type]
+    assert len(entry.encode().encode()) == MAX_ENTRY_BYTES
+    return Entry.decode(entry.encode())
+
+
+def test_an_entry_at_the_limit_that_a_retry_would_push_past_it_is_dead_lettered() -> None:
+    """One more attempt makes the entry 6 bytes longer: written back, no reader would
+    take it (a bad entry, lost). It is dead-lettered with the reason instead (found by the
+    simulation's hand-written entries, simulations/planted.py)."""
+    into = batch()
+    entry = _at_the_limit()
+    router(max_attempts=3).add(into, Outcome.retry(Held("7-0", entry, "a.test"), "HTTP 503"))
+    assert not into.once and into.ack == ["7-0"]
+    record = json.loads(into.dead[1])
+    assert record["error"].startswith("HTTP 503; marked") and "65536" in record["error"]
+
+
+def test_an_orphan_at_the_limit_that_its_suspect_mark_would_push_past_it_is_dead_lettered() -> None:
+    """Marked a suspect, the entry grows by ``,"s":1``: dead-lettered, not moved."""
+    into = batch()
+    payload = _at_the_limit().encode().encode()
+    router(max_attempts=3).add_orphans(into, [("1-0", payload)], dying=set())
+    assert not into.mv and into.ack == ["1-0"]
+    assert "its worker died; marked" in json.loads(into.dead[1])["error"]
+    # Without the mark (a worker that left in order) it moves as it is.
+    into = batch()
+    router(max_attempts=3).add_orphans(into, [("1-0", payload)], dying=None)
+    assert into.mv == [["1-0", f"q:{RING.owner_of('a.test')}", payload.decode()]]

@@ -23,6 +23,10 @@ from hashcrawl._exceptions import HashcrawlError
 
 #: The largest stream payload read as an entry; a longer one is a bad entry unread.
 MAX_ENTRY_BYTES = 64 * 1024
+#: What hashcrawl itself may add to an entry as it handles it: ``,"s":1`` when its holder
+#: dies, and ``,"a":10000`` at the widest for its attempts. A spider's request is refused
+#: past ``MAX_ENTRY_BYTES - GROWTH``, so that it can always be retried and moved.
+GROWTH = 16
 #: How deep ``meta`` may nest lists and objects.
 MAX_META_DEPTH = 32
 MAX_CALLBACK = 200
@@ -219,6 +223,11 @@ class Entry:
             hops=numbers["h"],
             **full,
         )
+
+
+def too_long(text: str) -> bool:
+    """Whether an entry's encoding is past what a reader takes (``MAX_ENTRY_BYTES``)."""
+    return len(text) * 4 > MAX_ENTRY_BYTES and len(text.encode("utf-8")) > MAX_ENTRY_BYTES
 
 
 def _full_request(doc: dict[str, Any], data: bytes | str | None) -> dict[str, Any]:

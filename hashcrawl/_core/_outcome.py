@@ -18,7 +18,7 @@ import attrs
 
 from hashcrawl._core._batch import Batch, dead_key
 from hashcrawl._core._due import Fetch
-from hashcrawl._core._entry import BadEntry, Entry
+from hashcrawl._core._entry import MAX_ENTRY_BYTES, BadEntry, Entry, too_long
 from hashcrawl._core._faults import NO_FAULTS, Faults
 from hashcrawl._core._frontier import Held
 from hashcrawl._core._ring import Ring
@@ -215,7 +215,11 @@ class Router:
         if is_last_attempt(held.entry, self.max_attempts):
             batch.dead += dead_letter(entry, error, self.at, fault)
             return []
-        return [self.target_of(held.host), entry.encode()]
+        text = entry.encode()
+        if too_long(text):  # written by hand at the limit: no reader would take it back
+            batch.dead += dead_letter(entry, f"{error}; {_GROWN}", self.at, fault)
+            return []
+        return [self.target_of(held.host), text]
 
     def follow(self, batch: Batch, entry: Entry) -> list[str]:
         """Add a follow that passes the scope and the seen filter; return one that skips
@@ -256,7 +260,15 @@ class Router:
                     batch.ack.append(eid)
                     batch.dead += dead_letter(entry, "its worker died while fetching it", self.at)
                     continue
-            batch.mv.append([eid, self.target_of(host), entry.encode()])
+            text = entry.encode()
+            if too_long(text):
+                batch.ack.append(eid)
+                batch.dead += dead_letter(entry, f"its worker died; {_GROWN}", self.at)
+                continue
+            batch.mv.append([eid, self.target_of(host), text])
+
+
+_GROWN = f"marked, its entry would be over the {MAX_ENTRY_BYTES} bytes a reader takes"
 
 
 def failure_wait(attempts: int) -> float:

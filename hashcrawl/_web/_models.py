@@ -12,6 +12,7 @@ import attrs
 import httpx
 
 from hashcrawl._core._entry import (
+    GROWTH,
     HEADER_VALUE,
     MAX_CB_KWARGS,
     MAX_ENTRY_BYTES,
@@ -188,10 +189,10 @@ class Request:
         entry = Entry(url=url, depth=depth, **{name: getattr(self, name) for name in CARRIED})
         if self.body or self.headers or self.cb_kwargs:  # a plain GET's entry is its URL
             size = len(entry.encode().encode("utf-8"))
-            if size > MAX_ENTRY_BYTES:
+            if size > MAX_ENTRY_BYTES - GROWTH:  # room to be retried, or marked a suspect
                 raise ConfigError(
                     f"Request {self.method} {url:.100} would be a {size}-byte queue entry, "
-                    f"over the {MAX_ENTRY_BYTES} an entry holds: send a smaller body"
+                    f"over the {MAX_ENTRY_BYTES - GROWTH} an entry holds: send a smaller body"
                 )
         return entry
 
