@@ -40,6 +40,7 @@ class Observer:
         self.r = redis.Redis.from_url(
             url,
             decode_responses=True,
+            encoding_errors="replace",  # entries written by hand need not be UTF-8
             socket_timeout=10,
             retry=Retry(ExponentialBackoff(cap=0.5), 6),
             retry_on_error=[redis.ConnectionError],

@@ -47,6 +47,7 @@ from hashcrawl._core._urls import canonicalize, fingerprint
 from hashcrawl._store import _crawlconfig
 from hashcrawl._store._redisurl import RedisURL
 from hashcrawl._store._store import Store
+from simulations import planted
 
 if TYPE_CHECKING:
     from simulations.crew import SimWorker
@@ -59,7 +60,6 @@ SEEN_LAYER = 4  # URLs in the seen filter's first layer (c0); each next one doub
 # or cut off short of its lease, or holding requests taken before (up to two leases, as
 # lose_beat_after_expiry holds them), may send by the old delay until then: three leases.
 FOLLOW_WITHIN = 24.0
-PLANTED = ("not an entry", '{"u": 5}', None)  # payloads of planted entries (None: no field)
 
 
 @attrs.frozen
@@ -125,10 +125,21 @@ def plant(world: World, index: int) -> str:
         dead[index // 2 % len(dead)] if dead and index % 2 == 0 else members[index % len(members)]
     )
     stream = observer.stream_of(member)
-    for payload in PLANTED:
-        observer.r.xadd(stream, {"r": payload} if payload is not None else {"x": "1"})
-    world.planted += len(PLANTED)
-    return f"{len(PLANTED)} unreadable entries written by hand into {member}'s stream"
+    n = len(world.planted_good)
+    urls = [f"http://h0.test/planted{n + i}" for i in range(3)]
+    bad = planted.bad("http://h0.test/planted-bad")
+    with observer.r.pipeline(transaction=False) as pipe:
+        for payload in bad:
+            pipe.xadd(stream, {"r": payload} if payload is not None else {"x": "1"})
+        for payload in planted.good(urls):
+            pipe.xadd(stream, {"r": payload})
+        pipe.execute()
+    world.planted += len(bad)
+    world.planted_good += urls
+    return (
+        f"{len(bad)} unreadable entries and {len(urls)} at the limits of every field "
+        f"written by hand into {member}'s stream"
+    )
 
 
 def parked_listed(world: World) -> list[str]:
@@ -156,6 +167,17 @@ def bad_counted(world: World, *, end: bool = False) -> list[str]:
             f"{counted} as bad" + (" at its end" if end else "")
         ]
     return []
+
+
+def good_ended(world: World, done: set[str], dead: dict[str, str]) -> list[str]:
+    """Entries written by hand that are good, every field at a limit, end done or dead
+    like any other (``planted.good``): counted bad, they were refused by a check that
+    is too tight; never ending, they were lost."""
+    return [
+        f"{url} was written by hand with every field at a limit, and is neither done nor dead"
+        for url in world.planted_good
+        if url not in done and url not in dead
+    ]
 
 
 def configure(world: World, delay: float) -> str:

@@ -27,7 +27,7 @@ def violations(world: World) -> list[str]:
         + checks.lost(accepted(world, snap), snap.queued, done, snap.dead)
         + revisits.repeats(world)
         + checks.politeness(world.fetches, world.delay_of)
-        + checks.accounting(snap.outstanding, snap.entries, world.planted)
+        + checks.accounting(snap.outstanding, snap.entries, world.planted + len(world.planted_good))
         + checks.killer(world.killed_members, int(world.settings["max_attempts"]))
         + reach.bad_counted(world)
         + reach.versions(world)
@@ -140,7 +140,11 @@ def _judge_end(world: World) -> list[str]:
         )
     end = checks.unfinished(accepted(world, snap), world.done_urls(), snap.dead, world.failed)
     return (
-        problems + end + reach.bad_counted(world, end=True) + revisits.lost_at_end(world, snap.dead)
+        problems
+        + end
+        + reach.bad_counted(world, end=True)
+        + reach.good_ended(world, world.done_urls(), snap.dead)
+        + revisits.lost_at_end(world, snap.dead)
     )
 
 

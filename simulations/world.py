@@ -108,6 +108,7 @@ class World:
         self.reach = Reach.of(site.seed)  # parking, seen-filter rollover (simulations.reach)
         self.reach.prepare(self)
         self.planted = 0  # unreadable entries written into streams by hand
+        self.planted_good: list[str] = []  # URLs of good ones written by hand (reach.plant)
         self.changes = 0  # crawl settings changed with configure (reach.configure)
         self.delays = [(float("-inf"), float(self.settings["delay"]))]  # (since, delay)
         self.queue = Queue(self.url, self.crawl)
