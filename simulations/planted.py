@@ -17,6 +17,7 @@ crawl counts one fewer.
 from __future__ import annotations
 
 import json
+import struct
 from typing import Any
 
 # The documented limits (docs/design.md, "Entries").
@@ -37,6 +38,10 @@ RULE = 1_000
 TIMEOUT = 3600.0
 REDIRECTS = 20
 BYTES = 64 * 1024
+# A revisit record ("V", hex): due, quiet, an 8-byte digest, last-modified, then an ETag.
+RECORD = struct.Struct(">II8sI")
+ETAG = 22  # characters of ETag a record keeps
+QUIET = 157_680_000  # the longest quiet time, seconds: 365 days / 0.2
 
 
 def nested(levels: int) -> Any:
@@ -87,6 +92,11 @@ def _full(url: str, *, high: bool) -> dict[str, Any]:
             "R": 0,
         }
     return doc
+
+
+def record(quiet: int = 0, etag: bytes = b"", head: int = RECORD.size) -> str:
+    """A revisit record's hex, as an entry carries it (``head``: its first bytes only)."""
+    return (RECORD.pack(1, quiet, b"d" * 8, 0)[:head] + etag).hex()
 
 
 def _text(doc: dict[str, Any]) -> str:
@@ -158,6 +168,14 @@ def bad(url: str) -> list[bytes | str | None]:
         {"R": True},
         {"u": ""},
         {"u": 5},
+        {"V": record(head=RECORD.size - 1)},
+        {"V": record(etag=b'"' + b"e" * (ETAG - 1) + b'"')},  # 23 characters
+        {"V": record(etag=b"e")},  # not quoted
+        {"V": record(etag=b'"a b"')},
+        {"V": record(quiet=QUIET + 1)},
+        {"V": record()[:-1]},  # odd length
+        {"V": "zz" * RECORD.size},
+        {"V": 5},
     ]
     entries: list[bytes | str | None] = [_text(base | change) for change in past]
     entries += [

@@ -53,3 +53,10 @@ def test_each_bad_entry_differs_from_a_good_one_in_one_field() -> None:
             continue
         changed = [k for k in doc if repr(doc[k]) != repr(good.get(k))]
         assert len(changed) in (1, 2), changed  # two only for a body given both ways
+
+
+def test_a_revisit_record_at_the_limits_is_read() -> None:
+    # Not planted in a good entry (a revisit it would schedule is no page of the site's):
+    # the bad ones above are the same record one byte, one character or one second past.
+    longest = planted.record(quiet=planted.QUIET, etag=b'W/"' + b"e" * (planted.ETAG - 4) + b'"')
+    assert Entry.decode(json.dumps({"u": URLS[0], "V": longest})).revisit == longest
