@@ -220,3 +220,28 @@ def test_a_scrapy_requests_fields_survive_encoding_and_a_rule_out_of_range_is_ba
     for rule in (-1, MAX_RULE + 1, 1.0):
         with pytest.raises(BadEntry, match="rule"):
             Entry.decode(json.dumps({"u": "http://a.example/", "R": rule}))
+
+
+def test_a_request_at_the_largest_size_survives_every_mark_hashcrawl_adds() -> None:
+    """A spider's request of the largest size accepted still fits an entry once it is a
+    suspect at 10,000 attempts (the widest ``a`` a reader takes), and one byte more is
+    refused: GROWTH is exactly the room those two fields take."""
+    import attrs
+
+    import hashcrawl
+    from hashcrawl._exceptions import ConfigError
+
+    def sized(n: int) -> hashcrawl.Request:
+        bare = hashcrawl.Request("http://a.example/", method="POST", body=b"")
+        overhead = len(bare.to_entry("http://a.example/", 0).encode().encode())  # type: ignore[union-attr]
+        body = b"x" * (n - overhead - len(',"B":""'))
+        return hashcrawl.Request("http://a.example/", method="POST", body=body)
+
+    largest = MAX_ENTRY_BYTES - 16
+    entry = sized(largest).to_entry("http://a.example/", 0)
+    assert entry is not None and len(entry.encode().encode()) == largest
+    marked = attrs.evolve(entry, suspect=True, attempts=10_000).encode()
+    assert len(marked.encode()) == MAX_ENTRY_BYTES
+    assert Entry.decode(marked).attempts == 10_000
+    with pytest.raises(ConfigError, match="over the 65520 an entry holds"):
+        sized(largest + 1).to_entry("http://a.example/", 0)
