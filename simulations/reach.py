@@ -53,6 +53,7 @@ if TYPE_CHECKING:
     from simulations.crew import SimWorker
     from simulations.world import World
 
+UNREADABLE = ("not an entry", '{"u": 5}', None)  # what a revisiting example plants
 PARK_AT = 2  # a host with this many queued parks the rest, once memory is full
 UNPARK_BELOW = 1  # and takes some back once it has none left
 SEEN_LAYER = 4  # URLs in the seen filter's first layer (c0); each next one doubles
@@ -128,10 +129,15 @@ def plant(world: World, index: int) -> str:
     n = len(world.planted_good)
     urls = [f"http://h0.test/planted{n + i}" for i in range(3)]
     bad = planted.bad("http://h0.test/planted-bad")
+    good = planted.good(urls)
+    if world.revisit is not None:
+        # A revisiting example plants what it planted before the catalogue: its deliberate
+        # bugs' seeds (tests/test_simulation_revisits.py) were chosen on those examples.
+        bad, good, urls = list(UNREADABLE), [], []
     with observer.r.pipeline(transaction=False) as pipe:
         for payload in bad:
             pipe.xadd(stream, {"r": payload} if payload is not None else {"x": "1"})
-        for payload in planted.good(urls):
+        for payload in good:
             pipe.xadd(stream, {"r": payload})
         pipe.execute()
     world.planted += len(bad)
