@@ -200,6 +200,33 @@ state.run(order=0, seconds=4.0)
 state.teardown()
 """,
     ),
+    "parked_forgotten_at_reread": Bug(
+        summary=(
+            "An owner with memory full parks a host's overflow in its ledger, and an epoch "
+            "is applied before that commit runs: the handoff reads Redis's set of parked "
+            "hosts, which does not hold the host yet, and put what it read in place of "
+            "what the worker knew. The commit then wrote the overflow set, and no worker "
+            "ever asked it back: the crawl stopped with those entries parked. Found with "
+            "the planted catalogue on (2026-12-03), in a revisiting example of seed 2."
+        ),
+        fixed=(
+            "Intake.parked_read adds the hosts read to those known; a host whose set is "
+            "gone costs one unpark, which drops it."
+        ),
+        replay="""\
+state = CrawlModel()
+state.setup(site=Site(seed=3, hosts=1, pages=12), workers=2, roots=[0], faults=1, delay=1.0)
+state.submit(pages=[1, 2, 3, 4, 5, 6, 7, 8, 9, 10])
+state.read(w=0)
+state.stop(w=1)
+state.leave(w=0)
+state.beat(w=0)
+state.read(w=0)
+state.apply(w=0)
+state.commit(w=0)
+state.teardown()
+""",
+    ),
 }
 
 

@@ -8,7 +8,8 @@ import pytest
 
 from hashcrawl._core._entry import Entry
 from hashcrawl._core._frontier import Frontier, Held
-from hashcrawl._core._intake import UNPARK_BELOW, Intake, Read
+from hashcrawl._core._intake import PARK_AT, UNPARK_BELOW, Intake, Mine, Read
+from hashcrawl._core._ledger import Ledger
 from hashcrawl._core._ring import Ring
 from hashcrawl._exceptions import Fenced
 
@@ -49,6 +50,21 @@ def test_a_parked_host_takes_entries_back_once_it_runs_short() -> None:
     assert intake.may_unpark("a.test", frontier_of("a.test", 10), 10) is None
     intake.unparked("a.test", "ok", 0, "w1")
     assert intake.unpark_wanted() == ["b.test"]
+
+
+def test_a_host_parked_before_its_commit_stays_parked_through_a_reread() -> None:
+    """Parked hosts read again (after a handoff) while a park waits to be committed: the
+    host is not in Redis's set yet, and must not be forgotten (found by the simulation)."""
+    intake, ring = Intake(), Ring.of(1, ("w1",))
+    frontier, ledger = frontier_of("a.test", PARK_AT), Ledger()
+    entry = Entry(url="http://a.test/more").encode()
+    mine = Mine("w1", lambda entry: None)
+    intake.take_in([("99-0", entry)], True, frontier, ring, mine, ledger)
+    assert [o.kind.value for o in ledger.outcomes] == ["park"]
+    intake.parked_read([], ring, "w1")  # Redis has no overflow set of a.test yet
+    assert intake.unpark_wanted() == ["a.test"]
+    intake.parked_read(["b.test"], Ring.of(2, ("w2",)), "w1")  # both hosts moved away
+    assert intake.unpark_wanted() == []
 
 
 def test_an_unpark_refused_as_fenced_fences_the_worker() -> None:

@@ -85,8 +85,14 @@ class Intake:
         return False
 
     def parked_read(self, hosts: Iterable[str], ring: Ring, worker: str) -> None:
-        """Learn which hosts this owner has overflow sets for."""
-        self.parked = {h for h in hosts if ring.owner_of(h) == worker}
+        """Learn which hosts this owner has overflow sets for.
+
+        The hosts read are added to those known, not put in their place: a host parked by
+        ``take_in`` whose commit has not run yet is not in Redis's set, and would be
+        forgotten, its overflow set never asked back. A host known whose set is gone costs
+        one unpark, which finds it empty and drops it.
+        """
+        self.parked = {h for h in self.parked.union(hosts) if ring.owner_of(h) == worker}
 
     def unpark_wanted(self) -> list[str]:
         """Parked hosts, in the order their entries are asked back."""
