@@ -54,9 +54,6 @@ if TYPE_CHECKING:
     from simulations.world import World
 
 UNREADABLE = ("not an entry", '{"u": 5}', None)  # what a revisiting example plants
-# Off until its finding is read: with it, the suite's seed-2 half of the quick profile
-# stopped with one entry left in h0.test's overflow set (docs/notes/session-2026-12-03c.md).
-CATALOGUE = False
 PARK_AT = 2  # a host with this many queued parks the rest, once memory is full
 UNPARK_BELOW = 1  # and takes some back once it has none left
 SEEN_LAYER = 4  # URLs in the seen filter's first layer (c0); each next one doubles
@@ -133,7 +130,7 @@ def plant(world: World, index: int) -> str:
     urls = [f"http://h0.test/planted{n + i}" for i in range(3)]
     bad = planted.bad("http://h0.test/planted-bad")
     good = planted.good(urls)
-    if world.revisit is not None or not CATALOGUE:
+    if world.revisit is not None:
         # A revisiting example plants what it planted before the catalogue: its deliberate
         # bugs' seeds (tests/test_simulation_revisits.py) were chosen on those examples.
         bad, good, urls = list(UNREADABLE), [], []
