@@ -105,3 +105,19 @@ def test_a_request_the_session_stopped_puts_the_page_back() -> None:
     page = Page(session, held, 0.0)
     assert page.not_sent(0.0) is Step.DONE and page.outcome is None
     assert session.tally.fetched == session.tally.failed == 0
+
+
+def test_a_request_stopped_as_it_left_is_out_of_the_hosts_page_count() -> None:
+    """sending() counts the request for --max-pages-per-host; a NotSent after it (the
+    session said no as it was written) reached no host, and takes it out again, so a
+    host at a cap of N gets N requests, not fewer (found by the simulation: a handoff
+    stopped a counted request, and the new owner capped the host one page early)."""
+    session, held = dispatched(max_pages_per_host=5)
+    session.taken["a.test"] = 2
+    page = Page(session, held, 0.0)
+    page.sending()
+    assert session.taken["a.test"] == 3
+    page.not_sent(0.0)
+    assert session.taken["a.test"] == 2
+    page.not_sent(0.0)  # once only
+    assert session.taken["a.test"] == 2

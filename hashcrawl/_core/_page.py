@@ -47,6 +47,7 @@ class Page:
         self.outcome: Outcome | None = None
         self.rules: Robots | None = None  # the rules to check, at CHECK_RULES
         self.origin: Origin | None = None  # what the handler needs, at HANDLE
+        self.counted = False  # its request is in the host's --max-pages-per-host count
         due = self.settings.obey_robots and session.robots.wanted(held, now)
         self.step = Step.FETCH_ROBOTS if due else self._rules()
 
@@ -91,7 +92,13 @@ class Page:
 
     def not_sent(self, now: float) -> Step:
         """The session said no right before the request left: the page waits its turn
-        (or goes to its host's new owner)."""
+        (or goes to its host's new owner), and its request, which never reached the
+        host, is out of the host's count again."""
+        if self.counted:
+            self.counted = False
+            taken = self.session.taken
+            if taken.get(self.held.host, 0) > 0:  # not if handed over meanwhile
+                taken[self.held.host] -= 1
         return self._done(self.session.put_back(self.held, now))
 
     def robots_fetched(self, got: Robots | Unreachable, now: float) -> Step:
@@ -118,6 +125,7 @@ class Page:
         if self.settings.max_pages_per_host is not None:
             taken = self.session.taken
             taken[self.held.host] = taken.get(self.held.host, 0) + 1
+            self.counted = True
 
     def answered(self, response: Reply, took: float, now: float, set_cookies: list[str]) -> Step:
         """A response came, with its Set-Cookie headers: the handler is next."""
