@@ -40,7 +40,7 @@ from hashcrawl._store import _crawlconfig
 from hashcrawl._store._redisurl import RedisURL
 from hashcrawl._store._revisits import Revisits
 from hashcrawl._store._store import Store
-from simulations.loop import inline
+from simulations.loop import SERVER_EPOCH_MS, inline
 from simulations.revisits import TAKES_PER_TURN, FaultyRevisits
 from simulations.web import SimFetcher
 
@@ -313,7 +313,9 @@ class SimWorker:
         self.env = env
         self.link = Link()
         settings = env.settings
-        self.store = Store(RedisURL.parse(env.url), env.crawl, timeout=10.0, clock=env.loop.now_ms)
+        self.store = Store(
+            RedisURL.parse(env.url), env.crawl, timeout=10.0, clock=env.loop.server_ms
+        )
         self.fetcher = SimFetcher(
             env.web,
             name,
@@ -422,7 +424,7 @@ class SimWorker:
         await driver.begin()
         self.state = "member"
         self.last_beat = driver.now()
-        self.confirmed = session.epochs.joined_ms / 1000
+        self.confirmed = (session.epochs.joined_ms - SERVER_EPOCH_MS) / 1000
         ring = session.epochs.ring
         return f"joined at epoch {ring.epoch} with {len(ring.members)} members"
 

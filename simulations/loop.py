@@ -29,6 +29,9 @@ class Hung(AssertionError):
     """A step did not finish: something waits for an event that never comes."""
 
 
+SERVER_EPOCH_MS = 1_796_083_200_000  # 2026-12-01 UTC: the server's time at the loop's 0
+
+
 class Loop:
     """One trio run with a MockClock, serving coroutines from the calling thread."""
 
@@ -63,6 +66,12 @@ class Loop:
 
     def now_ms(self) -> int:
         return round(self.clock.current_time() * 1000)
+
+    def server_ms(self) -> int:
+        """The Redis server's clock, as its scripts are given it: the loop's, on a Unix
+        epoch. A worker's local clock (trio's) starts at 0, as a monotonic clock does, so
+        its offset from the server's is as large as a real one, and its sign shows."""
+        return self.now_ms() + SERVER_EPOCH_MS
 
     def run(self, fn: Callable[..., Awaitable[T]], *args: Any) -> T:
         """Run ``fn(*args)`` in the loop, then let every task it woke settle."""
