@@ -67,6 +67,32 @@ def test_a_host_parked_before_its_commit_stays_parked_through_a_reread() -> None
     assert intake.unpark_wanted() == []
 
 
+def test_none_left_does_not_drop_a_host_whose_park_may_come_after_the_unpark() -> None:
+    """An unpark's "none left" is stale when a park of the host was uncommitted as the
+    unpark left (Redis may run that commit after it), or was taken in since: the host
+    stays, and is dropped by an unpark sent once its parks are committed (found by the
+    simulation: the overflow set written after the unpark was never asked back)."""
+    intake, ring, ledger = Intake(), Ring.of(1, ("w1",)), Ledger()
+    frontier, mine = frontier_of("a.test", PARK_AT), Mine("w1", lambda entry: None)
+    intake.take_in(
+        [("99-0", Entry(url="http://a.test/x").encode())], True, frontier, ring, mine, ledger
+    )
+    guard = intake.unpark_guard("a.test", ledger)
+    assert guard is None
+    intake.unparked("a.test", "ok", 0, "w1", guard)
+    assert intake.unpark_wanted() == ["a.test"]
+    ledger.outcomes.clear()  # committed
+    guard = intake.unpark_guard("a.test", ledger)
+    intake.take_in(
+        [("100-0", Entry(url="http://a.test/y").encode())], True, frontier, ring, mine, ledger
+    )
+    ledger.outcomes.clear()
+    intake.unparked("a.test", "ok", 0, "w1", guard)  # the new park was taken in since
+    assert intake.unpark_wanted() == ["a.test"]
+    intake.unparked("a.test", "ok", 0, "w1", intake.unpark_guard("a.test", ledger))
+    assert intake.unpark_wanted() == []
+
+
 def test_an_unpark_refused_as_fenced_fences_the_worker() -> None:
     """The unpark script's "fenced" ends the membership."""
     with pytest.raises(Fenced, match="w1 lost its membership"):

@@ -17,7 +17,7 @@ from hashcrawl._core._batch import Status
 from hashcrawl._core._entry import BadEntry, Entry
 from hashcrawl._core._frontier import Frontier, Held
 from hashcrawl._core._ledger import Ledger
-from hashcrawl._core._outcome import Outcome
+from hashcrawl._core._outcome import Kind, Outcome
 from hashcrawl._core._ring import Ring
 from hashcrawl._core._urls import host_key
 from hashcrawl._exceptions import Fenced, InvalidURL
@@ -57,6 +57,7 @@ class Intake:
     last_read: str = "0"  # the newest entry id this reader has taken in
     unsure: bool = False  # a read failed: Redis may have delivered what never came
     parked: set[str] = attrs.Factory(set)
+    parks: dict[str, int] = attrs.Factory(dict)  # host -> entries parked by take_in, ever
     park_at: int = PARK_AT
     unpark_below: int = UNPARK_BELOW
 
@@ -105,16 +106,35 @@ class Intake:
         host = frontier.hosts.get(name)
         return host is None or len(host.queue) < self.unpark_below
 
-    def unparked(self, name: str, status: str, left: int, worker: str) -> None:
-        """Redis answered an unpark of ``name``.
+    def unpark_guard(self, name: str, ledger: Ledger) -> int | None:
+        """Taken as an unpark of ``name`` is sent: what lets its "none left" drop the host.
+
+        None while a park of ``name`` waits in the ledger (or in a commit on its way):
+        Redis may run that commit after the unpark, so "none left" would be stale.
+        """
+        for outcome in ledger.outcomes:
+            if outcome.kind is Kind.PARK and outcome.held is not None:
+                if outcome.held.host == name:
+                    return None
+        return self.parks.get(name, 0)
+
+    def unparked(
+        self, name: str, status: str, left: int, worker: str, guard: int | None = 0
+    ) -> None:
+        """Redis answered an unpark of ``name``, sent with ``guard`` (``unpark_guard``).
+
+        The host is dropped once none is left, unless a park of it was uncommitted as
+        the unpark left, or was taken in since: its overflow set may come back.
 
         Raises:
             Fenced: the worker lost its membership.
         """
         if status == Status.FENCED:
             raise Fenced(f"worker {worker} lost its membership while unparking")
-        if status == Status.OK and left == 0:
+        fresh = guard is not None and self.parks.get(name, 0) == guard
+        if status == Status.OK and left == 0 and fresh:
             self.parked.discard(name)
+            self.parks.pop(name, None)
 
     def take_in(
         self,
@@ -154,6 +174,7 @@ class Intake:
             if parking and queued is not None and len(queued.queue) >= self.park_at:
                 ledger.add(Outcome.park(held))
                 self.parked.add(host)
+                self.parks[host] = self.parks.get(host, 0) + 1
                 continue
             if queued is None:
                 fresh.append(host)

@@ -305,10 +305,11 @@ class Driver(Membership):
                 break
             if not wanted:
                 continue
+            guard = intake.unpark_guard(name, session.ledger)
             status, moved, left = await self.persist(
                 self.store.unpark, session.id, session.latest.epoch, name, intake.unpark_count
             )
-            intake.unparked(name, status, left, session.id)
+            intake.unparked(name, status, left, session.id, guard)
             if moved:
                 took.append(name)
         return took
