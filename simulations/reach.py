@@ -39,7 +39,6 @@ from __future__ import annotations
 import logging
 import math
 import random
-from collections import Counter
 from typing import TYPE_CHECKING
 
 import attrs
@@ -56,7 +55,6 @@ if TYPE_CHECKING:
 
 UNREADABLE = ("not an entry", '{"u": 5}', None)  # what a revisiting example plants
 PARK_AT = 2  # a host with this many queued parks the rest, once memory is full
-CAPS = (2, 3)  # --max-pages-per-host in a third of the sites (hosts have 2-20 pages)
 UNPARK_BELOW = 1  # and takes some back once it has none left
 SEEN_LAYER = 4  # URLs in the seen filter's first layer (c0); each next one doubles
 # A worker learns of a change at its next heartbeat and takes it at its next turn; one paused
@@ -71,15 +69,13 @@ class Reach:
 
     park: bool = False
     seen_layer: int | None = None
-    cap: int | None = None  # --max-pages-per-host, in a crawl that does not revisit
 
     @classmethod
     def of(cls, seed: int) -> Reach:
         rng = random.Random(f"reach {seed}")
         park = rng.random() < 1 / 2
         seen = SEEN_LAYER if rng.random() < 1 / 2 else None
-        cap = rng.choice(CAPS) if rng.random() < 1 / 3 else None  # drawn last: the rest stay
-        return cls(park=park, seen_layer=seen, cap=cap)
+        return cls(park=park, seen_layer=seen)
 
     def prepare(self, world: World) -> None:
         """Before the crawl's first commit: shape the seen filter."""
@@ -179,48 +175,14 @@ def bad_counted(world: World, *, end: bool = False) -> list[str]:
     return []
 
 
-def page_requests(world: World) -> Counter[str]:
-    """Page requests each host received (robots.txt not counted), from the web's log."""
-    return Counter(f.host for f in world.fetches if not f.robots)
-
-
-def within_cap(world: World) -> list[str]:
-    """With ``--max-pages-per-host N``, a host receives at most N page requests, and N more
-    for each worker that ended without handing its hosts over (crashed, fenced, gave up:
-    docs/operations.md, "Pages per host": a worker that dies takes its counts with it)."""
-    cap = world.settings.get("max_pages_per_host")
-    if cap is None:
-        return []
-    lost = sum(w.state in ("crashed", "fenced", "gave up") for w in world.workers.values())
-    allowed = cap * (1 + lost)
-    return [
-        f"{host} received {n} page requests, over --max-pages-per-host {cap}"
-        + (f" and {cap} more for each of the {lost} workers that died" if lost else "")
-        for host, n in sorted(page_requests(world).items())
-        if n > allowed
-    ]
-
-
-def capped_out(world: World, urls: set[str]) -> set[str]:
-    """Of ``urls``, those of hosts that have had their ``--max-pages-per-host``: their owner
-    may drop them unfetched (counted in ``host_capped``), so they need not end done."""
-    cap = world.settings.get("max_pages_per_host")
-    if cap is None:
-        return set()
-    full = {host for host, n in page_requests(world).items() if n >= cap}
-    return {url for url in urls if url.split("/")[2] in full}
-
-
 def good_ended(world: World, done: set[str], dead: dict[str, str]) -> list[str]:
     """Entries written by hand that are good, every field at a limit, end done or dead
     like any other (``planted.good``): counted bad, they were refused by a check that
-    is too tight; never ending, they were lost. One of a host at its
-    ``--max-pages-per-host`` may be acknowledged unfetched (``capped_out``)."""
-    ended = done | dead.keys() | capped_out(world, set(world.planted_good))
+    is too tight; never ending, they were lost."""
     return [
         f"{url} was written by hand with every field at a limit, and is neither done nor dead"
         for url in world.planted_good
-        if url not in ended
+        if url not in done and url not in dead
     ]
 
 

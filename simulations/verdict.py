@@ -32,7 +32,6 @@ def violations(world: World) -> list[str]:
         + reach.bad_counted(world)
         + reach.versions(world)
         + reach.parked_listed(world)
-        + reach.within_cap(world)
     )
 
 
@@ -45,7 +44,7 @@ def accepted(world: World, snap: Snapshot) -> set[str]:
         if url not in snap.queued:
             urls.update(world.web.links_of(url))
     missing = {u for u in urls if u not in snap.queued and u not in done and u not in snap.dead}
-    return urls - reach.filtered(world, missing) - reach.capped_out(world, missing)
+    return urls - reach.filtered(world, missing)
 
 
 async def finish(world: World) -> list[str]:

@@ -106,8 +106,6 @@ class World:
         self.loop = Loop()
         self.observer = Observer(self.url, self.crawl)
         self.reach = Reach.of(site.seed)  # parking, seen-filter rollover (simulations.reach)
-        if self.reach.cap is not None and self.revisit is None:
-            self.settings["max_pages_per_host"] = self.reach.cap
         self.reach.prepare(self)
         self.planted = 0  # unreadable entries written into streams by hand
         self.planted_good: list[str] = []  # URLs of good ones written by hand (reach.plant)
