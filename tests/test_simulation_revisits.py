@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import contextlib
 import io
+import re
 
 import pytest
 
@@ -15,6 +16,7 @@ from simulations.model import CrawlModel
 from simulations.web import Fetch, Site, Web
 
 URL = "http://h0.test/p1"
+EXAMPLES = 40  # each seed of a deliberate revisit bug is tried for up to these
 
 
 def fetch(start: float, end: float, worker: str = "w1", *, final: bool = True) -> Fetch:
@@ -98,22 +100,34 @@ def test_a_revisiting_crawl_through_a_crash_and_a_join_keeps_every_invariant() -
 
 
 @pytest.mark.parametrize(
-    ("fault", "caught_as", "seed"),
+    ("fault", "caught_as", "seeds"),
     [
-        ("revisit_stays_due", "sooner than its interval", 1),
-        ("revisit_put_after_ack", "never fetched again", 1),  # 22 s alone; seed 2 misses it in 25
+        ("revisit_stays_due", "sooner than its interval", (1, 2, 3)),
+        # Seed 1 misses it in 40 examples (it took 53 s to catch in 220); 6, 3 and 4
+        # catch it in 4, 18 and 22 s alone.
+        ("revisit_put_after_ack", "never fetched again", (6, 3, 4)),
     ],
+    ids=["revisit_stays_due", "revisit_put_after_ack"],
 )
-def test_simulation_catches_deliberate_revisit_bug(fault: str, caught_as: str, seed: int) -> None:
+def test_simulation_catches_deliberate_revisit_bug(
+    fault: str, caught_as: str, seeds: tuple[int, ...]
+) -> None:
     """A take that leaves its records due repeats revisits; a put after the
-    acknowledgement loses a page's revisits when its worker dies in between."""
-    profile = profiles.Profile("teeth", examples=profiles.QUICK.examples, steps=50)
-    with pytest.raises(AssertionError, match=caught_as):
-        profiles.run(
-            profile,
-            faults=Faults.of([fault]),
-            seed_value=seed,
-            shrink=False,
-            database=None,
-            print_blob=False,
-        )
+    acknowledgement loses a page's revisits when its worker dies in between. Each seed
+    is tried in turn for up to EXAMPLES examples: the later ones are spares, should a
+    busy machine move the first one's catch later."""
+    profile = profiles.Profile("teeth", examples=EXAMPLES, steps=profiles.QUICK.steps)
+    for seed_value in seeds:
+        try:
+            profiles.run(
+                profile,
+                faults=Faults.of([fault]),
+                seed_value=seed_value,
+                shrink=False,
+                database=None,
+                print_blob=False,
+            )
+        except AssertionError as exc:
+            assert re.search(caught_as, str(exc)), str(exc)
+            return
+    pytest.fail(f"{fault} not caught with seeds {seeds}, {EXAMPLES} examples each")
