@@ -42,8 +42,14 @@ PAGES = [Page(kind=kind, period=period) for kind in ("etag", "lastmod", "none")
 Crawled = tuple[RevisitSite, list[dict[str, Any]]]
 QUIET = [n for n, page in enumerate(PAGES) if page.period is None]
 # Enough for a quiet page's interval to climb: it stays at LOW until the page has been
-# quiet for 5 x LOW (the rule's SHARE), then grows (3, 3, 3, 3, 3, 3, 4, 4 s).
-FETCHES_OF_QUIET = 9
+# quiet for 5 x LOW (the rule's SHARE), then grows. Its quiet time grows by each
+# interval (0, 3, 6, ... 18, 22, 26 s), so the intervals after its fetches are these:
+QUIET_INTERVALS = [3, 3, 3, 3, 3, 3, 4, 4, 5]
+FETCHES_OF_QUIET = len(QUIET_INTERVALS) + 1
+# How early a revisit may seem on the site's clock: the crawler stamps its due time by
+# the Redis server's clock, through an offset sampled at the middle of a loopback round
+# trip (off by at most half of one, a few ms here).
+CLOCK_SLIP = 0.1
 
 
 @pytest.fixture(scope="module")
@@ -121,12 +127,17 @@ def test_every_change_is_found_within_its_pages_interval(crawled: Crawled) -> No
 
 @pytest.mark.slow
 def test_quiet_pages_are_fetched_ever_less_often(crawled: Crawled) -> None:
-    """A page that never changes comes back later each time, up to --revisit-max."""
+    """A page that never changes comes back later as it stays quiet, up to
+    --revisit-max: never sooner than the interval its quiet time gives. (That bound is
+    exact; how much later than its due time a revisit comes depends on the machine's
+    load, so gaps are not compared with each other: 3 s plus a busy second exceeds 4.)"""
+    assert QUIET_INTERVALS[-1] > QUIET_INTERVALS[0] == LOW and max(QUIET_INTERVALS) <= HIGH
     site, _ = crawled
     for n in QUIET:
         times = [hit.at for hit in site.hits(n)]
         gaps = [b - a for a, b in itertools.pairwise(times)]
-        assert gaps[-1] > gaps[0] >= LOW
+        for k, (gap, interval) in enumerate(zip(gaps, QUIET_INTERVALS, strict=False)):
+            assert gap >= interval - CLOCK_SLIP, (n, k, gaps)
 
 
 @pytest.mark.slow
