@@ -12,9 +12,21 @@ from __future__ import annotations
 import argparse
 import sys
 import time
+from typing import Any
 
 from hashcrawl._core._faults import Faults
 from simulations import profiles
+
+
+def run_with(fault: str, profile: profiles.Profile, **run: Any) -> profiles.Report:
+    """``profile`` run with ``fault`` on, unshrunk and without the example database.
+
+    Raises:
+        AssertionError: an invariant broke (the fault was caught).
+    """
+    return profiles.run(
+        profile, faults=Faults.of([fault]), shrink=False, database=None, print_blob=False, **run
+    )
 
 
 def catch(fault: str, seed: int, examples: int) -> tuple[str, int, float]:
@@ -24,14 +36,7 @@ def catch(fault: str, seed: int, examples: int) -> tuple[str, int, float]:
     report = profiles.Report()
     started = time.monotonic()
     try:
-        report = profiles.run(
-            profile,
-            faults=Faults.of([fault]),
-            seed_value=seed,
-            shrink=False,
-            database=None,
-            print_blob=False,
-        )
+        report = run_with(fault, profile, seed_value=seed)
     except AssertionError as exc:
         return str(exc).splitlines()[0], profiles.LAST.examples, time.monotonic() - started
     return "", report.examples, time.monotonic() - started

@@ -8,8 +8,7 @@ from typing import Any
 
 import pytest
 
-from hashcrawl._core._faults import Faults
-from simulations import checks, known, profiles, reach
+from simulations import checks, known, profiles, reach, teeth
 from simulations.fleet import Fleet, hosts_moved_per_join
 from simulations.web import Site, Web
 
@@ -80,9 +79,7 @@ def test_simulation_catches_deliberate_bug(fault: str) -> None:
 
 
 def _run_with(fault: str, profile: profiles.Profile, **run: Any) -> None:
-    profiles.run(
-        profile, faults=Faults.of([fault]), shrink=False, database=None, print_blob=False, **run
-    )
+    teeth.run_with(fault, profile, **run)
 
 
 @pytest.mark.parametrize("fault", sorted(TIMING))

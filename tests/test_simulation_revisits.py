@@ -10,8 +10,7 @@ import re
 
 import pytest
 
-from hashcrawl._core._faults import Faults
-from simulations import profiles, revisits
+from simulations import profiles, revisits, teeth
 from simulations.model import CrawlModel
 from simulations.web import Fetch, Site, Web
 
@@ -119,14 +118,7 @@ def test_simulation_catches_deliberate_revisit_bug(
     profile = profiles.Profile("teeth", examples=EXAMPLES, steps=profiles.QUICK.steps)
     for seed_value in seeds:
         try:
-            profiles.run(
-                profile,
-                faults=Faults.of([fault]),
-                seed_value=seed_value,
-                shrink=False,
-                database=None,
-                print_blob=False,
-            )
+            teeth.run_with(fault, profile, seed_value=seed_value)
         except AssertionError as exc:
             assert re.search(caught_as, str(exc)), str(exc)
             return

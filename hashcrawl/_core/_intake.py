@@ -113,9 +113,8 @@ class Intake:
         Redis may run that commit after the unpark, so "none left" would be stale.
         """
         for outcome in ledger.outcomes:
-            if outcome.kind is Kind.PARK and outcome.held is not None:
-                if outcome.held.host == name:
-                    return None
+            if outcome.kind is Kind.PARK and outcome.held is not None and outcome.held.host == name:
+                return None
         return self.parks.get(name, 0)
 
     def unparked(
