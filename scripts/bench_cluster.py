@@ -160,7 +160,7 @@ def _crawl(
         "replication": replication / max(pages, 1),
         # Every command at 0.005 per page or more, so before and after compare whole.
         "top": ", ".join(
-            f"{k} {v / max(pages, 1):.2f}" for k, v in _ranked(calls) if v / max(pages, 1) >= 0.005
+            f"{k} {v / max(pages, 1):.3f}" for k, v in _ranked(calls) if v / max(pages, 1) >= 0.001
         ),
     }
 
@@ -173,7 +173,7 @@ def _line(name: str, r: dict[str, Any]) -> str:
     cpus = " ".join(f"{c:.3f}" for c in r["cpu_per_1k"])
     return (
         f"{name}: {r['pages']:.0f} pages, {r['pages_per_s']:.0f} pages/s, "
-        f"{r['per_page']:.2f} Redis commands per page ({r['top']}; and replicas' "
+        f"{r['per_page']:.3f} Redis commands per page ({r['top']}; and replicas' "
         f"REPLCONF {r['replication']:.2f}); Redis CPU per 1k pages, each primary: {cpus} s "
         f"(busiest / mean {r['spread']:.2f}); capacity {r['capacity']:.0f} pages per "
         "second of the busiest primary's CPU" + ("" if r["complete"] else " (INCOMPLETE)")

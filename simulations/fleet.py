@@ -280,9 +280,9 @@ class Fleet:
         used = self.observer.used_memory()
         if used > self.figures.memory_peak:
             self.figures.memory_peak = used
-            self.observer.sent["get"] += 1
+            self.observer.sent["hget"] += 1
             self.figures.queued_at_peak = int(
-                self.observer.r.get(self.observer.prefix + "outstanding") or 0
+                self.observer.r.hget(self.observer.prefix + "seenmeta", "outstanding") or 0
             )
 
 

@@ -68,12 +68,12 @@ class Observer:
                 pipe.zrange(key, 0, -1)
             pipe.hgetall(self.prefix + "dead")
             pipe.zrange(self.prefix + "members", 0, -1)
-            pipe.get(self.prefix + "outstanding")
+            pipe.hget(self.prefix + "seenmeta", "outstanding")
             pipe.smembers(self.prefix + "orphans")
             replies = pipe.execute()
         self.sent.update(
             {"multi": 1, "exec": 1, "xrange": len(streams), "zrange": len(parks) + 1}
-            | {"hgetall": 1, "get": 1, "smembers": 1}
+            | {"hgetall": 1, "hget": 1, "smembers": 1}
         )
         for key, reply in zip(streams, replies, strict=False):
             for _, fields in reply:

@@ -82,7 +82,7 @@ def test_a_due_record_becomes_one_inbox_entry_once(
     assert (entry.url, entry.callback, entry.meta) == ("http://a.test/1", "parse_item", {"k": 1})
     assert entry.dont_filter  # a revisit passes the seen filter
     assert entry.revisit == fetch.record.to_hex()
-    assert int(raw.get(prefix + "outstanding") or 0) == 1
+    assert int(raw.hget(prefix + "seenmeta", "outstanding") or 0) == 1
     moved = revisits.record_of(fetch.entry)
     assert moved is not None and moved.due_s == NOW + 60 + REQUEUE
 

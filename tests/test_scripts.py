@@ -68,7 +68,7 @@ def queued(store: Store, raw: redis_py.Redis, worker: str, *urls: str) -> list[s
     """``urls`` in ``worker``'s stream, delivered to it (pending), as a commit would find
     them; counted in 'outstanding' as a commit adding them would."""
     ids = [raw.xadd(store.stream_of(worker), {"r": entry(u)}) for u in urls]
-    raw.incrby(store.key("outstanding"), len(ids))
+    raw.hincrby(store.key("seenmeta"), "outstanding", len(ids))
     store.read(worker, count=len(ids), block_ms=10)
     return [str(i) for i in ids]
 
@@ -209,7 +209,7 @@ def test_idle_since_is_set_once_when_nothing_is_outstanding_and_cleared_by_work(
     assert added.added == 1
     assert raw.get(store.key("idle_since")) is None
     assert beat(store, "w1").idle_since == -1
-    assert raw.get(store.key("outstanding")) == "1"
+    assert raw.hget(store.key("seenmeta"), "outstanding") == "1"
 
 
 def test_an_outstanding_count_that_went_wrong_is_recounted_from_streams_and_parked(store, raw):
@@ -219,10 +219,25 @@ def test_an_outstanding_count_that_went_wrong_is_recounted_from_streams_and_park
     raw.xadd(store.stream_of("w1"), {"r": entry("http://a.example/")})
     raw.zadd(store.key("park:b.example"), {"1-0 x": 1})
     raw.sadd(store.key("parked"), "b.example")
-    raw.set(store.key("outstanding"), 0)
+    raw.hset(store.key("seenmeta"), "outstanding", 0)
     assert beat(store, "w1").idle_since == -1
-    assert raw.get(store.key("outstanding")) == "2"
+    assert raw.hget(store.key("seenmeta"), "outstanding") == "2"
 
+
+
+@pytest.mark.parametrize("written", ["many", "1.5e", "-"])
+def test_an_outstanding_count_that_is_not_a_number_costs_nothing_and_is_recounted(store, raw, written):
+    """A count written by hand that is no number: the commit counts from 0 rather than
+    failing, and the next heartbeat that would call the crawl idle recounts it."""
+    begun(store, raw)
+    store.join("w1", {})
+    raw.hset(store.key("seenmeta"), "outstanding", written)
+    added = store.commit(Batch(worker="w1", epoch=1, add=[link(store, "w1", "http://a.example/")]))
+    assert added.added == 1
+    assert raw.hget(store.key("seenmeta"), "outstanding") == "1"
+    raw.hset(store.key("seenmeta"), "outstanding", written)
+    assert beat(store, "w1").idle_since == -1
+    assert raw.hget(store.key("seenmeta"), "outstanding") == "1"
 
 # -- leave.lua and release.lua ----------------------------------------------------------------
 
@@ -322,7 +337,7 @@ def test_the_seen_filter_stops_a_link_twice_but_not_an_unfiltered_entry(store, r
     b = link(store, "w1", "http://b.example/", filtered=False)
     assert store.commit(Batch(worker="w1", epoch=1, add=[a, b])).added == 2
     assert store.commit(Batch(worker="w1", epoch=1, add=[a, b])).added == 1
-    assert raw.get(store.key("outstanding")) == "3"
+    assert raw.hget(store.key("seenmeta"), "outstanding") == "3"
     meta = raw.hgetall(store.key("seenmeta"))
     assert (meta["seen"], meta["queued"]) == ("1", "3")
 
@@ -335,7 +350,7 @@ def test_an_acknowledged_entry_leaves_the_stream_and_the_count_once(store, raw):
     assert store.commit(batch).acked == 1
     assert store.commit(batch).acked == 0
     assert urls_in(raw, store.stream_of("w1")) == ["http://a.example/2"]
-    assert raw.get(store.key("outstanding")) == "1"
+    assert raw.hget(store.key("seenmeta"), "outstanding") == "1"
     assert raw.xpending(store.stream_of("w1"), "g")["pending"] == 1
 
 
@@ -351,7 +366,7 @@ def test_a_moved_entry_goes_once_and_keeps_the_count(store, raw):
     assert raw.xlen(store.stream_of("w1")) == 0
     assert raw.xpending(store.stream_of("w1"), "g")["pending"] == 0
     assert urls_in(raw, store.stream_of("w2")) == ["http://a.example/"]
-    assert raw.get(store.key("outstanding")) == "1"
+    assert raw.hget(store.key("seenmeta"), "outstanding") == "1"
 
 
 def test_a_parked_entry_leaves_the_stream_for_its_hosts_overflow_set(store, raw):
@@ -369,7 +384,7 @@ def test_a_parked_entry_leaves_the_stream_for_its_hosts_overflow_set(store, raw)
         (f"{eid} {entry('http://a.example/')}", 7.0)
     ]
     assert store.parked_hosts() == {"a.example"}
-    assert raw.get(store.key("outstanding")) == "1"
+    assert raw.hget(store.key("seenmeta"), "outstanding") == "1"
 
 
 def test_an_entrys_retry_is_added_only_while_the_entry_is_still_there(store, raw):
@@ -383,7 +398,7 @@ def test_an_entrys_retry_is_added_only_while_the_entry_is_still_there(store, raw
     again = store.commit(batch)
     assert (again.added, again.acked) == (0, 0)
     assert urls_in(raw, store.stream_of("w1")) == ["http://a.example/?retry"]
-    assert raw.get(store.key("outstanding")) == "1"
+    assert raw.hget(store.key("seenmeta"), "outstanding") == "1"
 
 
 def test_a_commit_records_pace_applied_dead_letters_and_counters(store, raw):

@@ -46,11 +46,11 @@ def test_a_failover_drops_exactly_the_unconfirmed_writes() -> None:
     try:
         primary = world.primaries[0]
         observer = world.observers[0]
-        before = observer.r.get(observer.prefix + "outstanding")
+        before = observer.r.hget(observer.prefix + "seenmeta", "outstanding")
         primary.losing = 1
-        observer.r.incr(observer.prefix + "outstanding")  # a write no caller saw confirmed
+        observer.r.hincrby(observer.prefix + "seenmeta", "outstanding")  # a write no caller saw confirmed
         primary.fail_over()
-        assert observer.r.get(observer.prefix + "outstanding") == before
+        assert observer.r.hget(observer.prefix + "seenmeta", "outstanding") == before
         assert primary.failovers == 1 and primary.losing == 0
     finally:
         world.close()

@@ -42,7 +42,7 @@ def test_an_idle_looking_crawl_with_an_entry_is_not_called_idle(redis_url, crawl
         raw.hset(store.key("seenmeta"), "queued", 1)  # a crawl that has begun
         raw.xadd(store.stream_of("w1"), {"r": '{"u":"http://a.example/"}'})
         assert beat(store, "w1") == -1
-        assert int(raw.get(store.key("outstanding"))) == 1
+        assert int(raw.hget(store.key("seenmeta"), "outstanding")) == 1
     finally:
         raw.close()
         store.close()

@@ -25,8 +25,8 @@ key                type    written by
 ``inbox``          STREAM  commit: submissions made while no worker is alive
 ``orphans``        SET     leave, expiry: streams of departed workers, drained by anyone
 ``seen:N``         STRING  commit: layer N of the Bloom seen filter (BITFIELD)
-``seenmeta``       HASH    commit: the seen filter's shape and fill; URLs seen and queued
-``outstanding``    STRING  commit: entries waiting or held anywhere, fleet-wide
+``seenmeta``       HASH    commit: the seen filter's shape and fill; URLs seen and queued;
+                           ``outstanding``: entries waiting or held anywhere, fleet-wide
 ``idle_since``     STRING  heartbeat, commit: server ms since nothing was outstanding
 ``pace``           HASH    commit, leave: host -> pacing state for its next owner;
                            deleted by the new owner's next commit, if still as read

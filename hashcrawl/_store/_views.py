@@ -180,7 +180,7 @@ class Views(Connection):
         with self._redis.pipeline(transaction=False) as pipe:
             pipe.hgetall(self.key("stats"))
             pipe.hlen(self.key("dead"))
-            pipe.get(self.key("outstanding"))
+            pipe.hget(self.key("seenmeta"), "outstanding")
             pipe.hgetall(self.key("rvhist"))
             pipe.time()
             stats, dead, outstanding, due, (seconds, _) = pipe.execute()
@@ -188,7 +188,7 @@ class Views(Connection):
             "leases_reclaimed": _whole(stats.get("leases_reclaimed")),
             "queue_bad": _whole(stats.get("queue_bad")),
             "dead": int(dead),
-            "outstanding": int(outstanding or 0),
+            "outstanding": _whole(outstanding),
             **{f"revisit_{k}": v for k, v in _revisit_view(due, int(seconds), stats).items()},
         }
 

@@ -8,8 +8,9 @@
 --   P..'q:'..worker   STREAM XACK + XDEL of finished entries; XADD of routed ones
 --   P..'inbox'        STREAM XADD when no worker is alive (drained like an orphan)
 --   P..'seen:'..i     STRING Bloom filter layer i (bits, set with BITFIELD)
---   P..'seenmeta'     HASH   L (layers), n (entries in the last layer), c0, p; seen, queued
---   P..'outstanding'  STRING + entries added, - entries deleted
+--   P..'seenmeta'     HASH   L (layers), n (entries in the last layer), c0, p; seen, queued;
+--                            outstanding: + entries added, - entries deleted (read and
+--                            written with the filter's fill: no command of its own)
 --   P..'idle_since'   STRING deleted when something is added while nothing was outstanding
 --   P..'pace'         HASH   host -> pacing state handed to its next owner; HDEL of
 --                            records their new owner has read, if still as read (unpace)
@@ -75,10 +76,14 @@ if b.w == '' and b.i then redis.call('SET', P .. 'instance', b.i, 'NX') end
 
 -- The seen filter: a scalable Bloom filter. Layer i holds c0 * 2^i entries at a false
 -- positive rate of p / 2^(i+1), so the rate over all layers stays below p.
-local meta = redis.call('HMGET', P .. 'seenmeta', 'L', 'n', 'c0', 'p', 'seen', 'queued')
+local meta = redis.call('HMGET', P .. 'seenmeta', 'L', 'n', 'c0', 'p', 'seen', 'queued',
+  'outstanding')
 local L, n = tonumber(meta[1] or '0'), tonumber(meta[2] or '0')
 local L0, n0 = L, n
 local seen0, queued0 = tonumber(meta[5] or '0'), tonumber(meta[6] or '0')
+-- A count written by hand that is not a number counts as 0: the heartbeat's recount
+-- puts it right once the crawl looks idle.
+local before = tonumber(meta[7] or '0') or 0
 local c0, p = tonumber(meta[3] or '1048576'), tonumber(meta[4] or '1e-6')
 if L == 0 then
   L = 1
@@ -222,8 +227,6 @@ if b.src ~= '' then
   end
 end
 local delta = added - acked
-local before = 0
-if delta ~= 0 then before = redis.call('INCRBY', P .. 'outstanding', delta) - delta end
 -- idle_since is set only while nothing is outstanding, and every add that ends that
 -- deletes it: with entries outstanding before this commit, there is none to delete.
 if added > 0 and (delta == 0 or before <= 0) then redis.call('DEL', P .. 'idle_since') end
@@ -243,9 +246,12 @@ if b.dead and #b.dead > 0 then
   stats.dead = (stats.dead or 0) + #b.dead / 2
 end
 
--- The seen filter's fill and the two busiest counters go back in one HSET.
+-- The seen filter's fill and the three busiest counters go back in one HSET.
 if L ~= L0 or n ~= n0 or added > 0 then
-  redis.call('HSET', P .. 'seenmeta', 'L', L, 'n', n, 'seen', seen0 + new_seen, 'queued', queued0 + added)
+  redis.call('HSET', P .. 'seenmeta', 'L', L, 'n', n, 'seen', seen0 + new_seen,
+    'queued', queued0 + added, 'outstanding', before + delta)
+elseif delta ~= 0 then
+  redis.call('HSET', P .. 'seenmeta', 'outstanding', before + delta)
 end
 local flat = {}
 for f, v in pairs(stats) do

@@ -6,11 +6,11 @@
 --   P..'epoch'       STRING membership epoch, +1 on every change        (join, leave, expiry)
 --   P..'orphans'     SET   streams of departed workers, to be drained   (leave, expiry)
 --   P..'inbox'       STREAM submissions made while no worker was alive  (commit)
---   P..'outstanding' STRING entries waiting or held, fleet-wide (commit); recounted here
 --   P..'parked', P..'park:'..host  read when recounting
 --   P..'idle_since'  STRING server ms since which nothing was outstanding
---   P..'seenmeta'    HASH  read: 'queued', entries ever added; a crawl that never had
---     one has not begun, so it is not idle (workers started before the first submit wait)
+--   P..'seenmeta'    HASH  'outstanding': entries waiting or held, fleet-wide (commit);
+--     recounted here. 'queued': entries ever added; a crawl that never had one has not
+--     begun, so it is not idle (workers started before the first submit wait)
 --   P..'stats'       HASH  fleet counters (leases_reclaimed here)
 --   P..'w:'..worker  HASH  the worker's own counters, replaced wholesale
 --   P..'instance'    STRING the crawl's marker: checked against the worker's
@@ -94,14 +94,16 @@ local orphans = redis.call('SCARD', P .. 'orphans')
 if redis.call('XLEN', P .. 'inbox') > 0 then
   orphans = orphans + 1  -- submissions made while nobody was alive wait there
 end
-local outstanding = tonumber(redis.call('GET', P .. 'outstanding') or '0')
+local counts = redis.call('HMGET', P .. 'seenmeta', 'outstanding', 'queued')
+-- A count that is not a number (written by hand) is 0 here, so the recount below fixes it.
+local outstanding = tonumber(counts[1] or '0') or 0
 local idle_since = -1
 if outstanding <= 0 and orphans == 0 then
   idle_since = tonumber(redis.call('GET', P .. 'idle_since') or '-1')
 end
 -- A crawl that never queued an entry has not begun: it is not idle, and there is
 -- nothing to count (so its heartbeats stay as cheap as an idle crawl's).
-local begun = tonumber(redis.call('HGET', P .. 'seenmeta', 'queued') or '0') > 0
+local begun = (tonumber(counts[2] or '0') or 0) > 0
 if outstanding <= 0 and orphans == 0 and idle_since < 0 and begun then
   -- Before calling the crawl idle, count for real: entries written by hand (or lost
   -- with a Redis that restarted without persistence) must not end a crawl early. Once
@@ -113,7 +115,7 @@ if outstanding <= 0 and orphans == 0 and idle_since < 0 and begun then
     actual = actual + redis.call('ZCARD', P .. 'park:' .. h)
   end
   if actual ~= outstanding then
-    redis.call('SET', P .. 'outstanding', actual)
+    redis.call('HSET', P .. 'seenmeta', 'outstanding', actual)
     outstanding = actual
   end
   if outstanding <= 0 then

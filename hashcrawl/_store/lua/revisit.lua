@@ -9,7 +9,7 @@
 --   P..'rvdue'      ZSET   bucket -> the earliest due_s of its records      (put, take)
 --   P..'rvhist'     HASH   minute (due_s // 60) -> records due in it         (put, take)
 --   P..'inbox'      STREAM XADD: a due page's entry, drained to its host's owner (take)
---   P..'outstanding' STRING + the entries take added
+--   P..'seenmeta'   HASH   'outstanding': + the entries take added
 --   P..'idle_since' STRING deleted when take adds an entry
 --   P..'stats'      HASH   revisit_changed, revisit_unchanged (put); revisit_bad (take)
 --   P..'bad'        LIST   LPUSH + LTRIM: a sample of each unreadable record dropped
@@ -124,7 +124,7 @@ for _, bucket in ipairs(buckets) do
   end
 end
 if taken > 0 then
-  redis.call('INCRBY', P .. 'outstanding', taken)
+  redis.call('HINCRBY', P .. 'seenmeta', 'outstanding', taken)
   redis.call('DEL', P .. 'idle_since')
 end
 if dropped > 0 then redis.call('HINCRBY', P .. 'stats', 'revisit_bad', dropped) end
