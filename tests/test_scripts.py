@@ -224,9 +224,10 @@ def test_an_outstanding_count_that_went_wrong_is_recounted_from_streams_and_park
     assert raw.hget(store.key("seenmeta"), "outstanding") == "2"
 
 
-
 @pytest.mark.parametrize("written", ["many", "1.5e", "-"])
-def test_an_outstanding_count_that_is_not_a_number_costs_nothing_and_is_recounted(store, raw, written):
+def test_an_outstanding_count_that_is_not_a_number_costs_nothing_and_is_recounted(
+    store, raw, written
+):
     """A count written by hand that is no number: the commit counts from 0 rather than
     failing, and the next heartbeat that would call the crawl idle recounts it."""
     begun(store, raw)
@@ -238,6 +239,7 @@ def test_an_outstanding_count_that_is_not_a_number_costs_nothing_and_is_recounte
     raw.hset(store.key("seenmeta"), "outstanding", written)
     assert beat(store, "w1").idle_since == -1
     assert raw.hget(store.key("seenmeta"), "outstanding") == "1"
+
 
 # -- leave.lua and release.lua ----------------------------------------------------------------
 

@@ -48,7 +48,8 @@ def test_a_failover_drops_exactly_the_unconfirmed_writes() -> None:
         observer = world.observers[0]
         before = observer.r.hget(observer.prefix + "seenmeta", "outstanding")
         primary.losing = 1
-        observer.r.hincrby(observer.prefix + "seenmeta", "outstanding")  # a write no caller saw confirmed
+        # a write no caller saw confirmed
+        observer.r.hincrby(observer.prefix + "seenmeta", "outstanding")
         primary.fail_over()
         assert observer.r.hget(observer.prefix + "seenmeta", "outstanding") == before
         assert primary.failovers == 1 and primary.losing == 0
