@@ -9,6 +9,8 @@ from typing import Any
 
 import pytest
 import redis as redis_py
+from hypothesis import given
+from hypothesis import strategies as st
 
 from hashcrawl._core._due import Fetch, bucket_of, conditional, url_fingerprint
 from hashcrawl._core._entry import Entry
@@ -261,6 +263,19 @@ def test_bucket_bits_keep_about_64_records_a_bucket() -> None:
     assert bucket_bits(0) == bucket_bits(1) == MIN_BITS and bucket_bits(10**12) == MAX_BITS
     for pages in (10**5, 10**6, 3 * 10**6, 10**8):
         assert pages / 2 ** bucket_bits(pages) <= 64
+
+
+@given(fingerprint=st.binary(min_size=8, max_size=8), bits=st.integers(8, 24))
+def test_a_fingerprints_bucket_is_its_top_bits_so_there_are_2_to_the_bits_buckets(
+    fingerprint: bytes, bits: int
+) -> None:
+    """The bucket is the fingerprint's top ``bits`` bits: never one of more buckets than
+    the crawl was sized for (each bucket is a hash and a due-time member in Redis)."""
+    from hashcrawl._core._due import bucket_of
+
+    bucket = bucket_of(fingerprint, bits)
+    assert 0 <= bucket < 2**bits
+    assert bucket == int.from_bytes(fingerprint, "big") >> (64 - bits)
 
 
 def test_a_crawl_sized_for_more_pages_puts_records_in_its_own_buckets(
