@@ -105,6 +105,46 @@ def test_requests_to_one_host_are_the_delay_apart() -> None:
     assert isinstance(session.next_fetch(1.5), Held)
 
 
+def test_a_commit_is_due_when_half_the_slots_wait_not_at_every_page() -> None:
+    """Every slot is taken nearly always (a freed one is refilled at once), so a commit
+    is called when half of --concurrency waits for one not yet under way: a commit of
+    one or two pages would cost as many Redis commands as one of thirty."""
+    session = session_of(concurrency=4, delay=0.0)
+    ready(session, *(f"http://h{i}.test/" for i in range(8)))
+    held = [session.next_fetch(0.0) for _ in range(4)]
+    assert all(isinstance(h, Held) for h in held)
+    assert session.saturated()
+    assert session.fetch_ended(held[0], Outcome.done(held[0], [], []), 0.1) is False
+    assert session.fetch_ended(held[1], Outcome.done(held[1], [], []), 0.1) is True  # half
+    commit = session.next_commit()
+    session.commit_begun(commit)
+    assert session.fetch_ended(held[2], Outcome.done(held[2], [], []), 0.1) is False
+    assert session.fetch_ended(held[3], Outcome.done(held[3], [], []), 0.1) is True
+    batch = session.commit_batch(commit, 0.1)
+    assert session.committed(commit, batch, Committed(status="ok"), 0.01) == "ok"
+    assert len(session.outcomes) == 2 and isinstance(session.next_fetch(0.2), Held)
+
+
+def test_a_lone_page_waits_for_the_timer_unless_nothing_else_can_move() -> None:
+    """Fewer than half waiting: the commit timer takes them. But a sharded worker whose
+    pool of slots is full (the other shards' pages) and this shard with nothing in
+    flight to end and call a commit: at once, however few wait."""
+    from hashcrawl._core._gate import Pool
+
+    session = session_of(concurrency=4, delay=0.0)
+    ready(session, "http://a.test/")
+    held = session.next_fetch(0.0)
+    assert isinstance(held, Held)
+    assert session.fetch_ended(held, Outcome.done(held, [], []), 0.1) is False  # 1 of 4
+    other = session_of(concurrency=4)
+    pool = Pool(4, lambda: [session, other])
+    session.gate.pool = other.gate.pool = pool
+    other.ledger.uncommitted = 3  # with this shard's one page, the pool is full
+    assert session.commit_due()
+    other.ledger.uncommitted = 2
+    assert not session.commit_due()
+
+
 def test_uncommitted_pages_count_against_concurrency() -> None:
     """A page fetched but not committed holds its slot: a killed worker refetches few."""
     session = session_of(concurrency=1, delay=0.0)

@@ -32,7 +32,7 @@ class Ending(Protocol):
     fetching: dict[str, str]  # requests under way: entry id -> host
     in_flight: int
 
-    def saturated(self) -> bool: ...
+    def commit_due(self) -> bool: ...
 
 
 class Fetches:
@@ -74,7 +74,7 @@ class Fetches:
     def ended(self, held: Held, outcome: Outcome | None, now: float) -> bool:
         """``held``'s fetch is over, with ``outcome`` to commit (None: put back).
 
-        Returns whether a commit is due at once (every slot is taken).
+        Returns whether a commit is due at once (``Session.commit_due``).
         """
         tally = self.s.tally
         if outcome is not None and outcome.fault:
@@ -92,7 +92,7 @@ class Fetches:
         if outcome.backoff is not None:
             self.s.frontier.back_off(held.host, now + outcome.backoff)
         self.s.ledger.add_fetched(outcome)
-        return self.s.saturated()
+        return self.s.commit_due()
 
     def sitemaps_of(self, held: Held) -> list[Entry]:
         """With --sitemaps, the sitemaps of a host this session has not queued yet."""

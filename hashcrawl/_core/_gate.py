@@ -102,6 +102,22 @@ class Gate:
             return s.in_flight + s.ledger.uncommitted >= s.settings.concurrency
         return s.in_flight >= s.settings.concurrency or pool.full()
 
+    def commit_due(self) -> bool:
+        """Whether the committer should commit at once: half of --concurrency waits for a
+        commit not yet under way, or nothing else can move. A slot freed is refilled at
+        once, so every slot is taken nearly always: committing then would commit the
+        pages that ended during the last commit, a few at a time, at about ten Redis
+        commands a commit however few pages it carries. Half keeps the other half
+        fetching while a commit is under way, and the timer (``COMMIT_EVERY``) takes the
+        rest."""
+        s = self.s
+        ledger = s.ledger
+        if ledger.waiting >= max(1, s.settings.concurrency // 2):
+            return True
+        # No request in flight to end and call a commit, and none under way to free a
+        # slot (a sharded worker's slots are shared: ``Pool``): at once.
+        return ledger.waiting > 0 and not ledger.committing and not s.in_flight and self.saturated()
+
     def may_fetch(self, host: Host) -> bool:
         return (
             self.s.suspects.may_start(host)

@@ -31,6 +31,7 @@ class Ledger:
         self.outcomes: list[Outcome] = []
         self.uncommitted = 0  # fetched pages in ``outcomes``: each holds a slot
         self.items_pending = 0  # items of those, not yet written
+        self.committing = 0  # of ``uncommitted``, those in the commit under way
         self._slotted: set[int] = set()  # ids of outcomes counted in ``uncommitted``
         self._written: set[int] = set()  # ids of outcomes whose items are written
 
@@ -57,6 +58,15 @@ class Ledger:
     def items_written(self, count: int) -> None:
         self.items_pending -= count
 
+    def commit_begun(self, commit: Commit) -> None:
+        """``commit`` is under way: what fetches end meanwhile waits for the next one."""
+        self.committing = sum(1 for o in commit.outcomes if id(o) in self._slotted)
+
+    @property
+    def waiting(self) -> int:
+        """Fetched pages that wait for a commit not yet under way."""
+        return self.uncommitted - self.committing
+
     def commit_written(self, commit: Commit) -> None:
         """``commit``'s items are written (or, with a deliberate bug, will be)."""
         self._written.update(id(o) for o in commit.outcomes)
@@ -69,3 +79,4 @@ class Ledger:
         self.uncommitted -= len(slots)
         self._slotted.difference_update(id(o) for o in slots)
         self._written.difference_update(id(o) for o in outcomes)
+        self.committing = 0

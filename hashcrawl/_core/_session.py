@@ -48,7 +48,7 @@ from hashcrawl._settings import Settings
 log = logging.getLogger("hashcrawl")
 # A commit costs ~10 Redis commands however few pages it carries, so waiting 200 ms
 # keeps a worker with few hosts near 1 command per page; one whose --concurrency fills
-# up commits at once anyway (saturated() below), so the fetcher never waits on this.
+# up commits at once anyway (commit_due() below), so the fetcher never waits on this.
 COMMIT_EVERY = 0.2
 HANDOFF_WAIT = 1.0  # seconds a handoff waits for requests out to the hosts it gives away
 # A host with nothing queued or in flight is forgotten after this long idle, and beyond
@@ -284,6 +284,9 @@ class Session:
     def saturated(self) -> bool:
         return self.gate.saturated()
 
+    def commit_due(self) -> bool:
+        return self.gate.commit_due()
+
     # -- one fetch, start to end --------------------------------------------------------------
 
     def fetch_started(self, held: Held) -> tuple[int, list[str]] | None:
@@ -322,6 +325,9 @@ class Session:
     def items_written(self, count: int) -> None:
         self.tally.items += count
         self.ledger.items_written(count)
+
+    def commit_begun(self, commit: Commit) -> None:
+        self.ledger.commit_begun(commit)
 
     def commit_written(self, commit: Commit) -> None:
         self.ledger.commit_written(commit)

@@ -62,6 +62,7 @@ class Committer:
 
     async def commit_these(self, commit: Commit, carried: list[Entry]) -> None:
         session = self.m.session
+        session.commit_begun(commit)
         write_first = (
             "ack_before_write" not in self.m.worker.faults
         )  # off: a deliberate bug to catch
