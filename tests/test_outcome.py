@@ -67,11 +67,13 @@ def test_follows_outside_the_scope_are_dropped_and_seen_ones_skipped() -> None:
     """Only in-scope follows not in the seen cache go to the seen filter."""
     seen = SeenCache()
     known = Entry(url="http://a.test/known")
-    seen.remember([Outcome.done(held(), [], [known])], Scope(hosts=frozenset({"a.test"})))
+    scope = Scope(hosts=frozenset({"a.test"}))
+    first = batch()
+    router(scope=scope, seen=seen).add(first, Outcome.done(held(), [], [known]))
+    seen.remember(first.add)  # as a commit of ``first`` does
     assert fingerprint(known.key) in seen
     new, away = Entry(url="http://a.test/new"), Entry(url="http://b.test/")
     into = batch()
-    scope = Scope(hosts=frozenset({"a.test"}))
     router(scope=scope, seen=seen).add(into, Outcome.done(held(), [], [known, new, away]))
     assert [row[1] for row in into.add] == [new.encode()]
     assert into.ack == ["7-0"]
@@ -116,14 +118,23 @@ def test_the_seen_cache_forgets_its_oldest_beyond_its_size_and_never_notes_unfil
     follows are never noted (the filter never saw them)."""
     seen = SeenCache(size=2)
     scope = Scope(hosts=frozenset({"a.test"}))
+
+    def commit(*follows: Entry) -> None:
+        into = batch()
+        router(scope=scope, seen=seen).add(into, Outcome.done(held(), [], list(follows)))
+        seen.remember(into.add)
+
     entries = [Entry(url=f"http://a.test/{n}") for n in range(3)]
     for e in entries:
-        seen.remember([Outcome.done(held(), [], [e])], scope)
+        commit(e)
     assert len(seen) == 2
     assert fingerprint(entries[0].key) not in seen and fingerprint(entries[2].key) in seen
     skipped = [Entry(url="http://a.test/x", dont_filter=True), Entry(url="http://b.test/")]
-    seen.remember([Outcome.done(held(), [], skipped)], scope)
+    commit(*skipped)
     assert all(fingerprint(e.key) not in seen for e in skipped)
+    unfiltered = [["q:w1", "{}", 5, 7, 0]]  # a row added without the filter (a deliberate bug)
+    seen.remember(unfiltered)
+    assert (5, 7) not in seen
 
 
 def test_an_unreadable_entry_is_acknowledged_as_bad_with_a_bounded_sample() -> None:

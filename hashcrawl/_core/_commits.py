@@ -121,8 +121,7 @@ class Commits:
         s.scope = attrs.evolve(s.scope, version=result.scope)
         s.ledger.committed(commit)
         s.carry.committed(batch.unpace)
-        s.seen.remember(outcomes, s.scope)
-        s.seen.remember_entries(carried, s.scope)
+        s.seen.remember(batch.add)  # the follows and ``carried`` that went through the filter
         return Status.OK
 
 

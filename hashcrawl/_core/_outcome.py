@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import enum
 import json
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Sequence
 from typing import Any
 
 import attrs
@@ -149,17 +149,18 @@ class SeenCache:
     def __len__(self) -> int:
         return len(self._seen)
 
-    def remember(self, outcomes: Iterable[Outcome], scope: Scope) -> None:
-        """Note the follows of committed ``outcomes`` that went through the filter."""
-        self.remember_entries((e for o in outcomes for e in o.follows), scope)
-
-    def remember_entries(self, entries: Iterable[Entry], scope: Scope) -> None:
-        """Note ``entries`` committed through the filter (follows, or links delivered)."""
-        for entry in entries:
-            if not entry.dont_filter and scope.allows(host_key(entry.canonical)):
-                self._seen[fingerprint(entry.key)] = None
-        while len(self._seen) > self.size:
-            del self._seen[next(iter(self._seen))]
+    def remember(self, added: Iterable[Sequence[Any]]) -> None:
+        """Note the links a commit added through the seen filter: the rows of its batch's
+        ``add`` (``[stream, payload, h1, h2, filter]``) with the filter flag set. Their
+        fingerprints are the ones the batch was made with, so none is computed twice;
+        dont_filter and out-of-scope follows have no such row (the filter never saw
+        them)."""
+        seen = self._seen
+        for row in added:
+            if row[4]:
+                seen[(row[2], row[3])] = None
+        while len(seen) > self.size:
+            del seen[next(iter(seen))]
 
 
 @attrs.frozen
