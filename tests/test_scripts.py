@@ -98,6 +98,28 @@ def test_a_join_makes_a_member_at_a_new_epoch_with_its_own_empty_stream(store, r
     assert marker == raw.get(store.key("instance")) != ""
 
 
+def test_a_join_without_a_clock_takes_the_servers_time_in_ms(redis_url, crawl_name, raw):
+    """A worker passes no clock (``hashcrawl join``): join.lua reads the server's TIME,
+    and the member's heartbeat and the reply's now are that time in ms, between the
+    server's ms before and after the call (a slip of the microseconds' part would put a
+    new member's lease up to a second off)."""
+    store = Store(RedisURL.parse(redis_url), crawl_name)  # no clock: the server's TIME
+
+    def server_ms() -> int:
+        seconds, micros = raw.time()
+        return seconds * 1000 + micros // 1000
+
+    try:
+        for worker in ("w1", "w1"):  # a new member, then the same one joining again
+            before = server_ms()
+            now, _, _ = store.join(worker, {})
+            after = server_ms()
+            assert before <= now <= after
+            assert raw.zscore(store.key("members"), worker) == now
+    finally:
+        store.close()
+
+
 def test_joining_again_while_a_member_keeps_the_stream_and_renews_the_lease(store, raw, clock):
     """A retried join changes no epoch and loses no entry; the lease runs from the retry."""
     store.join("w1", {})
