@@ -284,6 +284,22 @@ def test_a_pace_record_carries_the_last_request_to_the_next_owner() -> None:
     assert new.next_fetch(15.0) == pytest.approx(16.005, abs=0.01)
 
 
+def test_a_pace_record_counts_only_the_pages_the_host_was_sent() -> None:
+    """A host handed over before any of its pages went out carries no page count: the
+    next owner's --max-pages-per-host starts where this worker's did, at 0."""
+    from hashcrawl._core._pace import PaceRecord
+
+    old = session_of(members=("w1", "w2"), delay=1.0)
+    name = host_owned_by(old.latest, "w1")
+    ready(old, f"http://{name}/")
+    held = old.next_fetch(0.0)
+    assert isinstance(held, Held)
+    old.fetch_ended(held, None, 10.0)  # put back unsent
+    record = PaceRecord.from_text(old.pace_records([name], now=10.0)[name])
+    assert record.readable and record.taken == 0
+    assert old.pace_records([f"never-{name}"], now=10.0) == {}  # nothing known: no record
+
+
 def test_heartbeat_failures_give_up_after_a_lease() -> None:
     """A failed heartbeat is tolerated until a lease has passed since the last answered."""
     session = session_of()

@@ -117,6 +117,9 @@ def test_the_next_fetch_writes_the_next_due_time(revisits: Revisits, raw: Any, p
     figures = revisits.figures(NOW + 70)
     assert (figures.records, figures.next_hour) == (1, 1)
     assert raw.hget(prefix + "stats", "revisit_unchanged") == b"1"
+    # The minutes' counts: the one the record left is gone, not kept at 0 (a minute a
+    # record leaves would otherwise stay in the hash for good).
+    assert raw.hvals(prefix + "rvhist") == [b"1"]
 
 
 def test_changes_found_are_counted(revisits: Revisits, raw: Any, prefix: str) -> None:
