@@ -168,6 +168,27 @@ async def test_a_redirect_within_the_limit_is_followed_and_one_past_it_dead_lett
     assert dead.kind is Kind.DEAD and "more than 2 redirects" in dead.error
 
 
+@pytest.mark.parametrize("status", [300, 301, 302, 303, 307, 308, 399])
+async def test_every_3xx_with_a_location_is_followed_as_wget_follows_it(status: int) -> None:
+    """Any 3xx with a Location is a redirect, 300 Multiple Choices included (its Location
+    is the server's preferred choice, and wget follows it); a 2xx or 4xx with one is not."""
+    from hashcrawl._core._entry import Entry
+    from hashcrawl._core._frontier import Held
+    from hashcrawl._run._handling import Handler, Origin
+    from hashcrawl._web._models import Request, Response
+
+    async def answer(code: int) -> list[str]:
+        held = Held("1-0", Entry(url="http://a.test/old"), "a.test")
+        response = Response(
+            "http://a.test/old", code, {"location": "/new"}, b"", Request("http://a.test/old")
+        )
+        outcome = await Handler().handle(held, response, Origin("w1", None, False))
+        return [e.url for e in outcome.follows]
+
+    assert await answer(status) == ["http://a.test/new"]
+    assert await answer(299 if status == 300 else 400) == []
+
+
 async def test_a_redirects_target_is_one_level_deeper_and_none_is_followed_past_max_depth() -> None:
     """--max-depth counts a redirect as a link: the target of a page at the limit is not
     followed, one above it is, at the next depth."""
