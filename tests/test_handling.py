@@ -11,6 +11,7 @@ import trio
 
 import hashcrawl
 from hashcrawl._cli._server import RedisServer
+from hashcrawl._run import _callbacks
 from testing.fleet import (
     Crawled,
     Scenarios,
@@ -228,3 +229,39 @@ async def test_a_page_whose_callback_never_asks_for_links_counts_none_dropped() 
     outcome = await Handler(items_only).handle(held, response, Origin("w1"))
     assert outcome.kind is Kind.DONE and outcome.items == [{"url": "http://a.test/"}]
     assert outcome.dropped == 0
+
+
+# -- the time a callback holds the event loop -----------------------------------------------------
+
+
+class _Clock:
+    """A monotonic clock that moves only when a callback says it spent time."""
+
+    def __init__(self) -> None:
+        self.now = 100.0
+
+    def monotonic(self) -> float:
+        return self.now
+
+
+async def test_a_callbacks_steps_add_up_exactly_the_time_they_held_the_loop(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """The call and each ``next`` are timed, from nothing: 0.25 s to start, 0.5 s for each
+    of two things and 0.5 s more to find the end, 1.75 s in all (the warning's threshold
+    is compared with exactly this sum)."""
+    clock = _Clock()
+    monkeypatch.setattr(_callbacks, "time", clock)
+
+    def parse(response: object) -> Iterator[str]:
+        clock.now += 0.25
+        for thing in ("a", "b"):
+            clock.now += 0.5
+            yield thing
+        clock.now += 0.5
+
+    steps = _callbacks.Steps(parse, None, blocking=False)
+    assert steps.held_loop == 0
+    produced = [thing async for thing in steps.each()]
+    assert produced == ["a", "b"]
+    assert steps.held_loop == 1.75

@@ -19,6 +19,10 @@ from hashcrawl._core._shards import Ends, Report, choose_tags, shard_name, shard
 from hashcrawl._core._urls import host_key
 from hashcrawl._exceptions import ConfigError, ShardsChanged
 from hashcrawl._run._queue import Queue
+from hashcrawl._run._sharding import Sharded, share
+from hashcrawl._run._worker import Worker
+from hashcrawl._settings import Settings
+from hashcrawl._store._crawlconfig import change
 from hashcrawl._store._redisurl import RedisURL
 from hashcrawl._store._shards import (
     Shards,
@@ -322,3 +326,39 @@ def test_a_stopped_worker_leaves_every_shard_and_the_other_finishes(
     assert set(request_counts(requests)) >= server.site.expected()
     status = status_of(redis_url, crew.crawl)
     assert (status["ended"], status["workers"], status["held"]) == (True, 0, 0)
+
+
+def test_a_shards_share_of_the_concurrency_is_a_ceiling_of_at_least_one() -> None:
+    """64 over 3 shards is 22 each (the worker may run a few more, never fewer); 2 over 4
+    is still 1 each, or a shard could never fetch."""
+    assert share(Settings(concurrency=64), 3).concurrency == 22
+    assert share(Settings(concurrency=64), 1).concurrency == 64
+    assert share(Settings(concurrency=2), 4).concurrency == 1
+
+
+async def test_a_sharded_worker_takes_on_a_configured_change_in_every_shard(
+    redis_url: str, crawl_name: str
+) -> None:
+    """configure --delay 0.7 under a worker of three shards: the crawl's settings are
+    shard 0's to follow, and every shard's frontier paces by 0.7 once it has."""
+    worker = Worker(redis_url, crawl_name, idle=None, lease=2.0, grace=0.5, shards=3, delay=0.2)
+
+    async with trio.open_nursery() as nursery:
+        nursery.start_soon(worker.run)
+        started = lambda: isinstance(worker._driver, Sharded)  # noqa: E731
+        await await_until(started, what="the sharded worker started")
+        sharded = worker._driver
+        assert isinstance(sharded, Sharded)
+        await await_until(lambda: all(s is not None for s in sharded._sessions()), what="joined")
+        store = Store(RedisURL.parse(redis_url), crawl_name)
+        try:
+            await trio.to_thread.run_sync(lambda: change(store, {"delay": 0.7}))
+        finally:
+            store.close()
+        # Shard 0 beats every lease / 4 or the worker loses its membership: ten leases
+        # without the change taken is a worker that never takes it.
+        with trio.fail_after(10 * 2.0):
+            await await_until(lambda: worker.settings.delay == 0.7, what="the change taken")
+        assert [s.frontier.delay for s in sharded._sessions()] == [0.7] * 3
+        assert worker.crawl_settings is not None and worker.crawl_settings.version == 2
+        worker.stop()
