@@ -114,6 +114,17 @@ def targets(config: dict[str, object], files: Sequence[str]) -> list[tuple[Path,
     return list(found.items())
 
 
+def simulations_of(config: dict[str, object]) -> dict[str, str]:
+    """The simulation each file's mutants meet when its target names one (``simulation =
+    "shards"``: the sharded store's code, which the quick profile never runs)."""
+    chosen: dict[str, str] = {}
+    for target in config["target"]:  # type: ignore[attr-defined]
+        if "simulation" in target:
+            for path in ROOT.glob(target["glob"]):
+                chosen[str(path.relative_to(ROOT))] = target["simulation"]
+    return chosen
+
+
 def mutants_of(path: Path, operators: Sequence[str]) -> list[Mutant]:
     if path.suffix == ".lua":
         return distinct_ids([_from_lua(m) for m in lua_mutants.mutants_of(path, ROOT)])
@@ -256,6 +267,13 @@ class Plan:
     equivalent: dict[str, str]
     cache: Path | None = None  # where verdicts are kept (simulations.mutant_cache)
     simulation: str = "quick"  # or "shards": python -m simulations.shards (SHARD_RUNS runs)
+    # Files whose mutants meet another simulation than ``simulation`` (``simulations_of``).
+    simulation_of: dict[str, str] = attrs.Factory(dict)
+
+    def for_file(self, path: str) -> Plan:
+        """This plan as it runs a mutant of ``path``."""
+        simulation = self.simulation_of.get(path, self.simulation)
+        return self if simulation == self.simulation else attrs.evolve(self, simulation=simulation)
 
 
 def lua_invalid(mutants: Sequence[Mutant], workdir: Path) -> set[str]:
@@ -282,6 +300,7 @@ def lua_invalid(mutants: Sequence[Mutant], workdir: Path) -> set[str]:
 
 def run_one(mutant: Mutant, tests: list[str], plan: Plan, workdir: Path) -> Outcome:
     started = time.monotonic()
+    plan = plan.for_file(mutant.path)
     text = mutant.apply((SNAPSHOT[0] / mutant.path).read_text())
     if text is None:
         return Outcome(mutant, "no change", "invalid", 0.0)
@@ -458,8 +477,12 @@ def table(outcomes: Sequence[Outcome], plan: Plan, command: str, load: str) -> s
     by_sim = [o for o in killed if o.stage == "sim"]
     by_tests = [o for o in killed if o.stage == "tests"]
     timeouts = [o for o in killed if o.stage == "timeout"]
+    simulation = f"{plan.simulation} profile" if plan.simulation == "quick" else "sharded runs"
+    others = sorted({s for s in plan.simulation_of.values() if s != plan.simulation})
+    if others:  # the sharded store's files
+        simulation += ", " + ", ".join(others) + " where the file's target says so"
     lines = [
-        f"`{command}` (stages: {', '.join(plan.stages)}; quick profile seed {plan.seed}; "
+        f"`{command}` (stages: {', '.join(plan.stages)}; {simulation}, seed {plan.seed}; "
         f"load before: {load})",
         "",
         f"- mutants: {len(outcomes)} drawn, {len(outcomes) - len(valid)} invalid (Redis "
@@ -572,7 +595,9 @@ def main(argv: list[str] | None = None) -> int:
         sim_timeout=args.sim_timeout,
         equivalent=equivalent,
         cache=args.cache,
-        simulation=args.simulation,
+        simulation=args.simulation or "quick",
+        # --simulation names one for every mutant; without it, each file's target may.
+        simulation_of={} if args.simulation else simulations_of(config),
     )
     return _run(chosen, killers, plan, args, len(every))
 
@@ -686,8 +711,9 @@ def _parser() -> argparse.ArgumentParser:
     parser.add_argument(
         "--simulation",
         choices=("quick", "shards"),
-        default="quick",
-        help="the simulation stage: the quick profile, or the sharded store's runs",
+        default=None,
+        help="the simulation stage for every mutant: the quick profile, or the sharded "
+        "store's runs (default: the quick profile, or the one a file's target names)",
     )
     parser.add_argument("--test-timeout", type=float, default=300.0)
     parser.add_argument("--sim-timeout", type=float, default=1800.0)

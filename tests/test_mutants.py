@@ -130,3 +130,18 @@ def test_a_cached_verdict_is_reused_only_while_every_file_it_read_is_unchanged(
     assert mutant_cache.lookup(cache, "abcd1234", "env", root, ("pkg/a.py", "x = 3\n")) is None
     (root / "pkg" / "s.lua").write_text("return 2\n")
     assert mutant_cache.lookup(cache, "abcd1234", "env", root, mutated) is None
+
+
+def test_the_sharded_stores_files_meet_the_sharded_simulation_and_the_rest_the_quick_one() -> None:
+    """The quick profile never runs the sharded store's code: a mutant there is judged by
+    the sharded runs, which its target in mutants.toml names; --simulation overrides all."""
+    chosen = mutants.simulations_of(mutants.load_config())
+    assert chosen["hashcrawl/_run/_sharding.py"] == "shards"
+    assert chosen["hashcrawl/_core/_shards.py"] == "shards"
+    assert "hashcrawl/_core/_session.py" not in chosen
+    plan = mutants.Plan(
+        stages=("sim",), seed=1, test_timeout=1, sim_timeout=1, equivalent={},
+        simulation_of=chosen,
+    )  # fmt: skip
+    assert plan.for_file("hashcrawl/_run/_sharding.py").simulation == "shards"
+    assert plan.for_file("hashcrawl/_core/_session.py") is plan
