@@ -265,3 +265,46 @@ async def test_a_callbacks_steps_add_up_exactly_the_time_they_held_the_loop(
     produced = [thing async for thing in steps.each()]
     assert produced == ["a", "b"]
     assert steps.held_loop == 1.75
+
+
+async def test_links_the_worker_queued_already_are_counted_but_not_followed_again() -> None:
+    """The default parse leaves out the links in the worker's seen cache (the commit would
+    drop them): they count as found, and as kept where the rules would keep them, exactly
+    as when the commit dropped them; at the depth limit none is kept."""
+    from hashcrawl._core._batch import Batch
+    from hashcrawl._core._entry import Entry
+    from hashcrawl._core._frontier import Held
+    from hashcrawl._core._outcome import Router, SeenCache
+    from hashcrawl._core._ring import Ring
+    from hashcrawl._core._rules import Robots
+    from hashcrawl._core._scope import Scope
+    from hashcrawl._run._handling import Handler, Origin
+    from hashcrawl._settings import Settings
+    from hashcrawl._web._models import Request, Response
+
+    queued = ["http://a.test/a", "http://a.test/private/c", "http://b.test/x"]
+    seen = SeenCache()
+    router = Router(Ring.of(1, ("w1",)), lambda w: w, "inbox", scope=Scope(span=True), seen=seen)
+    batch = Batch(worker="w1", epoch=1)
+    for url in queued:  # as a commit that queued them remembers them
+        router.follow(batch, Entry(url=url))
+    seen.remember(batch.add)
+    links = "".join(f'<a href="{u}">x</a>' for u in ["/a", "/b", "/private/c", queued[2]])
+    body = f"<html><title>t</title><body>{links}</body></html>".encode()
+    response = Response(
+        "http://a.test/", 200, {"content-type": "text/html"}, body, Request("http://a.test/")
+    )
+    robots = Robots.parse("User-agent: *\nDisallow: /private/\n", "hashcrawl")
+    origin = Origin("w1", robots, False, seen)
+
+    def held(depth: int) -> Held:
+        return Held("1-0", Entry(url="http://a.test/", depth=depth), "a.test")
+
+    outcome = await Handler(settings=Settings(max_depth=3)).handle(held(0), response, origin)
+    assert [e.url for e in outcome.follows] == ["http://a.test/b"]
+    assert (outcome.found, outcome.known) == (4, 2)  # /private/c is refused, as before
+    without = await Handler().handle(held(0), response, Origin("w1", robots, False))
+    assert [e.url for e in without.follows] == ["http://a.test/a", "http://a.test/b", queued[2]]
+    assert len(without.follows) == outcome.known + len(outcome.follows)
+    deepest = await Handler(settings=Settings(max_depth=3)).handle(held(3), response, origin)
+    assert (deepest.follows, deepest.found, deepest.known) == ([], 4, 0)

@@ -9,7 +9,15 @@ import pytest
 from hypothesis import assume, given
 from hypothesis import strategies as st
 
-from hashcrawl._core._urls import canonicalize, domain_allowed, fingerprint, host_key, join_url
+from hashcrawl._core._entry import Entry
+from hashcrawl._core._urls import (
+    canonical_parts,
+    canonicalize,
+    domain_allowed,
+    fingerprint,
+    host_key,
+    join_url,
+)
 from hashcrawl._exceptions import InvalidURL
 from tests.strategies import any_urls, ascii_hosts, hrefs, http_urls, paths, ports
 
@@ -231,6 +239,21 @@ def test_host_key_is_stable_under_canonicalization(url: str) -> None:
     except InvalidURL:
         assume(False)
     assert host_key(canonical) == host_key(canonicalize(canonical))
+
+
+@given(st.one_of(any_urls, http_urls))
+def test_the_host_made_with_the_canonical_form_is_its_host_key(url: str) -> None:
+    """``canonical_parts`` gives what ``canonicalize`` and ``host_key`` give one by one,
+    and refuses what they refuse (an entry's ``host`` comes from it)."""
+    try:
+        canonical = canonicalize(url)
+    except InvalidURL:
+        with pytest.raises(InvalidURL):
+            canonical_parts(url)
+        return
+    assert canonical_parts(url) == (canonical, host_key(canonical))
+    entry = Entry(url=url)
+    assert (entry.host, entry.canonical) == (host_key(canonical), canonical)
 
 
 @given(st.sampled_from(["http", "https"]), ascii_hosts, ports, paths)

@@ -18,7 +18,7 @@ from typing import Any
 import attrs
 
 from hashcrawl._core._revisit import BadRecord, Record
-from hashcrawl._core._urls import canonicalize
+from hashcrawl._core._urls import canonical_parts
 from hashcrawl._exceptions import HashcrawlError
 
 #: The largest stream payload read as an entry; a longer one is a bad entry unread.
@@ -105,9 +105,11 @@ class Entry:
     handle_httpstatus_list: tuple[int, ...] = ()
     rule: int | None = None
     revisit: str | None = None  # a revisit's record (``_revisit.Record``) in hex ("V")
-    # ``canonical``, once asked: a follow is asked it five times or more (the robots
-    # check, scope, routing, the seen cache, the fingerprint); never stored or compared.
+    # ``canonical`` and ``host``, once asked: a follow is asked them five times or more
+    # (the robots check, scope, routing, the seen cache, the fingerprint); never stored
+    # or compared.
     _canonical: str | None = attrs.field(default=None, init=False, eq=False, repr=False)
+    _host: str | None = attrs.field(default=None, init=False, eq=False, repr=False)
 
     @property
     def key(self) -> str:
@@ -128,9 +130,27 @@ class Entry:
         """
         canonical = self._canonical
         if canonical is None:
-            canonical = canonicalize(self.url)
-            object.__setattr__(self, "_canonical", canonical)  # frozen: a cache, not a change
+            canonical = self._parts()[0]
         return canonical
+
+    @property
+    def host(self) -> str:
+        """The host key of ``url`` (``_urls.host_key`` of its canonical form), computed
+        once, with it.
+
+        Raises:
+            InvalidURL: ``url`` is not a crawlable http(s) URL.
+        """
+        host = self._host
+        if host is None:
+            host = self._parts()[1]
+        return host
+
+    def _parts(self) -> tuple[str, str]:
+        parts = canonical_parts(self.url)
+        object.__setattr__(self, "_canonical", parts[0])  # frozen: a cache, not a change
+        object.__setattr__(self, "_host", parts[1])
+        return parts
 
     def encode(self) -> str:
         """The entry as the JSON text stored in the stream's ``r`` field."""

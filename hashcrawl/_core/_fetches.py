@@ -81,7 +81,7 @@ class Fetches:
             tally.error(outcome.fault)
         if outcome is not None and outcome.kind is Kind.DONE:
             if outcome.found:
-                tally.links(outcome.found, len(outcome.follows))
+                tally.links(outcome.found, len(outcome.follows) + outcome.known)
             tally.links_dropped += outcome.dropped
             outcome.follows.extend(self.sitemaps_of(held))
         self.finish(held, now)

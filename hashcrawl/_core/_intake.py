@@ -19,7 +19,6 @@ from hashcrawl._core._frontier import Frontier, Held
 from hashcrawl._core._ledger import Ledger
 from hashcrawl._core._outcome import Kind, Outcome
 from hashcrawl._core._ring import Ring
-from hashcrawl._core._urls import host_key
 from hashcrawl._exceptions import Fenced, InvalidURL
 
 log = logging.getLogger("hashcrawl")
@@ -156,7 +155,7 @@ class Intake:
         for eid, payload in got:
             try:
                 entry = Entry.decode(payload)
-                host = host_key(entry.canonical)
+                host = entry.host
             except (BadEntry, InvalidURL) as exc:
                 log.warning("dropping a bad entry %s: %s", eid, exc)
                 ledger.add(Outcome.bad(eid, str(exc)))

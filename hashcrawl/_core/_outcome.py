@@ -24,7 +24,7 @@ from hashcrawl._core._frontier import Held
 from hashcrawl._core._ring import Ring
 from hashcrawl._core._rules import Robots
 from hashcrawl._core._scope import Scope
-from hashcrawl._core._urls import fingerprint, host_key
+from hashcrawl._core._urls import fingerprint
 from hashcrawl._exceptions import InvalidURL
 
 SEEN_CACHE = 200_000  # fingerprints of follows a worker remembers having queued
@@ -47,7 +47,9 @@ class Outcome:
     """What one held entry came to.
 
     ``backoff`` is how long (seconds) the entry's host should wait before its next
-    request; ``found`` and ``dropped`` count the page's links, for the metrics;
+    request; ``found`` and ``dropped`` count the page's links, for the metrics, and
+    ``known`` those kept but left out of ``follows`` because this worker queued them
+    already (the commit would drop them: see ``Origin.seen``);
     ``fault`` is ``"parse"`` when the parse callback failed: the page was fetched, and
     the error is the spider's, not the site's. ``revisit`` is written by the commit's
     revisit put, before the entry is acknowledged.
@@ -64,6 +66,7 @@ class Outcome:
     backoff: float | None = None
     found: int = 0
     dropped: int = 0
+    known: int = 0
     fault: str = ""
     revisit: Fetch | None = None  # the page's next revisit record, with --revisit
 
@@ -77,6 +80,7 @@ class Outcome:
         *,
         found: int = 0,
         dropped: int = 0,
+        known: int = 0,
     ) -> Outcome:
         return cls(
             kind=Kind.DONE,
@@ -87,6 +91,7 @@ class Outcome:
             widen=widen or [],
             found=found,
             dropped=dropped,
+            known=known,
         )
 
     @classmethod
@@ -148,6 +153,10 @@ class SeenCache:
 
     def __len__(self) -> int:
         return len(self._seen)
+
+    def queued(self, canonical: str) -> bool:
+        """Whether this worker queued a plain GET of ``canonical`` (a canonical URL)."""
+        return fingerprint(canonical) in self._seen
 
     def remember(self, added: Iterable[Sequence[Any]]) -> None:
         """Note the links a commit added through the seen filter: the rows of its batch's
@@ -226,7 +235,7 @@ class Router:
         """Add a follow that passes the scope and the seen filter; return one that skips
         the filter. The scope is applied here, as the batch is made, because the commit
         checks that it is still the fleet's (see ``_scope``)."""
-        host = host_key(entry.canonical)
+        host = entry.host
         if not self.scope.allows(host) or (self.foreign is not None and self.foreign(host)):
             return []
         if entry.dont_filter:
@@ -250,7 +259,7 @@ class Router:
         for eid, payload in got:
             try:
                 entry = Entry.decode(payload)
-                host = host_key(entry.canonical)
+                host = entry.host
             except (BadEntry, InvalidURL) as exc:
                 batch.bad.append([eid, f"{eid}: {exc}"[:300]])
                 continue
@@ -286,12 +295,16 @@ class Origin:
 
     ``robots`` are the page's host's rules when links back to that host are checked
     here (None: not checked); ``host_full`` says the host has had its
-    --max-pages-per-host; ``worker`` is the id written into default items.
+    --max-pages-per-host; ``worker`` is the id written into default items. ``seen``
+    is the worker's cache of the follows it queued: a link found in it goes no further
+    than the handler, since the commit would drop it (``Router.follow``), and the
+    handler need not make it an entry (None: every link goes on).
     """
 
     worker: str
     robots: Robots | None = None
     host_full: bool = False
+    seen: SeenCache | None = None
 
 
 def is_last_attempt(entry: Entry, max_attempts: int) -> bool:

@@ -137,7 +137,9 @@ class Page:
         if self.settings.cookies and set_cookies and owned:
             session.jars.take(held.host, held.entry.method, response.url, set_cookies)
         robots = session.robots.rules.get(held.host) if self.settings.obey_robots else None
-        self.origin = Origin(session.id, robots, self._host_full())
+        # With the seen filter's deliberate bug, every follow reaches the commit to meet it.
+        seen = None if "skip_seen_filter" in session.faults else session.seen
+        self.origin = Origin(session.id, robots, self._host_full(), seen)
         self.step = Step.HANDLE
         return self.step
 

@@ -31,7 +31,6 @@ MAX_URL_LENGTH = 8192
 _NUMERIC_HOST = re.compile(r"(?:0x[0-9a-f]*|[0-9]+)(?:\.(?:0x[0-9a-f]*|[0-9]+)){0,3}", re.ASCII)
 
 
-@functools.lru_cache(maxsize=65536)
 def canonicalize(url: str) -> str:
     """Return the canonical form of an http(s) URL, used for dedupe and routing.
 
@@ -44,6 +43,18 @@ def canonicalize(url: str) -> str:
     Raises:
         InvalidURL: not http(s), no host, a bad host or port, userinfo in the URL, or
             longer than ``MAX_URL_LENGTH`` characters.
+    """
+    return canonical_parts(url)[0]
+
+
+# A link is canonicalized where it is found, and asked its host for robots, scope and
+# routing: one cache holds both, and the host comes with the canonical form for free.
+@functools.lru_cache(maxsize=65536)
+def canonical_parts(url: str) -> tuple[str, str]:
+    """``canonicalize(url)`` and its ``host_key``, made together.
+
+    Raises:
+        InvalidURL: as ``canonicalize``.
     """
     if len(url) > MAX_URL_LENGTH:
         raise _too_long(url)
@@ -61,7 +72,7 @@ def canonicalize(url: str) -> str:
     canonical = urlunsplit((parts.scheme, authority, parts.path or "/", parts.query, ""))
     if len(canonical) > MAX_URL_LENGTH:  # percent-escapes can triple a URL's length
         raise _too_long(canonical)
-    return canonical
+    return canonical, authority
 
 
 # Asked of each link three times (robots, scope and routing, the seen cache) within one
@@ -81,7 +92,7 @@ def host_key(canonical_url: str) -> str:
     return _authority(canonical_url, parts)
 
 
-@functools.lru_cache(maxsize=16384)  # as host_key: routing, then the seen cache
+@functools.lru_cache(maxsize=65536)  # as host_key: routing, then the seen cache
 def fingerprint(canonical_url: str) -> tuple[int, int]:
     """Return two unsigned 32-bit hashes of a URL, seeds for a Bloom filter's double hashing.
 

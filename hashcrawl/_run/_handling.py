@@ -25,7 +25,7 @@ from hashcrawl._core._links import request_url
 from hashcrawl._core._outcome import PARSE_FAULT, Kind, Outcome, failure_wait, is_last_attempt
 from hashcrawl._core._outcome import Origin as Origin
 from hashcrawl._core._revisit import Policy, Verdict
-from hashcrawl._core._urls import canonicalize, host_key
+from hashcrawl._core._urls import canonical_parts
 from hashcrawl._exceptions import ConfigError, HttpError
 from hashcrawl._run._callbacks import (
     ParseTimeout,
@@ -75,6 +75,10 @@ class _Produced:
     items: list[Any] = attrs.Factory(list)
     follows: list[Entry] = attrs.Factory(list)
     dropped: int = 0  # requests past --max-links, not even read
+    # Links of the default parse that the worker queued already (``Origin.seen``), with
+    # their hosts: never made entries, but counted as found, and as kept if the rules
+    # would keep them.
+    known: list[tuple[str, str]] = attrs.Factory(list)
 
 
 class Handler:
@@ -164,7 +168,7 @@ class Handler:
             return Outcome.done(held, [], self._allowed(follows, held, origin))
         # A submitted URL that redirects (http to https, a bare domain to www.) brings
         # its target's host into the scope, as wget takes the start URL's redirect.
-        widen = [host_key(e.canonical) for e in redirect if entry.depth == 0]
+        widen = [e.host for e in redirect if entry.depth == 0]
         if redirect and (self.parse is not None or self.spider is not None):
             follows = self._allowed(redirect, held, origin)
             return Outcome.done(held, [], follows, widen, found=len(redirect))
@@ -213,8 +217,9 @@ class Handler:
             produced.items,
             self._allowed(follows, held, origin),
             widen,
-            found=len(follows),
+            found=len(follows) + len(produced.known),
             dropped=produced.dropped + unread_links(capped),
+            known=self._known_kept(produced.known, held, origin),
         )
 
     async def _timed(self, work: Awaitable[None]) -> None:
@@ -276,11 +281,23 @@ class Handler:
 
     @staticmethod
     def _default(held: Held, response: Response, origin: Origin, produced: _Produced) -> None:
-        """What the default parse produces: the page's item, and an entry per link."""
+        """What the default parse produces: the page's item, and an entry per link this
+        worker has not queued already (most links of a page are: navigation, and the
+        pages its neighbours link too)."""
         links = response.links() if 200 <= response.status < 300 else []
         produced.items.append(page_item(held, response, origin.worker))
         depth = held.entry.depth + 1
-        produced.follows += [Entry(url=u, depth=depth) for u in links]
+        seen = origin.seen
+        if seen is None:
+            produced.follows += [Entry(url=u, depth=depth) for u in links]
+            return
+        follows, known = produced.follows, produced.known
+        for url in links:
+            canonical, host = canonical_parts(url)  # links() gives only URLs that have one
+            if seen.queued(canonical):
+                known.append((url, host))
+            else:
+                follows.append(Entry(url=url, depth=depth))
 
     async def _run(
         self, call: Callable[[Any], Any], arg: Any, held: Held, produced: _Produced, base: str
@@ -372,7 +389,7 @@ class Handler:
             method, body = "GET", b""
             headers = tuple(h for h in headers if h[0].lower() != "content-type")
         try:
-            same_host = host_key(canonicalize(target)) == held.host
+            same_host = canonical_parts(target)[1] == held.host
         except ValueError:
             same_host = False
         return [
@@ -394,16 +411,27 @@ class Handler:
         # A link to this page's own host that its robots.txt forbids goes no further:
         # this worker owns the host and would refuse the entry anyway, after an XADD, a
         # read and an acknowledgement. Other hosts' rules are their owners' to apply.
+        deep = self.settings.max_depth
+        return [
+            e
+            for e in follows
+            if (deep is None or e.depth <= deep) and self._keeps(e.url, e.host, held, origin)
+        ]
+
+    def _known_kept(self, known: list[tuple[str, str]], held: Held, origin: Origin) -> int:
+        """How many of a default parse's ``known`` links ``_allowed`` would keep."""
+        deep = self.settings.max_depth
+        if deep is not None and held.entry.depth + 1 > deep:
+            return 0
+        return sum(self._keeps(url, host, held, origin) for url, host in known)
+
+    @staticmethod
+    def _keeps(url: str, host: str, held: Held, origin: Origin) -> bool:
+        """Whether a link found on ``held``'s page, to ``host``, passes the page's host's
+        rules (depth is the caller's: every link of a default parse has the same)."""
+        if host != held.host:
+            return True
         robots = origin.robots
         if robots is not None and robots.heavy:
             robots = None  # checking each link would stall the loop; the owner checks later
-        full, max_depth = origin.host_full, self.settings.max_depth
-        kept = []
-        for e in follows:
-            host = host_key(e.canonical)
-            if max_depth is not None and e.depth > max_depth:
-                continue
-            if host == held.host and (full or (robots is not None and not robots.allowed(e.url))):
-                continue
-            kept.append(e)
-        return kept
+        return not (origin.host_full or (robots is not None and not robots.allowed(url)))

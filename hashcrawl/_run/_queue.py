@@ -13,7 +13,7 @@ from hashcrawl._core._entry import Entry
 from hashcrawl._core._links import sendable
 from hashcrawl._core._ring import Ring
 from hashcrawl._core._scope import members as scope_members
-from hashcrawl._core._urls import canonicalize, fingerprint, host_key
+from hashcrawl._core._urls import canonicalize, fingerprint
 from hashcrawl._exceptions import ConfigError
 from hashcrawl._store._base import WorkerStore
 from hashcrawl._store._redisurl import RedisURL, check_crawl_name
@@ -177,7 +177,7 @@ def submit_entries(store: Target, entries: list[Entry]) -> int:
     to its host's shard."""
     added = 0
     for chunk in chunks(entries, BATCH):
-        members = scope_members(hosts={host_key(e.canonical) for e in chunk})
+        members = scope_members(hosts={e.host for e in chunk})
         if not isinstance(store, Shards):
             store.widen_scope(members)
             added += _submit_entries(store, chunk)
@@ -186,7 +186,7 @@ def submit_entries(store: Target, entries: list[Entry]) -> int:
             each.widen_scope(members)
         by_shard: dict[int, list[Entry]] = {}
         for entry in chunk:
-            by_shard.setdefault(store.shard_of(host_key(entry.canonical)), []).append(entry)
+            by_shard.setdefault(store.shard_of(entry.host), []).append(entry)
         for shard, group in sorted(by_shard.items()):
             added += _submit_entries(store.stores[shard], group)
     return added
@@ -214,7 +214,7 @@ def _submit_entries(store: WorkerStore, entries: list[Entry]) -> int:
         ring = Ring.of(*store.members())
         batch = Batch(worker="", epoch=ring.epoch)
         for entry in entries:
-            owner = ring.owner_of(host_key(entry.canonical))
+            owner = ring.owner_of(entry.host)
             target = store.stream_of(owner) if owner else store.inbox
             h1, h2 = fingerprint(entry.key)
             batch.add.append([target, entry.encode(), h1, h2, 0 if entry.dont_filter else 1])

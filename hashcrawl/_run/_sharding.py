@@ -38,7 +38,6 @@ from hashcrawl._core._outcome import Outcome
 from hashcrawl._core._scope import members as scope_members
 from hashcrawl._core._session import COMMIT_MAX
 from hashcrawl._core._shards import Ends, Report, shard_of
-from hashcrawl._core._urls import host_key
 from hashcrawl._exceptions import QueueError
 from hashcrawl._run._calls import Signal
 from hashcrawl._run._driver import Driver
@@ -202,7 +201,7 @@ class ShardDriver(Driver):
         scope = session.scope.widened(outcome.widen)
         elsewhere: dict[int, list[Entry]] = {}
         for entry in outcome.follows:
-            host = host_key(entry.canonical)
+            host = entry.host
             shard = shard_of(host, count)
             if shard != self.shard and scope.allows(host):
                 elsewhere.setdefault(shard, []).append(entry)
