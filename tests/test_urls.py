@@ -446,3 +446,44 @@ def test_a_url_that_escapes_past_the_cap_is_refused() -> None:
 def test_a_link_longer_than_the_cap_is_not_followed() -> None:
     """join_url drops a link whose URL is too long, as it drops any invalid one."""
     assert join_url("http://a.test/", "/" + "x" * 9000) is None
+
+
+_PLAINISH = st.builds(
+    "{}://{}{}{}".format,
+    st.sampled_from(["http", "https", "HTTP", "ftp"]),
+    st.one_of(
+        st.from_regex(r"[a-zA-Z0-9_.-]{1,20}", fullmatch=True),
+        st.from_regex(r"(0x)?[0-9]{1,4}(\.[0-9]{1,4}){0,3}", fullmatch=True),
+    ),
+    st.one_of(st.just(""), st.from_regex(r":[0-9]{1,6}", fullmatch=True)),
+    st.one_of(st.just(""), st.from_regex(r"/[A-Za-z0-9._~/%;?#-]{0,30}", fullmatch=True)),
+)
+
+
+@given(st.one_of(_PLAINISH, any_urls))
+def test_the_plain_urls_fast_path_gives_what_the_full_pass_gives(url: str) -> None:
+    """Where the fast path takes a URL (lower-case, unreserved path, no query), w3lib's
+    pass and the rules on top of it give the same canonical form and host; it leaves every
+    URL it is unsure of (dots, numeric hosts not in four decimals, ports out of range,
+    upper case, escapes) to that pass."""
+    from hashcrawl._core._urls import _full_parts, _plain_parts
+
+    fast = _plain_parts(url)
+    if fast is not None:
+        assert fast == _full_parts(url)
+
+
+def test_the_fast_path_takes_the_plain_urls_it_is_for() -> None:
+    """As most links are written: it must take them, or it saves nothing."""
+    from hashcrawl._core._urls import _plain_parts
+
+    assert _plain_parts("http://127.0.0.21:51439/p/330.html") == (
+        "http://127.0.0.21:51439/p/330.html",
+        "127.0.0.21:51439",
+    )
+    assert _plain_parts("https://docs.example.org:443") == (
+        "https://docs.example.org/",
+        "docs.example.org",
+    )
+    for unsure in ("http://127.1/", "http://a/./b", "http://A/", "http://a:65536/", "http://a/?q"):
+        assert _plain_parts(unsure) is None

@@ -29,6 +29,16 @@ _SHOWN_CHARS = 200
 MAX_URL_LENGTH = 8192
 # An IPv4 literal as the C resolver reads it: 1-4 parts, each decimal, octal or hex.
 _NUMERIC_HOST = re.compile(r"(?:0x[0-9a-f]*|[0-9]+)(?:\.(?:0x[0-9a-f]*|[0-9]+)){0,3}", re.ASCII)
+# A URL that canonicalize_url and the rules below leave as it is (but an empty path, and
+# a default port): lower-case scheme and host name, a port without leading zeros, a path
+# of unreserved characters and "/" only, no query, fragment, userinfo or escape. Most
+# links are; w3lib's full pass costs ~15 us a URL, this one ~1.
+_PLAIN_URL = re.compile(
+    r"(?P<scheme>https?)://(?P<host>[a-z0-9_-]{1,63}(?:\.[a-z0-9_-]{1,63})*)"
+    r"(?::(?P<port>[1-9][0-9]{0,4}))?(?P<path>/[A-Za-z0-9\-._~/]*)?",
+    re.ASCII,
+)
+_DOT_SEGMENT = re.compile(r"/\.\.?(?:/|$)")
 
 
 def canonicalize(url: str) -> str:
@@ -58,6 +68,12 @@ def canonical_parts(url: str) -> tuple[str, str]:
     """
     if len(url) > MAX_URL_LENGTH:
         raise _too_long(url)
+    plain = _plain_parts(url)
+    return plain if plain is not None else _full_parts(url)
+
+
+def _full_parts(url: str) -> tuple[str, str]:
+    """``canonical_parts`` by w3lib's ``canonicalize_url`` and the rules on top of it."""
     try:
         canonical = canonicalize_url(url)
     except ValueError as error:  # UnicodeError (bad IDNA) is a ValueError too
@@ -73,6 +89,24 @@ def canonical_parts(url: str) -> tuple[str, str]:
     if len(canonical) > MAX_URL_LENGTH:  # percent-escapes can triple a URL's length
         raise _too_long(canonical)
     return canonical, authority
+
+
+def _plain_parts(url: str) -> tuple[str, str] | None:
+    """``canonical_parts`` of a URL in ``_PLAIN_URL``'s domain, else None (the full pass)."""
+    match = _PLAIN_URL.fullmatch(url)
+    if match is None:
+        return None
+    scheme, host, port, path = match.group("scheme", "host", "port", "path")
+    if path is not None and _DOT_SEGMENT.search(path):
+        return None
+    if _NUMERIC_HOST.fullmatch(host) and _ipv4(host) != host:
+        return None  # "127.1", "0x7f.0.0.1": written as four decimals by the full pass
+    authority = host
+    if port is not None and int(port) != _DEFAULT_PORTS[scheme]:
+        if int(port) > 65535:
+            return None  # refused, with the reason, by the full pass
+        authority = f"{host}:{port}"
+    return f"{scheme}://{authority}{path or '/'}", authority
 
 
 # Asked of each link three times (robots, scope and routing, the seen cache) within one
