@@ -6,7 +6,7 @@ list means the invariant holds. Nothing here knows how hashcrawl works inside.
 
 from __future__ import annotations
 
-from collections import defaultdict
+from collections import Counter, defaultdict
 from collections.abc import Callable, Collection, Iterable, Mapping
 
 from simulations.web import Fetch
@@ -71,6 +71,23 @@ def accounting(outstanding: int, entries: int, planted: int = 0) -> list[str]:
         return []
     by_hand = f" ({planted} of them written by hand)" if planted else ""
     return [f"'outstanding' says {outstanding} but {entries} entries are queued or parked{by_hand}"]
+
+
+def fetched_counted(
+    counted: Mapping[str, int], fetches: Iterable[Fetch], written: Iterable[tuple[str, str]]
+) -> list[str]:
+    """Each worker's count of pages fetched (``counted``, its tally: what status and the
+    metrics add up) is true to the web's own log: at least the pages it wrote items for
+    (each was answered to it first), at most the pages the web answered it (robots.txt
+    aside)."""
+    answered = Counter(f.worker for f in fetches if f.status and not f.robots)
+    wrote = Counter(worker for _, worker in written)
+    return [
+        f"{name} counts {n} pages fetched, but wrote items for {wrote[name]} and the web "
+        f"answered it {answered[name]}"
+        for name, n in sorted(counted.items())
+        if not wrote[name] <= n <= answered[name]
+    ]
 
 
 def killer(deaths: int, max_attempts: int) -> list[str]:

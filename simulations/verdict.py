@@ -29,6 +29,11 @@ def violations(world: World) -> list[str]:
         + checks.politeness(world.fetches, world.delay_of)
         + checks.accounting(snap.outstanding, snap.entries, world.planted + len(world.planted_good))
         + checks.killer(world.killed_members, int(world.settings["max_attempts"]))
+        + checks.fetched_counted(
+            {n: w.session.tally.fetched for n, w in world.workers.items()},
+            world.fetches,
+            world.done,
+        )
         + reach.bad_counted(world)
         + reach.versions(world)
         + reach.parked_listed(world)
