@@ -219,7 +219,7 @@ class Handler:
             widen,
             found=len(follows) + len(produced.known),
             dropped=produced.dropped + unread_links(capped),
-            known=self._known_kept(produced.known, held, origin),
+            known=_known_kept(settings.max_depth, produced.known, held, origin),
         )
 
     async def _timed(self, work: Awaitable[None]) -> None:
@@ -415,23 +415,23 @@ class Handler:
         return [
             e
             for e in follows
-            if (deep is None or e.depth <= deep) and self._keeps(e.url, e.host, held, origin)
+            if (deep is None or e.depth <= deep) and _keeps(e.url, e.host, held, origin)
         ]
 
-    def _known_kept(self, known: list[tuple[str, str]], held: Held, origin: Origin) -> int:
-        """How many of a default parse's ``known`` links ``_allowed`` would keep."""
-        deep = self.settings.max_depth
-        if deep is not None and held.entry.depth + 1 > deep:
-            return 0
-        return sum(self._keeps(url, host, held, origin) for url, host in known)
 
-    @staticmethod
-    def _keeps(url: str, host: str, held: Held, origin: Origin) -> bool:
-        """Whether a link found on ``held``'s page, to ``host``, passes the page's host's
-        rules (depth is the caller's: every link of a default parse has the same)."""
-        if host != held.host:
-            return True
-        robots = origin.robots
-        if robots is not None and robots.heavy:
-            robots = None  # checking each link would stall the loop; the owner checks later
-        return not (origin.host_full or (robots is not None and not robots.allowed(url)))
+def _keeps(url: str, host: str, held: Held, origin: Origin) -> bool:
+    """Whether a link found on ``held``'s page, to ``host``, passes the page's host's
+    rules (depth is the caller's: every link of a default parse has the same)."""
+    if host != held.host:
+        return True
+    robots = origin.robots
+    if robots is not None and robots.heavy:
+        robots = None  # checking each link would stall the loop; the owner checks later
+    return not (origin.host_full or (robots is not None and not robots.allowed(url)))
+
+
+def _known_kept(deep: int | None, known: list[tuple[str, str]], held: Held, origin: Origin) -> int:
+    """How many of a default parse's ``known`` links ``_allowed`` would keep."""
+    if deep is not None and held.entry.depth + 1 > deep:
+        return 0
+    return sum(_keeps(url, host, held, origin) for url, host in known)
