@@ -227,6 +227,56 @@ state.commit(w=0)
 state.teardown()
 """,
     ),
+    "park_by_a_lost_owner": Bug(
+        summary=(
+            "A worker parked a host's overflow in a commit routed by a ring that gives "
+            "the host to a worker that had just joined (its ring had moved between the "
+            "read that parked and the commit). The new owner had read the set of parked "
+            "hosts when it joined and never looked again: the crawl stopped short with "
+            "those entries parked. Found by seed 3 of the quick "
+            "profile (python -m simulations --seed 3), which the suite did not run."
+        ),
+        fixed=(
+            "Router.add parks an entry only while the batch's ring gives this worker its "
+            "host; otherwise the entry moves to the owner's stream (the deliberate bug "
+            "park_unowned puts the old rule back)."
+        ),
+        replay="""\
+state = CrawlModel()
+state.setup(
+    site=Site(seed=10230, hosts=5, pages=29), faults=0, delay=1.0, roots=[48, 55, 29],
+    gap=0.0, latency=0.0, revisit='6', workers=1,
+)
+state.advance(seconds=1.0)
+state.run(order=0, seconds=0.5)
+state.submit(pages=[59, 43])
+state.take(w=0)
+state.advance(seconds=1.0)
+state.advance(seconds=0.1)
+state.join_in_flight()
+state.fetch(w=0)
+state.advance(seconds=1.0)
+state.fetch(w=0)
+state.advance(seconds=0.1)
+state.advance(seconds=1.0)
+state.submit(pages=[51, 62])
+state.run(order=400, seconds=4.0)
+state.fetch(w=0)
+state.take(w=1)
+state.fetch(w=0)
+state.submit(pages=[32])
+state.join_in_flight()
+state.join()
+state.stop(w=0)
+state.tick()
+state.join()
+state.tick()
+state.tick()
+state.tick()
+state.tick()
+state.teardown()
+""",
+    ),
 }
 
 

@@ -41,6 +41,20 @@ def test_a_forwarded_entry_moves_to_its_hosts_owner() -> None:
     assert into.mv == [["7-0", f"q:{RING.owner_of('a.test')}", held().entry.encode()]]
 
 
+def test_a_park_of_a_host_the_batchs_ring_gives_another_goes_to_that_owner() -> None:
+    """A park is an overflow set only while the ring the batch is routed by gives this
+    worker the host; otherwise the entry moves to the host's owner, who read ``parked``
+    when it took the host and would never look again (seed 3's crawl that stopped short)."""
+    owner = RING.owner_of("a.test")
+    mine = Batch(worker=owner, epoch=4, src=f"q:{owner}")
+    router().add(mine, Outcome.park(held()))
+    assert [row[:2] for row in mine.park] == [["7-0", "a.test"]] and mine.mv == []
+    other = "w1" if owner == "w2" else "w2"
+    theirs = Batch(worker=other, epoch=4, src=f"q:{other}")
+    router().add(theirs, Outcome.park(held()))
+    assert theirs.park == [] and theirs.mv == [["7-0", f"q:{owner}", held().entry.encode()]]
+
+
 def test_nobody_alive_routes_to_the_inbox() -> None:
     """With an empty ring, entries wait in the inbox."""
     assert Router(Ring.of(5, ()), lambda w: f"q:{w}", "inbox").target_of("a.test") == "inbox"

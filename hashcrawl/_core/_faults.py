@@ -27,7 +27,10 @@ docs/simulation.md says. A :class:`Faults` value is passed in (``Worker(faults=.
   s), so the next take, a second later, queues the page again: duplicate revisits;
 - ``revisit_put_after_ack``: the committer writes the pages' next revisit records after
   the commit that acknowledges them, not before: a worker that dies in between loses
-  those pages' revisits (their records keep the take's lease, or a first fetch has none).
+  those pages' revisits (their records keep the take's lease, or a first fetch has none);
+- ``park_unowned``: a commit parks an entry in its host's overflow set though the ring
+  it is routed by gives the host to another worker, who read ``parked`` before and never
+  looks again: the entries wait unseen and the crawl stops short.
 
 Deliberate bugs of a sharded crawl (``_run._sharding``; the simulation
 ``simulations.shards`` runs them):
@@ -68,6 +71,7 @@ KNOWN = frozenset(
         "send_stale",
         "revisit_stays_due",
         "revisit_put_after_ack",
+        "park_unowned",
         "deliver_after_ack",
         "foreign_in_source",
         "end_from_one_sweep",

@@ -205,7 +205,7 @@ class Router:
             batch.mv.append([eid, self.target_of(held.host), outcome.payload])
             return
         if kind is Kind.PARK:
-            batch.park.append([eid, held.host, park_score(held), outcome.payload])
+            self._park(batch, outcome)
             return
         # What the seen filter would not stop twice goes with the acknowledgement, once.
         once: list[str] = []
@@ -219,6 +219,18 @@ class Router:
             batch.once.append([eid, *once])
         else:
             batch.ack.append(eid)
+
+    def _park(self, batch: Batch, outcome: Outcome) -> None:
+        """Park an entry in its host's overflow set, or, when this batch's ring gives the
+        host to another worker, move it to that owner's stream instead: the new owner read
+        ``parked`` when it took the host, so a set filled after that would wait unseen."""
+        held = outcome.held
+        assert held is not None
+        target = self.target_of(held.host)
+        if target != batch.src and "park_unowned" not in self.faults:
+            batch.mv.append([outcome.eid, target, outcome.payload])
+        else:
+            batch.park.append([outcome.eid, held.host, park_score(held), outcome.payload])
 
     def _retry(self, batch: Batch, held: Held, error: str, fault: str = "") -> list[str]:
         entry = attrs.evolve(held.entry, attempts=held.entry.attempts + 1)
