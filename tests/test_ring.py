@@ -34,3 +34,21 @@ def test_a_ring_remembers_a_bounded_number_of_owners() -> None:
 def test_an_empty_ring_names_no_owner() -> None:
     """With nobody alive, no host has an owner."""
     assert Ring.of(1, ()).owner_of("a.test") is None
+
+
+def test_a_join_or_a_leave_moves_about_one_nth_of_the_hosts_and_no_others() -> None:
+    """When one of N workers joins or leaves, about 1/N of the hosts change owners (within
+    half of it at these sizes), and every host that moves goes to the joiner or comes
+    from the leaver: no host moves between two workers that stayed."""
+    hosts = [f"site{i}.example.com" for i in range(5_000)]
+    for n in (3, 10, 50):
+        members = [f"crawler-{n}-{i:04x}" for i in range(n)]
+        before = [Ring.of(1, members).owner_of(h) for h in hosts]
+        joined = [Ring.of(2, [*members, "joiner"]).owner_of(h) for h in hosts]
+        left = [Ring.of(2, members[1:]).owner_of(h) for h in hosts]
+        to_joiner = [now for was, now in zip(before, joined, strict=True) if was != now]
+        from_leaver = [was for was, now in zip(before, left, strict=True) if was != now]
+        assert set(to_joiner) == {"joiner"}
+        assert set(from_leaver) == {members[0]}
+        assert 1 / 2 < len(to_joiner) / len(hosts) * (n + 1) < 3 / 2
+        assert 1 / 2 < len(from_leaver) / len(hosts) * n < 3 / 2

@@ -34,7 +34,7 @@ SEEDED_EXAMPLES = 40
 # A timing switch likewise, by its seeds in turn, each for up to SEEDED_EXAMPLES examples.
 # wide_fresh_window's one seed (6) caught it only after 150 s, the suite's third-longest
 # test. Alone, each first seed here catches its switch in 1-3 s, its spares in 3-9 s
-# (wide_fresh_window: seeds 1 and 8-11 miss it in 40; the scan: docs/notes/session-2026-12-04.md).
+# (wide_fresh_window: seeds 1 and 8-11 miss it in 40; the scan: docs/simulation.md).
 TIMING = {
     "newest_as_settled": ("two workers fetched at once|less than its delay", (5, 2, 3)),
     "wide_fresh_window": ("fetched at once|less than its delay", (7, 2, 3)),

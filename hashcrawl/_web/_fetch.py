@@ -206,7 +206,7 @@ class HttpxFetcher:
 
         httpx's client and transport cost more per request than its connection pool
         (its request and response models, the auth and redirect generators, the cookie
-        and hook layers, a wrapper per stream): see docs/notes/issue-22.md (send5).
+        and hook layers, a wrapper per stream): see docs/performance.md ("The send path").
         """
         plain = not (request.headers or request.body or request.method in ("POST", "PUT", "PATCH"))
         url = plain_url(request.url) if plain else None

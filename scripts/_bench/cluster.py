@@ -1,8 +1,7 @@
-#!/usr/bin/env python3
 """What a Redis Cluster costs a crawl, and what shards spread: the bench's crawl on one
 server and on local clusters, with and without --shards.
 
-The bench's site (scripts/bench_site.py, nginx if installed) and its hashcrawl workers
+The bench's site (scripts/_bench/static_site.py, nginx if installed) and its hashcrawl workers
 (``--delay 0``, 64 requests in flight each), once per run of ``--runs``: P:S is P
 primaries (1: one private Redis server; 3 or 6: a local cluster with a replica each,
 testing/cluster.py, the URL naming a node that does not hold the crawl's slot) and S
@@ -14,8 +13,8 @@ busiest primary's CPU (a fleet is capped where that primary's core runs out); th
 run against the first as ratios (the machine is shared: compare the ratios, not the
 seconds).
 
-    .venv/bin/python scripts/bench_cluster.py                 # 5,000 pages, 2 workers
-    .venv/bin/python scripts/bench_cluster.py --runs 1:1,3:6,6:12 --pages 20000 --workers 4
+    scripts/bench --cluster                 # 5,000 pages, 2 workers
+    scripts/bench --cluster --runs 1:1,3:6,6:12 --pages 20000 --workers 4
 """
 
 from __future__ import annotations
@@ -24,30 +23,28 @@ import argparse
 import contextlib
 import functools
 import os
-import sys
 import tempfile
 import time
 from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
-import bench_crawl
-import bench_site
-
 from hashcrawl._cli._server import RedisServer
 from hashcrawl._run._queue import Queue
 from testing.cluster import Cluster
 
+from . import crawl, static_site
+
 Snapshot = Callable[[], tuple[dict[str, int], dict[str, float]]]
 
 
-def main() -> int:
-    args = _parser().parse_args()
+def main(argv: list[str] | None = None) -> int:
+    args = _parser().parse_args(argv)
     work = Path(args.workdir or tempfile.mkdtemp(prefix="hashcrawl-bench-cluster-"))
     print(f"work directory {work}; load average {_load()}", flush=True)
-    port = bench_site.free_port()
-    seeds = bench_site.generate(work / "site", hosts=args.hosts, pages=args.pages, port=port)
-    site = bench_site.StaticServer(work / "site", work / "server", hosts=args.hosts, port=port)
+    port = static_site.free_port()
+    seeds = static_site.generate(work / "site", hosts=args.hosts, pages=args.pages, port=port)
+    site = static_site.StaticServer(work / "site", work / "server", hosts=args.hosts, port=port)
     print(f"site: {args.pages} pages on {args.hosts} hosts, served by {site.kind}", flush=True)
     results: dict[str, dict[str, Any]] = {}
     runs = [_run_of(text) for text in args.runs.split(",")]
@@ -92,7 +89,7 @@ def _one_server(work: Path) -> Iterator[tuple[str, Snapshot]]:
 @contextlib.contextmanager
 def _cluster(primaries: int, work: Path) -> Iterator[tuple[str, Snapshot]]:
     with Cluster(work / "cluster", primaries=primaries) as cluster:
-        key = f"hc:{{{bench_crawl.CRAWL}}}:epoch"
+        key = f"hc:{{{crawl.CRAWL}}}:epoch"
         holder = cluster.primary_of(key)
         url = next(n.url for n in cluster.primaries() if n is not holder)
         nodes = [n.url for n in cluster.primaries()]
@@ -104,7 +101,7 @@ def _snapshot(urls: list[str]) -> tuple[dict[str, int], dict[str, float]]:
     calls: dict[str, int] = {}
     cpu: dict[str, float] = {}
     for url in urls:
-        got, _, seconds = bench_crawl.redis_snapshot(url)
+        got, _, seconds = crawl.redis_snapshot(url)
         for name, count in got.items():
             calls[name] = calls.get(name, 0) + count
         cpu[url] = seconds
@@ -115,7 +112,7 @@ def _crawl(
     name: str,
     store: Callable[[Path], contextlib.AbstractContextManager[tuple[str, Snapshot]]],
     seeds: list[str],
-    site: bench_site.StaticServer,
+    site: static_site.StaticServer,
     work: Path,
     args: argparse.Namespace,
     shards: int,
@@ -131,16 +128,16 @@ def _crawl(
             # Each shard gets its share of --concurrency: 64 each, as one shard has.
             extra = ["--shards", str(shards), "--concurrency", str(64 * shards)]
             extra = extra if shards > 1 else []
-            with Queue(url, bench_crawl.CRAWL, shards=shards) as queue:
+            with Queue(url, crawl.CRAWL, shards=shards) as queue:
                 queue.submit([])  # records the shards before the launcher submits
             where = Path(checkout) if checkout else None
-            launch = bench_crawl.hashcrawl_launcher(seeds, args.workers, extra, checkout=where)
+            launch = crawl.hashcrawl_launcher(seeds, args.workers, extra, checkout=where)
             pids, _, _ = launch(url, run_dir)
-            _, in_time = bench_crawl.wait_all(pids, time.monotonic() + args.timeout)
+            _, in_time = crawl.wait_all(pids, time.monotonic() + args.timeout)
             calls_after, cpu_after = snapshot()
     finally:
         site.stop()
-    pages, _, first, last = bench_crawl.served(log)
+    pages, _, first, last = crawl.served(log)
     calls = {k: v - calls_before.get(k, 0) for k, v in calls_after.items()}
     calls = {k: v for k, v in calls.items() if v > 0}
     # Replicas' acknowledgements to their primary are replication, not the crawl's.
@@ -189,7 +186,7 @@ def _load() -> str:
 
 
 def _parser() -> argparse.ArgumentParser:
-    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    p = argparse.ArgumentParser(prog="scripts/bench --cluster", description=__doc__.splitlines()[0])
     p.add_argument("--pages", type=int, default=5000, help="pages in the site")
     p.add_argument("--hosts", type=int, default=50, help="loopback hosts")
     p.add_argument("--workers", type=int, default=2, help="hashcrawl join processes")
@@ -203,7 +200,3 @@ def _parser() -> argparse.ArgumentParser:
     p.add_argument("--timeout", type=float, default=300.0, help="seconds allowed per crawl")
     p.add_argument("--workdir", type=Path, help="keep everything here")
     return p
-
-
-if __name__ == "__main__":
-    sys.exit(main())

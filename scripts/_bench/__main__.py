@@ -1,14 +1,23 @@
 """hashcrawl's benchmark: crawl a local multi-host site with hashcrawl and scrapy-redis.
 
-Run through ``scripts/bench`` (which prepares ``.venv-bench``). One run, on one machine:
+Run through ``scripts/bench`` (which prepares ``.venv-bench``). Two named scenarios run
+instead of the default one, each with options of its own (``scripts/bench --cluster
+--help``):
+
+- ``--cluster``: the bench's crawl on one Redis server and on local Redis Clusters, with
+  and without ``--shards`` (``cluster.py``);
+- ``--revisits``: fixed against adaptive revisits on the revisit test site, judged from
+  its log (``revisits.py``).
+
+The default scenario, one run on one machine:
 
 1. generate a site of ``--pages`` pages over ``--hosts`` loopback hosts and serve it
    with nginx (or a fallback server, named in the output);
-2. crawl it to the end with hashcrawl (1 worker), the bare loop (``bench_bare.py``: trio,
+2. crawl it to the end with hashcrawl (1 worker), the bare loop (``_bench/bare.py``: trio,
    httpx and lxml with no coordination, the stack's ceiling), scrapy-redis (1 process),
    then hashcrawl with 2 and 4 workers, each against a fresh private Redis;
    then crawl a one-host site with ``wget -r``, ``hashcrawl crawl`` and the bare loop
-   (``bench_onehost.py``);
+   (``_bench/onehost.py``);
 3. push ``--seen-urls`` URLs through the seen filter and measure its memory and its
    wrongly-seen rate; watch a worker's memory with ``--queued`` URLs queued;
 4. optionally (``--profile``) crawl once more under py-spy and print the top of the
@@ -34,11 +43,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-import bench_crawl
-import bench_memory
-import bench_onehost
-import bench_profile
-import bench_site
+from . import cluster, crawl, memory, onehost, pyspy, revisits, static_site
 
 REPO = Path(__file__).resolve().parent.parent
 MB = 1024
@@ -48,30 +53,42 @@ WARC_LOOP = "hashcrawl x1 +warc on the loop"  # HASHCRAWL_WARC_PROCESS=0: no wri
 PARSE_RUN = "hashcrawl x1 +parse process"  # HASHCRAWL_PARSE_PROCESS=1 (issue 22's experiment)
 
 
-def main() -> int:
-    args = _parser().parse_args()
+# A named scenario and what runs it, with the arguments after its name.
+SCENARIOS: dict[str, Callable[[list[str]], int]] = {
+    "--cluster": cluster.main,
+    "--revisits": revisits.main,
+}
+
+
+def main(argv: list[str] | None = None) -> int:
+    argv = list(sys.argv[1:] if argv is None else argv)
+    for name, scenario in SCENARIOS.items():
+        if name in argv:
+            argv.remove(name)
+            return scenario(argv)
+    args = _parser().parse_args(argv)
     work = Path(args.workdir or tempfile.mkdtemp(prefix="hashcrawl-bench-"))
     work.mkdir(parents=True, exist_ok=True)
     clock = _Clock()
     machine = describe_machine()
     clock.say(f"work directory {work}; load average {_load()}")
-    port = bench_site.free_port()
-    seeds = bench_site.generate(work / "site", hosts=args.hosts, pages=args.pages, port=port)
+    port = static_site.free_port()
+    seeds = static_site.generate(work / "site", hosts=args.hosts, pages=args.pages, port=port)
     pages = len(seeds) * max(1, args.pages // args.hosts)
-    site = bench_site.StaticServer(
+    site = static_site.StaticServer(
         work / "site", work / "server", hosts=args.hosts, port=port, use_nginx=not args.no_nginx
     )
     clock.say(f"site: {pages} pages on {args.hosts} hosts, served by {site.kind}")
     results = []
     for name, launch in _contenders(args, seeds) if args.pages else []:
-        result = bench_crawl.measure(
+        result = crawl.measure(
             name, launch, site=site, work=work, expected_pages=pages, timeout=args.timeout
         )
         results.append(result)
         clock.say(f"{name}: {result.pages_per_s:.0f} pages/s; load average {_load()}")
     one_host = []
     if args.one_host_pages or args.one_host_docs:
-        one_host = bench_onehost.run(
+        one_host = onehost.run(
             work,
             pages=args.one_host_pages,
             docs=args.one_host_docs,
@@ -84,14 +101,12 @@ def main() -> int:
             clock.say(f"one host, {r.name}: {r.pages} pages in {r.wall:.1f} s; load {_load()}")
     seen = queued = None
     if args.seen_urls:
-        seen = bench_memory.seen_filter(
-            work, urls=args.seen_urls, probes=args.probes, batch=args.batch
-        )
+        seen = memory.seen_filter(work, urls=args.seen_urls, probes=args.probes, batch=args.batch)
         clock.say(f"seen filter: {seen['urls']} URLs at {seen['urls_per_s']:.0f}/s")
     if args.queued:
         site.start(work / "queued-access.log")
         try:
-            queued = bench_memory.queued_rss(
+            queued = memory.queued_rss(
                 work, site_hosts=site.hosts, port=port, urls=args.queued, watch=args.watch
             )
         finally:
@@ -114,7 +129,7 @@ def main() -> int:
     (work / "results.json").write_text(json.dumps(report, indent=1))
     print(render(report, results, profile))
     if one_host:
-        print("\n".join(bench_onehost.render(one_host)))
+        print("\n".join(onehost.render(one_host)))
     if not args.keep and not args.workdir:
         shutil.rmtree(work, ignore_errors=True)
     else:
@@ -123,32 +138,32 @@ def main() -> int:
 
 
 def _contenders(args: argparse.Namespace, seeds: list[str]) -> list[tuple[str, Any]]:
-    runs: list[tuple[str, Any]] = [("hashcrawl x1", bench_crawl.hashcrawl_launcher(seeds, 1))]
+    runs: list[tuple[str, Any]] = [("hashcrawl x1", crawl.hashcrawl_launcher(seeds, 1))]
     if args.before:
-        launch = bench_crawl.hashcrawl_launcher(seeds, 1, checkout=args.before)
+        launch = crawl.hashcrawl_launcher(seeds, 1, checkout=args.before)
         runs.append(("hashcrawl x1 before", launch))
     if args.parse_process:
         env = {"HASHCRAWL_PARSE_PROCESS": "1"}
-        runs.append((PARSE_RUN, bench_crawl.hashcrawl_launcher(seeds, 1, env=env)))
+        runs.append((PARSE_RUN, crawl.hashcrawl_launcher(seeds, 1, env=env)))
     if not args.no_bare:
-        runs.append(("bare loop x1", bench_crawl.bare_launcher(seeds)))
+        runs.append(("bare loop x1", crawl.bare_launcher(seeds)))
     if args.warc:
-        runs.append((WARC_RUN, bench_crawl.hashcrawl_launcher(seeds, 1, warc=True)))
-        launch = bench_crawl.hashcrawl_launcher(seeds, 1, warc=True, items=False)
+        runs.append((WARC_RUN, crawl.hashcrawl_launcher(seeds, 1, warc=True)))
+        launch = crawl.hashcrawl_launcher(seeds, 1, warc=True, items=False)
         runs.append((WARC_ALONE, launch))
         env = {"HASHCRAWL_WARC_PROCESS": "0"}
-        runs.append((WARC_LOOP, bench_crawl.hashcrawl_launcher(seeds, 1, warc=True, env=env)))
+        runs.append((WARC_LOOP, crawl.hashcrawl_launcher(seeds, 1, warc=True, env=env)))
     if not args.no_scrapy:
-        runs.append(("scrapy-redis x1", bench_crawl.scrapy_launcher(seeds)))
+        runs.append(("scrapy-redis x1", crawl.scrapy_launcher(seeds)))
     for n in args.scale:
-        runs.append((f"hashcrawl x{n}", bench_crawl.hashcrawl_launcher(seeds, n)))
+        runs.append((f"hashcrawl x{n}", crawl.hashcrawl_launcher(seeds, n)))
     return runs
 
 
 def _profile(
     args: argparse.Namespace,
     seeds: list[str],
-    site: bench_site.StaticServer,
+    site: static_site.StaticServer,
     work: Path,
     pages: int,
     clock: _Clock,
@@ -156,12 +171,12 @@ def _profile(
     spy = shutil.which("py-spy") or str(Path(sys.executable).parent / "py-spy")
     raw = work / "profile.txt"
     wrap = [spy, "record", "--rate", "100", "--format", "raw", "--output", str(raw), "--"]
-    launch = bench_crawl.hashcrawl_launcher(seeds, 1, wrap=wrap)
-    bench_crawl.measure(
+    launch = crawl.hashcrawl_launcher(seeds, 1, wrap=wrap)
+    crawl.measure(
         "profile", launch, site=site, work=work, expected_pages=pages, timeout=args.timeout
     )
     clock.say("profiled one more hashcrawl x1 crawl under py-spy")
-    return bench_profile.top(raw)
+    return pyspy.top(raw)
 
 
 # -- the report ----------------------------------------------------------------------------
@@ -328,7 +343,7 @@ def _software() -> str:
     from importlib.metadata import version
 
     parts = [f"Python {platform.python_version()}", _first_line(["redis-server", "--version"])]
-    nginx = shutil.which("nginx") or bench_site._sbin("nginx")
+    nginx = shutil.which("nginx") or static_site._sbin("nginx")
     if nginx:
         parts.append(_first_line([nginx, "-v"]))
     for package in ("hashcrawl", "httpx", "trio", "redis", "Scrapy", "scrapy-redis", "Twisted"):
@@ -428,6 +443,21 @@ def _parser() -> argparse.ArgumentParser:
     p.add_argument("--profile", action="store_true", help="also profile a worker with py-spy")
     p.add_argument("--workdir", type=Path, help="keep everything here")
     p.add_argument("--keep", action="store_true", help="keep the temporary work directory")
+    scenarios = p.add_argument_group(
+        "named scenarios", "run instead of the default one; the options after them are theirs"
+    )
+    scenarios.add_argument(
+        "--cluster",
+        action="store_true",
+        help="one Redis server against local clusters, with and without --shards "
+        "(scripts/bench --cluster --help)",
+    )
+    scenarios.add_argument(
+        "--revisits",
+        action="store_true",
+        help="fixed against adaptive revisits, judged from the site's log "
+        "(scripts/bench --revisits --help)",
+    )
     return p
 
 

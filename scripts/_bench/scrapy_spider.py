@@ -7,7 +7,7 @@ The queue and the seen set live in Redis (``SCHEDULER_PERSIST`` keeps them at th
 that their memory can be measured); the crawl ends when the queue is empty and nothing
 is in flight, as a lone Scrapy process does.
 
-    python scripts/bench_scrapy_spider.py --redis redis://... --output items.jsonl SEED...
+    python scripts/_bench/scrapy_spider.py --redis redis://... --output items.jsonl SEED...
 """
 
 from __future__ import annotations

@@ -1,4 +1,3 @@
-#!/usr/bin/env python3
 """Fixed against adaptive revisits on a real crawl, judged from the test site's own log.
 
 A loopback site (testing/revisitsite.py, one host) serves pages that change every
@@ -17,7 +16,7 @@ idle time while a page was due; 304s and conditional headers received; and every
 between two requests (robots.txt too) against --delay, exactly. Then a table of both.
 With --log-dir each run's log is kept there as JSON lines.
 
-    scripts/revisit_compare [--minute S] [--minutes N] [--delay D] [--log-dir DIR]
+    scripts/bench --revisits [--minute S] [--minutes N] [--delay D] [--log-dir DIR]
 """
 
 from __future__ import annotations
@@ -177,7 +176,9 @@ def saved(site: RevisitSite, directory: Path | None, name: str) -> None:
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser = argparse.ArgumentParser(
+        prog="scripts/bench --revisits", description=__doc__.splitlines()[0]
+    )
     parser.add_argument("--minute", type=float, default=4.0, help="seconds per scaled minute")
     parser.add_argument("--minutes", type=int, default=40, help="scaled minutes per run")
     parser.add_argument("--delay", type=float, default=0.1)
@@ -221,7 +222,3 @@ def _bounds(schedule: list[str]) -> dict[str, int]:
     named = _named(schedule)
     return {k.removeprefix("revisit_").replace("min", "low").replace("max", "high"): int(v)
             for k, v in named.items() if k != "revisit"}  # fmt: skip
-
-
-if __name__ == "__main__":
-    sys.exit(main())

@@ -8,7 +8,7 @@ own stack can do with nothing of hashcrawl around it. It follows ``<a href>`` li
 the start URLs' hosts, with fragments dropped, and writes one JSON line per page (URL,
 status and title, no fsync). It ends when nothing is queued and nothing is in flight.
 
-    python scripts/bench_bare.py --concurrency 64 --per-host 1 -o pages.jsonl URL...
+    python scripts/_bench/bare.py --concurrency 64 --per-host 1 -o pages.jsonl URL...
 """
 
 from __future__ import annotations

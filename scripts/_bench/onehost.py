@@ -1,16 +1,17 @@
 """One host crawled to the end by ``wget -r``, ``hashcrawl crawl`` and the bare loop, in one run.
 
 The site is one host's tree: by default the bench generator's pages on one host, or a
-directory of HTML given with ``--one-host-docs`` (Debian's javadoc, say: see
-``scripts/bench_links.py``). nginx serves it as ``bench_site.StaticServer`` does, and
-each contender's wall time runs from the first request nginx saw to the last page it
-served; pages are the distinct URLs it answered 200 for (robots.txt excluded), so a
-contender that follows stylesheet links counts them too.
+directory of HTML given with ``--one-host-docs`` (Debian's javadoc, say:
+``apt-get download openjdk-17-doc && dpkg-deb -x openjdk-17-doc_*.deb root``, then
+``root/usr/share/doc/openjdk-17-jre-headless/api``). nginx serves it as
+``static_site.StaticServer`` does, and each contender's wall time runs from the first
+request nginx saw to the last page it served; pages are the distinct URLs it answered 200
+for (robots.txt excluded), so a contender that follows stylesheet links counts them too.
 
 - ``wget -r``: ``wget -r -l inf --delete-after -nv`` (robots.txt obeyed, one connection);
 - ``hashcrawl crawl``: one worker with its private Redis, ``--delay 0``, the ``--per-host``
   given, ``-o items.jsonl`` (fsynced, as by default);
-- ``bare loop``: ``scripts/bench_bare.py`` with the same ``--per-host``.
+- ``bare loop``: ``scripts/_bench/bare.py`` with the same ``--per-host``.
 """
 
 from __future__ import annotations
@@ -21,8 +22,7 @@ import time
 from pathlib import Path
 from typing import Any
 
-import bench_crawl
-import bench_site
+from . import crawl, static_site
 
 SCRIPTS = Path(__file__).resolve().parent
 
@@ -31,7 +31,7 @@ def site(work: Path, *, pages: int, docs: Path | None, port: int) -> tuple[Path,
     """The tree to serve (``ROOT/127.0.0.2``) and the start URL."""
     root = work / "one-host"
     if docs is None:
-        (seed,) = bench_site.generate(root, hosts=1, pages=pages, port=port)
+        (seed,) = static_site.generate(root, hosts=1, pages=pages, port=port)
         return root, seed
     root.mkdir(parents=True, exist_ok=True)
     (root / "127.0.0.2").symlink_to(docs.resolve())
@@ -50,11 +50,11 @@ def run(
     parse_process: bool = False,
 ) -> list[Any]:
     """Crawl the site with each contender in turn; ``before`` adds ``hashcrawl crawl``
-    of that checkout (see ``bench_crawl.hashcrawl_launcher``); ``parse_process`` adds it
+    of that checkout (see ``crawl.hashcrawl_launcher``); ``parse_process`` adds it
     with ``HASHCRAWL_PARSE_PROCESS=1`` (the default parse in a process of its own)."""
-    port = bench_site.free_port()
+    port = static_site.free_port()
     root, seed = site(work, pages=pages, docs=docs, port=port)
-    server = bench_site.StaticServer(root, work / "one-host-server", hosts=1, port=port)
+    server = static_site.StaticServer(root, work / "one-host-server", hosts=1, port=port)
     results = []
     for name, command in _contenders(seed, work, per_host):
         if command is None:
@@ -82,7 +82,7 @@ def _contenders(seed: str, work: Path, per_host: int) -> list[tuple[str, list[st
         "--fresh", "-q", "-o", str(work / "one-host-items.jsonl"),
     ]  # fmt: skip
     bare = [
-        sys.executable, str(SCRIPTS / "bench_bare.py"), seed, "--concurrency", "64",
+        sys.executable, str(SCRIPTS / "bare.py"), seed, "--concurrency", "64",
         "--per-host", str(per_host), "-o", str(work / "one-host-bare.jsonl"),
     ]  # fmt: skip
     return [
@@ -106,15 +106,15 @@ def _measure(
     log = run_dir / "access.log"
     server.start(log)
     try:
-        pid = bench_crawl._spawn(command, run_dir / "stderr.txt", checkout, env)
+        pid = crawl._spawn(command, run_dir / "stderr.txt", checkout, env)
         # wget exits 8 when the server answered some request with an error (a broken
         # link, as javadoc has): the crawl itself went to its end.
         ok = (0, 8) if name.startswith("wget") else (0,)
-        usage, in_time = bench_crawl.wait_all([pid], time.monotonic() + timeout, ok)
+        usage, in_time = crawl.wait_all([pid], time.monotonic() + timeout, ok)
     finally:
         server.stop()
-    pages, requests, first, last = bench_crawl.served(log)
-    return bench_crawl.Result(
+    pages, requests, first, last = crawl.served(log)
+    return crawl.Result(
         name=name,
         processes=1,
         pages=pages,

@@ -26,10 +26,11 @@ from typing import Any
 
 import attrs
 import redis as redis_py
-from bench_site import StaticServer, allow_flags, read_log
 
 from hashcrawl import Queue
 from hashcrawl._cli._server import RedisServer
+
+from .static_site import StaticServer, allow_flags, read_log
 
 CRAWL = "bench"
 SCRIPTS = Path(__file__).resolve().parent
@@ -309,11 +310,11 @@ def _hashcrawl_seen(url: str) -> int:
 
 
 def bare_launcher(seeds: list[str]) -> Launch:
-    """The bare trio + httpx + lxml loop (``bench_bare.py``): no Redis, a set for dedupe."""
+    """The bare trio + httpx + lxml loop (``_bench/bare.py``): no Redis, a set for dedupe."""
 
     def launch(url: str, run_dir: Path) -> tuple[list[int], Callable[[str], int], list[Path]]:
         output = run_dir / "pages.jsonl"
-        command = [sys.executable, str(SCRIPTS / "bench_bare.py"), "--concurrency", "64"]
+        command = [sys.executable, str(SCRIPTS / "bare.py"), "--concurrency", "64"]
         command += ["--per-host", "1", "-o", str(output), *seeds]
         return [_spawn(command, run_dir / "bare.err")], lambda _: 0, [output]
 
@@ -323,7 +324,7 @@ def bare_launcher(seeds: list[str]) -> Launch:
 def scrapy_launcher(seeds: list[str]) -> Launch:
     def launch(url: str, run_dir: Path) -> tuple[list[int], Callable[[str], int], list[Path]]:
         output = run_dir / "items.jsonl"
-        command = [sys.executable, str(SCRIPTS / "bench_scrapy_spider.py"), "--redis", url]
+        command = [sys.executable, str(SCRIPTS / "scrapy_spider.py"), "--redis", url]
         command += ["--output", str(output), *seeds]
         return [_spawn(command, run_dir / "scrapy.err")], _scrapy_seen, [output]
 

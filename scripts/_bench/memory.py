@@ -26,7 +26,6 @@ from typing import Any
 
 import psutil
 import redis as redis_py
-from bench_crawl import CRAWL, _join_command
 
 from hashcrawl import Queue
 from hashcrawl._cli._server import RedisServer
@@ -35,6 +34,8 @@ from hashcrawl._core._entry import Entry
 from hashcrawl._core._urls import fingerprint
 from hashcrawl._store._redisurl import RedisURL
 from hashcrawl._store._store import Batch, Store
+
+from .crawl import CRAWL, _join_command
 
 TRIM_EVERY = 20  # batches between trims of the stream the URLs land in
 
