@@ -7,6 +7,7 @@ from typing import Any
 import pytest
 
 from hashcrawl._core._entry import Entry
+from hashcrawl._core._epochs import Release
 from hashcrawl._core._frontier import Held
 from hashcrawl._core._handover import Handover
 from hashcrawl._core._outcome import Kind, Outcome
@@ -52,7 +53,7 @@ def ready(session: Session, *urls: str, at: float = 0.0) -> None:
     """Read ``urls`` into ``session`` and let it fetch their hosts (settled, paced)."""
     session.take_in([(f"{n}-0", Entry(url=u).encode().encode()) for n, u in enumerate(urls, 1)])
     session.beat_answered(beat(epoch=session.latest.epoch), sent=at, received=at)
-    session.pace_loaded(session.take_due_pace(), {}, session.epochs.settled)
+    session.pace_loaded(session.take_due_pace(), {}, session.epochs.release)
 
 
 def host_owned_by(ring: Ring, worker: str) -> str:
@@ -67,7 +68,7 @@ def test_a_joined_worker_fetches_only_once_the_fleet_settles_and_pace_is_read() 
     session.beat_answered(beat(settled=1), sent=0.0, received=0.0)
     assert session.take_due_pace() == ["a.test"]
     assert not isinstance(session.next_fetch(0.0), Held)  # its pace record is not read yet
-    session.pace_loaded(["a.test"], {}, 1)
+    session.pace_loaded(["a.test"], {}, Release(settled=1))
     got = session.next_fetch(0.0)
     assert isinstance(got, Held) and got.host == "a.test"
     assert session.in_flight == 1
@@ -280,7 +281,7 @@ def test_a_pace_record_carries_the_last_request_to_the_next_owner() -> None:
     new.take_in([("2-0", Entry(url=f"http://{name}/2").encode().encode())])
     new.beat_answered(beat(epoch=3, settled=3, now_ms=10_000), sent=15.0, received=15.0)
     # Its clock runs 5 s ahead of the server's (the heartbeat sent at 15 s came back at 10 s).
-    new.pace_loaded(new.take_due_pace(), {name: record}, 3)
+    new.pace_loaded(new.take_due_pace(), {name: record}, Release(settled=3))
     assert new.next_fetch(15.0) == pytest.approx(16.005, abs=0.01)
 
 

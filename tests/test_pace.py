@@ -7,6 +7,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from hashcrawl._core._entry import Entry
+from hashcrawl._core._epochs import Release
 from hashcrawl._core._frontier import Frontier, Held, Host
 from hashcrawl._core._pace import Carry, PaceRecord
 from hashcrawl._core._parts import Clock
@@ -64,9 +65,9 @@ def frontier_with(*names: str, since: int) -> Frontier:
 def test_a_record_is_read_only_once_the_fleet_has_settled_the_hosts_epoch() -> None:
     """A host gained at epoch 3 waits while the fleet has settled 2, and is due at 3."""
     carry, frontier = Carry(), frontier_with("a.test", since=3)
-    carry.want(["a.test"], frontier, settled=2)
+    carry.want(["a.test"], frontier, Release(settled=2))
     assert carry.take_due() == []
-    carry.want([], frontier, settled=3)
+    carry.want([], frontier, Release(settled=3))
     assert carry.take_due() == ["a.test"]
     assert carry.take_due() == []
 
@@ -74,7 +75,7 @@ def test_a_record_is_read_only_once_the_fleet_has_settled_the_hosts_epoch() -> N
 def test_a_host_no_longer_held_is_not_read() -> None:
     """A host handed on before its record was due is dropped from the wait."""
     carry = Carry()
-    carry.want(["gone.test"], frontier_with(since=1), settled=5)
+    carry.want(["gone.test"], frontier_with(since=1), Release(settled=5))
     assert (carry.take_due(), carry.unpaced) == ([], set())
 
 

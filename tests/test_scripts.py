@@ -201,6 +201,20 @@ def test_a_heartbeat_reports_the_oldest_applied_epoch_as_settled(store, raw):
     assert raw.hget(store.key("applied"), "w2") == "2"
 
 
+def test_a_heartbeat_names_the_members_behind_and_the_rings_they_fetch_by(store, raw):
+    """While a member has not applied the newest epoch, the heartbeat reports each member
+    behind with its applied epoch and that epoch's members; once settled, nothing, and the
+    rings below the settled epoch are pruned."""
+    store.join("w1", {})
+    store.join("w2", {})
+    got = beat(store, "w2", applied=2, known=2)
+    assert (got.settled, dict(got.behind)) == (1, {"w1": 1})
+    assert got.rings == {1: ("w1",)}
+    got = beat(store, "w1", applied=2, known=2)
+    assert (got.settled, dict(got.behind), dict(got.rings)) == (2, {}, {})
+    assert set(raw.hkeys(store.key("rings"))) == {"2"}
+
+
 def test_a_heartbeat_records_the_workers_counters(store, raw):
     """The stats pairs replace the worker's own counters."""
     store.join("w1", {})

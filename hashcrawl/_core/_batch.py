@@ -18,7 +18,7 @@ from __future__ import annotations
 
 import enum
 import json
-from collections.abc import Iterable, Iterator, Sequence
+from collections.abc import Iterable, Iterator, Mapping, Sequence
 from typing import Any, TypeVar
 
 import attrs
@@ -209,13 +209,18 @@ class Beat:
     idle_since: int = -1
     orphans: int = 0
     settings: str = ""  # the version of the crawl's settings (see _crawlconfig)
+    #: While some member has not applied the newest epoch: each such member's applied
+    #: epoch, and the members of the rings they fetch by (see ``Release``).
+    behind: Mapping[str, int] = attrs.field(factory=dict)
+    rings: Mapping[int, tuple[str, ...]] = attrs.field(factory=dict)
     members: tuple[str, ...] | None = None
 
     @classmethod
     def from_reply(cls, reply: Sequence[Any]) -> Beat:
         if reply[0] != "ok":
             return cls(alive=False, now_ms=int(reply[1]), lost=reply[0] == "lost")
-        members = tuple(sorted(reply[7:])) if len(reply) > 7 else None
+        members = tuple(sorted(reply[8:])) if len(reply) > 8 else None
+        behind, rings = _release(reply[7] if len(reply) > 7 else "")
         return cls(
             alive=True,
             now_ms=int(reply[1]),
@@ -224,8 +229,21 @@ class Beat:
             idle_since=int(reply[4]),
             orphans=int(reply[5]),
             settings=str(reply[6]),
+            behind=behind,
+            rings=rings,
             members=members,
         )
+
+
+def _release(text: str) -> tuple[dict[str, int], dict[int, tuple[str, ...]]]:
+    """The heartbeat's JSON of members behind and their rings ('' when none is)."""
+    if not text:
+        return {}, {}
+    got = json.loads(text)
+    behind = {str(m): int(e) for m, e in (got.get("behind") or {}).items()}
+    # Lua's cjson writes an empty list as {}.
+    rings = {int(e): tuple(sorted(m or ())) for e, m in (got.get("rings") or {}).items()}
+    return behind, rings
 
 
 def dead_key(url: str) -> str:

@@ -89,8 +89,11 @@ class Heartbeat:
             self.s.members_read(beat.epoch, beat.members)
         # Taking the newest epoch for the settled one is a deliberate bug to catch.
         settled = beat.epoch if "newest_as_settled" in self.s.faults else beat.settled
-        if settled != self.s.epochs.settled:
-            self.s.epochs.settled = settled
+        # This worker is never behind itself; forgetting the others is a deliberate bug.
+        behind = {m: e for m, e in beat.behind.items() if m != self.s.id}
+        if "release_unchecked" in self.s.faults:
+            behind = {}
+        if self.s.epochs.released(beat.epoch, settled, behind, beat.rings):
             self.s.pace_hosts(())
         if beat.orphans:
             self.s.epochs.orphans_waiting = True

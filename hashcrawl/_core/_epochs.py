@@ -4,11 +4,40 @@ the epochs applied and settled, and when Redis last answered a heartbeat. No IO.
 from __future__ import annotations
 
 import math
-from collections.abc import Iterable
+from collections.abc import Iterable, Mapping
 
 import attrs
 
 from hashcrawl._core._ring import Ring
+
+
+@attrs.frozen
+class Release:
+    """Whether a host gained at an epoch may be fetched: once no member that may still
+    fetch it is left, as a heartbeat saw the fleet.
+
+    Every member has applied ``settled``. Of those ``behind`` the newest epoch (``epoch``,
+    the one the heartbeat saw), each fetches by the ring of the epoch it has applied, so
+    a host waits only for the members that own it in theirs (and for any whose ring is
+    not known). A dead member holds up its own hosts until its lease runs out, no other.
+    """
+
+    settled: int = 0
+    epoch: int = 0
+    behind: Mapping[str, int] = attrs.field(factory=dict)
+    rings: Mapping[int, Ring] = attrs.field(factory=dict)
+
+    def __call__(self, host: str, since: int) -> bool:
+        if self.settled >= since:
+            return True
+        if self.epoch < since:  # seen before the host's epoch: who is behind is not known
+            return False
+        for member, applied in self.behind.items():
+            if applied < since:
+                ring = self.rings.get(applied)
+                if ring is None or ring.owner_of(host) == member:
+                    return False
+        return True
 
 
 @attrs.define
@@ -27,6 +56,7 @@ class Epochs:
     orphans_waiting: bool = False  # a heartbeat said departed workers' streams wait
     confirmed_at: float = -math.inf  # when the last heartbeat Redis answered was sent
     joined_ms: int = 0
+    release: Release = attrs.Factory(Release)  # which hosts gained may be fetched
 
     def members_read(self, epoch: int, members: Iterable[str], *, first: bool = False) -> None:
         """Learn the fleet's membership; a new epoch waits to be applied.
@@ -38,9 +68,25 @@ class Epochs:
         if first:
             self.ring = self.latest = Ring.of(epoch, tuple(members))
             self.applied, self.settled = epoch, 0
+            self.release = Release()
         elif epoch != self.latest.epoch:
             self.latest = Ring.of(epoch, tuple(members))
             self.waiting = True
+
+    def released(
+        self,
+        epoch: int,
+        settled: int,
+        behind: Mapping[str, int],
+        rings: Mapping[int, Iterable[str]],
+    ) -> bool:
+        """Learn from a heartbeat (at ``epoch``) who is behind; returns whether that changed."""
+        known = self.release.rings
+        ringed = {e: known.get(e) or Ring.of(e, tuple(m)) for e, m in rings.items()}
+        release = Release(settled, epoch, dict(behind), ringed)
+        changed = (release.settled, release.behind) != (self.release.settled, self.release.behind)
+        self.settled, self.release = settled, release
+        return changed
 
     def take(self) -> Ring | None:
         """The newest epoch, if it waits to be applied."""

@@ -28,6 +28,9 @@ docs/simulation.md says. A :class:`Faults` value is passed in (``Worker(faults=.
 - ``revisit_put_after_ack``: the committer writes the pages' next revisit records after
   the commit that acknowledges them, not before: a worker that dies in between loses
   those pages' revisits (their records keep the take's lease, or a first fetch has none);
+- ``release_unchecked``: a heartbeat's list of members behind the newest epoch is
+  ignored, so a gained host is fetched as soon as the heartbeat has seen its epoch,
+  before the previous owner has let go of it;
 - ``park_unowned``: a commit parks an entry in its host's overflow set though the ring
   it is routed by gives the host to another worker, who read ``parked`` before and never
   looks again: the entries wait unseen and the crawl stops short.
@@ -72,6 +75,7 @@ KNOWN = frozenset(
         "revisit_stays_due",
         "revisit_put_after_ack",
         "park_unowned",
+        "release_unchecked",
         "deliver_after_ack",
         "foreign_in_source",
         "end_from_one_sweep",

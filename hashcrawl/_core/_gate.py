@@ -122,7 +122,7 @@ class Gate:
         return (
             self.s.suspects.may_start(host)
             and host.paced
-            and self.s.epochs.settled >= host.since
+            and self.s.epochs.release(host.name, host.since)
             and self.s.epochs.current()
             and self.s.epochs.latest.owner_of(host.name) == self.s.id
         )

@@ -15,6 +15,9 @@ import attrs
 from hashcrawl._core._frontier import Frontier, Host
 from hashcrawl._core._parts import Clock
 
+#: Whether a host gained at an epoch may be fetched now (``_epochs.Release``).
+Released = Callable[[str, int], bool]
+
 
 @attrs.frozen(kw_only=True)
 class PaceRecord:
@@ -106,19 +109,20 @@ class Carry:
     """Which hosts new to this owner still have a previous owner's record to read.
 
     The previous owner writes a host's record when it applies the epoch that moves the
-    host, so the record is read only once every member has applied the epoch this owner
-    has the host from (``settled``); before, it may be missing.
+    host, so the record is read only once every member that may have held the host has
+    applied the epoch this owner has it from (``released``: see ``Release``); before, it
+    may be missing.
     """
 
     unpaced: set[str] = attrs.Factory(set)  # hosts whose record is not to be read yet
     due: list[str] = attrs.Factory(list)  # hosts whose record is to be read now
     read: dict[str, str] = attrs.Factory(dict)  # records read: the next commit deletes them
 
-    def want(self, names: Iterable[str], frontier: Frontier, settled: int) -> None:
-        """Have the records of ``names`` read, each once the fleet has settled its epoch."""
+    def want(self, names: Iterable[str], frontier: Frontier, released: Released) -> None:
+        """Have the records of ``names`` read, each once the fleet has released it."""
         self.unpaced.update(names)
         hosts = frontier.hosts
-        due = sorted(n for n in self.unpaced if n in hosts and hosts[n].since <= settled)
+        due = sorted(n for n in self.unpaced if n in hosts and released(n, hosts[n].since))
         self.unpaced = {n for n in self.unpaced if n in hosts} - set(due)
         self.due += due
 
@@ -130,19 +134,19 @@ class Carry:
         self,
         hosts: list[str],
         records: dict[str, str],
-        settled: int,
+        released: Released,
         frontier: Frontier,
         adopt: Callable[[Host, PaceRecord], None],
     ) -> list[str]:
-        """The records of ``hosts`` came, as asked when the fleet had ``settled``: each is
-        adopted and its host may be fetched. Returns the hosts that changed hands again
-        meanwhile, whose records are to be read again."""
+        """The records of ``hosts`` came, asked when the fleet had ``released`` what it
+        had: each is adopted and its host may be fetched. Returns the hosts that changed
+        hands again meanwhile, whose records are to be read again."""
         later = []
         for name in hosts:
             host = frontier.hosts.get(name)
             if host is None:
                 continue
-            if host.since > settled:
+            if not released(name, host.since):
                 later.append(name)
                 continue
             if name in records:

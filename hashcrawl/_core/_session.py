@@ -24,7 +24,7 @@ from hashcrawl._core._batch import Batch, Beat, Committed, Status
 from hashcrawl._core._beats import Heartbeat
 from hashcrawl._core._commits import Commits
 from hashcrawl._core._entry import Entry
-from hashcrawl._core._epochs import Epochs
+from hashcrawl._core._epochs import Epochs, Release
 from hashcrawl._core._faults import NO_FAULTS, Faults
 from hashcrawl._core._fetches import Fetches
 from hashcrawl._core._frontier import Frontier, Held, Host
@@ -233,14 +233,14 @@ class Session:
     def pace_hosts(self, names: Iterable[str]) -> None:
         """Have the pacing state of hosts new to this owner read, once it is there to
         read (see ``Carry``); the hosts due go to ``carry.due``, for the driver to read."""
-        self.carry.want(names, self.frontier, self.epochs.settled)
+        self.carry.want(names, self.frontier, self.epochs.release)
 
     def take_due_pace(self) -> list[str]:
         return self.carry.take_due()
 
-    def pace_loaded(self, hosts: list[str], records: dict[str, str], settled: int) -> None:
-        """The pace records of ``hosts`` came, as asked when the fleet had ``settled``."""
-        later = self.carry.loaded(hosts, records, settled, self.frontier, self.apply_pace)
+    def pace_loaded(self, hosts: list[str], records: dict[str, str], released: Release) -> None:
+        """The pace records of ``hosts`` came, asked when the fleet had ``released`` them."""
+        later = self.carry.loaded(hosts, records, released, self.frontier, self.apply_pace)
         self.pace_hosts(later)  # at once if the fleet has settled while this read was out
 
     def apply_pace(self, host: Host, record: PaceRecord) -> None:

@@ -328,8 +328,8 @@ class Driver(Membership):
         session = self.session
         hosts = session.take_due_pace()
         if hosts:
-            settled = session.epochs.settled
+            released = session.epochs.release
             records = await self.persist(self.store.pace, hosts)
-            session.pace_loaded(hosts, records, settled)
+            session.pace_loaded(hosts, records, released)
             self.wake()
         return hosts

@@ -4,6 +4,8 @@
 --   P..'members'     ZSET  worker -> last heartbeat, server ms          (join, heartbeat)
 --   P..'applied'     HASH  worker -> epoch whose handoffs it has done   (join, heartbeat)
 --   P..'epoch'       STRING membership epoch, +1 on every change        (join, leave, expiry)
+--   P..'rings'       HASH  epoch -> its members (JSON), written with each change; pruned
+--     here below the settled epoch: what a new owner needs to know who may still fetch
 --   P..'orphans'     SET   streams of departed workers, to be drained   (leave, expiry)
 --   P..'inbox'       STREAM submissions made while no worker was alive  (commit)
 --   P..'parked', P..'park:'..host  read when recounting
@@ -23,7 +25,9 @@
 --   marker ('' to skip the check), forget_ms, then field/value pairs of stats
 --   P..'settings'    HASH  read: its 'version', for workers to learn of a change
 -- Returns {status, now_ms, epoch, settled_epoch, idle_since, orphans, settings version
---   ('' if none; '?' if it is longer than 20 characters), members...}
+--   ('' if none; '?' if it is longer than 20 characters), release (while some member has
+--   not applied the newest epoch, JSON {behind: {member: epoch}, rings: {epoch: [members]}};
+--   else ''), members...}
 --   status 'ok'; 'lost' when the crawl's marker is not the worker's (its state is gone:
 --   checked first); 'gone' when this worker is no longer (or no longer may be) a member.
 local P, worker = ARGV[1], ARGV[2]
@@ -42,7 +46,8 @@ end
 local function expire(w)
   redis.call('ZREM', P .. 'members', w)
   redis.call('HDEL', P .. 'applied', w)
-  redis.call('INCR', P .. 'epoch')
+  local e = redis.call('INCR', P .. 'epoch')
+  redis.call('HSET', P .. 'rings', e, cjson.encode(redis.call('ZRANGE', P .. 'members', 0, -1)))
   local stream = P .. 'q:' .. w
   if redis.call('EXISTS', stream) == 1 then
     local held = redis.call('XPENDING', stream, 'g')[1]
@@ -87,8 +92,25 @@ end
 local epoch = tonumber(redis.call('GET', P .. 'epoch') or '0')
 local members = redis.call('ZRANGE', P .. 'members', 0, -1)
 local settled = epoch
-for _, a in ipairs(redis.call('HMGET', P .. 'applied', unpack(members))) do
-  settled = math.min(settled, tonumber(a or '0'))
+local behind = {}  -- member -> the epoch it has applied, for those behind the newest
+for i, a in ipairs(redis.call('HMGET', P .. 'applied', unpack(members))) do
+  local e = tonumber(a or '0')
+  settled = math.min(settled, e)
+  if e < epoch then behind[members[i]] = e end
+end
+-- Who is behind, and the rings they fetch by: a host waits only for those of them that
+-- own it in theirs (no ring known: for all of them). Older rings are no longer needed.
+local release = ''
+if settled < epoch then
+  local rings = {}
+  for _, e in pairs(behind) do
+    local ring = redis.call('HGET', P .. 'rings', e)
+    if ring then rings[tostring(e)] = cjson.decode(ring) end
+  end
+  release = cjson.encode({behind = behind, rings = rings})
+end
+for _, e in ipairs(redis.call('HKEYS', P .. 'rings')) do
+  if tonumber(e) < settled then redis.call('HDEL', P .. 'rings', e) end
 end
 local orphans = redis.call('SCARD', P .. 'orphans')
 if redis.call('XLEN', P .. 'inbox') > 0 then
@@ -127,7 +149,7 @@ elseif idle_since < 0 then
 end
 local version = redis.call('HGET', P .. 'settings', 'version') or ''
 if #version > 20 then version = '?' end  -- written by hand: no whole number is that long
-local reply = {'ok', now, epoch, settled, idle_since, orphans, version}
+local reply = {'ok', now, epoch, settled, idle_since, orphans, version, release}
 if epoch ~= known then
   for _, m in ipairs(members) do reply[#reply + 1] = m end
 end

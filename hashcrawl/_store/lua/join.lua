@@ -1,6 +1,7 @@
 #!lua
 -- join: add a worker to the ring, with an empty stream and consumer group of its own.
---   P..'members' ZSET, P..'applied' HASH, P..'epoch' STRING, P..'workers' SET (every id
+--   P..'members' ZSET, P..'applied' HASH, P..'epoch' STRING, P..'rings' HASH (epoch ->
+--   its members, JSON: HSET), P..'workers' SET (every id
 --   that ever joined, for fleet totals), P..'q:'..worker STREAM with group 'g',
 --   P..'instance' STRING: the crawl's marker, set by its first join or submit.
 -- ARGV: P, worker, now_ms ('' for the server's TIME), the marker the worker knew before
@@ -36,6 +37,7 @@ end
 local epoch = redis.call('INCR', P .. 'epoch')
 redis.call('ZADD', P .. 'members', now, worker)
 redis.call('HSET', P .. 'applied', worker, epoch)
+redis.call('HSET', P .. 'rings', epoch, cjson.encode(redis.call('ZRANGE', P .. 'members', 0, -1)))
 redis.call('SADD', P .. 'workers', worker)
 local stream = P .. 'q:' .. worker
 redis.call('DEL', stream)

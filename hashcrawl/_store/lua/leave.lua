@@ -1,7 +1,7 @@
 #!lua
 -- leave: take a worker out of the ring at once; its stream becomes an orphan to drain.
 --   P..'members' ZSET: ZREM; P..'applied' HASH: HDEL; P..'orphans' SET: SADD its stream;
---   P..'epoch' STRING: INCR; P..'pace' HASH: HSET of any host/pace pairs given
+--   P..'epoch' STRING: INCR; P..'rings' HASH: HSET of the new epoch's members; P..'pace' HASH: HSET of any host/pace pairs given
 -- ARGV: P, worker, then host/pace pairs (the caller writes large sets of them beforehand,
 --   in chunks; any given here are unpacked a thousand values at a time).
 -- Returns the new epoch, or 0 when the worker was no longer a member.
@@ -17,4 +17,6 @@ local stream = P .. 'q:' .. worker
 if redis.call('EXISTS', stream) == 1 then
   redis.call('SADD', P .. 'orphans', stream)
 end
-return redis.call('INCR', P .. 'epoch')
+local epoch = redis.call('INCR', P .. 'epoch')
+redis.call('HSET', P .. 'rings', epoch, cjson.encode(redis.call('ZRANGE', P .. 'members', 0, -1)))
+return epoch
