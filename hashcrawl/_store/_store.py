@@ -108,6 +108,12 @@ class Store(Views):
         return self._nodes.cluster
 
     @_translated
+    def may_fail_over(self) -> bool:
+        """Whether a failover may move the crawl's keys to another server: they are on a
+        Redis Cluster, or on a primary that Redis Sentinel watches."""
+        return self._nodes.replicated
+
+    @_translated
     def join(
         self, worker: str, info: Mapping[str, str | int], *, instance: str = ""
     ) -> tuple[int, int, str]:
