@@ -314,7 +314,7 @@ class Nodes:
         owner = self._sentinel.discover_master(self.url.service)
         self._map_read_at = time.monotonic()
         self._take_owner(
-            (str(owner[0]), int(owner[1])), _live_replicas(self._sentinel, self.url.service)
+            (str(owner[0]), int(owner[1])), _promotable_replicas(self._sentinel, self.url.service)
         )
 
     def _take_slot_map(self) -> None:
@@ -370,16 +370,28 @@ def _cluster_enabled(client: redis.Redis) -> bool:
     return bool(int(info.get("cluster_enabled", 0)))
 
 
-def _live_replicas(sentinel: Sentinel, service: str) -> int:
-    """How many replicas of ``service``'s primary the first sentinel that answers lists
-    as up and linked to it: those a promotion may choose, and so those a write waits
-    for. Not yet linked (a new one syncing, or the dead primary a failover just listed
-    as a replica) is not counted: ``WAIT`` would only time out on it."""
+def _promotable_replicas(sentinel: Sentinel, service: str) -> int:
+    """How many replicas of ``service``'s primary the first sentinel that answers could
+    promote, by Sentinel's own rules (not down, reached, priority above 0, replication
+    link down for at most ten ``down-after-milliseconds``): the replicas a write waits
+    for, as a cluster's waits for every replica its slot map lists. A replica Sentinel
+    could not promote is not waited for: the dead primary that a failover has just
+    listed as a replica of the new one (disconnected) would only make every ``WAIT``
+    time out until Sentinel calls it down."""
     for client in sentinel.sentinels:
         try:
             replicas = client.sentinel_slaves(service)
         except (redis.ConnectionError, redis.ResponseError, redis.TimeoutError):
             continue
-        up = [r for r in replicas if not (r["is_sdown"] or r["is_odown"])]
-        return sum(r.get("master-link-status") == "ok" for r in up)
+        return sum(_promotable(replica) for replica in replicas)
     return 0
+
+
+def _promotable(replica: dict[str, Any]) -> bool:
+    if replica["is_sdown"] or replica["is_odown"] or replica.get("is_disconnected"):
+        return False
+    if int(replica.get("slave-priority", 100)) == 0:
+        return False
+    # The primary's down-after-milliseconds, which its replicas are given too.
+    longest_link_down = 10 * int(replica.get("down-after-milliseconds", 30_000))
+    return int(replica.get("master-link-down-time", 0)) <= longest_link_down
