@@ -56,9 +56,10 @@ Time in every lease and liveness decision is the Redis server's (``TIME`` in scr
 so clock skew between machines changes nothing. The Lua scripts live in ``lua/``, each
 opening with the keys it touches.
 
-On a Redis Cluster the keys live on the primary of the crawl's slot, found and followed
-by ``_nodes``; there every write returns only once that primary's replicas confirm it,
-and after the slot moves the epoch is raised (``lua/failover.lua``; docs/design.md, "On
+On a Redis Cluster the keys live on the primary of the crawl's slot (under Sentinel, on
+the primary the sentinels name), found and followed by ``_nodes``; there every write
+returns only once that primary's replicas confirm it, and after the primary moves the
+epoch is raised (``lua/failover.lua``; docs/design.md, "On
 a Redis Cluster", says why both are needed).
 
 The store is three modules: ``_connection`` (the client, the scripts, errors
