@@ -114,7 +114,7 @@ def test_a_bad_port_never_shows_a_raw_password() -> None:
     [
         (["status", f"redis://:{SECRET}@h/0"], "takes no argument 'redis://***@h/0'"),
         (["status", f"--rediss=redis://:{SECRET}@h/0"], "--rediss=redis://***@h/0"),
-        (["status", "--redis", f"http://:{SECRET}@h/0"], "or redis+unix://, got 'http://***@h"),
+        (["status", "--redis", f"http://:{SECRET}@h/0"], "or redis+sentinel://, got 'http://***@h"),
         (["status", "--redis", "redis://h:1/0", "--crawl", f"r://:{SECRET}@h"], "--crawl must"),
         (["submit", "--redis", "redis://h:1/0", f"redis://:{SECRET}@h/0"], "'redis://***@h/0'"),
         (["submit", "--redis", "redis://h:1/0", f"http://u:{SECRET}@h:x/"], "'http://***@h:x/'"),

@@ -17,6 +17,7 @@ from redis.sentinel import MasterNotFoundError
 
 from hashcrawl._core._urls import fingerprint
 from hashcrawl._exceptions import QueueError
+from hashcrawl._run._queue import Queue
 from hashcrawl._store._connection import _reason
 from hashcrawl._store._redisurl import RedisURL
 from hashcrawl._store._store import Batch, Store
@@ -73,6 +74,15 @@ def test_a_sentinel_url_reaches_the_primary_and_its_replica_confirms(
     finally:
         store.clear()
         store.close()
+
+
+def test_the_python_api_takes_a_sentinel_url(redis_sentinels: Sentinels, crawl_name: str) -> None:
+    """Queue (as Worker) takes the redis+sentinel:// URL as its ``redis``: a submit lands
+    on the primary the sentinels name, and status reads it back."""
+    with Queue(redis_sentinels.url, crawl_name) as queue:
+        assert queue.submit(["http://a.example/", "http://b.example/"]) == 2
+        assert queue.status()["queued"] == 2
+        queue.clear()
 
 
 def test_a_write_the_replica_does_not_confirm_fails(
