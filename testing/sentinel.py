@@ -9,6 +9,7 @@ sentinels' and servers' own state with a deadline; none sleeps for a fixed time.
     with Sentinels(tmp_path) as sentinels:
         url = sentinels.url                 # redis+sentinel://...:P1,...:P3/hashcrawl
         dead = sentinels.kill_primary()     # returns once a sentinel names the replica
+        old = sentinels.fail_over()         # the same, the old primary demoted, not dead
 """
 
 from __future__ import annotations
@@ -219,6 +220,26 @@ class Sentinels:
         victim.kill()
         _wait(lambda: self._promoted(victim), f"a sentinel to promote a replica of {victim!r}")
         return victim
+
+    def fail_over(self) -> RedisServer:
+        """Have a sentinel promote the replica while the primary runs (``SENTINEL
+        FAILOVER``), and return once every sentinel names the new primary and the old one
+        is its replica. Returns the old primary.
+
+        The sentinels demote the old primary themselves at their next look at it (up to
+        10 s later); this does it at once, as they would (``REPLICAOF`` the new one)."""
+        old = self.primary()
+        with self.live_sentinels()[0].client() as client:
+            client.execute_command("SENTINEL", "FAILOVER", SERVICE)
+        _wait(lambda: self._promoted(old), f"a sentinel to promote a replica of {old!r}")
+        with self.client(old) as client:
+            client.execute_command("REPLICAOF", HOST, self.primary().port)
+        _wait(lambda: self._demoted(old), f"{old!r} to be a replica")
+        return old
+
+    def _demoted(self, old: RedisServer) -> bool:
+        with self.client(old) as client:
+            return bool(client.info("replication")["role"] == "slave")
 
     def _promoted(self, victim: RedisServer) -> bool:
         try:

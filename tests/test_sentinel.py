@@ -191,6 +191,26 @@ def test_a_failover_is_followed_and_the_epoch_jumps(tmp_path: Path, crawl_name: 
             store.close()
 
 
+def test_a_demoted_primary_is_left_for_the_new_one(tmp_path: Path, crawl_name: str) -> None:
+    """A failover with the old primary alive (SENTINEL FAILOVER): it refuses the next
+    write as a replica (a QueueError saying so; the caller retries), the store asks the
+    sentinels again, and the call after works on the new primary with the epoch raised."""
+    with Sentinels(tmp_path / "sentinel") as sentinels:
+        store = Store(RedisURL.parse(sentinels.url), crawl_name)
+        try:
+            _, epoch, _ = store.join("w1", {})
+            old = sentinels.fail_over()
+            with pytest.raises(QueueError, match="a replica now"):
+                store.heartbeat("w1", lease_ms=LEASE_MS, applied=epoch, known_epoch=epoch)
+            beat = store.heartbeat("w1", lease_ms=LEASE_MS, applied=epoch, known_epoch=epoch)
+            assert beat.alive and beat.epoch >= beat.now_ms - 60_000 > epoch
+            assert (
+                store._nodes.owner == f"{HOST}:{sentinels.primary().port}" != f"{HOST}:{old.port}"
+            )
+        finally:
+            store.close()
+
+
 @pytest.mark.slow
 def test_a_crawl_through_sentinel_survives_the_death_of_its_primary(tmp_path: Path) -> None:
     """A crawl through a redis+sentinel:// URL, the primary SIGKILLed half-way: the

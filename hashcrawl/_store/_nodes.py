@@ -158,10 +158,15 @@ class Nodes:
         if not replicas:
             return replies
         acked = replies.pop()
-        if isinstance(acked, Exception):
-            raise acked
+        # The writes' own errors first: a primary demoted since (still up, a replica
+        # now) refuses them with READONLY, which says to look for the new primary, and
+        # refuses the WAIT with an error that says less.
         if any(isinstance(reply, Exception) for reply in replies):
             return replies
+        if isinstance(acked, redis.ResponseError) and "replica" in str(acked):
+            raise redis.exceptions.ReadOnlyError(str(acked))
+        if isinstance(acked, Exception):
+            raise acked
         if int(acked) < replicas:
             raise Unconfirmed(
                 f"node {self.owner} made a write that {replicas - int(acked)} of its "
