@@ -19,6 +19,7 @@ from hashcrawl._core._urls import fingerprint
 from hashcrawl._exceptions import QueueError
 from hashcrawl._run._queue import Queue
 from hashcrawl._store._connection import _reason
+from hashcrawl._store._nodes import _promotable
 from hashcrawl._store._redisurl import RedisURL
 from hashcrawl._store._store import Batch, Store
 from testing.practice import practice_failures, run_practice
@@ -161,6 +162,29 @@ def test_master_not_found_is_explained() -> None:
     """redis-py's MasterNotFoundError reads as a failover under way, its text kept."""
     said = _reason(MasterNotFoundError("No master found for 'svc'"))
     assert "a failover under way?" in said and "No master found for 'svc'" in said
+
+
+LINKED = {"is_sdown": False, "is_odown": False, "is_disconnected": False, "slave-priority": 100}
+LINKED |= {"down-after-milliseconds": 2000, "master-link-down-time": 0}
+
+
+@pytest.mark.parametrize(
+    ("change", "waited_for"),
+    [
+        ({}, True),
+        ({"master-link-down-time": 20_000}, True),  # ten down-after periods: still eligible
+        ({"master-link-down-time": 20_001}, False),
+        ({"is_sdown": True}, False),
+        ({"is_odown": True}, False),
+        ({"is_disconnected": True}, False),  # the dead primary, just listed as a replica
+        ({"slave-priority": 0}, False),
+    ],
+)
+def test_a_write_waits_for_the_replicas_sentinel_could_promote(
+    change: dict[str, object], waited_for: bool
+) -> None:
+    """A replica is waited for exactly when Sentinel's own rules let it be promoted."""
+    assert _promotable(LINKED | change) is waited_for
 
 
 def test_a_failover_is_followed_and_the_epoch_jumps(tmp_path: Path, crawl_name: str) -> None:

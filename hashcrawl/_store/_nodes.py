@@ -91,7 +91,7 @@ class Nodes:
         self._cluster: RedisCluster | None = None
         self._sentinel: Sentinel | None = None
         self._found = False
-        self._owner: tuple[str, int] | None = None  # a cluster primary's host and port
+        self._owner: tuple[str, int] | None = None  # a cluster's or Sentinel's primary
         self._replicas = 0
         self._map_read_at = 0.0  # time.monotonic() of the last slot-map read
         self._moved = False
@@ -113,7 +113,8 @@ class Nodes:
 
     @property
     def replicas(self) -> int:
-        """How many replicas the slot map lists for the crawl's primary (0: one server)."""
+        """How many replicas the slot map lists for the crawl's primary, or Sentinel could
+        promote (0: one server)."""
         self._discover()
         stale = time.monotonic() - self._map_read_at > TOPOLOGY_REFRESH_S
         if (self._cluster is not None or self._sentinel is not None) and stale:
@@ -382,14 +383,19 @@ def _promotable_replicas(sentinel: Sentinel, service: str) -> int:
     for, as a cluster's waits for every replica its slot map lists. A replica Sentinel
     could not promote is not waited for: the dead primary that a failover has just
     listed as a replica of the new one (disconnected) would only make every ``WAIT``
-    time out until Sentinel calls it down."""
+    time out until Sentinel calls it down.
+
+    Raises:
+        redis.ConnectionError: no sentinel answered (never taken for "no replica", which
+            would let writes go unconfirmed).
+    """
     for client in sentinel.sentinels:
         try:
             replicas = client.sentinel_slaves(service)
         except (redis.ConnectionError, redis.ResponseError, redis.TimeoutError):
             continue
         return sum(_promotable(replica) for replica in replicas)
-    return 0
+    raise redis.ConnectionError(f"no sentinel listed the replicas of {service!r}")
 
 
 def _promotable(replica: dict[str, Any]) -> bool:
