@@ -8,6 +8,7 @@ and `tests/test_practice.py` runs a small one.
 from __future__ import annotations
 
 import contextlib
+import itertools
 import os
 import signal
 import subprocess
@@ -23,6 +24,7 @@ from redis import Redis
 from hashcrawl._cli._server import RedisServer
 from hashcrawl._core._shards import shard_name
 from testing.cluster import Cluster
+from testing.sentinel import Sentinels
 from testing.testsite import SITE_FLAGS, SiteServer, Verdict, generate_site, judge
 
 REPO = Path(__file__).resolve().parent.parent
@@ -66,6 +68,7 @@ def run_practice(
     fail_primary: bool = False,
     reshard: bool = False,
     shards: int = 1,
+    sentinel: bool = False,
 ) -> tuple[Verdict, list[WorkerExit]]:
     """Crawl a generated site with `workers` processes, SIGKILL one a third of the way in.
 
@@ -78,18 +81,22 @@ def run_practice(
         cluster: the crawl's Redis is a 3-primary Redis Cluster (`testing.cluster`), its
             URL naming a node that does not hold the crawl's slot.
         fail_primary: on a cluster, SIGKILL the primary holding the most keys half-way
-            through the crawl; the run goes on once its replica is promoted.
+            through the crawl (under Sentinel, the primary); the run goes on once its
+            replica is promoted.
         reshard: on a cluster, half-way through the crawl move the slot of every shard
             of the crawl, keys and all, to another primary (``Cluster.move_slot_of``).
         shards: the crawl's ``--shards`` (given to every worker and to the submit).
+        sentinel: the crawl's Redis is a primary, a replica and three sentinels
+            (`testing.sentinel`), named by a ``redis+sentinel://`` URL.
     """
     workdir.mkdir(parents=True, exist_ok=True)
     site = generate_site(pages=pages, hosts=hosts, seed=seed, port=0)
     log_path = workdir / "requests.jsonl"
     with (
         SiteServer(site, latency=latency, log_path=log_path) as server,
-        _store(workdir, cluster=cluster) as (redis_url, failover, moves, commands),
+        _store(workdir, cluster=cluster, sentinel=sentinel) as stored,
     ):
+        redis_url, failover, moves, commands = stored
         expected = len(server.site.expected())
         progress(f"site: {expected} expected URLs on {hosts} hosts at {server.site.root}")
         flags = ["--delay", str(delay), "--lease", str(lease), "--idle", str(idle), *SITE_FLAGS]
@@ -97,6 +104,14 @@ def run_practice(
         flags += ["-v"] if verbose else []
         sharding = ["--shards", str(shards)] if shards > 1 else []
         pool = _Workers(redis_url, workdir, flags + sharding, progress, sharding)
+        disrupted: list[float] = []  # when the failover or reshard began (time.time())
+        chosen = failover if fail_primary else moves if reshard else None
+
+        def disrupt(progress: Progress) -> None:
+            assert chosen is not None
+            disrupted.append(time.time())
+            chosen(progress)
+
         try:
             _crawl(
                 server,
@@ -106,7 +121,7 @@ def run_practice(
                 replace_after=replace_after,
                 target=expected // 3,
                 deadline=time.monotonic() + timeout,
-                failover=failover if fail_primary else moves if reshard else None,
+                failover=None if chosen is None else disrupt,
             )
         finally:
             pool.kill_remaining()
@@ -117,17 +132,26 @@ def run_practice(
             f"({commands()} commands on the primaries, scripts' inner calls included; "
             f"{len(requests)} requests; a failed primary's own count is lost with it)"
         )
+        if disrupted:
+            pause, began = longest_pause([r.time for r in requests], disrupted[0])
+            progress(
+                f"the longest time without any request after the failover (or reshard) "
+                f"began: {pause:.1f} s, from {began - disrupted[0]:+.1f} s"
+            )
     verdict = judge(server.site, requests, pool.outputs, delay=delay, tolerance=tolerance)
     return verdict, pool.exits
 
 
 @contextlib.contextmanager
 def _store(
-    workdir: Path, *, cluster: bool
+    workdir: Path, *, cluster: bool, sentinel: bool = False
 ) -> Iterator[tuple[str, Disrupt, Disrupt, Callable[[], int]]]:
     """The crawl's Redis URL, how to fail the primary holding its slot (a cluster's), how
     to move every shard's slot to another primary, and how many commands the primaries
     have run so far."""
+    if sentinel:
+        yield from _sentinel_store(workdir)
+        return
     if not cluster:
         with RedisServer(directory=workdir / "redis") as redis:
             nothing: Disrupt = lambda progress: None  # noqa: E731
@@ -165,6 +189,36 @@ def _store(
             return sum(_commands_run(node.url) for node in nodes.primaries())
 
         yield url, failover, moves, commands
+
+
+def _sentinel_store(workdir: Path) -> Iterator[tuple[str, Disrupt, Disrupt, Callable[[], int]]]:
+    """As `_store`, under Sentinel: its failover SIGKILLs the primary; there is no
+    reshard."""
+    with Sentinels(workdir / "sentinel") as nodes:
+
+        def failover(progress: Progress) -> None:
+            started, killed_at = time.monotonic(), time.time()
+            dead = nodes.kill_primary()
+            took = time.monotonic() - started
+            progress(
+                f"killed the primary (port {dead.port}) with SIGKILL at {killed_at:.3f}; "
+                f"the sentinels promoted its replica (port {nodes.primary().port}), which "
+                f"took over in {took:.1f} s"
+            )
+
+        def commands() -> int:
+            return _commands_run(nodes.primary().url)
+
+        nothing: Disrupt = lambda progress: None  # noqa: E731
+        yield nodes.url, failover, nothing, commands
+
+
+def longest_pause(requests: Sequence[float], after: float) -> tuple[float, float]:
+    """The longest time without a request that ends after ``after`` (a time.time()), and
+    when it began: how long a failover held the crawl up, judged by the server's log."""
+    stamps = sorted(requests)
+    gaps = [(b - a, a) for a, b in itertools.pairwise(stamps) if b > after]
+    return max(gaps, default=(0.0, after))
 
 
 def _most_keys(nodes: Cluster, key: str) -> str:

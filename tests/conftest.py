@@ -21,6 +21,7 @@ import pytest
 
 from hashcrawl._cli._server import RedisServer
 from testing.cluster import Cluster
+from testing.sentinel import Sentinels
 
 CLUSTER_PASSWORD = "s3cr#t/pw"  # characters a URL must carry escaped or raw
 
@@ -117,3 +118,11 @@ def redis_cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Cluster]
     directory = tmp_path_factory.mktemp("cluster")
     with Cluster(directory, node_timeout_ms=5000, password=CLUSTER_PASSWORD) as cluster:
         yield cluster
+
+
+@pytest.fixture(scope="module")
+def redis_sentinels(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Sentinels]:
+    """A primary, its replica and three sentinels, for one module; tests that kill the
+    primary start a set-up of their own."""
+    with Sentinels(tmp_path_factory.mktemp("sentinel"), password=CLUSTER_PASSWORD) as sentinels:
+        yield sentinels

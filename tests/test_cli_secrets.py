@@ -110,11 +110,27 @@ def test_a_bad_port_never_shows_a_raw_password() -> None:
 
 
 @pytest.mark.parametrize(
+    ("url", "rule"),
+    [
+        (f"redis+sentinel://:{SECRET}@s1:port,s2/svc", "bad port in 's1:port'"),
+        (f"redis+sentinel://:{SECRET}@s1,s2", "needs the service name"),
+    ],
+)
+def test_a_bad_sentinel_url_in_the_environment_is_refused_masked(url: str, rule: str) -> None:
+    """A bad redis+sentinel:// URL in $HASHCRAWL_REDIS: exit 2, one line naming the rule,
+    no piece of the password."""
+    result = hashcrawl("status", env={"HASHCRAWL_REDIS": url})
+    assert rule in one_line_error(result, 2)
+    for text in (SECRET, SECRET.split("#")[0]):
+        assert text not in result.out + result.err
+
+
+@pytest.mark.parametrize(
     ("argv", "rule"),
     [
         (["status", f"redis://:{SECRET}@h/0"], "takes no argument 'redis://***@h/0'"),
         (["status", f"--rediss=redis://:{SECRET}@h/0"], "--rediss=redis://***@h/0"),
-        (["status", "--redis", f"http://:{SECRET}@h/0"], "or redis+unix://, got 'http://***@h"),
+        (["status", "--redis", f"http://:{SECRET}@h/0"], "or redis+sentinel://, got 'http://***@h"),
         (["status", "--redis", "redis://h:1/0", "--crawl", f"r://:{SECRET}@h"], "--crawl must"),
         (["submit", "--redis", "redis://h:1/0", f"redis://:{SECRET}@h/0"], "'redis://***@h/0'"),
         (["submit", "--redis", "redis://h:1/0", f"http://u:{SECRET}@h:x/"], "'http://***@h:x/'"),

@@ -117,6 +117,58 @@ def test_unix_url_password_is_percent_decoded() -> None:
     assert url.password == "p&w=x"
 
 
+def test_sentinel_url_names_the_sentinels_the_service_and_the_db() -> None:
+    """redis+sentinel://user:pw@h1:p1,h2,[v6]:p3/service/db gives every sentinel (port
+    26379 where none is given), the service, the database and the primary's user and
+    password, percent-decoded; no host or port of its own, which the sentinels give."""
+    url = RedisURL.parse("redis+sentinel://alice:p%40ss@10.0.0.1:5000,s2,[::1]:26380/main/3")
+    assert url.scheme == "redis+sentinel"
+    assert url.sentinels == (("10.0.0.1", 5000), ("s2", 26379), ("::1", 26380))
+    assert (url.service, url.db, url.username, url.password) == ("main", 3, "alice", "p@ss")
+    kwargs = url.client_kwargs()
+    assert (kwargs["db"], kwargs["username"], kwargs["password"]) == (3, "alice", "p@ss")
+    assert "host" not in kwargs and "port" not in kwargs
+
+
+def test_sentinel_url_without_a_db_uses_db_0_and_no_password() -> None:
+    """redis+sentinel://host/service: one sentinel on 26379, database 0, no password."""
+    url = RedisURL.parse("redis+sentinel://sentinel.internal/mymaster")
+    assert (url.sentinels, url.service, url.db) == ((("sentinel.internal", 26379),), "mymaster", 0)
+    assert url.password is None and url.username is None
+
+
+@pytest.mark.parametrize("password", ["p#w", "p/w", "p?w", "p@w", "p:w", ",/@:?#"])
+def test_a_raw_special_character_in_a_sentinel_url_password_needs_no_escaping(
+    password: str,
+) -> None:
+    """As in redis:// URLs, the user information runs to the last "@"."""
+    url = RedisURL.parse(f"redis+sentinel://:{password}@a:1,b:2/svc/1")
+    assert (url.password, url.sentinels, url.service, url.db) == (
+        password,
+        (("a", 1), ("b", 2)),
+        "svc",
+        1,
+    )
+    assert_hidden(password, repr(url), str(url))
+
+
+def test_a_sentinel_url_takes_its_password_from_the_file_or_the_environment(
+    tmp_path: Path,
+) -> None:
+    """--redis-password-file and $HASHCRAWL_REDIS work for a sentinel URL as for any;
+    --redis-ca, which needs rediss://, is refused."""
+    (tmp_path / "pw").write_text(f"{SECRET}\n")
+    url = RedisURL.from_options(
+        None,
+        password_file=str(tmp_path / "pw"),
+        environ={"HASHCRAWL_REDIS": "redis+sentinel://s1,s2/main"},
+    )
+    assert (url.sentinels, url.password) == ((("s1", 26379), ("s2", 26379)), SECRET)
+    with pytest.raises(ConfigError, match="--redis-ca needs a rediss:// URL") as caught:
+        RedisURL.from_options(f"redis+sentinel://:{SECRET}@s1/main", ca_file=str(tmp_path / "pw"))
+    assert SECRET not in str(caught.value)
+
+
 # -- the redacted form ---------------------------------------------------------------------
 
 
@@ -139,6 +191,15 @@ def test_redacted_without_password_shows_no_mask() -> None:
     assert RedisURL.parse("redis://bob@h/1").redacted() == "redis://***@h:6379/1"
 
 
+def test_sentinel_redacted_lists_the_sentinels_without_the_password() -> None:
+    """A sentinel URL's redacted form names every sentinel, the service and the db, with
+    *** for the user information."""
+    url = RedisURL.parse(f"redis+sentinel://bob:{SECRET}@a,[::1]:7/svc/2")
+    assert url.redacted() == "redis+sentinel://***@a:26379,[::1]:7/svc/2"
+    assert_hidden(SECRET, repr(url), str(url))
+    assert RedisURL.parse("redis+sentinel://a/svc").redacted() == "redis+sentinel://a:26379/svc/0"
+
+
 def test_unix_redacted_drops_the_password() -> None:
     """A socket URL's redacted form keeps the path and db and drops the password."""
     url = RedisURL.parse(f"redis+unix:///run/redis.sock?db=4&password={SECRET}")
@@ -153,6 +214,7 @@ def test_no_form_of_a_parsed_url_shows_its_password(password: str) -> None:
         f"redis://user:{quote(password, safe='')}@h:6379/0",
         f"rediss://:{quote(password, safe='')}@h/2",
         f"redis+unix:///run/r.sock?db=1&password={quote(password, safe='')}",
+        f"redis+sentinel://u:{quote(password, safe='')}@s1,s2:1/svc/3",
     ):
         url = RedisURL.parse(text)
         assert url.password == password
@@ -169,6 +231,11 @@ def test_messages_about_a_bad_tcp_url_never_show_its_password(password: str) -> 
         f"redis://{auth}h:99999/0",
         f"redis://{auth}h:6379/db",
         f"redis://{auth}/0",
+        f"redis+sentinel://{auth}s1:port/svc",
+        f"redis+sentinel://{auth}s1,,s2/svc",
+        f"redis+sentinel://{auth}s1/svc/db",
+        f"redis+sentinel://{auth}s1/svc?x=1",
+        f"redis+sentinel://{auth}s1",
     ):
         assert_hidden(password, message_of(text))
 
@@ -414,9 +481,9 @@ def test_a_raw_password_with_every_trap_character_authenticates(tmp_path: Path) 
 @pytest.mark.parametrize(
     ("url", "rule"),
     [
-        ("http://x", "must be redis://, rediss:// or redis+unix://"),
-        ("x", "must be redis://, rediss:// or redis+unix://"),
-        ("", "must be redis://, rediss:// or redis+unix://"),
+        ("http://x", "must be redis://, rediss://, redis+unix:// or redis+sentinel://"),
+        ("x", "must be redis://, rediss://, redis+unix:// or redis+sentinel://"),
+        ("", "must be redis://, rediss://, redis+unix:// or redis+sentinel://"),
         ("redis://", "no host"),
         ("redis://h:port/0", "bad port"),
         ("redis://h:70000/0", "bad port"),
@@ -427,6 +494,20 @@ def test_a_raw_password_with_every_trap_character_authenticates(tmp_path: Path) 
         ("redis+unix://:pw@/SECRET@run/s.sock", "no '@' in its socket path"),
         ("redis+unix://", "no socket path"),
         ("redis+unix:///s.sock?db=x", "bad database number"),
+        ("redis+sentinel://h:26379", "needs the service name"),
+        ("redis+sentinel://h:26379/", "needs the service name"),
+        ("redis+sentinel:///mymaster", "names no sentinel"),
+        ("redis+sentinel://a,,b/mymaster", "bad sentinel ''"),
+        ("redis+sentinel://a b/mymaster", "bad sentinel 'a b'"),
+        ("redis+sentinel://[::1/mymaster", "bad sentinel '[::1'"),
+        ("redis+sentinel://h:port/mymaster", "bad port in 'h:port'"),
+        ("redis+sentinel://h:0/mymaster", "bad port in 'h:0'"),
+        ("redis+sentinel://h:65536/mymaster", "bad port in 'h:65536'"),
+        ("redis+sentinel://h/my master", "service name must be"),
+        ("redis+sentinel://h/mymaster/x", "bad database number"),
+        ("redis+sentinel://h/mymaster/1/2", "path past /service/db"),
+        ("redis+sentinel://h/mymaster?db=1", "no query or fragment"),
+        ("redis+sentinel://" + ",".join(["h"] * 17) + "/s", "names 17 sentinels, at most 16"),
     ],
 )
 def test_bad_url_raises_invalid_url_naming_the_rule(url: str, rule: str) -> None:

@@ -328,7 +328,10 @@ async def test_a_spiders_private_start_url_without_allow_nets_names_the_python_s
 @pytest.mark.parametrize("make", [Worker, Queue])
 def test_a_bad_redis_url_or_crawl_name_from_python_names_the_parameter(make: Any) -> None:
     """InvalidURL and ConfigError raised from Python name ``redis`` and ``crawl``."""
-    with pytest.raises(InvalidURL, match=r"^redis must be redis://, rediss:// or redis\+unix://"):
+    with pytest.raises(
+        InvalidURL,
+        match=r"^redis must be redis://, rediss://, redis\+unix:// or redis\+sentinel://",
+    ):
         make("http://localhost:6379/0", "c")
     with pytest.raises(ConfigError, match=r"^crawl must be 1-64 letters"):
         make("redis://127.0.0.1:1/0", "no spaces allowed")

@@ -10,12 +10,15 @@ from __future__ import annotations
 import argparse
 import os
 import time
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from hashcrawl._exceptions import ConfigError, QueueError
 from hashcrawl._store._redisurl import RedisURL
 from hashcrawl._web._addresses import AddressPolicy, url_refusal
 from hashcrawl._web._spider import load_spider
+
+if TYPE_CHECKING:
+    from hashcrawl._store._store import Store
 
 START_PATIENCE = 5.0  # seconds a command waits for a Redis that never answered yet
 
@@ -75,10 +78,19 @@ def check_reachable(url: RedisURL, crawl: str) -> None:
             try:
                 return store.ping()
             except QueueError:
-                # A cluster may be promoting a replica of the crawl's primary: that is
-                # worth the patience, where one server refusing connections is not.
-                if not store.in_cluster() or time.monotonic() > deadline:
+                # A cluster or Sentinel may be promoting a replica of the crawl's
+                # primary: that is worth the patience, where one server refusing
+                # connections is not.
+                if not _may_fail_over(store) or time.monotonic() > deadline:
                     raise
                 time.sleep(0.25)
     finally:
         store.close()
+
+
+def _may_fail_over(store: Store) -> bool:
+    """Whether ``store``'s keys may move in a failover; a URL naming sentinels says so
+    even while none of them names a primary (one being promoted)."""
+    if store.url.scheme == "redis+sentinel":
+        return True
+    return store.may_fail_over()

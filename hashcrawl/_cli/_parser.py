@@ -67,7 +67,8 @@ def _common(p: argparse.ArgumentParser, *, redis: bool = True, state_dir: bool =
     if redis:
         p.add_argument(
             "--redis",
-            help="redis://[user:password@]host:port/db, rediss://, redis+unix:///path?db=N "
+            help="redis://[user:password@]host:port/db, rediss://, redis+unix:///path?db=N, "
+            "redis+sentinel://[user:password@]host[:port],.../service[/db] "
             f"(default: ${REDIS_ENV_VAR}, which keeps a password out of ps)",
         )
         p.add_argument(

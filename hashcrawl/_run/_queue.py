@@ -29,7 +29,8 @@ class Queue:
     """A crawl's shared queue: ``submit`` URLs into it, read its ``status``, ``clear`` it.
 
     Args:
-        redis: the Redis URL (``redis://``, ``rediss://``, ``redis+unix://``).
+        redis: the Redis URL (``redis://``, ``rediss://``, ``redis+unix://``,
+            ``redis+sentinel://``).
         crawl: the crawl's name; its keys are namespaced by it.
     """
 

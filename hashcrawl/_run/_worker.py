@@ -70,7 +70,8 @@ class Worker:
         **settings: Any,
     ) -> None:
         """Args:
-        redis: the Redis URL (``redis://``, ``rediss://``, ``redis+unix://``).
+        redis: the Redis URL (``redis://``, ``rediss://``, ``redis+unix://``,
+            ``redis+sentinel://``).
         crawl: the crawl's name; every worker of one crawl uses the same.
         fetcher: fetches requests (default: httpx); pacing and robots.txt still apply.
         parse: a callback from a response to items and requests to follow.

@@ -3,8 +3,9 @@ translation of redis-py's errors.
 
 :class:`Connection` is what both halves of the store stand on (``_views.Views``, what an
 operator reads or clears, and ``_store.Store``, what a worker asks): it finds the server
-holding the crawl's slot (``_nodes``), runs a Lua script from ``lua/`` or plain writes,
-each confirmed by a cluster primary's replicas, and raises the epoch after the slot moved.
+holding the crawl's keys (``_nodes``: one server, a cluster's primary for the crawl's
+slot, or the primary Sentinel names), runs a Lua script from ``lua/`` or plain writes,
+each confirmed by the primary's replicas, and raises the epoch after the keys moved.
 ``_translated`` wraps every method that talks to Redis, so that redis-py's errors leave
 as ``QueueError`` naming the server without its password.
 """
@@ -22,6 +23,7 @@ import redis
 from redis.backoff import NoBackoff
 from redis.exceptions import RedisClusterException
 from redis.retry import Retry
+from redis.sentinel import MasterNotFoundError
 
 from hashcrawl._core._faults import NO_FAULTS, Faults
 from hashcrawl._exceptions import InvalidURL, QueueError
@@ -65,6 +67,8 @@ def _translated(method: Callable[P, T]) -> Callable[P, T]:
 
 def _reason(exc: redis.RedisError | RedisClusterException) -> str:
     text = str(exc).splitlines()[0] if str(exc) else type(exc).__name__
+    if isinstance(exc, MasterNotFoundError):
+        return f"no sentinel names a primary that is up (a failover under way?): {text}"
     if isinstance(exc, redis.TimeoutError):
         return f"no answer in time ({text})"
     if isinstance(exc, redis.exceptions.MovedError):
@@ -107,7 +111,8 @@ class Connection:
         self._timeout = timeout
         self.marker = secrets.token_hex(8)  # the instance marker if this store sets it
         # Whether this store's first join raises the epoch as after a failover (None: on
-        # a cluster, found at first use). The simulations set it for their stand-ins.
+        # a cluster or under Sentinel, found at first use). The simulations set it for
+        # their stand-ins.
         self.settle_first_join: bool | None = None
         self._joined = False
         self._first_settle = False  # the settle under way is a first join's, not a move's
@@ -143,11 +148,15 @@ class Connection:
         epoch = ratchet(keys=keys, args=[self.prefix, self._now()])
         first, self._first_settle = self._first_settle, False
         if int(epoch) and not first:
-            log.warning("crawl %s: its slot moved, epoch raised to %s", self.crawl, epoch)
+            moved = (
+                "its primary changed" if self.url.scheme == "redis+sentinel" else "its slot moved"
+            )
+            log.warning("crawl %s: %s, epoch raised to %s", self.crawl, moved, epoch)
 
     def _before_join(self) -> None:
-        """A store's first join on a cluster settles as after a failover. Its slot may
-        have failed over before this store first looked: the promoted replica may lack
+        """A store's first join on a cluster or under Sentinel settles as after a
+        failover. Its primary may have failed over before this store first looked: the
+        promoted replica may lack
         epochs the old primary issued to other members, and a plain join would issue one
         of those numbers again (a stale ring would then pass fencing). The stores that
         saw the move raise the epoch only at their next call; this one must not wait."""
@@ -155,15 +164,15 @@ class Connection:
             return
         self._joined = True
         settle = self.settle_first_join
-        if settle if settle is not None else self._nodes.cluster:
+        if settle if settle is not None else self._nodes.replicated:
             self._first_settle = True
             self._nodes.expect_move()
 
     def _run(
         self, name: str, args: Sequence[Any], keys: Sequence[str] = (), *, read_only: bool = False
     ) -> Any:
-        """Run a script; one that writes, in a cluster whose primary has replicas, returns
-        only once they confirm it (``Nodes.confirmed``)."""
+        """Run a script; one that writes, on a primary with replicas (a cluster's, or
+        Sentinel's), returns only once they confirm it (``Nodes.confirmed``)."""
         script = self._scripts[name]
         # Declared keys make a node that does not hold the crawl's slot answer MOVED
         # before the script runs; the scripts themselves read only ARGV. ABSENT is never

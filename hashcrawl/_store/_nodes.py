@@ -1,5 +1,6 @@
-"""Where a crawl's keys are served: one Redis server, or the Redis Cluster primary that
-holds the crawl's hash slot, and the clients that reach it.
+"""Where a crawl's keys are served: one Redis server, the Redis Cluster primary that
+holds the crawl's hash slot, or the primary that Redis Sentinel names; and the clients
+that reach it.
 
 Every key of a crawl shares one hash tag, so in a cluster one node serves all of them. The
 ``--redis`` URL may name any node: the first use asks it ``INFO cluster``; with
@@ -11,6 +12,14 @@ relies on: a pipeline runs on one connection (so ``WAIT`` covers the write befor
 After an error that may mean the slot has moved (a dead or hung primary, ``MOVED``,
 ``ASK``, ``CLUSTERDOWN``, ``TRYAGAIN``, a write refused by a demoted node), the slot map is
 read again; the store learns from ``moved`` that another node now serves the slot.
+
+A ``redis+sentinel://`` URL names sentinels and a service instead: redis-py's
+``Sentinel`` asks them, one after another until one answers, for the service's primary
+and its replicas, and the clients here talk to that primary directly, as to a cluster's.
+After the same errors (and ``MasterNotFoundError``: no sentinel names a primary while
+one is being promoted) the sentinels are asked again, and a new primary is a move. Not
+``Sentinel.master_for``: its pool reconnects to a new primary by itself, so a write could
+reach a promoted replica before the store has raised the epoch there (``_connection``).
 """
 
 from __future__ import annotations
@@ -24,6 +33,7 @@ from typing import Any
 import redis
 from redis.cluster import RedisCluster
 from redis.exceptions import RedisClusterException
+from redis.sentinel import Sentinel
 
 from hashcrawl._exceptions import InvalidURL
 from hashcrawl._store._redisurl import RedisURL
@@ -51,6 +61,8 @@ MAP_MAY_CHANGE = (
     RedisClusterException,
     Unconfirmed,
 )
+# What a primary answers a blocking read when Sentinel demotes it to a replica.
+DEMOTED = "UNBLOCKED force unblock"
 # A script's access to a key of a slot the node does not serve.
 NOT_LOCAL = "non local key"
 TOPOLOGY_TIMEOUT = 5.0  # seconds a slot-map read may wait on one node (a hung one, say)
@@ -77,8 +89,9 @@ class Nodes:
         self._options = options
         self._lock = threading.Lock()
         self._cluster: RedisCluster | None = None
+        self._sentinel: Sentinel | None = None
         self._found = False
-        self._owner: tuple[str, int] | None = None  # a cluster primary's host and port
+        self._owner: tuple[str, int] | None = None  # a cluster's or Sentinel's primary
         self._replicas = 0
         self._map_read_at = 0.0  # time.monotonic() of the last slot-map read
         self._moved = False
@@ -92,16 +105,26 @@ class Nodes:
         return self._cluster is not None
 
     @property
-    def replicas(self) -> int:
-        """How many replicas the slot map lists for the crawl's primary (0: one server)."""
+    def replicated(self) -> bool:
+        """Whether a failover may move the crawl's keys to another server: a cluster, or
+        a primary that Sentinel watches (discovered at first use)."""
         self._discover()
-        if self._cluster is not None and time.monotonic() - self._map_read_at > TOPOLOGY_REFRESH_S:
+        return self._cluster is not None or self._sentinel is not None
+
+    @property
+    def replicas(self) -> int:
+        """How many replicas the slot map lists for the crawl's primary, or Sentinel could
+        promote (0: one server)."""
+        self._discover()
+        stale = time.monotonic() - self._map_read_at > TOPOLOGY_REFRESH_S
+        if (self._cluster is not None or self._sentinel is not None) and stale:
             self._reread()
         return self._replicas
 
     @property
     def owner(self) -> str:
-        """``host:port`` of the cluster node serving the crawl's slot ("" for one server)."""
+        """``host:port`` of the cluster node serving the crawl's slot, or of the primary
+        Sentinel names ("" for one server)."""
         self._discover()
         return "" if self._owner is None else f"{self._owner[0]}:{self._owner[1]}"
 
@@ -136,10 +159,15 @@ class Nodes:
         if not replicas:
             return replies
         acked = replies.pop()
-        if isinstance(acked, Exception):
-            raise acked
+        # The writes' own errors first: a primary demoted since (still up, a replica
+        # now) refuses them with READONLY, which says to look for the new primary, and
+        # refuses the WAIT with an error that says less.
         if any(isinstance(reply, Exception) for reply in replies):
             return replies
+        if isinstance(acked, redis.ResponseError) and "replica" in str(acked):
+            raise redis.exceptions.ReadOnlyError(str(acked))
+        if isinstance(acked, Exception):
+            raise acked
         if int(acked) < replicas:
             raise Unconfirmed(
                 f"node {self.owner} made a write that {replicas - int(acked)} of its "
@@ -152,7 +180,7 @@ class Nodes:
         the caller closes them."""
         self._discover()
         if self._cluster is None:
-            return [self._new_client(None, timeout, True)]
+            return [self._new_client(self._owner, timeout, True)]
         nodes = [(n.host, int(n.port)) for n in self._cluster.get_primaries()]  # type: ignore[no-untyped-call]
         return [self._new_client(node, timeout, True) for node in sorted(nodes)]
 
@@ -182,7 +210,12 @@ class Nodes:
             self._moved = True
 
     def failed(self, exc: BaseException) -> None:
-        """Note an error: after one that may mean the slot moved, read the slot map again."""
+        """Note an error: after one that may mean the slot moved, read the slot map again
+        (or ask the sentinels again)."""
+        if self._sentinel is not None:
+            if isinstance(exc, MAP_MAY_CHANGE) or str(exc).startswith(DEMOTED):
+                self._reread()
+            return
         if self._cluster is None:
             return
         migrating = isinstance(exc, redis.exceptions.TryAgainError) or (
@@ -201,15 +234,18 @@ class Nodes:
         self._reread()
 
     def _reread(self) -> None:
-        assert self._cluster is not None
         self._map_read_at = time.monotonic()  # a failed read waits its turn too
         try:
             with self._lock:
+                if self._sentinel is not None:
+                    self._take_sentinels_view()
+                    return
+                assert self._cluster is not None
                 self._cluster.nodes_manager.initialize()
                 self._take_slot_map()
         except (redis.RedisError, RedisClusterException) as again:
             # The store's caller retries; the next failure reads the map again.
-            log.debug("Redis Cluster slot map not read: %s", again)
+            log.debug("Redis Cluster slot map (or Sentinel's primary) not read: %s", again)
 
     def close(self) -> None:
         with self._lock:
@@ -218,12 +254,19 @@ class Nodes:
             self._clients.clear()
             if self._cluster is not None:
                 self._cluster.close()
+            if self._sentinel is not None:
+                self._sentinel.close()
 
     # -- discovery ------------------------------------------------------------------------
 
     def _discover(self) -> None:
         with self._lock:
             if self._found:
+                return
+            if self.url.scheme == "redis+sentinel":
+                self._sentinel = self._sentinel or self._new_sentinel()
+                self._take_sentinels_view()
+                self._found = True
                 return
             # One server keeps the probe as its main client: no extra connection.
             probe = self._new_client(None, self._timeout, True)
@@ -260,6 +303,26 @@ class Nodes:
         options.pop("health_check_interval", None)
         return RedisCluster(**kwargs, **options, require_full_coverage=False)
 
+    def _new_sentinel(self) -> Sentinel:
+        # The sentinels are asked with the same short patience as a cluster's slot map,
+        # and without the URL's password: it is the primary's, not theirs.
+        options = {"socket_timeout": TOPOLOGY_TIMEOUT, "socket_connect_timeout": TOPOLOGY_TIMEOUT}
+        options |= {"protocol": 2, "decode_responses": True}
+        return Sentinel(list(self.url.sentinels), sentinel_kwargs=options)
+
+    def _take_sentinels_view(self) -> None:
+        """Learn the primary and its live replicas from the first sentinel that names one.
+
+        Raises:
+            MasterNotFoundError: no sentinel answers, or none names a primary that is up.
+        """
+        assert self._sentinel is not None and self.url.service is not None
+        owner = self._sentinel.discover_master(self.url.service)
+        self._map_read_at = time.monotonic()
+        self._take_owner(
+            (str(owner[0]), int(owner[1])), _promotable_replicas(self._sentinel, self.url.service)
+        )
+
     def _take_slot_map(self) -> None:
         """Learn the crawl's primary and its replicas from the cluster client's map."""
         assert self._cluster is not None
@@ -269,14 +332,18 @@ class Nodes:
         serving = manager.slots_cache.get(slot) or []
         if not serving:
             return
-        owner = (serving[0].host, int(serving[0].port))
-        self._replicas = len(serving) - 1
+        self._take_owner((serving[0].host, int(serving[0].port)), len(serving) - 1)
+
+    def _take_owner(self, owner: tuple[str, int], replicas: int) -> None:
+        """The crawl's keys are on ``owner`` now, with ``replicas`` to confirm writes; a
+        different owner from before is a move."""
+        self._replicas = replicas
         if self._owner is not None and owner != self._owner:
-            log.warning(
-                "the crawl's slot moved from %s:%d to %s:%d (a failover or a reshard)",
-                *self._owner,
-                *owner,
-            )
+            if self._sentinel is not None:
+                said = "the crawl's primary moved from %s:%d to %s:%d (a Sentinel failover)"
+            else:
+                said = "the crawl's slot moved from %s:%d to %s:%d (a failover or a reshard)"
+            log.warning(said, *self._owner, *owner)
             self._moved = True
             self._migrating = False
             for key in [k for k in self._clients if k[0] == self._owner]:
@@ -288,7 +355,8 @@ class Nodes:
     ) -> redis.Redis:
         kwargs = self.url.client_kwargs()
         if node is not None:
-            kwargs.pop("db")
+            if self._cluster is not None:
+                kwargs.pop("db")  # a cluster node has database 0 only
             kwargs.update(host=node[0], port=node[1])
         options = self._options | {
             "socket_timeout": timeout,
@@ -306,3 +374,35 @@ def _cluster_enabled(client: redis.Redis) -> bool:
         # refuses; otherwise INFO is renamed away or refused (managed services).
         return "not allowed in cluster mode" in str(exc)
     return bool(int(info.get("cluster_enabled", 0)))
+
+
+def _promotable_replicas(sentinel: Sentinel, service: str) -> int:
+    """How many replicas of ``service``'s primary the first sentinel that answers could
+    promote, by Sentinel's own rules (not down, reached, priority above 0, replication
+    link down for at most ten ``down-after-milliseconds``): the replicas a write waits
+    for, as a cluster's waits for every replica its slot map lists. A replica Sentinel
+    could not promote is not waited for: the dead primary that a failover has just
+    listed as a replica of the new one (disconnected) would only make every ``WAIT``
+    time out until Sentinel calls it down.
+
+    Raises:
+        redis.ConnectionError: no sentinel answered (never taken for "no replica", which
+            would let writes go unconfirmed).
+    """
+    for client in sentinel.sentinels:
+        try:
+            replicas = client.sentinel_slaves(service)
+        except (redis.ConnectionError, redis.ResponseError, redis.TimeoutError):
+            continue
+        return sum(_promotable(replica) for replica in replicas)
+    raise redis.ConnectionError(f"no sentinel listed the replicas of {service!r}")
+
+
+def _promotable(replica: dict[str, Any]) -> bool:
+    if replica["is_sdown"] or replica["is_odown"] or replica.get("is_disconnected"):
+        return False
+    if int(replica.get("slave-priority", 100)) == 0:
+        return False
+    # The primary's down-after-milliseconds, which its replicas are given too.
+    longest_link_down = 10 * int(replica.get("down-after-milliseconds", 30_000))
+    return int(replica.get("master-link-down-time", 0)) <= longest_link_down

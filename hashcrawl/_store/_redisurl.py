@@ -4,6 +4,12 @@ A password in a URL may hold any character. In ``redis://`` and ``rediss://`` UR
 user information runs to the *last* ``@``, so a raw ``#``, ``/``, ``?``, ``@`` or ``:``
 in a password needs no escaping (a ``%`` does: it starts a percent-escape). Whatever
 is shown in a message masks everything before that last ``@``.
+
+``redis+sentinel://[user:password@]host[:port][,host[:port]...]/service[/db]`` names a
+primary through the Sentinels that watch it, the convention Redis-Sentinel-Url defined
+and RedisVL and Prefect follow: sentinels on port 26379 unless given, IPv6 hosts in
+brackets; the user and password are the primary's (and its replicas'), not the
+sentinels'.
 """
 
 from __future__ import annotations
@@ -26,16 +32,24 @@ ENV_VAR = "HASHCRAWL_REDIS"
 _SCHEME = re.compile(r"[A-Za-z][A-Za-z0-9+.-]{0,15}")
 _PASSWORD_PARAM = re.compile(r"((?:^|[?&;])(?:password|pass)=).*", re.IGNORECASE | re.DOTALL)
 _CRAWL_NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,63}$")
+_SERVICE = re.compile(r"[A-Za-z0-9][A-Za-z0-9._:-]{0,127}")
+_SENTINEL_MEMBER = re.compile(
+    r"(?:\[(?P<v6>[0-9A-Fa-f:.]+)\]|(?P<host>[A-Za-z0-9._-]+))(?::(?P<port>[^:]*))?"
+)
+SENTINEL_PORT = 26379
+MAX_SENTINELS = 16  # more is a mistake: a Sentinel deployment has 3 or 5
 _MASK = "***"
 _SSL_SOURCE = re.compile(r"\.?\s*\(_ssl\.c:\d+\)\.?$")
 
 
 @attrs.frozen(repr=False)
 class RedisURL:
-    """Where the shared store is: a parsed ``redis://``, ``rediss://`` or ``redis+unix://`` URL.
+    """Where the shared store is: a parsed ``redis://``, ``rediss://``, ``redis+unix://``
+    or ``redis+sentinel://`` URL.
 
-    ``ca_file`` names the PEM file of the CA that signed a ``rediss://`` server's
-    certificate, when it is not one the system trusts.
+    ``sentinels`` and ``service`` are a ``redis+sentinel://`` URL's: the sentinels to ask
+    for the primary of ``service``. ``ca_file`` names the PEM file of the CA that signed
+    a ``rediss://`` server's certificate, when it is not one the system trusts.
     """
 
     scheme: str
@@ -46,6 +60,8 @@ class RedisURL:
     username: str | None = None
     password: str | None = attrs.field(default=None, eq=False)
     ca_file: str | None = None
+    sentinels: tuple[tuple[str, int], ...] = ()
+    service: str | None = None
 
     @classmethod
     def parse(cls, url: str, *, name: str = "--redis") -> RedisURL:
@@ -58,9 +74,12 @@ class RedisURL:
         scheme, sep, rest = url.partition("://")
         if sep and scheme == "redis+unix":
             return cls._parse_unix(url, name)
+        if sep and scheme == "redis+sentinel":
+            return cls._parse_sentinel(url, name)
         if not sep or scheme not in ("redis", "rediss"):
             raise InvalidURL(
-                f"{name} must be redis://, rediss:// or redis+unix://, got {_shown(url)}"
+                f"{name} must be redis://, rediss://, redis+unix:// or redis+sentinel://, "
+                f"got {_shown(url)}"
             )
         userinfo, _, location = rest.rpartition("@")
         try:
@@ -115,6 +134,42 @@ class RedisURL:
         )
 
     @classmethod
+    def _parse_sentinel(cls, url: str, name: str) -> RedisURL:
+        # User information runs to the last "@", as in redis:// URLs; the members run to
+        # the first "/" after it. urlsplit cannot take a list of hosts (nor IPv6 ones).
+        userinfo, _, location = url[len("redis+sentinel://") :].rpartition("@")
+        if "?" in location or "#" in location:
+            raise InvalidURL(
+                f"{name} redis+sentinel:// URL takes no query or fragment: {_shown(url)}"
+            )
+        members, slash, path = location.partition("/")
+        service, _, db = path.partition("/")
+        if not slash or not service:
+            raise InvalidURL(
+                f"{name} redis+sentinel:// URL needs the service name after the sentinels "
+                f"(redis+sentinel://host:26379/mymaster): {_shown(url)}"
+            )
+        if not _SERVICE.fullmatch(service):
+            raise InvalidURL(
+                f"{name} redis+sentinel:// service name must be 1-128 letters, digits, '.', "
+                f"'_', ':' or '-': {_shown(url)}"
+            )
+        if "/" in db:
+            raise InvalidURL(
+                f"{name} redis+sentinel:// URL has a path past /service/db: {_shown(url)}"
+            )
+        username, colon, password = userinfo.partition(":")
+        return cls(
+            scheme="redis+sentinel",
+            port=0,
+            db=_db(db or "0", url, name),
+            username=unquote(username) if username else None,
+            password=unquote(password) if colon and password else None,
+            sentinels=_sentinel_members(members, url, name),
+            service=service,
+        )
+
+    @classmethod
     def from_options(
         cls,
         url: str | None,
@@ -155,8 +210,10 @@ class RedisURL:
         """The URL as it may appear in messages, logs and status: no password."""
         if self.scheme == "redis+unix":
             return f"redis+unix://{quote(self.path or '')}?db={self.db}"
-        # Everything before the "@" is masked, the user name too: one may be the password.
         auth = f"{_MASK}@" if self.username or self.password else ""
+        if self.scheme == "redis+sentinel":
+            return f"redis+sentinel://{auth}{self.members()}/{self.service}/{self.db}"
+        # Everything before the "@" is masked, the user name too: one may be the password.
         host = f"[{self.host}]" if self.host and ":" in self.host else self.host
         return f"{self.scheme}://{auth}{host}:{self.port}/{self.db}"
 
@@ -173,13 +230,20 @@ class RedisURL:
                 f"TLS certificate refused ({why}); the server's certificate must be "
                 f"signed by {hint} and name {self.host!r}"
             )
+        elif self.scheme == "redis+sentinel":
+            return reason  # the primary's address, if any, is in the reason itself
         elif "Connection refused" in reason or "No such file or directory" in reason:
             where = self.path if self.scheme == "redis+unix" else f"{self.host}:{self.port}"
             reason += f" Is a Redis server running at {where}?"
         return reason
 
+    def members(self) -> str:
+        """A ``redis+sentinel://`` URL's sentinels as ``host:port,...`` (IPv6 in brackets)."""
+        return ",".join(f"[{h}]:{p}" if ":" in h else f"{h}:{p}" for h, p in self.sentinels)
+
     def client_kwargs(self) -> dict[str, Any]:
-        """Keyword arguments for :class:`redis.Redis` naming this server.
+        """Keyword arguments for :class:`redis.Redis` naming this server (for a
+        ``redis+sentinel://`` URL, all but the host and port, which the sentinels give).
 
         ``rediss://`` verifies the server's certificate and host name. redis-py checks
         host names by default only since 6.0, so both are set here, for every version.
@@ -187,6 +251,9 @@ class RedisURL:
         kwargs: dict[str, Any] = {"db": self.db, "password": self.password}
         if self.scheme == "redis+unix":
             kwargs["unix_socket_path"] = self.path
+            return kwargs
+        if self.scheme == "redis+sentinel":
+            kwargs["username"] = self.username
             return kwargs
         kwargs.update(host=self.host, port=self.port, username=self.username)
         kwargs["ssl"] = self.scheme == "rediss"
@@ -216,6 +283,33 @@ def _db(text: str, url: str, name: str) -> int:
     if not (text.isascii() and text.isdigit()):
         raise InvalidURL(f"{name} URL has a bad database number: {_shown(url)}")
     return int(text)
+
+
+def _sentinel_members(text: str, url: str, name: str) -> tuple[tuple[str, int], ...]:
+    """``host[:port],...`` as (host, port) pairs, port 26379 where none is given."""
+    if not text:
+        raise InvalidURL(f"{name} redis+sentinel:// URL names no sentinel: {_shown(url)}")
+    members = text.split(",")
+    if len(members) > MAX_SENTINELS:
+        raise InvalidURL(
+            f"{name} redis+sentinel:// URL names {len(members)} sentinels, at most "
+            f"{MAX_SENTINELS}: {_shown(url)}"
+        )
+    found = []
+    for member in members:
+        parts = _SENTINEL_MEMBER.fullmatch(member)
+        if parts is None:
+            raise InvalidURL(
+                f"{name} redis+sentinel:// URL has a bad sentinel {member[:100]!r} "
+                f"(host:port, [IPv6]:port): {_shown(url)}"
+            )
+        port = parts["port"]
+        if port is not None and not (port.isascii() and port.isdigit() and 0 < int(port) < 65536):
+            raise InvalidURL(
+                f"{name} redis+sentinel:// URL has a bad port in {member[:100]!r}: {_shown(url)}"
+            )
+        found.append((parts["v6"] or parts["host"], int(port) if port else SENTINEL_PORT))
+    return tuple(found)
 
 
 def _password_in(path: str) -> str:

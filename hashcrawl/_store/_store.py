@@ -56,9 +56,10 @@ Time in every lease and liveness decision is the Redis server's (``TIME`` in scr
 so clock skew between machines changes nothing. The Lua scripts live in ``lua/``, each
 opening with the keys it touches.
 
-On a Redis Cluster the keys live on the primary of the crawl's slot, found and followed
-by ``_nodes``; there every write returns only once that primary's replicas confirm it,
-and after the slot moves the epoch is raised (``lua/failover.lua``; docs/design.md, "On
+On a Redis Cluster the keys live on the primary of the crawl's slot (under Sentinel, on
+the primary the sentinels name), found and followed by ``_nodes``; there every write
+returns only once that primary's replicas confirm it, and after the primary moves the
+epoch is raised (``lua/failover.lua``; docs/design.md, "On
 a Redis Cluster", says why both are needed).
 
 The store is three modules: ``_connection`` (the client, the scripts, errors
@@ -106,6 +107,12 @@ class Store(Views):
     def in_cluster(self) -> bool:
         """Whether the crawl's keys are on a Redis Cluster (found at first use)."""
         return self._nodes.cluster
+
+    @_translated
+    def may_fail_over(self) -> bool:
+        """Whether a failover may move the crawl's keys to another server: they are on a
+        Redis Cluster, or on a primary that Redis Sentinel watches."""
+        return self._nodes.replicated
 
     @_translated
     def join(
