@@ -8,7 +8,9 @@ and `tests/test_practice.py` runs a small one.
 from __future__ import annotations
 
 import contextlib
+import datetime
 import itertools
+import json
 import os
 import signal
 import subprocess
@@ -22,10 +24,11 @@ import attrs
 from redis import Redis
 
 from hashcrawl._cli._server import RedisServer
+from hashcrawl._core._ring import Ring
 from hashcrawl._core._shards import shard_name
 from testing.cluster import Cluster
 from testing.sentinel import Sentinels
-from testing.testsite import SITE_FLAGS, SiteServer, Verdict, generate_site, judge
+from testing.testsite import SITE_FLAGS, Request, SiteServer, Verdict, generate_site, judge
 
 REPO = Path(__file__).resolve().parent.parent
 CRAWL = "practice"
@@ -132,6 +135,12 @@ def run_practice(
             f"({commands()} commands on the primaries, scripts' inner calls included; "
             f"{len(requests)} requests; a failed primary's own count is lost with it)"
         )
+        if pool.killed_at is not None:
+            stall, host = longest_stall(requests, pool.outputs, pool.killed_at)
+            progress(
+                f"the longest time a host the killed worker did not own went without a "
+                f"request after the kill: {stall:.1f} s ({host or 'none'})"
+            )
         if disrupted:
             pause, began = longest_pause([r.time for r in requests], disrupted[0])
             progress(
@@ -219,6 +228,44 @@ def longest_pause(requests: Sequence[float], after: float) -> tuple[float, float
     stamps = sorted(requests)
     gaps = [(b - a, a) for a, b in itertools.pairwise(stamps) if b > after]
     return max(gaps, default=(0.0, after))
+
+
+def longest_stall(
+    requests: Sequence[Request], outputs: Sequence[Path], killed_at: float
+) -> tuple[float, str]:
+    """The longest time between two requests to one host, the second after the kill,
+    among the hosts the killed worker (the first output's) did not own: how long a live
+    member's host went unfetched while it had pages due. The owners come from the ring
+    of the workers that wrote items before the kill."""
+    ids = [_worker_ids(path, before=killed_at) for path in outputs]
+    members = set().union(*ids)
+    dead = ids[0] if ids else set()
+    ring = Ring.of(0, tuple(members))
+    by_host: dict[str, list[float]] = {}
+    for r in requests:
+        key = r.host if r.port in (80, 443) else f"{r.host}:{r.port}"
+        by_host.setdefault(key, []).append(r.time)
+    stalls = [
+        (b - a, host)
+        for host, times in by_host.items()
+        if ring.owner_of(host) not in dead
+        for a, b in itertools.pairwise(sorted(times))
+        if b > killed_at
+    ]
+    return max(stalls, default=(0.0, ""))
+
+
+def _worker_ids(path: Path, *, before: float) -> set[str]:
+    """The worker ids in an item file's items fetched before ``before``."""
+    if not path.exists():
+        return set()
+    ids = set()
+    for line in path.read_text().splitlines():
+        item = json.loads(line)
+        fetched = datetime.datetime.fromisoformat(item["fetched_at"]).timestamp()
+        if fetched < before:
+            ids.add(str(item["worker"]))
+    return ids
 
 
 def _most_keys(nodes: Cluster, key: str) -> str:
@@ -337,6 +384,7 @@ class _Workers:
         self.progress = progress
         self.processes: dict[str, subprocess.Popen[bytes]] = {}
         self.killed: set[str] = set()
+        self.killed_at: float | None = None  # time.time() of the kill
         self.outputs: list[Path] = []
 
     def start(self) -> None:
@@ -360,6 +408,7 @@ class _Workers:
         label, process = next(iter(self.processes.items()))
         process.send_signal(signal.SIGKILL)
         process.wait()
+        self.killed_at = time.time()
         self.killed.add(label)
         self.progress(f"killed {label} with SIGKILL")
 
