@@ -11,6 +11,7 @@ import contextlib
 import datetime
 import itertools
 import json
+import math
 import os
 import signal
 import subprocess
@@ -19,6 +20,7 @@ import time
 from collections.abc import Callable, Iterator, Sequence
 from pathlib import Path
 from typing import IO
+from urllib.parse import urlsplit
 
 import attrs
 from redis import Redis
@@ -28,7 +30,15 @@ from hashcrawl._core._ring import Ring
 from hashcrawl._core._shards import shard_name
 from testing.cluster import Cluster
 from testing.sentinel import Sentinels
-from testing.testsite import SITE_FLAGS, Request, SiteServer, Verdict, generate_site, judge
+from testing.testsite import (
+    SITE_FLAGS,
+    Request,
+    Site,
+    SiteServer,
+    Verdict,
+    generate_site,
+    judge,
+)
 
 REPO = Path(__file__).resolve().parent.parent
 CRAWL = "practice"
@@ -136,7 +146,7 @@ def run_practice(
             f"{len(requests)} requests; a failed primary's own count is lost with it)"
         )
         if pool.killed_at is not None:
-            stall, host = longest_stall(requests, pool.outputs, pool.killed_at)
+            stall, host = longest_stall(server.site, requests, pool.outputs, pool.killed_at)
             progress(
                 f"the longest time a host the killed worker did not own went without a "
                 f"request after the kill: {stall:.1f} s ({host or 'none'})"
@@ -231,28 +241,36 @@ def longest_pause(requests: Sequence[float], after: float) -> tuple[float, float
 
 
 def longest_stall(
-    requests: Sequence[Request], outputs: Sequence[Path], killed_at: float
+    site: Site, requests: Sequence[Request], outputs: Sequence[Path], killed_at: float
 ) -> tuple[float, str]:
     """The longest time between two requests to one host, the second after the kill,
-    among the hosts the killed worker (the first output's) did not own: how long a live
-    member's host went unfetched while it had pages due. The owners come from the ring
-    of the workers that wrote items before the kill."""
+    while the host had a page due, among the hosts the killed worker (the first
+    output's) did not own: how long a live member's host went unfetched. A page is due
+    from a second after the first request to a page linking to it (its links committed);
+    the owners come from the ring of the workers that wrote items before the kill."""
     ids = [_worker_ids(path, before=killed_at) for path in outputs]
-    members = set().union(*ids)
     dead = ids[0] if ids else set()
-    ring = Ring.of(0, tuple(members))
-    by_host: dict[str, list[float]] = {}
-    for r in requests:
-        key = r.host if r.port in (80, 443) else f"{r.host}:{r.port}"
-        by_host.setdefault(key, []).append(r.time)
-    stalls = [
-        (b - a, host)
-        for host, times in by_host.items()
-        if ring.owner_of(host) not in dead
-        for a, b in itertools.pairwise(sorted(times))
-        if b > killed_at
-    ]
-    return max(stalls, default=(0.0, ""))
+    ring = Ring.of(0, tuple(set().union(*ids)))
+    first: dict[str, float] = {}
+    for r in sorted(requests, key=lambda r: r.time):
+        first.setdefault(r.url, r.time)
+    found: dict[str, float] = {}  # url -> when it was due
+    for url, at in first.items():
+        for link in site._links_from(url):
+            found[link] = min(found.get(link, math.inf), at + 1.0)
+    by_host: dict[str, list[tuple[float, str]]] = {}
+    for url, at in first.items():
+        by_host.setdefault(urlsplit(url).netloc, []).append((at, url))
+    stalls = [(0.0, "")]
+    for host, fetched in by_host.items():
+        if ring.owner_of(host) in dead:
+            continue
+        fetched.sort()
+        for (a, _), (b, _) in itertools.pairwise(fetched):
+            due = any(found.get(u, math.inf) <= a for at, u in fetched if at >= b)
+            if b > killed_at and due:
+                stalls.append((b - a, host))
+    return max(stalls)
 
 
 def _worker_ids(path: Path, *, before: float) -> set[str]:
