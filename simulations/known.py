@@ -277,6 +277,50 @@ state.tick()
 state.teardown()
 """,
     ),
+    "stale_beat_lowers_applied": Bug(
+        summary=(
+            "A heartbeat sent before a handoff commit and run after it wrote the worker's "
+            "older applied epoch back over the newer one. Once a host waits only for the "
+            "members behind that own it in their ring, a newcomer read that older epoch's "
+            "ring, where the host was a dead member's, and fetched the host while its "
+            "owner still held it: two robots.txt requests 0.67 s apart on a 3 s delay. "
+            "Found by scripts/soak (seed 2) on the commit that brought the rings in."
+        ),
+        fixed=(
+            "heartbeat.lua writes a worker's applied epoch only when it is higher than "
+            "the one Redis holds."
+        ),
+        replay="""\
+state = CrawlModel()
+state.setup(
+    site=Site(seed=115, hosts=2, pages=23), latency=0.2, faults=6, roots=[80, 16, 62],
+    workers=2, revisit='', gap=0.2, delay=3.0,
+)
+state.pause_past_lease(w=2)
+state.join_in_flight()
+state.cut_off(w=2)
+state.crash_later(at='before leave', w=0)
+state.crash_later(at='after heartbeat', w=0)
+state.crash(w=3)
+state.crash_after_ack(w=1)
+state.tick()
+state.advance(seconds=5.0)
+state.beat(w=1)
+state.advance(seconds=0.1)
+state.tick()
+state.submit(pages=[80, 16, 62])
+state.read(w=0)
+state.advance(seconds=0.1)
+state.beat(w=1)
+state.run(order=170, seconds=1.0)
+state.join()
+state.tick()
+state.advance(seconds=2.0)
+state.tick()
+state.join_in_flight()
+state.teardown()
+""",
+    ),
 }
 
 

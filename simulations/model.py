@@ -413,6 +413,26 @@ class CrawlModel(RuleBasedStateMachine):
         self._fault("lost_join_then_pause")
         self._do(reach.lost_join_then_pause, self.w)
 
+    def _crash_aim(self) -> tuple[SimWorker, SimWorker, str] | None:
+        """A worker to kill, and a host a join would move from another, live member."""
+        aim = self._join_aim()
+        if aim is None:
+            return None
+        owner, host = aim
+        if not (self.timed or self.faults > 0):
+            return None
+        victims = [w for w in self.w.live() if w is not owner and w.state == "member"]
+        return (victims[0], owner, host) if victims else None
+
+    @precondition(lambda self: self._crash_aim() is not None)
+    @rule()
+    def crash_then_join(self) -> None:
+        """A member dies, and a worker joins inside its lease (a restarted pod)."""
+        aim = self._crash_aim()
+        assert aim is not None
+        self._timed_fault("crash_then_join")
+        self._do(reach.crash_then_join, self.w, *aim)
+
     # -- aimed: the windows the timing rules exist for (each listed twice, to weigh it) --
 
     def _join_aim(self) -> Any:

@@ -29,9 +29,11 @@ And crawl-wide settings changed mid-crawl (:func:`configure`, as ``hashcrawl con
 version is one more per change), and the delay the web sees follows the new one within
 :data:`FOLLOW_WITHIN` (a request starting later keeps it; before, the smaller of the two).
 
-And one timing window (:func:`lost_join_then_pause`): a worker whose join reply is lost
+And two timing windows. :func:`lost_join_then_pause`: a worker whose join reply is lost
 joins again a heartbeat interval later, and its lease runs from that second join, as it
 believes; paused until just before that lease ends, it must not have been expired.
+:func:`crash_then_join`: a member dies and a worker joins inside its lease; a host the
+join moves from a live member is fetched again within :func:`unowned_within`.
 """
 
 from __future__ import annotations
@@ -260,6 +262,51 @@ async def lost_join_then_pause(world: World, early: float = 0.05) -> str:
     for _ in range(2):
         await world.tick()
     return ""
+
+
+async def crash_then_join(world: World, victim: SimWorker, owner: SimWorker, host: str) -> str:
+    """``victim`` dies right after a heartbeat and, inside its lease, a worker joins that
+    takes ``host`` from ``owner``, a live member: the newcomer may fetch ``host`` within
+    :func:`unowned_within`, for the dead member never owned it (docs/design.md, "The epoch,
+    and handing a host over"). Judged while ``victim`` is still a member; once it has
+    expired, nothing is left to tell the rules apart."""
+    from simulations.world import BEAT
+
+    await world.step(victim, "beat")
+    await world.crash(victim, "killed, and a worker joins inside its lease")
+    name = world.next_name()
+    await world.join()
+    world.say("submitter", world.submit([f"http://{host}/unseen-after-crash"]))
+    start = world.now()
+    while world.now() < start + unowned_within(world):
+        newcomer = world.workers[name]
+        if newcomer.state != "member" or owner.state != "member":
+            return world.say("model", f"{name} or {owner.name} is gone: nothing to judge")
+        if _may_fetch(newcomer, host):
+            return world.say("model", f"{name} may fetch {host} {world.now() - start:.3f} s on")
+        await world.tick(seconds=BEAT / 4, quiet=True)
+    if victim.name in world.observer.members():
+        world.problems.append(
+            f"{host} moved from {owner.name}, a live member, to {name} at t={start:.3f}, "
+            f"yet {name} may not fetch it {unowned_within(world):.3f} s later: it waits for "
+            f"{victim.name}, dead and still a member, which never owned it"
+        )
+    return ""
+
+
+def unowned_within(world: World) -> float:
+    """How long a host of a live member may go unowned after a join moves it: the owner's
+    next heartbeat, its handoff (a second's wait for requests out), the newcomer's next
+    heartbeat and its read of the pace record, each way as slow as the latency, and a
+    heartbeat interval of slack."""
+    from simulations.world import BEAT
+
+    return float(4 * BEAT + 1.0 + 6 * world.latency)
+
+
+def _may_fetch(w: SimWorker, host: str) -> bool:
+    held = w.session.frontier.hosts.get(host)
+    return held is not None and held.paced and w.session.epochs.release(host, held.since)
 
 
 def _not_ours(record: logging.LogRecord) -> bool:

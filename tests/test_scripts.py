@@ -215,6 +215,16 @@ def test_a_heartbeat_names_the_members_behind_and_the_rings_they_fetch_by(store,
     assert set(raw.hkeys(store.key("rings"))) == {"2"}
 
 
+def test_a_heartbeat_sent_before_a_handoff_never_takes_the_applied_epoch_back(store, raw):
+    """A heartbeat that reports an older applied epoch than Redis holds (sent before the
+    handoff commit, run after it) leaves it: a member behind is judged by its ring."""
+    store.join("w1", {})
+    store.join("w2", {})
+    beat(store, "w1", applied=2, known=2)
+    beat(store, "w1", applied=1, known=2)
+    assert raw.hget(store.key("applied"), "w1") == "2"
+
+
 def test_a_heartbeat_records_the_workers_counters(store, raw):
     """The stats pairs replace the worker's own counters."""
     store.join("w1", {})

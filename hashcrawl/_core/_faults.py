@@ -31,6 +31,9 @@ docs/simulation.md says. A :class:`Faults` value is passed in (``Worker(faults=.
 - ``release_unchecked``: a heartbeat's list of members behind the newest epoch is
   ignored, so a gained host is fetched as soon as the heartbeat has seen its epoch,
   before the previous owner has let go of it;
+- ``release_by_settled``: the rings of the members behind are ignored, so every member
+  behind holds up every host gained (the rule before the rings): a dead member stalls
+  its live peers' moved hosts until its lease runs out;
 - ``park_unowned``: a commit parks an entry in its host's overflow set though the ring
   it is routed by gives the host to another worker, who read ``parked`` before and never
   looks again: the entries wait unseen and the crawl stops short.
@@ -76,6 +79,7 @@ KNOWN = frozenset(
         "revisit_put_after_ack",
         "park_unowned",
         "release_unchecked",
+        "release_by_settled",
         "deliver_after_ack",
         "foreign_in_source",
         "end_from_one_sweep",

@@ -65,7 +65,11 @@ if now - tonumber(last) > lease then
   return {'gone', now}
 end
 redis.call('ZADD', P .. 'members', now, worker)
-redis.call('HSET', P .. 'applied', worker, applied)
+-- A worker's applied epoch only grows: a heartbeat sent before a handoff and run after
+-- it must not take it back (the rings of the members behind are read by it).
+if applied > tonumber(redis.call('HGET', P .. 'applied', worker) or '0') then
+  redis.call('HSET', P .. 'applied', worker, applied)
+end
 if #ARGV > 9 then
   redis.call('HSET', P .. 'w:' .. worker, unpack(ARGV, 10))
 end
