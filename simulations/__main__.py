@@ -47,6 +47,7 @@ def main(argv: list[str] | None = None) -> int:
             progress=args.progress,
             report_multiple_bugs=False,
             faults=faults,
+            **({"database": None} if args.no_database else {}),
         )
     except (AssertionError, ExceptionGroup) as exc:
         for failure in _failures(exc):
@@ -82,6 +83,11 @@ def _parser() -> argparse.ArgumentParser:
     parser.add_argument("--seed", type=int, help="Hypothesis seed, to repeat a run")
     parser.add_argument("--fault", action="append", default=[], help="turn on a deliberate bug")
     parser.add_argument("--no-shrink", action="store_true", help="report the first failure")
+    parser.add_argument(
+        "--no-database",
+        action="store_true",
+        help="neither replay nor keep failing examples in .hypothesis/ (each seed alone)",
+    )
     parser.add_argument(
         "--progress", type=int, default=100, metavar="N", help="a line every N examples (0: none)"
     )

@@ -87,6 +87,7 @@ class CrawlModel(RuleBasedStateMachine):
         self.world: World | None = None
         self.faults = 0
         self.timed = 0  # aimed timing faults left beside the budget
+        self.crash_joins = 0  # kills followed by a join (crash_then_join) left
         self.restarts = 0
         self.submissions = 0
         self.broken = False  # a rule or check failed: teardown only cleans up
@@ -122,6 +123,7 @@ class CrawlModel(RuleBasedStateMachine):
         self.world = World(site, settings=settings, latency=latency, gap=gap, faults=self.bugs)
         self.faults = faults
         self.timed = TIMED_FAULTS
+        self.crash_joins = 1 if faults else 0
         if self.report is not None:
             self.report.started()
         for _ in range(workers):
@@ -419,7 +421,7 @@ class CrawlModel(RuleBasedStateMachine):
         if aim is None:
             return None
         owner, host = aim
-        if not (self.timed or self.faults > 0):
+        if not self.crash_joins:
             return None
         victims = [w for w in self.w.live() if w is not owner and w.state == "member"]
         return (victims[0], owner, host) if victims else None
@@ -430,7 +432,8 @@ class CrawlModel(RuleBasedStateMachine):
         """A member dies, and a worker joins inside its lease (a restarted pod)."""
         aim = self._crash_aim()
         assert aim is not None
-        self._timed_fault("crash_then_join")
+        self.crash_joins -= 1
+        self._count("crash_then_join")
         self._do(reach.crash_then_join, self.w, *aim)
 
     # -- aimed: the windows the timing rules exist for (each listed twice, to weigh it) --
