@@ -268,20 +268,26 @@ async def crash_then_join(world: World, victim: SimWorker, owner: SimWorker, hos
     """``victim`` dies right after a heartbeat and, inside its lease, a worker joins that
     takes ``host`` from ``owner``, a live member: the newcomer may fetch ``host`` within
     :func:`unowned_within`, for the dead member never owned it (docs/design.md, "The epoch,
-    and handing a host over"). Judged while ``victim`` is still a member; once it has
-    expired, nothing is left to tell the rules apart."""
+    and handing a host over").
+
+    Judged only where the rule promises it: Redis shows the victim at the fleet's epoch
+    when it dies (behind it, its own older ring may have given it the host), the owner and
+    the newcomer stay members with a sound link to Redis (no cut, lost reply or pause),
+    and the victim is still listed (once it has expired, nothing tells the rules apart).
+    """
     from simulations.world import BEAT
 
     await world.step(victim, "beat")
     await world.crash(victim, "killed, and a worker joins inside its lease")
+    settled = _at_the_fleets_epoch(world, victim.name)
     name = world.next_name()
     await world.join()
     world.say("submitter", world.submit([f"http://{host}/unseen-after-crash"]))
     start = world.now()
     while world.now() < start + unowned_within(world):
         newcomer = world.workers[name]
-        if newcomer.state != "member" or owner.state != "member":
-            return world.say("model", f"{name} or {owner.name} is gone: nothing to judge")
+        if not (settled and _sound(owner) and _sound(newcomer)):
+            return world.say("model", f"{victim.name}, {owner.name} or {name}: nothing to judge")
         if _may_fetch(newcomer, host):
             return world.say("model", f"{name} may fetch {host} {world.now() - start:.3f} s on")
         await world.tick(seconds=BEAT / 4, quiet=True)
@@ -302,6 +308,19 @@ def unowned_within(world: World) -> float:
     from simulations.world import BEAT
 
     return float(4 * BEAT + 1.0 + 6 * world.latency)
+
+
+def _at_the_fleets_epoch(world: World, worker: str) -> bool:
+    """Whether Redis shows ``worker`` as having applied the crawl's newest epoch."""
+    r, prefix = world.observer.r, world.observer.prefix
+    return r.hget(prefix + "applied", worker) == r.get(prefix + "epoch")
+
+
+def _sound(w: SimWorker) -> bool:
+    """A member whose link to Redis no fault touches."""
+    link = w.link
+    faulty = link.cut or link.lose_reply or link.crash_at or link.slow_beat or w.paused
+    return w.state == "member" and not faulty
 
 
 def _may_fetch(w: SimWorker, host: str) -> bool:
