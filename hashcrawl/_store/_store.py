@@ -9,6 +9,8 @@ key                type    written by
 ``members``        ZSET    join, heartbeat, leave, expiry: worker id -> last heartbeat ms
 ``applied``        HASH    join, heartbeat, commit: worker -> epoch whose handoff it did
 ``epoch``          STRING  join, leave, expiry: +1 on every membership change
+``rings``          HASH    join, leave, expiry: epoch -> its members (JSON); heartbeat
+                           prunes those below the settled epoch
 ``workers``        SET     join: every worker id that ever joined (for fleet totals);
                            heartbeat prunes departed ones (see ``departed``)
 ``w:ID``           HASH    join, heartbeat: a worker's host, pid, lease, spider, own
