@@ -270,16 +270,17 @@ async def crash_then_join(world: World, victim: SimWorker, owner: SimWorker, hos
     :func:`unowned_within`, for the dead member never owned it (docs/design.md, "The epoch,
     and handing a host over").
 
-    Judged only where the rule promises it: Redis shows the victim at the fleet's epoch
-    when it dies (behind it, its own older ring may have given it the host), the owner and
-    the newcomer stay members with a sound link to Redis (no cut, lost reply or pause),
-    and the victim is still listed (once it has expired, nothing tells the rules apart).
+    Judged only where the rule promises it: Redis shows every member at the fleet's
+    epoch when the victim dies (a member behind, dead or alive, may own the host in its
+    older ring, and then waiting for it is right), the owner and the newcomer stay members
+    with a sound link to Redis (no cut, lost reply or pause), and the victim is still
+    listed (once it has expired, nothing tells the rules apart).
     """
     from simulations.world import BEAT
 
     await world.step(victim, "beat")
     await world.crash(victim, "killed, and a worker joins inside its lease")
-    settled = _at_the_fleets_epoch(world, victim.name)
+    settled = _settled(world)
     name = world.next_name()
     await world.join()
     world.say("submitter", world.submit([f"http://{host}/unseen-after-crash"]))
@@ -310,10 +311,12 @@ def unowned_within(world: World) -> float:
     return float(4 * BEAT + 1.0 + 6 * world.latency)
 
 
-def _at_the_fleets_epoch(world: World, worker: str) -> bool:
-    """Whether Redis shows ``worker`` as having applied the crawl's newest epoch."""
+def _settled(world: World) -> bool:
+    """Whether Redis shows every member as having applied the crawl's newest epoch."""
     r, prefix = world.observer.r, world.observer.prefix
-    return r.hget(prefix + "applied", worker) == r.get(prefix + "epoch")
+    members = [str(m) for m in r.zrange(prefix + "members", 0, -1)]
+    applied = r.hmget(prefix + "applied", members) if members else []
+    return all(a == r.get(prefix + "epoch") for a in applied)
 
 
 def _sound(w: SimWorker) -> bool:
