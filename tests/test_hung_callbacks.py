@@ -15,7 +15,7 @@ import trio
 
 import hashcrawl
 from hashcrawl._cli._server import RedisServer
-from hashcrawl._run import _handling
+from hashcrawl._run import _callbacks
 from testing.fleet import crawl_site, fast_settings, host, request_counts, root_and_two_pages
 
 MAX_ATTEMPTS = 2
@@ -90,7 +90,7 @@ def test_a_callback_that_holds_the_loop_is_reported_once_with_its_url(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
     """One warning names the root, the only page whose callback held the loop too long."""
-    monkeypatch.setattr(_handling, "LOOP_HOLD_WARNING", 0.1)
+    monkeypatch.setattr(_callbacks, "LOOP_HOLD_WARNING", 0.1)
     settings = fast_settings(parse=sleeps_on_the_root)
     with caplog.at_level(logging.WARNING, logger="hashcrawl"):
         crawled = trio.run(crawl_site, shared_redis.url, tmp_path, root_and_two_pages(), [settings])

@@ -24,7 +24,7 @@ from hashcrawl._core._frontier import Held
 from hashcrawl._core._ring import Ring
 from hashcrawl._core._rules import Robots
 from hashcrawl._core._scope import Scope
-from hashcrawl._core._urls import fingerprint
+from hashcrawl._core._urls import canonical_parts, fingerprint
 from hashcrawl._exceptions import InvalidURL
 
 SEEN_CACHE = 200_000  # fingerprints of follows a worker remembers having queued
@@ -317,6 +317,52 @@ class Origin:
     robots: Robots | None = None
     host_full: bool = False
     seen: SeenCache | None = None
+
+    def keeps(self, url: str, host: str, held: Held) -> bool:
+        """Whether a link found on ``held``'s page, to ``host``, passes the page's host's
+        rules (depth is the caller's: every link of a default parse has the same).
+
+        A link to this page's own host that its robots.txt forbids goes no further: this
+        worker owns the host and would refuse the entry anyway, after an XADD, a read and
+        an acknowledgement. Other hosts' rules are their owners' to apply."""
+        if host != held.host:
+            return True
+        robots = self.robots
+        if robots is not None and robots.heavy:
+            robots = None  # checking each link would stall the loop; the owner checks later
+        return not (self.host_full or (robots is not None and not robots.allowed(url)))
+
+    def kept(self, follows: list[Entry], held: Held, deep: int | None) -> list[Entry]:
+        """The ``follows`` of ``held``'s page that go on: at most ``deep`` (--max-depth)
+        levels deep, and passing its host's rules (``keeps``)."""
+        return [
+            e
+            for e in follows
+            if (deep is None or e.depth <= deep) and self.keeps(e.url, e.host, held)
+        ]
+
+    def known_kept(self, known: list[tuple[str, str]], held: Held, deep: int | None) -> int:
+        """How many of a default parse's ``known`` links (URL, host) ``kept`` would keep."""
+        if deep is not None and held.entry.depth + 1 > deep:
+            return 0
+        return sum(self.keeps(url, host, held) for url, host in known)
+
+    def unqueued(self, links: list[str], depth: int) -> tuple[list[Entry], list[tuple[str, str]]]:
+        """A default parse's ``links`` as entries ``depth`` deep, but for those this
+        worker queued already (most links of a page are: navigation, and the pages its
+        neighbours link too): those come back apart, with their hosts."""
+        seen = self.seen
+        if seen is None:
+            return [Entry(url=u, depth=depth) for u in links], []
+        follows: list[Entry] = []
+        known: list[tuple[str, str]] = []
+        for url in links:
+            canonical, host = canonical_parts(url)  # links() gives only URLs that have one
+            if seen.queued(canonical):
+                known.append((url, host))
+            else:
+                follows.append(Entry(url=url, depth=depth))
+        return follows, known
 
 
 def is_last_attempt(entry: Entry, max_attempts: int) -> bool:

@@ -1,7 +1,8 @@
 """The pieces of running a parse callback: its steps, its failures, what it is given.
 
-:class:`~hashcrawl._run._handling.Handler` drives a callback through :class:`Steps`; the
-rest are pure helpers it and its tests share.
+:class:`~hashcrawl._run._handling.Handler` runs a callback or errback through a
+:class:`Caller`, which drives it through :class:`Steps` and sorts what it gives into a
+:class:`Produced`; the rest are pure helpers it and its tests share.
 """
 
 from __future__ import annotations
@@ -9,6 +10,7 @@ from __future__ import annotations
 import contextlib
 import datetime
 import inspect
+import logging
 import os
 import sysconfig
 import time
@@ -20,9 +22,17 @@ from typing import Any
 import attrs
 import trio
 
+from hashcrawl._core._entry import Entry
 from hashcrawl._core._frontier import Held
 from hashcrawl._core._revisit import Fetched
-from hashcrawl._web._models import Response
+from hashcrawl._exceptions import ConfigError
+from hashcrawl._web._models import Request, Response
+from hashcrawl._web._sinks import as_dict
+from hashcrawl._web._spider import Calls
+
+LOOP_HOLD_WARNING = 1.0  # seconds a callback may hold the event loop before it is reported
+
+log = logging.getLogger("hashcrawl")
 
 
 def page_item(held: Held, response: Response, worker: str) -> dict[str, Any]:
@@ -71,6 +81,94 @@ def spider_frames(exc: BaseException) -> str:
     ]
     shown = "".join(traceback.format_list(frames)) if frames else "  (no frame of its own)\n"
     return "the callback's own frames, innermost last:\n" + shown.rstrip("\n")
+
+
+@attrs.define
+class Produced:
+    """What a parse callback has produced so far (kept if it then raises)."""
+
+    items: list[Any] = attrs.Factory(list)
+    follows: list[Entry] = attrs.Factory(list)
+    dropped: int = 0  # requests past --max-links, not even read
+    # Links of the default parse that the worker queued already (``Origin.seen``), with
+    # their hosts: never made entries, but counted as found, and as kept if the rules
+    # would keep them.
+    known: list[tuple[str, str]] = attrs.Factory(list)
+
+
+@attrs.frozen
+class Caller:
+    """Runs a callback or an errback under ``--parse-timeout`` and collects what it
+    gives: items (through the spider's pipelines), and requests up to ``--max-links``.
+
+    ``unknown`` says what a request names that the handler lacks (None: nothing).
+    """
+
+    spider: Calls | None
+    blocking: bool
+    max_links: int
+    timeout: float
+    unknown: Callable[[Request], str | None]
+
+    async def run(
+        self, call: Callable[[Any], Any], arg: Any, held: Held, produced: Produced, base: str
+    ) -> None:
+        """Add what ``call(arg)`` produces to ``produced``, one by one as it comes; its
+        requests past ``max_links`` are counted as dropped, not kept. ``base`` is the
+        URL a relative request is resolved against.
+
+        Raises:
+            ParseTimeout: it ran past ``--parse-timeout`` (and was cancelled).
+            Exception: whatever the callback raised, or ``TypeError``/``ConfigError`` for
+                a thing it produced that is not an item, a Request, a URL or None. What
+                was produced before stays in ``produced``.
+        """
+        try:
+            with trio.fail_after(self.timeout):
+                await self._collect(call, arg, held, produced, base)
+        except trio.TooSlowError:
+            raise ParseTimeout(f"ran past --parse-timeout ({self.timeout:g} s)") from None
+
+    async def _collect(
+        self, call: Callable[[Any], Any], arg: Any, held: Held, produced: Produced, base: str
+    ) -> None:
+        most, follows = self.max_links, produced.follows
+        steps = Steps(call, arg, self.blocking)
+        async with contextlib.aclosing(steps.each()) as things:
+            async for thing in things:
+                if isinstance(thing, Request | str) and len(follows) >= most:
+                    produced.dropped += 1  # past --max-links: not even read
+                elif isinstance(thing, Request | str):
+                    if isinstance(thing, Request) and (why := self.unknown(thing)) is not None:
+                        raise ConfigError(f"Request names an unknown {why.removeprefix('no ')}")
+                    request = thing if isinstance(thing, Request) else Request(thing)
+                    follow = request.to_entry(base, held.entry.depth + 1)
+                    if follow is not None:
+                        follows.append(follow)
+                elif thing is not None:
+                    item = thing if self.spider is None else await self._piped(thing)
+                    if item is not None:
+                        produced.items.append(as_dict(item))
+        if steps.held_loop > LOOP_HOLD_WARNING:
+            log.warning(
+                "the parse callback held the event loop %.1f s on %s: set blocking = True "
+                "on the spider to run it in a thread",
+                steps.held_loop,
+                held.entry.url,
+            )
+
+    async def _piped(self, item: Any) -> Any:
+        """``item`` through the spider's pipelines (None if one dropped it)."""
+        assert self.spider is not None
+        if not self.spider.pipelines:
+            return item
+        return await self.spider.process_item(item, self._step)
+
+    async def _step(self, call: Callable[..., Any], *args: Any) -> Any:
+        """``call(*args)``: in a thread for a blocking spider, else here."""
+        if self.blocking:
+            return await trio.to_thread.run_sync(call, *args)
+        return call(*args)
 
 
 _DONE = object()

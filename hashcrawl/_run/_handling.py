@@ -1,35 +1,34 @@
 """From a response to an :class:`~hashcrawl._core._outcome.Outcome`: items, follows, backoff.
 
-A :class:`Handler` turns responses into outcomes through an optional parse callback;
-with none it writes one item per page and follows every link. It knows nothing of the
-worker: what it needs of the page's host (its robots.txt rules, whether it has had its
-pages) comes in with the response, and how long the host should wait goes out in the
-outcome.
+A :class:`Handler` does what the core's response policy (``_core._respond``) decides
+for a response: it reads a sitemap, runs the parse callback or the errback, and collects
+their items and follows into the outcome; with no callback it writes one item per page
+and follows every link. It knows nothing of the worker: what it needs of the page's host
+(its robots.txt rules, whether it has had its pages) comes in with the response, and how
+long the host should wait goes out in the outcome.
 """
 
 from __future__ import annotations
 
-import contextlib
 import logging
 import math
-from collections.abc import Awaitable, Callable
+from collections.abc import Callable
 from typing import Any
 
 import attrs
 import trio
 
-from hashcrawl._core._due import bucket_bits, judged
+from hashcrawl._core._due import Fetch, bucket_bits, judged
 from hashcrawl._core._entry import Entry
 from hashcrawl._core._frontier import Held
-from hashcrawl._core._links import request_url
 from hashcrawl._core._outcome import PARSE_FAULT, Kind, Outcome, failure_wait, is_last_attempt
 from hashcrawl._core._outcome import Origin as Origin
+from hashcrawl._core._respond import Act, Facts, Reader, respond
 from hashcrawl._core._revisit import Policy, Verdict
-from hashcrawl._core._urls import canonical_parts
-from hashcrawl._exceptions import ConfigError, HttpError
+from hashcrawl._exceptions import HttpError
 from hashcrawl._run._callbacks import (
-    ParseTimeout,
-    Steps,
+    Caller,
+    Produced,
     failure,
     fetched,
     page_item,
@@ -41,44 +40,12 @@ from hashcrawl._settings import Settings, revisit_policy
 from hashcrawl._web._models import Request, Response
 from hashcrawl._web._parsing import ENABLED as PARSE_PROCESS
 from hashcrawl._web._parsing import Parser
-from hashcrawl._web._robots import parse_retry_after
-from hashcrawl._web._sinks import as_dict
 from hashcrawl._web._sitemaps import sitemap_entries
 from hashcrawl._web._spider import Calls, Failure
 
 Parse = Callable[[Response], Any]
-MAX_REDIRECTS = 5  # hops in one chain, as RFC 9309 asks of robots.txt and browsers allow
-RETRY_AFTER_CAP = 600.0  # a server's Retry-After is honoured up to ten minutes
-LOOP_HOLD_WARNING = 1.0  # seconds a callback may hold the event loop before it is reported
-
-
-def is_overloaded(status: int) -> bool:
-    """A status that asks to come back later: 429 and every 5xx, retried, never done."""
-    return status == 429 or 500 <= status <= 599
-
-
-def retry_wait(attempts: int, retry_after: str | None) -> float:
-    """Seconds a host waits after a failure: its Retry-After (capped) or 1, 2, 4... to 60."""
-    asked = parse_retry_after(retry_after, unix_now())
-    if asked is not None:
-        return min(asked, RETRY_AFTER_CAP)
-    return failure_wait(attempts)
-
 
 log = logging.getLogger("hashcrawl")
-
-
-@attrs.define
-class _Produced:
-    """What a parse callback has produced so far (kept if it then raises)."""
-
-    items: list[Any] = attrs.Factory(list)
-    follows: list[Entry] = attrs.Factory(list)
-    dropped: int = 0  # requests past --max-links, not even read
-    # Links of the default parse that the worker queued already (``Origin.seen``), with
-    # their hosts: never made entries, but counted as found, and as kept if the rules
-    # would keep them.
-    known: list[tuple[str, str]] = attrs.Factory(list)
 
 
 class Handler:
@@ -103,6 +70,9 @@ class Handler:
         self.spider = spider
         self.name = name  # the spider's, or the parse function's, for dead letters' reasons
         self.blocking = blocking or (spider is not None and spider.blocking)
+        reader = Reader.FUNCTION if parse is not None else Reader.DEFAULT
+        self.reader = Reader.SPIDER if spider is not None else reader
+        self.statuses = spider.statuses if spider is not None else frozenset[int]()
         self.settings = settings if settings is not None else Settings()
         self._policy_of: tuple[Settings, Policy | None] | None = None
         # HASHCRAWL_PARSE_PROCESS=1: the default parse in a process of its own (_parsing)
@@ -116,12 +86,7 @@ class Handler:
         knows it; this machine's clock without) plus its interval. A revisit that found
         the page unchanged (a 304, or the same content) writes no item and follows
         nothing: its callback saw it already."""
-        # Rounded up, so a revisit never comes before the interval has passed.
-        now_s = math.ceil(unix_now() if server_s is None else server_s)
-        policy, fetch = self._revisit_policy(), None
-        if policy is not None:
-            bits = bucket_bits(self.settings.revisit_pages)  # fixed with the crawl
-            fetch = judged(held.entry, fetched(response), policy, now_s, bits=bits)
+        fetch = self._revisit(held, response, server_s)
         if fetch is not None and fetch.verdict is Verdict.UNCHANGED:
             return attrs.evolve(Outcome.done(held, [], []), revisit=fetch)
         outcome = await self._handled(held, response, origin)
@@ -129,53 +94,49 @@ class Handler:
             return outcome  # a retried page's record waits, its requeue lease running
         return attrs.evolve(outcome, revisit=fetch)
 
-    def _revisit_policy(self) -> Policy | None:
-        """``revisit_policy(self.settings)``, parsed once for each settings value given."""
+    def _revisit(self, held: Held, response: Response, server_s: float | None) -> Fetch | None:
+        """With --revisit, the page's next revisit record (``revisit_policy`` parsed once
+        for each settings value given); rounded up, so a revisit never comes before the
+        interval has passed."""
         settings = self.settings
         if self._policy_of is None or self._policy_of[0] is not settings:
             self._policy_of = (settings, revisit_policy(settings))
-        return self._policy_of[1]
+        if (policy := self._policy_of[1]) is None:
+            return None
+        now_s = math.ceil(unix_now() if server_s is None else server_s)
+        bits = bucket_bits(settings.revisit_pages)  # fixed with the crawl
+        return judged(held.entry, fetched(response), policy, now_s, bits=bits)
 
     async def _handled(self, held: Held, response: Response, origin: Origin) -> Outcome:
-        """The outcome of a response: retried if the server is overloaded, dead-lettered
-        if it redirects once too often, else the items and follows it gives.
-
-        A spider's callback sees 2xx responses and the statuses it lists; a redirect is
-        followed, never passed to it; any other status goes to the request's errback.
-        The default parse (none given) writes an item for every response not retried;
-        a ``parse`` function sees every response but a followed redirect.
-        """
-        entry = held.entry
-        listed = self.spider is not None and self.spider.takes(entry, response.status)
-        if is_overloaded(response.status) and not (listed and self._last_try(held)):
-            wait = retry_wait(entry.attempts, response.headers.get("retry-after"))
-            outcome = Outcome.retry(held, f"HTTP {response.status}", backoff=wait)
-            if self._last_try(held):
-                return await self.failed(held, outcome, HttpError(response))
-            return outcome
-        redirect = [] if listed else self._redirect(held, response)
-        most = MAX_REDIRECTS if entry.max_redirects is None else entry.max_redirects
-        if redirect and entry.hops >= most:
-            reason = f"more than {most} redirects (next: {redirect[0].url})"
-            return await self.failed(held, Outcome.dead(held, reason), HttpError(response))
-        if entry.sitemap:  # hashcrawl's own request: no item, no parse callback
-            # Up to 50,000 URLs to read and escape: a thread's work, not the event loop's.
-            found = await trio.to_thread.run_sync(
-                sitemap_entries, entry, response.body, response.url
-            )
-            follows = found if 200 <= response.status < 300 else []
-            follows += redirect
+        """The outcome of a response: what the response policy decides (``respond``),
+        done; ``failed`` tells the errback of a page that failed for good."""
+        decision = respond(self.facts(held, response))
+        act, redirect = decision.act, decision.redirect
+        follows = [] if redirect is None else [redirect]
+        if act is Act.RETRY:
+            return Outcome.retry(held, decision.reason, backoff=decision.wait)
+        if act is Act.GIVE_UP or act is Act.TOO_MANY_REDIRECTS:  # the errback's turn
+            retry = Outcome.retry(held, decision.reason, backoff=decision.wait)
+            gone = retry if act is Act.GIVE_UP else Outcome.dead(held, decision.reason)
+            return await self.failed(held, gone, HttpError(response))
+        if act is Act.SITEMAP:  # hashcrawl's own request: no item, no parse callback
+            if decision.read:  # up to 50,000 URLs to read and escape: a thread's work
+                entry, body, url = held.entry, response.body, response.url
+                follows[:0] = await trio.to_thread.run_sync(sitemap_entries, entry, body, url)
             return Outcome.done(held, [], self._allowed(follows, held, origin))
-        # A submitted URL that redirects (http to https, a bare domain to www.) brings
-        # its target's host into the scope, as wget takes the start URL's redirect.
-        widen = [e.host for e in redirect if entry.depth == 0]
-        if redirect and (self.parse is not None or self.spider is not None):
-            follows = self._allowed(redirect, held, origin)
-            return Outcome.done(held, [], follows, widen, found=len(redirect))
-        if self.spider is not None and not listed:
+        widen = list(decision.widen)
+        if act is Act.FOLLOW:
+            kept = self._allowed(follows, held, origin)
+            return Outcome.done(held, [], kept, widen, found=len(follows))
+        if act is Act.ERRBACK:
             outcome = Outcome.done(held, [], [])
             return await self.failed(held, outcome, HttpError(response), origin)
-        return await self._parsed(held, response, origin, redirect, widen)
+        return await self._parsed(held, response, origin, follows, widen)
+
+    def facts(self, held: Held, response: Response) -> Facts:
+        """What the response policy is told of ``response`` to ``held``'s request."""
+        page = (response.status, response.url, response.headers, held)
+        return Facts(*page, unix_now(), self.settings.max_attempts, self.reader, self.statuses)
 
     async def _parsed(
         self,
@@ -189,22 +150,18 @@ class Handler:
         the redirect's target), or a retry if the callback raised."""
         settings = self.settings
         capped = attrs.evolve(response, max_links=settings.max_links)
-        produced = _Produced()
-        if self.parser is not None and 200 <= capped.status < 300 and capped.is_html:
-            page = await self.parser.parse(
-                capped.body, capped.url, capped.headers.get("content-type"), capped.max_links
-            )
-            if page is not None:  # else links() parses it here
-                capped._parsed.append(page)
+        produced = Produced()
+        if self.parser is not None:
+            await self.parser.prepare(capped)
         try:
-            if self._callback_for(held) is None:  # no checkpoint: no timeout could cut it
-                self._default(held, capped, origin, produced)
+            if (parse := self._callback_for(held)) is None:  # no checkpoint: nothing to time
+                produced = self._default(held, capped, origin)
             else:
-                await self._timed(self._produce(held, capped, origin, produced))
+                await self._caller().run(parse, capped, held, produced, capped.url)
         except Exception as exc:  # a callback's bug fails its page, not the worker
             error = f"the parse callback {self._name_of(held)} {failure(exc)}"
             log.error("parsing %s failed: %s\n%s", held.entry.url, error, spider_frames(exc))
-            wait = retry_wait(held.entry.attempts, None)
+            wait = failure_wait(held.entry.attempts)
             if not is_last_attempt(held.entry, settings.max_attempts):
                 # The retry produces them again.
                 return Outcome.retry(held, error, backoff=wait, fault=PARSE_FAULT)
@@ -219,24 +176,14 @@ class Handler:
             widen,
             found=len(follows) + len(produced.known),
             dropped=produced.dropped + unread_links(capped),
-            known=_known_kept(settings.max_depth, produced.known, held, origin),
+            known=origin.known_kept(produced.known, held, settings.max_depth),
         )
 
-    async def _timed(self, work: Awaitable[None]) -> None:
-        """``work``, cancelled past ``--parse-timeout``.
-
-        Raises:
-            ParseTimeout: it ran past the limit.
-        """
-        limit = self.settings.parse_timeout
-        try:
-            with trio.fail_after(limit):
-                await work
-        except trio.TooSlowError:
-            raise ParseTimeout(f"ran past --parse-timeout ({limit:g} s)") from None
-
-    def _last_try(self, held: Held) -> bool:
-        return is_last_attempt(held.entry, self.settings.max_attempts)
+    def _caller(self) -> Caller:
+        """What runs a callback or errback, with the crawl's limits as they are now."""
+        settings = self.settings
+        limits = (settings.max_links, settings.parse_timeout)
+        return Caller(self.spider, self.blocking, *limits, self._unknown)
 
     async def failed(
         self, held: Held, outcome: Outcome, error: BaseException, origin: Origin | None = None
@@ -246,14 +193,15 @@ class Handler:
         or if it was to be tried again. An errback's own error is logged, and what it
         gave before is kept."""
         errback = self.spider.errback(held.entry) if self.spider is not None else None
-        if errback is None or (outcome.kind is Kind.RETRY and not self._last_try(held)):
+        last = is_last_attempt(held.entry, self.settings.max_attempts)
+        if errback is None or (outcome.kind is Kind.RETRY and not last):
             return outcome
         response = getattr(error, "response", None)
         sent = response.request if response is not None else Request.from_entry(held.entry)
         failure = Failure(error, sent)
-        produced = _Produced()
+        produced = Produced()
         try:
-            await self._timed(self._run(errback, failure, held, produced, held.entry.url))
+            await self._caller().run(errback, failure, held, produced, held.entry.url)
         except Exception:
             log.exception("the errback of %s failed", held.entry.url)
         kept = self._allowed(produced.follows, held, origin or Origin(""))
@@ -261,86 +209,14 @@ class Handler:
             outcome, items=[*outcome.items, *produced.items], follows=[*outcome.follows, *kept]
         )
 
-    async def _produce(
-        self, held: Held, response: Response, origin: Origin, produced: _Produced
-    ) -> None:
-        """Add the page's items and follows to ``produced``, one by one as they come.
-
-        A callback's requests past ``max_links`` are counted as dropped, not kept.
-
-        Raises:
-            Exception: whatever the callback raised, or ``TypeError``/``ConfigError`` for
-                a thing it produced that is not an item, a Request, a URL or None. What
-                was produced before stays in ``produced``.
-        """
-        parse = self._callback_for(held)
-        if parse is None:
-            self._default(held, response, origin, produced)
-            return
-        await self._run(parse, response, held, produced, response.url)
-
     @staticmethod
-    def _default(held: Held, response: Response, origin: Origin, produced: _Produced) -> None:
+    def _default(held: Held, response: Response, origin: Origin) -> Produced:
         """What the default parse produces: the page's item, and an entry per link this
-        worker has not queued already (most links of a page are: navigation, and the
-        pages its neighbours link too)."""
+        worker has not queued already (``Origin.unqueued``)."""
         links = response.links() if 200 <= response.status < 300 else []
-        produced.items.append(page_item(held, response, origin.worker))
-        depth = held.entry.depth + 1
-        seen = origin.seen
-        if seen is None:
-            produced.follows += [Entry(url=u, depth=depth) for u in links]
-            return
-        follows, known = produced.follows, produced.known
-        for url in links:
-            canonical, host = canonical_parts(url)  # links() gives only URLs that have one
-            if seen.queued(canonical):
-                known.append((url, host))
-            else:
-                follows.append(Entry(url=url, depth=depth))
-
-    async def _run(
-        self, call: Callable[[Any], Any], arg: Any, held: Held, produced: _Produced, base: str
-    ) -> None:
-        """Add what ``call(arg)`` (a callback or an errback) produces to ``produced``."""
-        most = self.settings.max_links
-        follows = produced.follows
-        steps = Steps(call, arg, self.blocking)
-        async with contextlib.aclosing(steps.each()) as things:
-            async for thing in things:
-                if isinstance(thing, Request | str) and len(follows) >= most:
-                    produced.dropped += 1  # past --max-links: not even read
-                elif isinstance(thing, Request | str):
-                    if isinstance(thing, Request) and (why := self._unknown(thing)) is not None:
-                        raise ConfigError(f"Request names an unknown {why.removeprefix('no ')}")
-                    request = thing if isinstance(thing, Request) else Request(thing)
-                    follow = request.to_entry(base, held.entry.depth + 1)
-                    if follow is not None:
-                        follows.append(follow)
-                elif thing is not None:
-                    item = thing if self.spider is None else await self._piped(thing)
-                    if item is not None:
-                        produced.items.append(as_dict(item))
-        if steps.held_loop > LOOP_HOLD_WARNING:
-            log.warning(
-                "the parse callback held the event loop %.1f s on %s: set blocking = True "
-                "on the spider to run it in a thread",
-                steps.held_loop,
-                held.entry.url,
-            )
-
-    async def _piped(self, item: Any) -> Any:
-        """``item`` through the spider's pipelines (None if one dropped it)."""
-        assert self.spider is not None
-        if not self.spider.pipelines:
-            return item
-        return await self.spider.process_item(item, self._step)
-
-    async def _step(self, call: Callable[..., Any], *args: Any) -> Any:
-        """``call(*args)``: in a thread for a blocking spider, else here."""
-        if self.blocking:
-            return await trio.to_thread.run_sync(call, *args)
-        return call(*args)
+        item = page_item(held, response, origin.worker)
+        follows, known = origin.unqueued(links, held.entry.depth + 1)
+        return Produced([item], follows, 0, known)
 
     def refusal(self, entry: Entry) -> str | None:
         """Why this handler cannot take an entry read from Redis (a callback, errback or
@@ -369,69 +245,5 @@ class Handler:
             return self.spider.callback(held.entry)
         return self.parse
 
-    @staticmethod
-    def _redirect(held: Held, response: Response) -> list[Entry]:
-        """A redirect's target, one hop and one level deeper; it never inherits
-        ``dont_filter``, so a loop of redirects ends at the seen filter.
-
-        As browsers do, a 301, 302 or 303 turns a request other than GET or HEAD into a
-        GET without a body (307 and 308 keep both), and a request's headers do not
-        follow it to another host."""
-        location = response.headers.get("location")
-        if not (300 <= response.status < 400 and location):
-            return []
-        target = request_url(response.url, location)
-        if target is None:
-            return []
-        entry = held.entry
-        method, body, headers = entry.method, entry.body, entry.headers
-        if response.status in (301, 302, 303) and method not in ("GET", "HEAD"):
-            method, body = "GET", b""
-            headers = tuple(h for h in headers if h[0].lower() != "content-type")
-        try:
-            same_host = canonical_parts(target)[1] == held.host
-        except ValueError:
-            same_host = False
-        return [
-            attrs.evolve(
-                entry,
-                url=target,
-                attempts=0,
-                suspect=False,
-                dont_filter=False,
-                depth=entry.depth + 1,
-                hops=entry.hops + 1,
-                method=method,
-                body=body,
-                headers=headers if same_host else (),
-            )
-        ]
-
     def _allowed(self, follows: list[Entry], held: Held, origin: Origin) -> list[Entry]:
-        # A link to this page's own host that its robots.txt forbids goes no further:
-        # this worker owns the host and would refuse the entry anyway, after an XADD, a
-        # read and an acknowledgement. Other hosts' rules are their owners' to apply.
-        deep = self.settings.max_depth
-        return [
-            e
-            for e in follows
-            if (deep is None or e.depth <= deep) and _keeps(e.url, e.host, held, origin)
-        ]
-
-
-def _keeps(url: str, host: str, held: Held, origin: Origin) -> bool:
-    """Whether a link found on ``held``'s page, to ``host``, passes the page's host's
-    rules (depth is the caller's: every link of a default parse has the same)."""
-    if host != held.host:
-        return True
-    robots = origin.robots
-    if robots is not None and robots.heavy:
-        robots = None  # checking each link would stall the loop; the owner checks later
-    return not (origin.host_full or (robots is not None and not robots.allowed(url)))
-
-
-def _known_kept(deep: int | None, known: list[tuple[str, str]], held: Held, origin: Origin) -> int:
-    """How many of a default parse's ``known`` links ``_allowed`` would keep."""
-    if deep is not None and held.entry.depth + 1 > deep:
-        return 0
-    return sum(_keeps(url, host, held, origin) for url, host in known)
+        return origin.kept(follows, held, self.settings.max_depth)

@@ -29,6 +29,7 @@ from typing import Any
 import trio
 
 from hashcrawl._web._html import Page, parse_html
+from hashcrawl._web._models import Response
 
 _LENGTH = struct.Struct("!I")
 ENABLED = os.environ.get("HASHCRAWL_PARSE_PROCESS", "") == "1"
@@ -45,6 +46,15 @@ class Parser:
         self._waiting: dict[int, tuple[trio.Event, list[Any]]] = {}
         self._next = 0
         self.broken = False  # the child died: every page is parsed on the loop again
+
+    async def prepare(self, response: Response) -> None:
+        """Parse a 2xx HTML ``response`` in the child and keep the page on it, so its
+        ``links()`` reads that; one the child could not parse is parsed when asked."""
+        if 200 <= response.status < 300 and response.is_html:
+            content_type = response.headers.get("content-type")
+            page = await self.parse(response.body, response.url, content_type, response.max_links)
+            if page is not None:
+                response._parsed.append(page)
 
     async def parse(
         self, body: bytes, url: str, content_type: str | None, max_links: int | None

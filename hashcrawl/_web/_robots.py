@@ -12,11 +12,9 @@ asked for again after a backoff. Rules are kept for 24 hours, then fetched again
 
 from __future__ import annotations
 
-import email.utils
-import re
 from collections.abc import Mapping
-from datetime import UTC
 
+from hashcrawl._core._respond import parse_retry_after as parse_retry_after
 from hashcrawl._core._rules import RULES_TTL as RULES_TTL
 from hashcrawl._core._rules import Robots as Robots
 from hashcrawl._core._rules import Unreachable as Unreachable
@@ -27,9 +25,6 @@ from hashcrawl._web._html import decode_body
 MAX_REDIRECTS = 5
 #: Bytes of a robots.txt parsed; the rest is ignored (RFC 9309 2.5: at least 500 KiB).
 MAX_ROBOTS_BYTES = 500 * 1024
-
-_MAX_RETRY_AFTER = 86400.0
-_DELTA_SECONDS = re.compile(r"[+-]?[0-9]+")
 
 
 def robots_url(canonical_url: str) -> str:
@@ -111,34 +106,3 @@ def _whole_lines(body: bytes, truncated: bool) -> bytes:
     if len(body) > MAX_ROBOTS_BYTES:
         body, truncated = body[:MAX_ROBOTS_BYTES], True
     return body[: body.rfind(b"\n") + 1] if truncated else body
-
-
-def parse_retry_after(value: str | None, now: float) -> float | None:
-    """Return the seconds a Retry-After header asks to wait, between 0 and a day.
-
-    Args:
-        value: delta-seconds ("120") or an HTTP-date ("Wed, 21 Oct 2015 07:28:00 GMT").
-        now: the current UNIX time, against which a date is measured.
-
-    Returns None for a missing or unreadable header; a time in the past gives 0.
-    """
-    if value is None:
-        return None
-    value = value.strip()
-    if _DELTA_SECONDS.fullmatch(value):
-        return _clamp(float(value))
-    return _seconds_until_date(value, now)
-
-
-def _seconds_until_date(value: str, now: float) -> float | None:
-    try:
-        when = email.utils.parsedate_to_datetime(value)
-    except (ValueError, TypeError, IndexError):
-        return None
-    if when.tzinfo is None:  # "-0000" means UTC with the zone unknown (RFC 5322)
-        when = when.replace(tzinfo=UTC)
-    return _clamp(when.timestamp() - now)
-
-
-def _clamp(seconds: float) -> float:
-    return min(max(seconds, 0.0), _MAX_RETRY_AFTER)

@@ -19,6 +19,7 @@ from typing import Any, ClassVar
 import attrs
 
 from hashcrawl._core._entry import MAX_CB_KWARGS, Entry
+from hashcrawl._core._respond import takes
 from hashcrawl._exceptions import ConfigError, DropItem
 from hashcrawl._settings import Settings
 from hashcrawl._web._models import Request, Response
@@ -242,16 +243,8 @@ class Calls:
         return getattr(self.spider, entry.errback) if entry.errback else None
 
     def takes(self, entry: Entry, status: int) -> bool:
-        """Whether a response of ``status`` goes to ``entry``'s callback: a 2xx, or one
-        the spider or the request lists (also by Scrapy's meta keys, when they are of
-        the right types)."""
-        if 200 <= status < 300 or status in self.statuses or status in entry.handle_httpstatus_list:
-            return True
-        meta = entry.meta if isinstance(entry.meta, dict) else {}
-        if meta.get("handle_httpstatus_all") is True:
-            return True
-        listed = meta.get("handle_httpstatus_list")
-        return isinstance(listed, list) and status in [s for s in listed if type(s) is int]
+        """Whether a response of ``status`` goes to ``entry``'s callback (``_respond.takes``)."""
+        return takes(entry, status, self.statuses)
 
     def opened(self) -> None:
         for pipeline in self.pipelines:
