@@ -110,7 +110,7 @@ class Handler:
     async def _handled(self, held: Held, response: Response, origin: Origin) -> Outcome:
         """The outcome of a response: what the response policy decides (``respond``),
         done; ``failed`` tells the errback of a page that failed for good."""
-        decision = respond(self.facts(held, response))
+        decision = respond(self._facts(held, response))
         act, redirect = decision.act, decision.redirect
         follows = [] if redirect is None else [redirect]
         if act is Act.RETRY:
@@ -133,7 +133,7 @@ class Handler:
             return await self.failed(held, outcome, HttpError(response), origin)
         return await self._parsed(held, response, origin, follows, widen)
 
-    def facts(self, held: Held, response: Response) -> Facts:
+    def _facts(self, held: Held, response: Response) -> Facts:
         """What the response policy is told of ``response`` to ``held``'s request."""
         page = (response.status, response.url, response.headers, held)
         return Facts(*page, unix_now(), self.settings.max_attempts, self.reader, self.statuses)

@@ -19,7 +19,6 @@ from typing import Any, ClassVar
 import attrs
 
 from hashcrawl._core._entry import MAX_CB_KWARGS, Entry
-from hashcrawl._core._respond import takes
 from hashcrawl._exceptions import ConfigError, DropItem
 from hashcrawl._settings import Settings
 from hashcrawl._web._models import Request, Response
@@ -180,7 +179,8 @@ class Failure:
 
 class Calls:
     """What a handler calls on a spider: callbacks and errbacks by name, rules by index,
-    item pipelines; and which statuses its callbacks take.
+    item pipelines; and the statuses its callbacks take beyond 2xx (``statuses``, which
+    the response policy reads: ``_core._respond.takes``).
 
     Raises:
         ConfigError: a rule names a method the spider lacks, or a pipeline is unusable.
@@ -241,10 +241,6 @@ class Calls:
 
     def errback(self, entry: Entry) -> Callable[[Failure], Any] | None:
         return getattr(self.spider, entry.errback) if entry.errback else None
-
-    def takes(self, entry: Entry, status: int) -> bool:
-        """Whether a response of ``status`` goes to ``entry``'s callback (``_respond.takes``)."""
-        return takes(entry, status, self.statuses)
 
     def opened(self) -> None:
         for pipeline in self.pipelines:
