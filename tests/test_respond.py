@@ -8,7 +8,6 @@ from datetime import UTC, datetime
 from email.utils import format_datetime
 from typing import Any
 
-import attrs
 import pytest
 
 from hashcrawl._core._entry import Entry
@@ -246,7 +245,7 @@ def test_a_location_is_resolved_against_the_final_url() -> None:
 
 
 def test_a_retry_after_date_is_measured_against_the_facts_now() -> None:
-    later = attrs.evolve(facts(503, headers={"retry-after": HTTP_DATE_IN_90_S}), now=NOW + 60)
+    later = facts(503, headers={"retry-after": HTTP_DATE_IN_90_S})._replace(now=NOW + 60)
     assert respond(later).wait == 30.0
 
 

@@ -155,7 +155,7 @@ class Handler:
             await self.parser.prepare(capped)
         try:
             if (parse := self._callback_for(held)) is None:  # no checkpoint: nothing to time
-                produced = self._default(held, capped, origin)
+                self._default(held, capped, origin, produced)
             else:
                 await self._caller().run(parse, capped, held, produced, capped.url)
         except Exception as exc:  # a callback's bug fails its page, not the worker
@@ -210,13 +210,12 @@ class Handler:
         )
 
     @staticmethod
-    def _default(held: Held, response: Response, origin: Origin) -> Produced:
+    def _default(held: Held, response: Response, origin: Origin, produced: Produced) -> None:
         """What the default parse produces: the page's item, and an entry per link this
         worker has not queued already (``Origin.unqueued``)."""
         links = response.links() if 200 <= response.status < 300 else []
-        item = page_item(held, response, origin.worker)
-        follows, known = origin.unqueued(links, held.entry.depth + 1)
-        return Produced([item], follows, 0, known)
+        produced.items.append(page_item(held, response, origin.worker))
+        produced.follows, produced.known = origin.unqueued(links, held.entry.depth + 1)
 
     def refusal(self, entry: Entry) -> str | None:
         """Why this handler cannot take an entry read from Redis (a callback, errback or
