@@ -19,6 +19,7 @@ from typing import Any
 
 import attrs
 
+from hashcrawl._cli._logfile import say_raw
 from hashcrawl._core._outcome import PARSE_FAULT
 from hashcrawl._core._urls import canonicalize
 from hashcrawl._exceptions import HashcrawlError
@@ -145,8 +146,7 @@ class Children:
                 "stopping: finishing requests in flight, then saving the crawl "
                 "(press Ctrl-C again to quit at once)"
             )
-            with contextlib.suppress(OSError):
-                os.write(sys.stderr.fileno(), f"{line}\n".encode())
+            say_raw(line)
         number = signal.SIGTERM if self.signals == 1 else signal.SIGKILL
         for process in self.processes:
             if process.returncode is None:  # not reaped: the pid is still the worker's

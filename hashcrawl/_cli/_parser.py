@@ -94,10 +94,16 @@ def _crawler_flags(p: argparse.ArgumentParser) -> None:
         "--output",
         metavar="FILE",
         action="append",
-        help="append items to FILE (JSON Lines; CSV if it ends in .csv), or archive every "
-        "fetch to WARC files NAME-TIME-SEQ-WORKER.warc.gz if it is NAME.warc.gz (or "
-        ".warc); repeatable, e.g. -o items.jsonl -o pages.warc.gz; without an items "
-        "file, items go to standard output",
+        help="append items to FILE in the format its name ends in: .jsonl (or .jl), .json, "
+        ".csv, .xml, or .parquet (a directory of Parquet files); or archive every fetch "
+        "to WARC files NAME-TIME-SEQ-WORKER.warc.gz if it is NAME.warc.gz (or .warc); "
+        "repeatable, e.g. -o items.jsonl -o pages.warc.gz; without an items file, items "
+        "go to standard output",
+    )
+    p.add_argument(
+        "--log-file",
+        metavar="PATH",
+        help="also append what is said on standard error to PATH (made if missing)",
     )
     p.add_argument("--spider", metavar="FILE", help="run a Spider: path/to/file.py[:ClassName]")
     add_flags(p)

@@ -23,6 +23,7 @@ from rich.console import Console
 from rich.text import Text
 
 from hashcrawl._cli._local import counted
+from hashcrawl._cli._logfile import terminal_of
 from hashcrawl._cli._statusview import read_view
 from hashcrawl._exceptions import HashcrawlError
 from hashcrawl._run._queue import Queue
@@ -190,7 +191,8 @@ def shown(
         yield
         return
     out = stream or sys.stderr
-    progress = Progress(redis_url, args.crawl, stream=out, idle=idle).start()
+    # The live view stays on the terminal: a --log-file gets the summary, not the redraws.
+    progress = Progress(redis_url, args.crawl, stream=terminal_of(out), idle=idle).start()
     try:
         yield
     finally:

@@ -259,6 +259,8 @@ def _child_command(args: argparse.Namespace) -> list[str]:
     command += settings_from(args).to_flags(worker_only=True)  # crawl settings: in Redis
     for path in args.output or ():
         command += ["-o", path]
+    if args.log_file:
+        command += ["--log-file", os.path.abspath(args.log_file)]
     if args.spider is not None:
         command += ["--spider", args.spider]
     if args.verbose:

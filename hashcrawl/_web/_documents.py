@@ -142,16 +142,31 @@ class Document(SharedFile):
                 log.warning("%s ended in a torn write: cut back to its last whole item", self.path)
                 self.put(end, self.TAIL)
                 return end
-        raise ConfigError(
-            f"{self.path} is not a file of {type(self).__name__}'s: it will not change it; "
-            "give a new file's name"
-        )
+        raise ConfigError(_foreign(self.path, type(self).__name__))
 
     def encode(self, item: Mapping[str, Any]) -> bytes:
         raise NotImplementedError
 
     def whole_end(self, size: int) -> int | None:
         raise NotImplementedError
+
+
+def foreign_document(path: str, ending: str) -> str | None:
+    """Why a JSON or XML sink would refuse the file ``path``, or None: a file that is
+    not empty and does not begin as this crawler's documents do."""
+    kind = {".json": JsonSink, ".xml": XmlSink}.get(ending)
+    if kind is None:
+        return None
+    try:
+        with open(path, "rb") as file:
+            begun = file.read(len(kind.HEAD))
+    except FileNotFoundError:
+        return None
+    return None if kind.HEAD.startswith(begun) else _foreign(path, kind.__name__)
+
+
+def _foreign(path: str, kind: str) -> str:
+    return f"{path!r} holds something a {kind} did not write: it is left as it is; give a new name"
 
 
 class JsonSink(Document):
@@ -258,6 +273,7 @@ class CsvSink(SharedFile):
         self._pending: list[Mapping[str, Any]] = []
         self._warned = False
         self._header_read = False
+        self._whole = 0  # where whole rows are known to end: rows are looked at once
 
     def write(self, items: Sequence[Mapping[str, Any]]) -> None:
         self._pending.extend(items)
@@ -266,9 +282,8 @@ class CsvSink(SharedFile):
         if not self._pending:
             return
         with self.locked() as size:
-            end = size
-            if size and self.read(size - 1, 1) != b"\n":
-                end = self._whole_end(size)
+            end = self._whole_end(self._whole if self._whole <= size else 0, size)
+            if end < size:
                 log.warning("%s ended in a torn write: cut back to its last whole row", self.path)
             buffer = io.StringIO(newline="")
             writer = csv.writer(buffer)
@@ -277,7 +292,9 @@ class CsvSink(SharedFile):
             elif not self._header_read:
                 self._fields, self._header_read = self._header(), True
             writer.writerows(self._row(item) for item in self._pending)
-            self.put(end, buffer.getvalue().encode())
+            data = buffer.getvalue().encode()
+            self.put(end, data)
+            self._whole = end + len(data)
         self._pending.clear()
 
     def close(self) -> None:
@@ -304,12 +321,14 @@ class CsvSink(SharedFile):
             log.warning("%s has no column for the fields %s: left out", self.path, dropped)
         return [_csv_value(item.get(name, "")) for name in columns]
 
-    def _whole_end(self, size: int) -> int:
-        """Where the last whole row ends: a line break outside quotes (an even count of
-        quote characters before it), read from the start (a crash's repair only)."""
-        end = quotes = offset = 0
+    def _whole_end(self, start: int, size: int) -> int:
+        """Where the last whole row after ``start`` (a row's end) ends: a line break
+        outside quotes, with an even count of quote characters before it. A row torn
+        just after a line break inside its quotes ends in one too, so every row others
+        wrote since this sink's last flush is looked at, once."""
+        end, quotes, offset = start, 0, start
         while offset < size:
-            chunk = self.read(offset, CHUNK)
+            chunk = self.read(offset, min(CHUNK, size - offset))
             at = 0
             while (found := chunk.find(b"\n", at)) >= 0:
                 quotes += chunk.count(b'"', at, found)

@@ -36,7 +36,12 @@ ROWS = 10_000  # items in a part, at most (a part also closes once SECONDS old)
 SECONDS = 60.0
 
 
-def _pyarrow() -> Any:
+def parquet_module() -> Any:
+    """pyarrow, with its parquet module loaded.
+
+    Raises:
+        ConfigError: pyarrow is not installed, with how to install it.
+    """
     try:
         import pyarrow.parquet
     except ImportError:
@@ -73,7 +78,7 @@ class ParquetSink:
         Raises:
             ConfigError: no pyarrow, or ``path`` is not a directory that can be made.
         """
-        self.pa = _pyarrow()
+        self.pa = parquet_module()
         self.path = os.fspath(path)
         self.rows, self.seconds, self.fsync = rows, seconds, fsync
         try:
