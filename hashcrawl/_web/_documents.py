@@ -31,6 +31,7 @@ from hashcrawl._exceptions import ConfigError
 
 log = logging.getLogger("hashcrawl")
 CHUNK = 1 << 16  # bytes read at a time when looking back for an item's end
+BIG_CHUNK = 1 << 20  # bytes read at a time when counting a CSV file's quotes
 
 
 def append_all(fd: int, data: bytes, *, fsync: bool, at: int | None = None) -> None:
@@ -324,20 +325,26 @@ class CsvSink(SharedFile):
     def _whole_end(self, start: int, size: int) -> int:
         """Where the last whole row after ``start`` (a row's end) ends: a line break
         outside quotes, with an even count of quote characters before it. A row torn
-        just after a line break inside its quotes ends in one too, so every row others
-        wrote since this sink's last flush is looked at, once."""
-        end, quotes, offset = start, 0, start
-        while offset < size:
-            chunk = self.read(offset, min(CHUNK, size - offset))
-            at = 0
-            while (found := chunk.find(b"\n", at)) >= 0:
-                quotes += chunk.count(b'"', at, found)
+        just after a line break inside its quotes ends in one too, so the quotes of
+        every row others wrote since this sink's last flush are counted (in C, a fast
+        pass), then line breaks are looked at from the end, the last one first."""
+        quotes = sum(
+            self.read(at, min(BIG_CHUNK, size - at)).count(b'"')
+            for at in range(start, size, BIG_CHUNK)
+        )
+        end = size
+        while end > start:  # quotes: those before ``end``
+            begin = max(start, end - CHUNK)
+            chunk = self.read(begin, end - begin)
+            at = len(chunk)
+            while (found := chunk.rfind(b"\n", 0, at)) >= 0:
+                quotes -= chunk.count(b'"', found, at)
                 if quotes % 2 == 0:
-                    end = offset + found + 1
-                at = found + 1
-            quotes += chunk.count(b'"', at)
-            offset += len(chunk)
-        return end
+                    return begin + found + 1
+                at = found
+            quotes -= chunk.count(b'"', 0, at)
+            end = begin
+        return start
 
 
 def _csv_value(value: Any) -> Any:
