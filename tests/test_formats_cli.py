@@ -109,3 +109,52 @@ def test_parquet_output_that_is_a_file_is_refused(tmp_path: Path) -> None:
     result = hashcrawl("crawl", "http://a.example/", "-o", str(path), "--state-dir", "st")
     assert result.code == 2 and "is a file: Parquet output is a directory" in result.err
     assert path.read_text() == "mine"
+
+
+def test_crawls_workers_get_the_log_file_by_its_whole_path(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A relative --log-file reaches crawl's workers as the same file, whatever their
+    directory."""
+    from hashcrawl._cli._parser import build_parser
+    from hashcrawl._cli._workers import _child_command
+
+    monkeypatch.chdir(tmp_path)
+    args = build_parser().parse_args(["crawl", "--log-file", "crawl.log", "http://x.test/"])
+    command = _child_command(args)
+    assert command[command.index("--log-file") + 1] == str(tmp_path / "crawl.log")
+
+
+def test_the_log_gets_whole_lines_and_what_a_signal_handler_says(tmp_path: Path) -> None:
+    """A line written in pieces lands in the file as one line once it ends; a signal
+    handler's bare write goes to both; the rest of a line is kept at the close."""
+    from hashcrawl._cli import _logfile
+
+    path, terminal = tmp_path / "log", tmp_path / "terminal"
+    saved = sys.stderr
+    with terminal.open("w") as stream:
+        sys.stderr = stream
+        try:
+            _logfile.log_to(str(path))
+            print("hashcrawl: one", end="", file=sys.stderr)
+            assert path.read_text() == ""
+            print(" line", file=sys.stderr)
+            _logfile.say_raw("hashcrawl: stopping")
+            print("unended", end="", file=sys.stderr)
+            _logfile.stop_logging()
+            assert sys.stderr is stream
+        finally:
+            sys.stderr = saved
+    assert path.read_text() == "hashcrawl: one line\nhashcrawl: stopping\nunended\n"
+    assert "hashcrawl: one line\n" in terminal.read_text()
+    assert "hashcrawl: stopping\n" in terminal.read_text()
+
+
+def test_a_log_file_that_cannot_be_written_is_refused(tmp_path: Path) -> None:
+    """--log-file in a missing directory: exit 2 and one line naming the flag."""
+    result = hashcrawl(
+        "crawl", "http://a.example/", "--log-file", str(tmp_path / "no" / "log"),
+        "--state-dir", str(tmp_path / "state"),
+    )  # fmt: skip
+    assert result.code == 2 and result.err.startswith("hashcrawl: --log-file cannot write")
+    assert result.err.count("\n") == 1 and list(tmp_path.iterdir()) == []
