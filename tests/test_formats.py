@@ -73,11 +73,12 @@ def test_xml_keeps_carriage_returns_and_replaces_what_xml_cannot_hold(tmp_path: 
 
 
 def test_xml_refuses_a_field_name_that_is_no_xml_name(tmp_path: Path) -> None:
-    """``price (usd)`` cannot be an element: the write says so, and nothing is written."""
+    """``price (usd)`` cannot be an element: the write says so, and none of its batch is
+    written."""
     path = tmp_path / "items.xml"
     sink = XmlSink(path)
-    with pytest.raises(ValueError, match=r"XML name, got 'price \(usd\)'"):
-        sink.write([{"price (usd)": 3}])
+    with pytest.raises(hashcrawl.ConfigError, match=r"XML name, got 'price \(usd\)'"):
+        sink.write([{"url": "u1"}, {"price (usd)": 3}])
     sink.close()
     assert read_items(path) == []
 

@@ -109,7 +109,7 @@ class Document(SharedFile):
             self._end(size)  # a new file is a valid empty document from the start
 
     def write(self, items: Sequence[Mapping[str, Any]]) -> None:
-        self._pending.extend(self.encode(item) for item in items)
+        self._pending.extend([self.encode(item) for item in items])  # all, or none
 
     def flush(self) -> None:
         if not self._pending:
@@ -217,7 +217,8 @@ class XmlSink(Document):
     """``<items>`` of ``<item>`` elements, a field per element and a list's values as
     ``<value>`` children, as Scrapy's feed export writes it, and valid after every flush.
 
-    A field name that is not an XML name is refused (ValueError, naming it). Characters
+    A field name that is not an XML name is refused (ConfigError, naming it, for the
+    whole batch). Characters
     XML cannot hold become U+FFFD; a carriage return is kept as ``&#13;``.
     """
 
@@ -240,7 +241,7 @@ class XmlSink(Document):
 
 def _xml_field(parts: list[str], name: str, value: Any) -> None:
     if not _XML_NAME.fullmatch(name):
-        raise ValueError(f"an item field written to XML must be an XML name, got {name!r}")
+        raise ConfigError(f"an item field written to XML must be an XML name, got {name!r}")
     parts.append(f"<{name}>")
     if isinstance(value, Mapping):
         for key, inner in value.items():
