@@ -87,7 +87,8 @@ def interrupts_held() -> Iterator[Callable[[], None]]:
 
 
 class Children:
-    """``crawl``'s worker processes: the first signal stops them gently, a second at once."""
+    """``crawl``'s worker processes: the first signal stops them gently, a second Ctrl-C
+    at once (a SIGTERM, however often it comes, is the same request to stop)."""
 
     def __init__(
         self, commands: Sequence[Sequence[str]], *, env: Mapping[str, str] | None = None
@@ -138,6 +139,10 @@ class Children:
         if os.getpid() != self._pid:
             # A child between fork and exec (in _as_child, before it ignores SIGINT):
             # the Ctrl-C is the parent's to tell, once; the child's line would be twice.
+            return
+        if self.signals and number == signal.SIGTERM:
+            # Only a second Ctrl-C means "now": ``timeout`` and service managers send
+            # SIGTERM to the command and again to its whole group, one request twice.
             return
         self.signals += 1
         if self.signals == 1:

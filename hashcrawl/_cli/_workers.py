@@ -2,7 +2,8 @@
 ``crawl`` (a private Redis in ``--state-dir`` and ``--workers`` children, each a ``join
 --child``).
 
-``join`` stops on SIGTERM or Ctrl-C by handing its hosts back, and at once on a second.
+``join`` stops on SIGTERM or Ctrl-C by handing its hosts back, and at once on a second
+Ctrl-C (never on a second SIGTERM: one is often delivered twice).
 ``crawl`` sets the crawl's settings, submits its start URLs, runs its children until the
 crawl is idle, and then judges the start URLs (``_local.verdict``).
 """
@@ -137,12 +138,17 @@ async def _stop_on_signals(
     with trio.open_signal_receiver(*numbers) as signals:
         if early:
             worker.stop()
-        async for _ in signals:
-            if worker.stop_requested:
+        async for number in signals:
+            # Only a second Ctrl-C means "now": ``timeout`` and service managers send
+            # SIGTERM to the command and again to its whole group (``crawl``'s workers
+            # get it from there and from ``crawl``), one request to stop twice.
+            if worker.stop_requested and number == signal.SIGINT:
                 # A second signal: go now; the lease brings back whatever was held.
                 if not child:
                     print("hashcrawl: stopped at once", file=sys.stderr, flush=True)
                 os._exit(FAILED)
+            if worker.stop_requested:
+                continue
             if not child:
                 log.warning(
                     "stopping: finishing requests in flight, then handing hosts back "
