@@ -234,7 +234,7 @@ def status_of(redis_url: str, crawl: str) -> dict[str, Any]:
 
 def submit(redis_url: str, crawl: str, urls: Sequence[str], *, priority: int = 0) -> int:
     with Queue(redis_url, crawl) as queue:
-        return queue.submit(urls, priority=priority)
+        return queue.submit(urls, priority=priority, allow_private=True)
 
 
 def wait_until(condition: Callable[[], bool], *, what: str, timeout: float = DEADLINE) -> None:

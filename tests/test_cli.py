@@ -272,7 +272,9 @@ def test_submitting_a_seen_url_again_adds_nothing(redis_url: str, crawl_name: st
 def test_dont_filter_submits_a_seen_url_again(redis_url: str, crawl_name: str) -> None:
     """--dont-filter puts a seen URL in the queue again: queued grows past seen."""
     assert_ok(hashcrawl("submit", "--new", *at(redis_url, crawl_name), "http://a.example/"))
-    again = hashcrawl("submit", "--new", *at(redis_url, crawl_name), "--dont-filter", "http://a.example/")
+    again = hashcrawl(
+        "submit", "--new", *at(redis_url, crawl_name), "--dont-filter", "http://a.example/"
+    )
     assert assert_ok(again) == "submitted 1 new URL\n"
     doc = status(redis_url, crawl_name)
     assert (doc["waiting"], doc["seen"], doc["queued"]) == (2, 1, 2)
@@ -419,7 +421,9 @@ def test_status_shows_a_joined_worker_and_what_it_fetched(redis_url: str, crawl_
     args = [sys.executable, "-m", "hashcrawl", "join", *at(redis_url, crawl_name), *SITE_FLAGS]
     args += ["--delay", "0", "--idle", "none", "--lease", "10", "-v", "--span-hosts"]
     with SiteServer(site) as server:
-        assert_ok(hashcrawl("submit", "--new", *at(redis_url, crawl_name), *SITE_FLAGS, server.site.root))
+        assert_ok(
+            hashcrawl("submit", "--new", *at(redis_url, crawl_name), *SITE_FLAGS, server.site.root)
+        )
         with subprocess.Popen(args, stderr=subprocess.PIPE) as worker:
             try:
                 joined = _read_until(worker.stderr, "joined crawl", timeout=DEADLINE)
@@ -458,7 +462,9 @@ def test_status_counts_entries_parked_by_a_stopped_worker_as_waiting(
     args += ["--delay", "0.01", "--idle", "none", "--max-buffer", "5", "--grace", "1"]
     args.append("--span-hosts")  # the site links its hosts from the first one
     with SiteServer(site) as server:
-        assert_ok(hashcrawl("submit", "--new", *at(redis_url, crawl_name), *SITE_FLAGS, server.site.root))
+        assert_ok(
+            hashcrawl("submit", "--new", *at(redis_url, crawl_name), *SITE_FLAGS, server.site.root)
+        )
         with subprocess.Popen(args, stderr=subprocess.DEVNULL) as worker:
             try:
                 assert server.wait_for_requests(12, timeout=DEADLINE)
@@ -508,7 +514,9 @@ def test_unix_socket_url_works_end_to_end(tmp_path: Path) -> None:
     with RedisServer(directory=tmp_path / "r", unix_socket=True, password=SECRET) as server:
         url = server.url
         assert url.startswith("redis+unix://") and SECRET in url
-        runs = [hashcrawl("submit", "--new", "--redis", url, "http://a.example/", "http://b.example/")]
+        runs = [
+            hashcrawl("submit", "--new", "--redis", url, "http://a.example/", "http://b.example/")
+        ]
         runs.append(hashcrawl("status", "--redis", url, "--json"))
         assert json.loads(runs[-1].out)["seen"] == 2
         runs.append(hashcrawl("clear", "--yes", "--redis", url))
@@ -1149,9 +1157,9 @@ def test_every_bad_value_is_one_line_naming_its_flag(
 
 def test_counts_are_spelled_with_correct_plurals(redis_url: str, crawl_name: str) -> None:
     """ "submitted 1 new URL", "deleted 1 key", "put back 0 pages"."""
-    assert assert_ok(hashcrawl("submit", "--new", *at(redis_url, crawl_name), "http://a.example/")) == (
-        "submitted 1 new URL\n"
-    )
+    assert assert_ok(
+        hashcrawl("submit", "--new", *at(redis_url, crawl_name), "http://a.example/")
+    ) == ("submitted 1 new URL\n")
     assert assert_ok(hashcrawl("retry-dead", *at(redis_url, crawl_name))) == "put back 0 pages\n"
     with redis.Redis.from_url(redis_url) as client:
         client.delete(*[k for k in crawl_keys(client, crawl_name) if not k.endswith(b"seenmeta")])
@@ -1167,7 +1175,9 @@ def test_join_says_stopping_once_and_a_second_ctrl_c_exits_1_at_once(
     args += ["--delay", "0.05", "--idle", "none", "--grace", "300", "-o", os.devnull]
     # Each answer takes 3 s, so the second SIGINT finds the worker still in its grace.
     with SiteServer(site, latency=3.0) as server:
-        assert_ok(hashcrawl("submit", "--new", *at(redis_url, crawl_name), *SITE_FLAGS, server.site.root))
+        assert_ok(
+            hashcrawl("submit", "--new", *at(redis_url, crawl_name), *SITE_FLAGS, server.site.root)
+        )
         with subprocess.Popen(args, stderr=subprocess.PIPE, preexec_fn=_ctrl_c_acts) as worker:
             assert server.wait_for_requests(2, timeout=DEADLINE)
             worker.send_signal(signal.SIGINT)
@@ -1223,7 +1233,9 @@ def test_submit_takes_a_private_start_url_its_allow_covers(redis_url: str, crawl
         )
     )
     assert_ok(
-        hashcrawl("submit", "--new", *at(redis_url, crawl_name), "--allow-private", "http://2130706433/")
+        hashcrawl(
+            "submit", "--new", *at(redis_url, crawl_name), "--allow-private", "http://2130706433/"
+        )
     )
     assert status(redis_url, crawl_name)["seen"] == 2
 

@@ -97,7 +97,9 @@ def test_password_file_authenticates_every_command(
     (tmp_path / "pw").write_text(SECRET + "\n", encoding="utf-8")
     url = f"redis://127.0.0.1:{guarded.port}/0"
     flags = ["--redis", url, "--redis-password-file", str(tmp_path / "pw")]
-    assert_ok(hashcrawl("submit", "--new", *flags, *args_for("submit"), env={}))  # status wants a crawl
+    assert_ok(
+        hashcrawl("submit", "--new", *flags, *args_for("submit"), env={})
+    )  # status wants a crawl
     result = hashcrawl(command, *flags, *args_for(command), env={})
     assert_ok(without_join_report(result))
     assert SECRET not in result.out

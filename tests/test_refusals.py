@@ -18,11 +18,9 @@ import pytest
 import redis
 
 from hashcrawl import ConfigError, Queue, Worker
-from testing.fleet import DEADLINE
 from testing.testsite import SITE_FLAGS, SITE_NETS, Resource, Site, SiteServer, generate_site
 from tests.test_cli import (
     COMMAND_TIMEOUT,
-    _ctrl_c_acts,
     assert_ok,
     assert_one_line_error,
     at,
@@ -42,7 +40,9 @@ def test_a_worker_says_once_why_it_refused_pages_naming_the_flag(
     site = generate_site(pages=3, hosts=1, seed=5, port=0)
     with SiteServer(site) as server:
         urls = [server.site.url(site.hosts[0], f"/x{i}") for i in range(3)]
-        assert_ok(hashcrawl("submit", *at(redis_url, crawl_name), "--new", "--allow-private", *urls))
+        assert_ok(
+            hashcrawl("submit", *at(redis_url, crawl_name), "--new", "--allow-private", *urls)
+        )
         worker = hashcrawl(
             "join", *at(redis_url, crawl_name), "--idle", "0.5", "--max-attempts", "1",
             "-o", os.devnull,
@@ -60,13 +60,15 @@ def test_a_worker_says_once_why_it_refused_pages_naming_the_flag(
 
 def test_queue_submit_refuses_what_submit_refuses(redis_url: str, crawl_name: str) -> None:
     """``Queue.submit()`` of a loopback URL without an allow raises the CLI's refusal
-    and writes nothing; with ``allow_nets`` it goes in."""
+    (in Python's words) and writes nothing; with ``allow_nets`` it goes in."""
     url = "http://127.0.0.2:9/"
     line = assert_one_line_error(hashcrawl("submit", *at(redis_url, crawl_name), "--new", url), 2)
     with Queue(redis_url, crawl_name) as queue:
         with pytest.raises(ConfigError) as refused:
             queue.submit([url])
-        assert str(refused.value) in line
+        reason, hint = str(refused.value).split("; ")
+        assert line == f"hashcrawl: {reason}; allow it with --allow-net CIDR or --allow-private"
+        assert hint == "allow it with allow_nets=['CIDR'] or allow_private=True"
         with redis.Redis.from_url(redis_url) as client:
             assert crawl_keys(client, crawl_name) == set()
         assert queue.submit([url], allow_nets=SITE_NETS) == 1
@@ -135,9 +137,7 @@ def test_clear_asks_on_a_terminal_and_deletes_only_on_yes(redis_url: str, crawl_
 
 def _loopback_spider(path: Path, url: str) -> Path:
     path.write_text(
-        "import hashcrawl\n\n"
-        "class Local(hashcrawl.Spider):\n"
-        f"    start_urls = [{url!r}]\n"
+        f"import hashcrawl\n\nclass Local(hashcrawl.Spider):\n    start_urls = [{url!r}]\n"
     )
     return path
 

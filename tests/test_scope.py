@@ -148,7 +148,7 @@ async def crawl_redirecting_seed(redis_url: str, directory: Path) -> Crawled:
 
 def submit_with(crew: Crew, urls: list[str], options: Mapping[str, Any]) -> None:
     with Queue(crew.redis_url, crew.crawl) as queue:
-        queue.submit(urls, **options)
+        queue.submit(urls, **options, allow_private=True)
 
 
 @pytest.fixture(scope="module")

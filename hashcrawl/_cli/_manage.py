@@ -25,7 +25,7 @@ from hashcrawl._exceptions import ConfigError
 from hashcrawl._run._queue import Queue
 from hashcrawl._settings import CRAWL, Settings, given_flags
 from hashcrawl._store._crawlconfig import view_lines
-from hashcrawl._web._addresses import AddressPolicy, url_refusal
+from hashcrawl._web._addresses import AddressPolicy, SubmitCheck
 
 
 def cmd_submit(args: argparse.Namespace) -> int:
@@ -58,20 +58,23 @@ def _submit_options(args: argparse.Namespace) -> dict[str, Any]:
         "dont_filter": args.dont_filter,
         "allow_domains": tuple(getattr(args, "allow_domains", ())),
         "span_hosts": getattr(args, "span_hosts", False),
+        "allow_nets": tuple(args.allow_nets or ()),
+        "allow_private": args.allow_private,
     }
 
 
 class _BadLines:
     """Skips lines that are not crawlable URLs, reporting each on standard error.
 
-    Of hosts, only IP literals are checked against the address policy: looking up
+    The address rule is applied as ``Queue.submit`` applies it (``SubmitCheck``): IP
+    literals always, host names for the first few distinct ones only, since looking up
     every name of a long list would take longer than submitting it. Workers check
     every address they connect to anyway.
     """
 
     def __init__(self, policy: AddressPolicy) -> None:
         self.count = 0
-        self.policy = policy
+        self.check = SubmitCheck(policy)
 
     def filter(self, lines: Iterator[str]) -> Iterator[str]:
         from hashcrawl._core._urls import canonicalize
@@ -81,7 +84,7 @@ class _BadLines:
             if not url:
                 continue
             try:
-                refusal = url_refusal(canonicalize(url), self.policy, look_up=False)
+                refusal = self.check.refusal(canonicalize(url))
                 if refusal is not None:
                     raise ConfigError(refusal)
             except ConfigError as exc:

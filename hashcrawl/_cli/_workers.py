@@ -53,7 +53,8 @@ if TYPE_CHECKING:
 
 
 def cmd_join(args: argparse.Namespace) -> int:
-    from hashcrawl._run._worker import Worker, unwrapped
+    from hashcrawl._run._worker import check_start_urls
+    from hashcrawl._web._addresses import ALLOW_HINT
 
     early_stop: list[int] = []
     # A SIGTERM before trio takes over the signals must still mean "stop", not death.
@@ -62,7 +63,36 @@ def cmd_join(args: argparse.Namespace) -> int:
     url = redis_of(args)
     check_crawl_name(args.crawl)
     spider = spider_of(args)
+    # The Worker checks them too, in Python's words: here, in the flags', before the -o
+    # file or anything in Redis is made.
+    check_start_urls(list(getattr(spider, "start_urls", None) or ()), settings, ALLOW_HINT)
+    made = [p for p in args.output or () if p != "-" and not os.path.lexists(p)]
     checked_output(args.output)
+    try:
+        return _join(args, settings, url, spider, early_stop, previous)
+    except ConfigError:
+        _remove_empty(made)  # refused (the crawl's settings disagree): leave no trace
+        raise
+
+
+def _remove_empty(paths: list[str]) -> None:
+    """Remove the files a refused join made, if nothing was written to them."""
+    for path in paths:
+        with contextlib.suppress(OSError):
+            if os.path.isfile(path) and os.path.getsize(path) == 0:
+                os.unlink(path)
+
+
+def _join(
+    args: argparse.Namespace,
+    settings: Settings,
+    url: RedisURL,
+    spider: Any,
+    early_stop: list[int],
+    previous: Any,
+) -> int:
+    from hashcrawl._run._worker import Worker, unwrapped
+
     check_reachable(url, args.crawl)
     worker = Worker(
         url,
