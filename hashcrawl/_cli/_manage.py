@@ -249,8 +249,11 @@ def _confirmed(args: argparse.Namespace, status: dict[str, Any]) -> bool:
 
 def cmd_dead(args: argparse.Namespace) -> int:
     with existing_queue(args) as queue:
-        for url, error in sorted(queue.dead().items()):
+        dead = queue.dead()
+        for url, error in sorted(dead.items()):
             print(f"{url}\t{error}")
+    if not dead:  # on stderr: ``dead | wc -l`` still counts dead letters
+        print(f"hashcrawl: crawl {args.crawl} has no dead letters", file=sys.stderr)
     return 0
 
 

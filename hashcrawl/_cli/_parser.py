@@ -115,6 +115,12 @@ def build_parser() -> _Parser:
     join = sub.add_parser("join", help="run a worker in a crawl fleet")
     _common(join)
     _crawler_flags(join)
+    join.add_argument(
+        "-q",
+        "--quiet",
+        action="store_true",
+        help="say nothing but errors: no joined, progress, refused-page, stop or closing line",
+    )
     join.add_argument("--child", action="store_true", help=argparse.SUPPRESS)
     submit = sub.add_parser(
         "submit",
@@ -190,7 +196,10 @@ def build_parser() -> _Parser:
     _common(crawl, redis=False)
     _crawler_flags(crawl)
     crawl.add_argument(
-        "-q", "--quiet", action="store_true", help="no progress display and no summary"
+        "-q",
+        "--quiet",
+        action="store_true",
+        help="say nothing but errors: no progress display, summary, refused-page or stop line",
     )
     crawl.add_argument(
         "--workers",

@@ -110,9 +110,9 @@ def _join(
     async def main() -> None:
         async with unwrapped(), trio.open_nursery() as nursery:
             nursery.start_soon(
-                _stop_on_signals, worker, nursery.cancel_scope, early_stop, args.child
+                _stop_on_signals, worker, nursery.cancel_scope, early_stop, args.child, args.quiet
             )
-            if not args.child:  # crawl's children: their parent shows the progress
+            if not (args.child or args.quiet):  # crawl's children: their parent reports
                 nursery.start_soon(_report, worker)
             await worker.run()
             nursery.cancel_scope.cancel()
@@ -124,7 +124,24 @@ def _join(
     finally:
         signal.signal(signal.SIGTERM, previous)
         worker.sink.close()
+    if not (args.child or args.quiet):
+        print(log_line(_closing(worker)), file=sys.stderr, flush=True)
     return 0
+
+
+def _closing(worker: Worker) -> str:
+    """join's last line: why it left, and what it did."""
+    tally, idle = worker.tally, worker.settings.idle
+    why = (
+        "stopped"
+        if worker.stop_requested or idle is None
+        else f"the crawl was idle for {idle:g} s (--idle)"
+    )
+    return (
+        f"{worker.id} left crawl {worker.crawl}: {why}; {plural(tally.fetched, 'page')}, "
+        f"{plural(tally.items, 'item')}, {tally.failed:,} failed, "
+        f"{tally.dead:,} dead-lettered"
+    )
 
 
 def _worker_settings(args: argparse.Namespace, settings: Settings, spider: Any) -> dict[str, Any]:
@@ -161,7 +178,7 @@ async def _report(worker: Worker, every: float = REPORT_EVERY) -> None:
 
 
 async def _stop_on_signals(
-    worker: Any, scope: trio.CancelScope, early: list[int], child: bool
+    worker: Any, scope: trio.CancelScope, early: list[int], child: bool, quiet: bool = False
 ) -> None:
     # A child of ``crawl`` leaves Ctrl-C to its parent, which says "stopping" once.
     numbers = (signal.SIGTERM,) if child else (signal.SIGTERM, signal.SIGINT)
@@ -174,12 +191,12 @@ async def _stop_on_signals(
             # get it from there and from ``crawl``), one request to stop twice.
             if worker.stop_requested and number == signal.SIGINT:
                 # A second signal: go now; the lease brings back whatever was held.
-                if not child:
+                if not (child or quiet):
                     print("hashcrawl: stopped at once", file=sys.stderr, flush=True)
                 os._exit(FAILED)
             if worker.stop_requested:
                 continue
-            if not child:
+            if not (child or quiet):
                 log.warning(
                     "stopping: finishing requests in flight, then handing hosts back "
                     "(press Ctrl-C again to quit at once)"
@@ -246,6 +263,7 @@ def _crawl_on(
         command = _child_command(args)
         children = Children(
             [command + child_metrics_flags(args.metrics_port, i) for i in range(args.workers)],
+            quiet=args.quiet,
             # The URL goes through the environment: argv is visible to every user in ps.
             env={**os.environ, REDIS_ENV_VAR: redis_url, **_headers_env(settings)},
         )
@@ -299,4 +317,6 @@ def _child_command(args: argparse.Namespace) -> list[str]:
         command += ["--spider", args.spider]
     if args.verbose:
         command.append("-v")
+    if args.quiet:
+        command.append("-q")
     return command
