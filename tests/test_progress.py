@@ -106,7 +106,7 @@ async def test_progress_off_a_terminal_prints_plain_lines_with_the_crawls_figure
     last = stream.getvalue().splitlines()[-1]
     assert "\x1b" not in stream.getvalue()
     assert last.startswith(f"hashcrawl: {pages:,} pages, ")
-    assert ", 0 waiting, 0 in flight, " in last
+    assert ", 0 to fetch, 0 in flight, " in last
     assert ", 0 errors, 0 dead, 0:00:0" in last
     assert "; nothing left to fetch: ending in " in last and last.endswith(" s (--idle 30)")
 
@@ -234,3 +234,14 @@ def test_progress_and_status_headline_spell_one_of_a_thing_in_the_singular() -> 
         }
     ).plain
     assert headline.startswith("crawl c: 1 worker, 3 fetched")
+
+
+def test_the_progress_line_never_calls_waiting_what_status_calls_held() -> None:
+    """Entries held by their owners and not started are "to fetch" on the progress line:
+    "waiting" means one thing, status's (queued and not yet taken)."""
+    from hashcrawl._cli._progress import progress_line
+
+    view = {"fetched": 3, "waiting": 0, "held": 44, "in_flight": 4, "failed": 0, "dead": 0}
+    line = progress_line({**view, "members": [{"hosts": 2}]}, rate=0.0, elapsed=1.0)
+    assert ", 40 to fetch, 4 in flight, " in line
+    assert "waiting" not in line

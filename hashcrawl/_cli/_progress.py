@@ -35,14 +35,17 @@ RATE_WINDOW = 60.0
 def progress_line(
     view: dict[str, Any], *, rate: float, elapsed: float, idle: float | None = None
 ) -> str:
-    """One line of figures: pages, pages/s, waiting, in flight, hosts, errors, dead; and
-    once nothing is left, that the crawl is waiting out ``idle`` (--idle) to end."""
+    """One line of figures: pages, pages/s, to fetch, in flight, hosts, errors, dead; and
+    once nothing is left, that the crawl is waiting out ``idle`` (--idle) to end.
+
+    "To fetch" is status's ``waiting`` (queued, not taken) and ``held`` (taken by an
+    owner) less what is in flight: owners read their streams ahead into memory, so what
+    they hold and have not started is as far from done as what they have not read. It is
+    never called "waiting", which is status's name for the first part only."""
     hosts = sum(m["hosts"] for m in view["members"])
-    # Owners read their streams ahead into memory: what they hold and have not started
-    # waits as much as what they have not read yet.
-    waiting = max(0, view["waiting"] + view["held"] - view["in_flight"])
+    to_fetch = max(0, view["waiting"] + view["held"] - view["in_flight"])
     line = (
-        f"{view['fetched']:,} pages, {rate:.1f}/s, {waiting:,} waiting, "
+        f"{view['fetched']:,} pages, {rate:.1f}/s, {to_fetch:,} to fetch, "
         f"{view['in_flight']} in flight, {counted(hosts, 'host')}, "
         f"{counted(view['failed'], 'error')}, "
         f"{view['dead']:,} dead, {_duration(elapsed)}"
@@ -51,7 +54,7 @@ def progress_line(
     if quiet is None:
         return line
     if idle is None:
-        return f"{line}; nothing left to fetch: waiting for more URLs (--idle none)"
+        return f"{line}; nothing left to fetch: until more URLs come (--idle none)"
     left = max(0, math.ceil(idle - quiet))
     return f"{line}; nothing left to fetch: ending in {left} s (--idle {idle:g})"
 
