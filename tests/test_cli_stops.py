@@ -72,7 +72,9 @@ def test_a_join_that_ends_after_idle_says_so_in_one_closing_line(
         assert_ok(hashcrawl("submit", *at(redis_url, crawl_name), "--new", *SITE_FLAGS, root))
         flags = [*at(redis_url, crawl_name), "--idle", "0.5", "--delay", "0", *SITE_FLAGS]
         ended = hashcrawl("join", *flags, "-o", os.devnull)
-        assert_ok(hashcrawl("submit", *at(redis_url, crawl_name), "--dont-filter", *SITE_FLAGS, root))
+        assert_ok(
+            hashcrawl("submit", *at(redis_url, crawl_name), "--dont-filter", *SITE_FLAGS, root)
+        )
         quiet = hashcrawl("join", *flags, "-o", os.devnull, "-q")
     assert ended.code == 0, ended
     last = ended.err.splitlines()[-1]

@@ -167,7 +167,7 @@ def build_parser() -> _Parser:
         "no worker is running.",
     )
     _common(configure, state_dir=True)
-    add_flags(configure, only=CRAWL)
+    add_flags(configure, only=CRAWL, changes=True)
     configure.add_argument(
         "--reset",
         action="append",
