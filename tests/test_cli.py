@@ -1231,7 +1231,12 @@ def test_submit_takes_a_private_start_url_its_allow_covers(redis_url: str, crawl
     """--allow-net with the address's network, or --allow-private, lets it in."""
     assert_ok(
         hashcrawl(
-            "submit", *at(redis_url, crawl_name), "--allow-net", "10.0.0.0/8", "http://10.1.2.3/"
+            "submit",
+            "--new",
+            *at(redis_url, crawl_name),
+            "--allow-net",
+            "10.0.0.0/8",
+            "http://10.1.2.3/",
         )
     )
     assert_ok(
