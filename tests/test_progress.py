@@ -250,3 +250,19 @@ def test_the_progress_line_never_calls_waiting_what_status_calls_held() -> None:
     line = progress_line({**view, "members": [{"hosts": 2}]}, rate=0.0, elapsed=1.0)
     assert ", 40 to fetch, 4 in flight, " in line
     assert "waiting" not in line
+
+
+def test_one_page_one_item_one_entry_are_singular_in_the_line_and_the_summary() -> None:
+    """A crawl of one page: "1 page, ... 1 item", never "1 pages" or "1 items"."""
+    import argparse
+
+    from hashcrawl._cli._progress import progress_line, summary
+
+    view = {"fetched": 1, "items": 1, "waiting": 1, "held": 0, "in_flight": 0, "failed": 0}
+    view |= {"dead": 0, "retries": 0, "statuses": {"2xx": 1}, "errors": {}, "members": []}
+    args = argparse.Namespace(state_dir=".hashcrawl", crawl="default", output=["a.jsonl"])
+    line = progress_line(view, rate=0.0, elapsed=1.0)
+    text = summary(view, elapsed=1.0, args=args)
+    assert line.startswith("1 page, ")
+    assert text.startswith("crawl default: 1 page, 1 item in ")
+    assert "stopped with 1 entry left" in text

@@ -3,10 +3,13 @@
 from __future__ import annotations
 
 import os
+import re
 import shutil
 import subprocess
 import tomllib
 from pathlib import Path
+
+from testing.fleet import ITEM_FIELDS
 
 REPO = Path(__file__).resolve().parent.parent
 
@@ -34,3 +37,11 @@ def test_the_license_is_an_spdx_expression_setuptools_reads_without_a_warning() 
     project = tomllib.loads((REPO / "pyproject.toml").read_text())
     assert project["project"]["license"] == "MIT"
     assert project["build-system"]["requires"] == ["setuptools>=77"]
+
+
+def test_the_readme_names_every_field_of_an_item() -> None:
+    """The README's first crawl lists the fields a page's item has, all of them."""
+    text = " ".join((REPO / "README.md").read_text().split())
+    listed = re.search(r"with its fields: ([a-z_, ]+?) and ([a-z_]+)\.", text)
+    assert listed is not None
+    assert {*listed.group(1).split(", "), listed.group(2)} == ITEM_FIELDS

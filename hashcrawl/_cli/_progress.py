@@ -45,7 +45,7 @@ def progress_line(
     hosts = sum(m["hosts"] for m in view["members"])
     to_fetch = max(0, view["waiting"] + view["held"] - view["in_flight"])
     line = (
-        f"{view['fetched']:,} pages, {rate:.1f}/s, {to_fetch:,} to fetch, "
+        f"{counted(view['fetched'], 'page')}, {rate:.1f}/s, {to_fetch:,} to fetch, "
         f"{view['in_flight']} in flight, {counted(hosts, 'host')}, "
         f"{counted(view['failed'], 'error')}, "
         f"{view['dead']:,} dead, {_duration(elapsed)}"
@@ -159,7 +159,7 @@ def summary(view: dict[str, Any], *, elapsed: float, args: argparse.Namespace) -
     statuses = ", ".join(f"{k} {v:,}" for k, v in view["statuses"].items()) or "none"
     errors = ", ".join(f"{k} {v:,}" for k, v in view["errors"].items()) or "none"
     lines = [
-        f"crawl {args.crawl}: {view['fetched']:,} pages, {view['items']:,} items "
+        f"crawl {args.crawl}: {counted(view['fetched'], 'page')}, {counted(view['items'], 'item')} "
         f"in {_duration(elapsed)}",
         f"  statuses: {statuses}",
         f"  errors: {errors}",
@@ -173,7 +173,8 @@ def summary(view: dict[str, Any], *, elapsed: float, args: argparse.Namespace) -
     lines.append(f"  items in: {output}" if output else "  items: not written (no -o FILE)")
     left = view["waiting"] + view["held"]
     if left:
-        lines.append(f"  stopped with {left:,} entries left: run the same command again to resume")
+        entries = f"{left:,} entry" if left == 1 else f"{left:,} entries"
+        lines.append(f"  stopped with {entries} left: run the same command again to resume")
     else:
         lines.append(f"  nothing left to crawl; the state is in {args.state_dir}")
     lines.append(f"  status: hashcrawl status {where}")
