@@ -162,6 +162,39 @@ def test_a_join_refused_for_its_address_rule_records_nothing_and_creates_no_file
     assert status(redis_url, crawl_name)["settings"]["delay"] == 0.1
 
 
+def test_a_join_refused_for_disagreeing_settings_leaves_no_output_file(
+    redis_url: str, crawl_name: str, tmp_path: Path
+) -> None:
+    """A join whose --delay differs from the crawl's is refused (exit 2) and its -o file,
+    new and empty, is gone again; one that was there before is left as it was."""
+    assert_ok(hashcrawl("submit", *at(redis_url, crawl_name), "--new", "http://a.example/"))
+    assert_ok(hashcrawl("configure", *at(redis_url, crawl_name), "--delay", "2"))
+    new, old = tmp_path / "new.jsonl", tmp_path / "old.jsonl"
+    old.write_text("")
+    for output in (new, old):
+        result = hashcrawl("join", *at(redis_url, crawl_name), "--delay", "3", "-o", str(output))
+        assert "disagrees" in assert_one_line_error(result, 2)
+    assert not new.exists()
+    assert old.exists()
+
+
+def test_a_python_worker_says_why_it_refused_pages(
+    redis_url: str, crawl_name: str, caplog: pytest.LogCaptureFixture
+) -> None:
+    """A ``Worker`` without ``allow_nets`` given loopback pages does not end in silence:
+    one warning names the rule and Python's setting, and the pages count as failed."""
+    with SiteServer(generate_site(pages=2, hosts=1, seed=6, port=0)) as server:
+        with Queue(redis_url, crawl_name) as queue:
+            queue.submit([server.site.root], allow_private=True)
+        worker = Worker(redis_url, crawl_name, idle=0.3, max_attempts=1, sink=[])
+        with caplog.at_level("WARNING", logger="hashcrawl.notices"):
+            worker.run_sync()
+    told = [r.getMessage() for r in caplog.records if r.name == "hashcrawl.notices"]
+    assert len(told) == 1 and "not a public address" in told[0], told
+    assert "allow_nets=" in told[0]
+    assert worker.tally.failed == 1
+
+
 def test_a_worker_refused_for_its_address_rule_records_no_settings(
     redis_url: str, crawl_name: str
 ) -> None:

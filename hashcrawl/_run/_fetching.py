@@ -166,11 +166,12 @@ class Dispatcher:
     def tell_refused(self, url: str, exc: Refused) -> None:
         """Say, the first time in the crawl, that a rule of the worker's refused a page."""
         message = str(exc)
-        reason = "address" if "not a public address" in message else error_kind(message)
+        address = "not a public address" in message
+        python = " (from Python: allow_nets=['CIDR'] or allow_private=True)" if address else ""
         self.tell(
-            reason,
-            f"refused {url}: {message} (counted in status as failed, and dead: "
-            "hashcrawl dead lists them; said once per crawl)",
+            "address" if address else error_kind(message),
+            f"refused {url}: {message}{python}; counted in status as failed, and dead "
+            "(hashcrawl dead lists them); said once per crawl",
         )
 
     def tell_robots(self, host: str, what: str) -> None:
