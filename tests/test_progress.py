@@ -266,3 +266,18 @@ def test_one_page_one_item_one_entry_are_singular_in_the_line_and_the_summary() 
     assert line.startswith("1 page, ")
     assert text.startswith("crawl default: 1 page, 1 item in ")
     assert "stopped with 1 entry left" in text
+
+
+def test_the_progress_line_says_why_a_worker_without_hosts_has_nothing_to_do() -> None:
+    """Two workers on one site: the line says one owns no host, and why (one owner a
+    host, paced by --delay), rather than leave a slow crawl unexplained."""
+    from hashcrawl._cli._progress import progress_line
+
+    view = {"fetched": 9, "waiting": 0, "held": 30, "in_flight": 1, "failed": 0, "dead": 0}
+    members = [{"hosts": 1}, {"hosts": 0}]
+    line = progress_line({**view, "members": members}, rate=1.0, elapsed=9.0)
+    assert line.endswith(
+        "; 1 of 2 workers owns no host: each host has one owner, which paces it (--delay)"
+    )
+    busy = progress_line({**view, "members": [{"hosts": 1}, {"hosts": 1}]}, rate=1, elapsed=9)
+    assert "owns no host" not in busy

@@ -52,11 +52,24 @@ def progress_line(
     )
     quiet = view.get("idle_s")
     if quiet is None:
-        return line
+        return line + _hostless(view["members"], to_fetch)
     if idle is None:
         return f"{line}; nothing left to fetch: until more URLs come (--idle none)"
     left = max(0, math.ceil(idle - quiet))
     return f"{line}; nothing left to fetch: ending in {left} s (--idle {idle:g})"
+
+
+def _hostless(members: list[dict[str, Any]], to_fetch: int) -> str:
+    """Why a worker sits idle while pages wait: it owns no host (fewer hosts than
+    workers), and a host is never shared, so that its pacing holds fleet-wide."""
+    idle = sum(1 for m in members if not m["hosts"])
+    if not (idle and to_fetch):
+        return ""
+    verb = "owns" if idle == 1 else "own"
+    return (
+        f"; {idle} of {counted(len(members), 'worker')} {verb} no host: each host has one "
+        "owner, which paces it (--delay)"
+    )
 
 
 def _duration(seconds: float) -> str:
