@@ -51,11 +51,15 @@ ITEM_FIELDS = {
 }  # fmt: skip
 
 Key = tuple[str, str]  # (host, path)
-_REPORT = re.compile(r"hashcrawl: (joined crawl \S+ as |\S+: [\d,]+ pages?, )")
+_REPORT = re.compile(
+    r"hashcrawl: (joined crawl \S+ as |\S+: [\d,]+ pages?, |\S+ left crawl \S+: "
+    r"|.*said once per crawl)"
+)
 
 
 def is_report(line: str) -> bool:
-    """A line of ``join``'s on what it does (joined; its figures every minute)."""
+    """A line of ``join``'s on what it does (joined; its figures every minute; a page
+    its rules refused, once per reason; its closing line)."""
     return _REPORT.match(line) is not None
 
 
