@@ -178,6 +178,17 @@ def test_a_join_refused_for_disagreeing_settings_leaves_no_output_file(
     assert old.exists()
 
 
+def test_a_crawl_refused_after_its_checks_leaves_no_output_file(tmp_path: Path) -> None:
+    """``crawl --shards 2`` is refused once its private Redis is up: no -o file is left."""
+    output = tmp_path / "items.jsonl"
+    result = hashcrawl(
+        "crawl", "--shards", "2", "-o", str(output), "--state-dir", str(tmp_path / "state"),
+        "http://a.example/",
+    )  # fmt: skip
+    assert "--shards" in assert_one_line_error(result, 2)
+    assert not output.exists()
+
+
 def test_a_python_worker_says_why_it_refused_pages(
     redis_url: str, crawl_name: str, caplog: pytest.LogCaptureFixture
 ) -> None:

@@ -214,15 +214,20 @@ def cmd_crawl(args: argparse.Namespace) -> int:
     if not urls and not _starts_itself(spider):
         raise ConfigError("crawl needs a start URL (or a --spider with start_urls)")
     check_start_urls(urls, AddressPolicy.of(settings.allow_nets, settings.allow_private))
+    made = [p for p in args.output or () if p != "-" and not os.path.lexists(p)]
     checked_output(args.output)
     state = _state_dir(args)
-    with (
-        interrupts_held() as check,
-        RedisServer(
-            directory=state, unix_socket=True, appendonly=True, die_with_parent=True
-        ) as server,
-    ):
-        return _crawl_on(server.url, args, urls, check)
+    try:
+        with (
+            interrupts_held() as check,
+            RedisServer(
+                directory=state, unix_socket=True, appendonly=True, die_with_parent=True
+            ) as server,
+        ):
+            return _crawl_on(server.url, args, urls, check)
+    except ConfigError:
+        _remove_empty(made)  # refused (--shards, say): no -o file left behind
+        raise
 
 
 def _starts_itself(spider: Any) -> bool:
