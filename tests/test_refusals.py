@@ -259,3 +259,28 @@ def test_links_robots_txt_disallows_are_counted_once_each(tmp_path: Path) -> Non
         assert_ok(hashcrawl("status", "--state-dir", str(state), "--crawl", "default", "--json"))
     )
     assert done["robots_denied"] == 2
+
+
+# -- a body cut at --max-body is said too --------------------------------------------------
+
+
+def test_a_body_cut_at_max_body_is_said_once_naming_the_flag(tmp_path: Path) -> None:
+    """Two pages longer than --max-body: both are kept (cut), and one line says so."""
+    host = "127.0.0.2"
+    big = "<html><title>big</title>" + "x" * 5000 + "</html>"
+    resources = {
+        (host, "/"): Resource(200, "text/html", '<a href="/b">b</a>' + big),
+        (host, "/b"): Resource(200, "text/html", big),
+    }
+    site = Site(port=0, hosts=(host,), resources=resources, crawl_delays={})
+    items = tmp_path / "items.jsonl"
+    with SiteServer(site) as server:
+        result = hashcrawl(
+            "crawl", server.site.root, "--state-dir", str(tmp_path / "state"), "--workers", "1",
+            "--idle", "0.5", "--delay", "0.01", "--max-body", "1000", "-o", str(items),
+            *SITE_FLAGS,
+        )  # fmt: skip
+    assert result.code == 0, result
+    told = [line for line in result.err.splitlines() if "--max-body" in line]
+    assert len(told) == 1 and "1,000 bytes" in told[0], result.err
+    assert len(items.read_text().splitlines()) == 2

@@ -143,6 +143,13 @@ class Dispatcher:
                 page.outcome = await self.m.worker.handler.failed(held, page.outcome, exc)
             return None
         page.answered(response, self.m.now() - sent, self.m.now(), set_cookies(response))
+        if response.truncated:
+            self.tell(
+                "max_body",
+                f"the body of {held.entry.url} is longer than --max-body "
+                f"({self.m.settings.max_body:,} bytes): cut there, and the page parsed from "
+                "what was kept (--max-body raises it; said once per crawl)",
+            )
         if self.m.worker.handler.parser is not None:  # the host is free: fetch its next page
             self.m.wake()  # while this one is parsed in the other process
         return response
