@@ -14,7 +14,7 @@ from typing import TYPE_CHECKING, Any
 
 from hashcrawl._exceptions import ConfigError, QueueError
 from hashcrawl._store._redisurl import RedisURL
-from hashcrawl._web._addresses import AddressPolicy, url_refusal
+from hashcrawl._web._addresses import AddressPolicy, SubmitCheck
 from hashcrawl._web._documents import foreign_document
 from hashcrawl._web._parquet import parquet_module
 from hashcrawl._web._sinks import format_of
@@ -73,8 +73,9 @@ def check_start_urls(urls: list[str], policy: AddressPolicy) -> None:
     """
     from hashcrawl._core._urls import canonicalize
 
+    check = SubmitCheck(policy)  # as Queue.submit judges them, in the flags' words
     for url in urls:
-        refusal = url_refusal(canonicalize(url), policy)
+        refusal = check.refusal(canonicalize(url))
         if refusal is not None:
             raise ConfigError(refusal)
 

@@ -74,6 +74,8 @@ def _run(argv: Sequence[str]) -> int:
         format="%(asctime)s hashcrawl: %(message)s" if args.verbose else "hashcrawl: %(message)s",
     )
     logging.getLogger("httpx").setLevel(logging.WARNING)  # a line per request is too much
+    if getattr(args, "quiet", False):  # the lines that say what a worker refused, once
+        logging.getLogger("hashcrawl.notices").setLevel(logging.ERROR)
     check_crawl_name(args.crawl)  # here, so the message names the flag, not Python's crawl
     return int(_COMMANDS[args.command](args) or 0)
 
