@@ -436,11 +436,15 @@ ADDRESSES = ("allow_nets", "allow_private")  # and these, to check start URLs
 CRAWL = tuple(f.name for f in attrs.fields(Settings) if f.metadata["flag"].crawl)
 
 
-def add_flags(parser: argparse.ArgumentParser, only: tuple[str, ...] | None = None) -> None:
+def add_flags(
+    parser: argparse.ArgumentParser, only: tuple[str, ...] | None = None, *, changes: bool = False
+) -> None:
     """Give ``parser`` one flag per setting (or per one of ``only``), with its default.
 
     A crawl setting's flag leaves no attribute when it is not given (its default is
     shown in the help), so that :func:`given_flags` can tell what the command line said.
+    With ``changes`` (``configure``), a flag left out changes nothing, and its help
+    says so rather than call the default what it gets.
     """
     for field in attrs.fields(Settings):
         if only is not None and field.name not in only:
@@ -462,8 +466,12 @@ def add_flags(parser: argparse.ArgumentParser, only: tuple[str, ...] | None = No
             metavar=flag.metavar,
             action="append" if flag.repeat else "store",
             default=unset if flag.repeat or flag.crawl else field.default,
-            help=f"{flag.help} (default: {shown})",
+            help=f"{flag.help} ({_default_said(shown, changes)})",
         )
+
+
+def _default_said(shown: Any, changes: bool) -> str:
+    return f"left out: unchanged; hashcrawl's default: {shown}" if changes else f"default: {shown}"
 
 
 def given_flags(args: argparse.Namespace) -> dict[str, Any]:

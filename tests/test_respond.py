@@ -12,7 +12,7 @@ import pytest
 
 from hashcrawl._core._entry import Entry
 from hashcrawl._core._frontier import Held
-from hashcrawl._core._outcome import Origin, SeenCache, failure_wait
+from hashcrawl._core._outcome import Denied, Origin, SeenCache, failure_wait
 from hashcrawl._core._respond import (
     MAX_REDIRECTS,
     RETRY_AFTER_CAP,
@@ -292,22 +292,23 @@ def test_a_link_to_its_own_host_passes_its_robots_txt_and_other_hosts_are_theirs
         Entry(url=u, depth=1)
         for u in ("http://a.test/ok", "http://a.test/private", "http://b.test/private")
     ]
-    assert [e.url for e in origin.kept(links, HELD, None)] == [
-        "http://a.test/ok",
-        "http://b.test/private",
-    ]
+    denied = Denied()
+    kept = origin.kept(links, HELD, None, denied)
+    assert [e.url for e in kept] == ["http://a.test/ok", "http://b.test/private"]
+    assert kept.denied == 1  # the private page of its own host, counted
+    again = origin.kept(links, HELD, None, denied)
+    assert (len(again), again.denied) == (2, 0)  # the same link found again: counted once
 
 
 def test_a_full_host_keeps_no_link_to_itself() -> None:
     links = [Entry(url="http://a.test/x", depth=1), Entry(url="http://b.test/x", depth=1)]
-    assert [e.url for e in Origin("w", host_full=True).kept(links, HELD, None)] == [
-        "http://b.test/x"
-    ]
+    kept = Origin("w", host_full=True).kept(links, HELD, None, Denied())
+    assert ([e.url for e in kept], kept.denied) == (["http://b.test/x"], 0)  # not robots'
 
 
 def test_a_link_past_max_depth_is_not_kept() -> None:
     links = [Entry(url="http://b.test/1", depth=1), Entry(url="http://b.test/2", depth=2)]
-    assert [e.url for e in Origin("w").kept(links, HELD, 1)] == ["http://b.test/1"]
+    assert [e.url for e in Origin("w").kept(links, HELD, 1, Denied())] == ["http://b.test/1"]
 
 
 def test_links_queued_already_come_apart_and_are_counted_as_kept_if_the_rules_would_keep_them() -> (

@@ -28,6 +28,7 @@ from hashcrawl._core._urls import canonical_parts, fingerprint
 from hashcrawl._exceptions import InvalidURL
 
 SEEN_CACHE = 200_000  # fingerprints of follows a worker remembers having queued
+MAX_DENIED = 100_000  # robots.txt-denied link URLs a worker remembers, to count each once
 PARSE_FAULT = "parse"  # an outcome's fault, and the error kind, of a callback that raised
 
 
@@ -49,7 +50,8 @@ class Outcome:
     ``backoff`` is how long (seconds) the entry's host should wait before its next
     request; ``found`` and ``dropped`` count the page's links, for the metrics, and
     ``known`` those kept but left out of ``follows`` because this worker queued them
-    already (the commit would drop them: see ``Origin.seen``);
+    already (the commit would drop them: see ``Origin.seen``); ``denied`` the links to
+    the page's own host that its robots.txt disallows, left out of ``follows``;
     ``fault`` is ``"parse"`` when the parse callback failed: the page was fetched, and
     the error is the spider's, not the site's. ``revisit`` is written by the commit's
     revisit put, before the entry is acknowledged.
@@ -67,6 +69,7 @@ class Outcome:
     found: int = 0
     dropped: int = 0
     known: int = 0
+    denied: int = 0
     fault: str = ""
     revisit: Fetch | None = None  # the page's next revisit record, with --revisit
 
@@ -81,6 +84,7 @@ class Outcome:
         found: int = 0,
         dropped: int = 0,
         known: int = 0,
+        denied: int = 0,
     ) -> Outcome:
         return cls(
             kind=Kind.DONE,
@@ -92,6 +96,7 @@ class Outcome:
             found=found,
             dropped=dropped,
             known=known,
+            denied=denied,
         )
 
     @classmethod
@@ -301,6 +306,30 @@ def failure_wait(attempts: int) -> float:
     return min(60.0, 2.0 ** min(attempts, 6))
 
 
+class Follows(list[Entry]):
+    """The follows a page's host's rules kept, and how many new links its robots.txt
+    kept out (``denied``)."""
+
+    denied: int = 0
+
+
+@attrs.define
+class Denied:
+    """The URLs a worker's robots.txt rules kept out at extraction, so that a link found
+    on many pages is counted once (as its entry would be, refused once after the seen
+    filter). Bounded: past ``MAX_DENIED`` it forgets them all and starts again."""
+
+    urls: set[str] = attrs.Factory(set)
+
+    def first(self, url: str) -> bool:
+        if url in self.urls:
+            return False
+        if len(self.urls) >= MAX_DENIED:
+            self.urls.clear()
+        self.urls.add(url)
+        return True
+
+
 @attrs.frozen
 class Origin:
     """What a handler needs to know of where a page came from.
@@ -332,14 +361,19 @@ class Origin:
             robots = None  # checking each link would stall the loop; the owner checks later
         return not (self.host_full or (robots is not None and not robots.allowed(url)))
 
-    def kept(self, follows: list[Entry], held: Held, deep: int | None) -> list[Entry]:
+    def kept(self, follows: list[Entry], held: Held, deep: int | None, denied: Denied) -> Follows:
         """The ``follows`` of ``held``'s page that go on: at most ``deep`` (--max-depth)
-        levels deep, and passing its host's rules (``keeps``)."""
-        return [
-            e
-            for e in follows
-            if (deep is None or e.depth <= deep) and self.keeps(e.url, e.host, held)
-        ]
+        levels deep, and passing its host's rules (``keeps``); those its robots.txt kept
+        out are counted in ``denied``, each URL once."""
+        kept = Follows()
+        for e in follows:
+            if deep is not None and e.depth > deep:
+                continue
+            if self.keeps(e.url, e.host, held):
+                kept.append(e)
+            elif not self.host_full and denied.first(e.key):
+                kept.denied += 1  # counted in robots_denied once, as a refused entry is
+        return kept
 
     def known_kept(self, known: list[tuple[str, str]], held: Held, deep: int | None) -> int:
         """How many of a default parse's ``known`` links (URL, host) ``kept`` would keep."""

@@ -21,9 +21,17 @@ import trio
 from hashcrawl._core._due import Fetch, bucket_bits, judged
 from hashcrawl._core._entry import Entry
 from hashcrawl._core._frontier import Held
-from hashcrawl._core._outcome import PARSE_FAULT, Kind, Outcome, failure_wait, is_last_attempt
+from hashcrawl._core._outcome import (
+    PARSE_FAULT,
+    Denied,
+    Follows,
+    Kind,
+    Outcome,
+    failure_wait,
+    is_last_attempt,
+)
 from hashcrawl._core._outcome import Origin as Origin
-from hashcrawl._core._respond import Act, Facts, Reader, respond
+from hashcrawl._core._respond import Act, Decision, Facts, Reader, respond
 from hashcrawl._core._revisit import Policy, Verdict
 from hashcrawl._exceptions import HttpError
 from hashcrawl._run._callbacks import (
@@ -74,6 +82,7 @@ class Handler:
         self.reader = Reader.SPIDER if spider is not None else reader
         self.statuses = spider.statuses if spider is not None else frozenset[int]()
         self.settings = settings if settings is not None else Settings()
+        self.denied = Denied()  # links robots.txt kept out, each counted once
         self._policy_of: tuple[Settings, Policy | None] | None = None
         # HASHCRAWL_PARSE_PROCESS=1: the default parse in a process of its own (_parsing)
         self.parser = Parser() if PARSE_PROCESS and parse is None and spider is None else None
@@ -123,15 +132,14 @@ class Handler:
             if decision.read:  # up to 50,000 URLs to read and escape: a thread's work
                 entry, body, url = held.entry, response.body, response.url
                 follows[:0] = await trio.to_thread.run_sync(sitemap_entries, entry, body, url)
-            return Outcome.done(held, [], self._allowed(follows, held, origin))
-        widen = list(decision.widen)
-        if act is Act.FOLLOW:
             kept = self._allowed(follows, held, origin)
-            return Outcome.done(held, [], kept, widen, found=len(follows))
+            return Outcome.done(held, [], kept, denied=kept.denied)
+        if act is Act.FOLLOW:
+            kept, widen = self._allowed(follows, held, origin), list(decision.widen)
+            return Outcome.done(held, [], kept, widen, found=len(follows), denied=kept.denied)
         if act is Act.ERRBACK:
-            outcome = Outcome.done(held, [], [])
-            return await self.failed(held, outcome, HttpError(response), origin)
-        return await self._parsed(held, response, origin, follows, widen)
+            return await self.failed(held, Outcome.done(held, [], []), HttpError(response), origin)
+        return await self._parsed(held, response, origin, decision)
 
     def _facts(self, held: Held, response: Response) -> Facts:
         """What the response policy is told of ``response`` to ``held``'s request."""
@@ -139,15 +147,10 @@ class Handler:
         return Facts(*page, unix_now(), self.settings.max_attempts, self.reader, self.statuses)
 
     async def _parsed(
-        self,
-        held: Held,
-        response: Response,
-        origin: Origin,
-        redirect: list[Entry],
-        widen: list[str],
+        self, held: Held, response: Response, origin: Origin, decision: Decision
     ) -> Outcome:
         """The outcome of parsing ``response``: its callback's items and follows (and
-        the redirect's target), or a retry if the callback raised."""
+        the ``decision``'s redirect target), or a retry if the callback raised."""
         settings = self.settings
         capped = attrs.evolve(response, max_links=settings.max_links)
         produced = Produced()
@@ -168,12 +171,14 @@ class Handler:
             # The page goes to the dead letters: what came before the exception is kept.
             kept = self._allowed(produced.follows, held, origin)
             return Outcome.retry(held, error, produced.items, kept, backoff=wait, fault=PARSE_FAULT)
-        follows = produced.follows + redirect
+        follows = produced.follows + ([] if decision.redirect is None else [decision.redirect])
+        kept = self._allowed(follows, held, origin)
         return Outcome.done(
             held,
             produced.items,
-            self._allowed(follows, held, origin),
-            widen,
+            kept,
+            list(decision.widen),
+            denied=kept.denied,
             found=len(follows) + len(produced.known),
             dropped=produced.dropped + unread_links(capped),
             known=origin.known_kept(produced.known, held, settings.max_depth),
@@ -181,9 +186,8 @@ class Handler:
 
     def _caller(self) -> Caller:
         """What runs a callback or errback, with the crawl's limits as they are now."""
-        settings = self.settings
-        limits = (settings.max_links, settings.parse_timeout)
-        return Caller(self.spider, self.blocking, *limits, self._unknown)
+        s = self.settings
+        return Caller(self.spider, self.blocking, s.max_links, s.parse_timeout, self._unknown)
 
     async def failed(
         self, held: Held, outcome: Outcome, error: BaseException, origin: Origin | None = None
@@ -228,10 +232,9 @@ class Handler:
     def _unknown(self, request: Request | Entry) -> str | None:
         if self.spider is not None:
             return self.spider.unknown(request)
-        if request.callback is not None:
-            return f"no callback {request.callback!r:.80}"
-        if request.errback is not None:
-            return f"no errback {request.errback!r:.80}"
+        for kind, name in (("callback", request.callback), ("errback", request.errback)):
+            if name is not None:
+                return f"no {kind} {name!r:.80}"
         return None if request.rule is None else f"no rule {request.rule}"
 
     def _name_of(self, held: Held) -> str:
@@ -244,5 +247,5 @@ class Handler:
             return self.spider.callback(held.entry)
         return self.parse
 
-    def _allowed(self, follows: list[Entry], held: Held, origin: Origin) -> list[Entry]:
-        return origin.kept(follows, held, self.settings.max_depth)
+    def _allowed(self, follows: list[Entry], held: Held, origin: Origin) -> Follows:
+        return origin.kept(follows, held, self.settings.max_depth, self.denied)
