@@ -194,7 +194,9 @@ def test_every_module_belongs_to_a_layer() -> None:
 
 MODULE_LINES = 500
 CLASS_LINES = 350
-FACADE_LINES = {"hashcrawl._core._session.Session": 299}  # under 300
+# Under 300: the session is a facade; under 200: the handler does what the core's
+# response policy decides (_core/_respond.py) and runs the callbacks, nothing more.
+FACADE_LINES = {"hashcrawl._core._session.Session": 299, "hashcrawl._run._handling.Handler": 199}
 
 
 def sizes() -> Iterator[tuple[str, int, int]]:
@@ -211,7 +213,8 @@ def sizes() -> Iterator[tuple[str, int, int]]:
 
 
 def test_no_module_or_class_is_over_its_size_limit() -> None:
-    """No module over 500 lines, no class over 350, the Session facade under 300: a
-    reader can hold each in mind, and a part that grows gets a module of its own."""
+    """No module over 500 lines, no class over 350, the Session facade under 300 and the
+    Handler under 200: a reader can hold each in mind, and a part that grows gets a
+    module of its own."""
     over = [f"{name}: {lines} lines > {limit}" for name, lines, limit in sizes() if lines > limit]
     assert over == []
