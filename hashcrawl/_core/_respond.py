@@ -93,6 +93,10 @@ class Decision(NamedTuple):
     read: bool = False
 
 
+_PARSE = Decision(Act.PARSE)  # most pages': made once
+_ERRBACK = Decision(Act.ERRBACK)
+
+
 def respond(facts: Facts) -> Decision:
     """What happens to the page ``facts`` describe (see the module's docstring)."""
     entry, status = facts.held.entry, facts.status
@@ -102,7 +106,7 @@ def respond(facts: Facts) -> Decision:
         if not (listed and last):  # a spider that lists it sees the last one
             wait = retry_wait(entry.attempts, facts.headers.get("retry-after"), facts.now)
             return Decision(Act.GIVE_UP if last else Act.RETRY, f"HTTP {status}", wait)
-    redirect = None if listed else redirect_of(facts)
+    redirect = None if listed or not 300 <= status < 400 else redirect_of(facts)
     most = MAX_REDIRECTS if entry.max_redirects is None else entry.max_redirects
     if redirect is not None and entry.hops >= most:
         why = f"more than {most} redirects (next: {redirect.url})"
@@ -115,8 +119,8 @@ def respond(facts: Facts) -> Decision:
     if redirect is not None and facts.reader is not Reader.DEFAULT:
         return Decision(Act.FOLLOW, redirect=redirect, widen=widen)
     if facts.reader is Reader.SPIDER and not listed:
-        return Decision(Act.ERRBACK)
-    return Decision(Act.PARSE, redirect=redirect, widen=widen)
+        return _ERRBACK
+    return _PARSE if redirect is None else Decision(Act.PARSE, redirect=redirect, widen=widen)
 
 
 def takes(entry: Entry, status: int, statuses: frozenset[int]) -> bool:
