@@ -18,6 +18,7 @@ from typing import Any
 import attrs
 
 from hashcrawl._core._revisit import BadRecord, Record
+from hashcrawl._core._steps import BadStep, Step, steps_of
 from hashcrawl._core._urls import canonical_parts
 from hashcrawl._exceptions import HashcrawlError
 
@@ -105,6 +106,8 @@ class Entry:
     handle_httpstatus_list: tuple[int, ...] = ()
     rule: int | None = None
     revisit: str | None = None  # a revisit's record (``_revisit.Record``) in hex ("V")
+    render: bool = False  # fetched in the worker's browser ("b")
+    steps: tuple[Step, ...] = ()  # what to do in the rendered page ("W")
     # ``canonical`` and ``host``, once asked: a follow is asked them five times or more
     # (the robots check, scope, routing, the seen cache, the fingerprint); never stored
     # or compared.
@@ -174,6 +177,8 @@ class Entry:
             ("S", list(self.handle_httpstatus_list), []),
             ("R", self.rule, None),
             ("V", self.revisit, None),
+            ("b", int(self.render), 0),
+            ("W", [step.to_data() for step in self.steps], []),
         ):
             if value != default:
                 doc[key] = value
@@ -230,6 +235,7 @@ class Entry:
                 full["revisit"] = Record.from_hex(doc["V"]).to_hex()
             except BadRecord as exc:
                 raise BadEntry(f"entry revisit record: {exc}: {_clip(data)}") from None
+        full.update(_rendering(doc, data))
         return cls(
             url=doc["u"],
             depth=numbers["d"],
@@ -314,6 +320,21 @@ def _scrapy_fields(doc: dict[str, Any], data: bytes | str | None) -> dict[str, A
         "handle_httpstatus_list": tuple(statuses),
         "rule": rule,
     }
+
+
+def _rendering(doc: dict[str, Any], data: bytes | str | None) -> dict[str, Any]:
+    """Whether an entry is rendered, and its steps, each checked again as it is read."""
+    if "b" not in doc and "W" not in doc:
+        return {}
+    if doc.get("b", 0) not in (0, 1) or type(doc.get("b", 0)) not in (int, bool):
+        raise BadEntry(f"entry render flag is not 0 or 1: {_clip(data)}")
+    try:
+        steps = steps_of(doc.get("W", []))
+    except BadStep as exc:
+        raise BadEntry(f"entry steps: {exc}") from None
+    if steps and not doc.get("b"):
+        raise BadEntry(f"entry has steps but is not rendered: {_clip(data)}")
+    return {"render": bool(doc.get("b")), "steps": steps}
 
 
 def _is_header(pair: Any) -> bool:
