@@ -4,7 +4,7 @@ refused or fetched by the worker's own fetcher and handed back.
 The judgement (:func:`verdict`) is pure: only http(s); not a resource type the DOM does
 not need; only the page's own host. What passes is fetched by the fetcher the worker
 uses for any page, so its address policy (``--allow-net``), ``--max-body`` and timeout
-apply; a sub-request waits for its host's pace first (:class:`Pace`).
+apply; a sub-request waits for its host's turn first (``_pace``).
 """
 
 from __future__ import annotations
@@ -12,13 +12,14 @@ from __future__ import annotations
 import base64
 import enum
 import logging
-from collections.abc import Awaitable, Callable
 from typing import Any
 from urllib.parse import urlsplit
 
 import attrs
+import trio
 
 from hashcrawl._browser._cdp import Connection, Session
+from hashcrawl._browser._pace import Pace
 from hashcrawl._exceptions import BrowserError, HashcrawlError, Refused
 from hashcrawl._web._fetch import Fetcher
 from hashcrawl._web._models import Request, Response
@@ -49,9 +50,6 @@ _DROPPED_RESPONSE = frozenset(
     {"content-encoding", "content-length", "transfer-encoding", "connection"}
 )
 
-#: Waits until a sub-request to ``host`` may leave, by that host's pace.
-Pace = Callable[[str], Awaitable[None]]
-
 
 class Verdict(enum.Enum):
     """What becomes of a paused request."""
@@ -75,10 +73,6 @@ def verdict(url: str, resource_type: str, page_host: str, blocked: frozenset[str
     return Verdict.FETCH
 
 
-async def no_pace(host: str) -> None:
-    """The pace of a renderer used alone: none beyond the fetch's own."""
-
-
 @attrs.define(kw_only=True)
 class Interceptor:
     """Answers one page's paused requests (from the page and its frames).
@@ -97,6 +91,8 @@ class Interceptor:
     blocked: frozenset[str] = BLOCKED_TYPES
     requests: list[tuple[str, str]] = attrs.Factory(list)
     _served: bool = False
+    # One sub-request at a time: the page holds one slot of its host, as a page does.
+    _one_at_a_time: trio.Lock = attrs.Factory(trio.Lock)
 
     async def answer(self, params: dict[str, Any], session: Session) -> None:
         """Answer one ``Fetch.requestPaused`` event from ``session``."""
@@ -128,8 +124,12 @@ class Interceptor:
                 body=_posted(request),
                 dont_filter=True,
             )
-            await self.pace(self.page_host)
-            response = await self.fetcher.fetch(sub)
+            async with self._one_at_a_time:
+                await self.pace.turn(url)
+                try:
+                    response = await self.fetcher.fetch(sub)
+                finally:
+                    self.pace.ended(url)
         except Refused as exc:
             self.requests.append((url, f"refused: {exc}"))
             await self._fail(rid, "AccessDenied", session)

@@ -21,30 +21,14 @@ import trio
 
 from hashcrawl._browser._actions import DOCUMENT, act_all, evaluate
 from hashcrawl._browser._cdp import Connection, Event
-from hashcrawl._browser._intercept import BLOCKED_TYPES, Interceptor, Pace
+from hashcrawl._browser._intercept import BLOCKED_TYPES, Interceptor
+from hashcrawl._browser._pace import CURRENT, HostPace, Pace
 from hashcrawl._browser._process import Seal, find_chromium
 from hashcrawl._browser._tabs import Tab, Tabs, prepare_target
 from hashcrawl._core._steps import Rendered
 from hashcrawl._exceptions import BrowserError, BrowserGone, FetchError, Refused
 from hashcrawl._web._fetch import Fetcher
 from hashcrawl._web._models import Request, Response
-
-
-class HostPace:
-    """Spaces the sub-requests to each host ``delay`` seconds apart, in this process:
-    the pace of a renderer used on its own (a worker gives its frontier's instead)."""
-
-    def __init__(self, delay: float) -> None:
-        self._delay = delay
-        self._next: dict[str, float] = {}
-
-    async def __call__(self, host: str) -> None:
-        now = trio.current_time()
-        if len(self._next) > 10_000:  # forget the hosts whose turn has passed
-            self._next = {h: at for h, at in self._next.items() if at > now}
-        turn = max(now, self._next.get(host, now))
-        self._next[host] = turn + self._delay
-        await trio.sleep_until(turn)
 
 
 class Renderer:
@@ -58,7 +42,8 @@ class Renderer:
         fetcher: fetches each document and every request a page makes.
         render_timeout: seconds a page may take, from opening to its DOM read, steps
             included; past it the page's tab is closed and the fetch fails.
-        pace: waits for a host's turn before a page's sub-request to it leaves.
+        pace: waits for a host's turn before a page's sub-request to it leaves (a
+            worker's own, set with ``_pace.paced_by``, comes first).
         blocked: resource types a page may not fetch (see ``_intercept.BLOCKED_TYPES``).
         render_all: render every request, not only those that ask.
     """
@@ -75,7 +60,7 @@ class Renderer:
     ) -> None:
         self.tabs, self.fetcher = tabs, fetcher
         self.render_timeout, self.blocked, self.render_all = render_timeout, blocked, render_all
-        self.pace: Pace = pace or HostPace(0.0)
+        self.pace: Pace = pace or HostPace()
 
     @classmethod
     @contextlib.asynccontextmanager
@@ -89,12 +74,15 @@ class Renderer:
         heap_mib: int = 512,
         **options: Any,
     ) -> AsyncIterator[Renderer]:
-        """A renderer over ``fetcher`` whose browser ends with the block.
+        """A renderer over ``fetcher`` whose browser (started by the first page
+        rendered) ends with the block.
 
         Raises:
-            ConfigError: no Chromium found, or ``chromium`` is not one.
+            ConfigError: ``chromium`` is not an executable, or none is on PATH when
+                every page is to be rendered (``render_all``); otherwise a missing
+                Chromium fails only the pages that ask to be rendered.
         """
-        path = find_chromium(chromium)
+        path = find_chromium(chromium) if chromium or options.get("render_all") else None
         async with trio.open_nursery() as nursery:
             pool = Tabs(nursery, path, tabs=tabs, seal=seal, heap_mib=heap_mib)
             try:
@@ -110,13 +98,17 @@ class Renderer:
             return await self.fetcher.fetch(request)
         if urlsplit(request.url).scheme not in ("http", "https"):
             raise Refused(f"only http(s) pages are rendered, not {request.url:.100}")
-        document = await self.fetcher.fetch(request)
+        pace = CURRENT.get() or self.pace
+        try:
+            document = await self.fetcher.fetch(request)
+        finally:
+            pace.ended(request.url)
         if not _renderable(document):
             return document
         tab = await self.tabs.take()
         try:
             with trio.fail_after(self.render_timeout):
-                response = await _single(self._in_tab(tab, request, document))
+                response = await _single(self._in_tab(tab, request, document, pace))
         except BaseException as exc:
             await self.tabs.discard(tab)
             if isinstance(exc, trio.TooSlowError):
@@ -128,12 +120,12 @@ class Renderer:
         await self.tabs.give_back(tab)
         return response
 
-    async def _in_tab(self, tab: Tab, request: Request, document: Response) -> Response:
+    async def _in_tab(self, tab: Tab, request: Request, document: Response, pace: Pace) -> Response:
         connection, session = tab.connection, tab.session
         interceptor = Interceptor(
             connection=connection,
             fetcher=self.fetcher,
-            pace=self.pace,
+            pace=pace,
             page_host=urlsplit(request.url).hostname or "",
             main_frame=tab.target,
             document=document,

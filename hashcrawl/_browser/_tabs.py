@@ -16,8 +16,8 @@ import attrs
 import trio
 
 from hashcrawl._browser._cdp import Connection
-from hashcrawl._browser._process import BrowserProcess, Seal
-from hashcrawl._exceptions import BrowserError
+from hashcrawl._browser._process import BrowserProcess, Seal, find_chromium
+from hashcrawl._exceptions import BrowserError, ConfigError, Refused
 
 log = logging.getLogger("hashcrawl")
 #: Every request of a tab and its frames is paused, at the request stage.
@@ -51,7 +51,8 @@ class Tabs:
 
     Args:
         nursery: runs the browser's connection and its watcher.
-        chromium: the browser's executable.
+        chromium: the browser's executable (None: the first of ``_process.NAMES`` on
+            PATH, looked for when the first page comes).
         tabs: the most tabs open at once (pages rendered at once).
         tab_pages: pages a tab renders before it is closed for a new one.
         browser_pages: pages a browser renders before it is restarted.
@@ -62,7 +63,7 @@ class Tabs:
     def __init__(
         self,
         nursery: trio.Nursery,
-        chromium: str,
+        chromium: str | None,
         *,
         tabs: int,
         tab_pages: int = 100,
@@ -143,7 +144,14 @@ class Tabs:
         return self._slots.value + 1 < self._tab_count
 
     async def _start(self) -> BrowserProcess:
-        browser = BrowserProcess.start(self._chromium, seal=self._seal, heap_mib=self._heap)
+        try:
+            self._chromium = self._chromium or find_chromium()
+        except ConfigError as exc:  # this worker cannot render: the page is refused
+            raise Refused(f"this page asks to be rendered, and {exc}") from None
+        try:
+            browser = BrowserProcess.start(self._chromium, seal=self._seal, heap_mib=self._heap)
+        except ConfigError as exc:
+            raise BrowserError(str(exc)) from None
         self.starts += 1
         self._nursery.start_soon(browser.connection.run)
         connection = browser.connection

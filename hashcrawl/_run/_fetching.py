@@ -9,6 +9,7 @@ import time
 
 import trio
 
+from hashcrawl._browser._pace import paced_by
 from hashcrawl._core._due import conditional
 from hashcrawl._core._frontier import Held
 from hashcrawl._core._outcome import Outcome
@@ -16,6 +17,7 @@ from hashcrawl._core._page import Page, Step
 from hashcrawl._core._revisit import Record
 from hashcrawl._exceptions import FetchError, Refused
 from hashcrawl._run._membership import Membership
+from hashcrawl._run._rendering import FrontierPace
 from hashcrawl._web._fetch import Fetcher
 from hashcrawl._web._models import Request, Response
 from hashcrawl._web._pools import NotSent, sending_only_while
@@ -31,6 +33,7 @@ class Dispatcher:
     def __init__(self, m: Membership, fetcher: Fetcher) -> None:
         self.m = m
         self.fetcher = fetcher
+        self.pace = FrontierPace(m)  # a rendered page's sub-requests
         self.robots_limiter = trio.CapacityLimiter(2)  # threads checking heavy robots.txt
 
     async def dispatch_loop(self) -> None:
@@ -169,7 +172,7 @@ class Dispatcher:
         Raises:
             NotSent: the check said no; nothing reached the host.
         """
-        with sending_only_while(lambda: self.may_send(held)):
+        with sending_only_while(lambda: self.may_send(held)), paced_by(self.pace):
             response = await self.fetcher.fetch(request)
         archive = self.m.worker.archive
         if archive is not None:  # records built here, before the page's outcome exists
