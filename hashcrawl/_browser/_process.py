@@ -176,6 +176,11 @@ class BrowserProcess:
         return browser
 
     @property
+    def alive(self) -> bool:
+        """Whether the browser runs and its pipe is open."""
+        return self.connection.closed is None and self.process.poll() is None
+
+    @property
     def pid(self) -> int:
         return self.process.pid
 

@@ -130,7 +130,7 @@ class Tabs:
         async with self._start_lock:
             browser = self.browser
             worn = self._pages >= self._browser_pages and not self._busy_elsewhere()
-            if browser is not None and browser.connection.closed is None and not worn:
+            if browser is not None and browser.alive and not worn:
                 return browser
             if browser is not None:
                 log.info("restarting the browser (%s)", browser.connection.closed or "worn")
