@@ -16,6 +16,7 @@ import signal
 import subprocess
 import sys
 import textwrap
+import uuid
 from collections.abc import AsyncIterator, Iterator
 from pathlib import Path
 from typing import Any
@@ -42,9 +43,16 @@ DELAY = 0.25
 TOLERANCE = 0.01  # the server's clock reads arrivals a little after the worker sends
 
 
+#: Set in this process's environment: each browser it starts, and all their helpers,
+#: inherit it, so the check below counts only theirs (tests elsewhere may run browsers).
+MARK = ("HASHCRAWL_BROWSER_TEST", f"{os.getpid()}-{uuid.uuid4().hex}")
+
+
 def live_chromium() -> set[int]:
-    """The pids of the Chromium processes alive on the machine (zombies left out)."""
+    """The pids of the Chromium processes alive that this module's tests started (by
+    their environment; zombies left out)."""
     found = set()
+    mark = f"\0{MARK[0]}={MARK[1]}\0".encode()
     for entry in Path("/proc").iterdir():
         if not entry.name.isdigit():
             continue
@@ -53,7 +61,7 @@ def live_chromium() -> set[int]:
         except OSError:
             continue
         name, state = stat[stat.index("(") + 1 : stat.rindex(")")], stat[stat.rindex(")") + 2]
-        if name.startswith("chromium") and state != "Z":
+        if name.startswith("chromium") and state != "Z" and mark in b"\0" + _environ(entry):
             found.add(int(entry.name))
     return found
 
@@ -76,6 +84,13 @@ async def ended(pids: set[int]) -> set[int]:
     return alive
 
 
+def _environ(entry: Path) -> bytes:
+    try:
+        return (entry / "environ").read_bytes()
+    except OSError:
+        return b""
+
+
 def group_of(pid: int) -> int | None:
     try:
         return os.getpgid(pid)
@@ -86,9 +101,12 @@ def group_of(pid: int) -> int | None:
 @pytest.fixture(scope="module", autouse=True)
 def no_browser_left() -> Iterator[None]:
     """After this module's tests, no Chromium they started is alive (``pgrep chromium``)."""
-    before = live_chromium()
-    yield
-    assert trio.run(ended, live_chromium() - before) == set()
+    os.environ[MARK[0]] = MARK[1]
+    try:
+        yield
+        assert trio.run(ended, live_chromium()) == set()
+    finally:
+        del os.environ[MARK[0]]
 
 
 class JsSpider(hashcrawl.Spider):
