@@ -57,6 +57,12 @@ LINKS = """<!doctype html><html><head><title>links</title></head><body><div id="
 <script>for (const n of [1, 2, 3]) { const a = document.createElement("a");
   a.href = "/p/" + n; a.textContent = "p" + n; document.getElementById("nav").appendChild(a); }
 </script></body></html>"""
+# Sets a cookie by script, then asks the API (which sees it, and the worker's).
+LOGIN = """<!doctype html><html><body><p id="who"></p><script>
+document.cookie = "session=by-script; path=/";
+fetch("/api/whoami").then(r => r.text())
+  .then(t => { document.getElementById("who").textContent = t; });
+</script></body></html>"""
 SPIN = "<!doctype html><html><body><script>while (true) {}</script></body></html>"
 HOSTILE = """<!doctype html><html><head><title>hostile</title>
 <link rel="preconnect" href="http://{out}/"><link rel="stylesheet" href="http://{out}/s.css">
@@ -104,6 +110,7 @@ class Seen:
 
     path: str
     at: float  # time.monotonic() when it arrived
+    cookie: str = ""
 
 
 class JsSite:
@@ -149,7 +156,7 @@ class _Handler(http.server.BaseHTTPRequestHandler):
 
     def do_GET(self) -> None:
         with self.site.lock:
-            self.site.log.append(Seen(self.path, time.monotonic()))
+            self.site.log.append(Seen(self.path, time.monotonic(), self.headers.get("cookie", "")))
         page, kind = self._page()
         if page is None:
             self.send_error(404)
@@ -175,6 +182,10 @@ class _Handler(http.server.BaseHTTPRequestHandler):
             return f"scroll-{query.partition('=')[2]}", "text/plain"
         if path.startswith("/p/"):
             return f"<!doctype html><html><body><p>{path}</p></body></html>", html
+        if path == "/login":
+            return LOGIN, html
+        if path == "/api/whoami":
+            return "you", "text/plain"
         if path == "/spin":
             return SPIN, html
         if path == "/hostile":

@@ -229,6 +229,26 @@ async def test_a_browser_that_dies_is_started_again_for_the_next_page(renderer: 
     assert renderer.tabs.starts == 2
 
 
+async def test_the_hosts_cookies_seed_the_page_and_what_it_sets_comes_back(
+    renderer: Renderer,
+) -> None:
+    """The worker's cookie for the host goes with the page's own requests; the cookie
+    the page sets by script comes back as a Set-Cookie of the response (for the jar)."""
+    with JsSite() as site:
+        request = Request(
+            site.root + "/login",
+            render=True,
+            headers={"Cookie": "jar=from-worker"},
+            steps=[{"wait_for": "#who:not(:empty)"}],
+        )
+        page = await renderer.fetch(request)
+        api = [seen.cookie for seen in site.log if seen.path == "/api/whoami"]
+    assert page.css("#who::text").get() == "you"
+    assert len(api) == 1 and {"jar=from-worker", "session=by-script"} <= set(api[0].split("; "))
+    back = {line.split(";")[0] for line in page.headers.get_list("set-cookie")}
+    assert {"jar=from-worker", "session=by-script"} <= back
+
+
 async def test_a_page_that_does_not_ask_is_fetched_without_the_browser(renderer: Renderer) -> None:
     """A plain request passes through: the browser is not even started."""
     with JsSite() as site:

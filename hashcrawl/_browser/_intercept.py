@@ -143,7 +143,7 @@ class Interceptor:
     async def _fulfill(self, rid: Any, response: Response, session: Session) -> None:
         headers = [
             {"name": name, "value": value}
-            for name, value in _items(response)
+            for name, value in header_items(response)
             if name.lower() not in _DROPPED_RESPONSE
         ]
         params = {
@@ -172,7 +172,7 @@ def _posted(request: dict[str, Any]) -> bytes:
     return str(request.get("postData", "")).encode("utf-8")
 
 
-def _items(response: Response) -> list[tuple[str, str]]:
+def header_items(response: Response) -> list[tuple[str, str]]:
     headers = response.headers
     multi = getattr(headers, "multi_items", None)
     return list(multi()) if multi is not None else list(headers.items())

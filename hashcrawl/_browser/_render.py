@@ -12,6 +12,7 @@ like any other: retried, then dead-lettered, while the worker and browser carry 
 from __future__ import annotations
 
 import contextlib
+import email.utils
 from collections.abc import AsyncIterator
 from typing import Any
 from urllib.parse import urlsplit
@@ -21,7 +22,7 @@ import trio
 
 from hashcrawl._browser._actions import DOCUMENT, act_all, evaluate
 from hashcrawl._browser._cdp import Connection, Event
-from hashcrawl._browser._intercept import BLOCKED_TYPES, Interceptor
+from hashcrawl._browser._intercept import BLOCKED_TYPES, Interceptor, header_items
 from hashcrawl._browser._pace import CURRENT, HostPace, Pace
 from hashcrawl._browser._process import Seal, find_chromium
 from hashcrawl._browser._tabs import Tab, Tabs, prepare_target
@@ -136,19 +137,24 @@ class Renderer:
             async with trio.open_nursery() as nursery:
                 page = _Page(connection, nursery, interceptor, session, loaded)
                 nursery.start_soon(page.follow, events)
+                await _seed_cookies(connection, session, request)
                 navigated = await connection.send("Page.navigate", {"url": request.url}, session)
                 if navigated.get("errorText"):
                     raise BrowserError(f"{request.url:.100} did not open: {navigated['errorText']}")
                 await loaded.wait()
                 results = await act_all(connection, session, request.steps)
                 location, dom = await evaluate(connection, session, DOCUMENT, "reading the DOM")
+                cookies = await _page_cookies(connection, session, str(location))
                 nursery.cancel_scope.cancel()
-        headers = httpx.Headers(document.headers)
-        headers["content-type"] = "text/html; charset=utf-8"  # the DOM is read as text
+        headers = [
+            *((k, v) for k, v in header_items(document) if k.lower() != "content-type"),
+            ("content-type", "text/html; charset=utf-8"),  # the DOM is read as text
+            *(("set-cookie", cookie) for cookie in cookies),  # back to the host's jar
+        ]
         return Response(
             str(location),
             document.status,
-            headers,
+            httpx.Headers(headers),
             str(dom).encode("utf-8"),
             request,
             max_links=document.max_links,
@@ -211,6 +217,50 @@ class _Page:
     async def _send(self, method: str, params: dict[str, Any], session: str | None) -> None:
         with contextlib.suppress(BrowserError):
             await self.connection.send(method, params, session)
+
+
+async def _seed_cookies(connection: Connection, session: str, request: Request) -> None:
+    """The cookies the worker sent with the document (its host's jar) into the tab, so
+    the page's own requests carry them too."""
+    pairs = [
+        pair.partition("=")
+        for name, value in request.headers
+        if name.lower() == "cookie"
+        for pair in value.split(";")
+    ]
+    cookies = [
+        {"name": name.strip(), "value": value.strip(), "url": request.url}
+        for name, _, value in pairs
+        if name.strip()
+    ]
+    if cookies:
+        await connection.send("Network.setCookies", {"cookies": cookies}, session)
+
+
+async def _page_cookies(connection: Connection, session: str, location: str) -> list[str]:
+    """The page's cookies once its steps are done, as ``Set-Cookie`` values: what it set
+    (by its responses or by script) goes back to its host's jar with the response."""
+    if urlsplit(location).scheme not in ("http", "https"):
+        return []
+    got = await connection.send("Network.getCookies", {"urls": [location]}, session)
+    return [_set_cookie(cookie) for cookie in got.get("cookies", []) if isinstance(cookie, dict)]
+
+
+def _set_cookie(cookie: dict[str, Any]) -> str:
+    parts = [f"{cookie.get('name', '')}={cookie.get('value', '')}"]
+    parts.append(f"Path={cookie.get('path') or '/'}")
+    domain = str(cookie.get("domain", ""))
+    if domain.startswith("."):
+        parts.append(f"Domain={domain[1:]}")
+    expires = cookie.get("expires", -1)
+    if isinstance(expires, int | float) and expires > 0 and not cookie.get("session", False):
+        parts.append(f"Expires={email.utils.formatdate(expires, usegmt=True)}")
+    parts += [
+        flag
+        for flag, on in (("Secure", cookie.get("secure")), ("HttpOnly", cookie.get("httpOnly")))
+        if on
+    ]
+    return "; ".join(parts)
 
 
 def _renderable(document: Response) -> bool:
