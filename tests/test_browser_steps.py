@@ -12,6 +12,7 @@ from hashcrawl import ConfigError, Request
 from hashcrawl._core._entry import BadEntry, Entry
 from hashcrawl._core._frontier import Frontier, Held
 from hashcrawl._core._steps import MAX_STEPS, Action, BadStep, Step, steps_of
+from tests.test_core import session_of
 
 GOOD = [
     {"wait_for": "li.item", "timeout": 5},
@@ -83,17 +84,33 @@ def test_a_plain_requests_entry_is_unchanged_by_rendering() -> None:
     [
         ('{"u":"http://a.test/","b":1,"W":[{"call":"steal"}]}', "entry steps: a step names"),
         ('{"u":"http://a.test/","b":1,"W":{"click":"a"}}', "entry steps: steps are a list"),
-        ('{"u":"http://a.test/","b":2}', "render flag is not 0 or 1"),
-        ('{"u":"http://a.test/","W":[{"click":"a"}]}', "has steps but is not rendered"),
+        ('{"u":"http://a.test/","W":[{"click":"a"}]}', "steps need render=True"),
     ],
 )
-def test_an_entry_with_an_unknown_or_bad_step_is_a_bad_entry_with_its_reason(
+def test_an_entry_with_an_unknown_or_bad_step_says_why_and_keeps_the_steps(
     text: str, said: str
 ) -> None:
-    """Read back from Redis, a step outside the list makes the entry bad (dead-lettered),
-    with the reason."""
-    with pytest.raises(BadEntry, match=said):
-        Entry.decode(text)
+    """Read back from Redis, a step outside the list leaves the entry readable (its URL
+    is known, so it can be dead-lettered with the reason), its steps kept as they were."""
+    entry = Entry.decode(text)
+    assert entry.steps == () and entry.steps_refusal is not None and said in entry.steps_refusal
+    assert Entry.decode(entry.encode()) == entry
+
+
+def test_an_entry_whose_render_flag_is_not_a_flag_is_bad() -> None:
+    """A render flag other than 0 or 1 is no entry hashcrawl wrote."""
+    with pytest.raises(BadEntry, match="render flag is not 0 or 1"):
+        Entry.decode('{"u":"http://a.test/","b":2}')
+
+
+def test_the_owner_dead_letters_an_entry_with_an_unknown_step_with_its_reason() -> None:
+    """Taken in by its host's owner, the entry goes to the dead letters, never fetched."""
+
+    session = session_of()
+    session.take_in([("1-0", b'{"u":"http://a.test/","b":1,"W":[{"call":"steal"}]}')])
+    batch = session.commit_batch(session.next_commit(), 0.0)
+    assert any("entry steps: a step names exactly one action" in str(r) for r in batch.dead)
+    assert session.frontier.size == 0
 
 
 def held(url: str) -> Held:

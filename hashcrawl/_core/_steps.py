@@ -9,8 +9,9 @@ A step is one JSON object with one action key and its options::
     {"evaluate": "document.title"}                         a script; its value is kept
 
 Steps travel through Redis in the request's entry and are checked again when read back:
-a step that is not one of these, or out of its bounds, is a :class:`BadStep`, and an
-entry holding one is dead-lettered with the reason.
+a step that is not one of these, or out of its bounds, is a :class:`BadStep`; an entry
+holding one keeps it as it was (``Entry.unread_steps``), and its owner dead-letters it
+with the reason (``Entry.steps_refusal``).
 """
 
 from __future__ import annotations
