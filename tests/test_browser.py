@@ -215,6 +215,19 @@ async def test_a_hostile_page_reaches_nothing_and_the_browser_lives_on(
     assert renderer.tabs.starts == 1
 
 
+async def test_under_the_proxy_seal_too_a_hostile_page_reaches_nothing() -> None:
+    """Where no namespace can be made, the dead proxy with no bypass and no UDP outside
+    it closes the same ways out (measured: WebSocket, preconnect, STUN)."""
+    fetcher = HttpxFetcher(allow_nets=["127.0.0.2/32"], timeout=5)
+    with Listener() as listener, JsSite(out=listener.address) as site:
+        async with Renderer.open(fetcher, seal=Seal.PROXY, render_timeout=5) as renderer:
+            hostile = await renderer.fetch(Request(site.root + "/hostile", render=True))
+            assert renderer.tabs.browser is not None and renderer.tabs.browser.seal is Seal.PROXY
+    await fetcher.aclose()
+    assert listener.heard == []
+    assert hostile.css("#done::text").get() == "hostile"
+
+
 async def test_a_browser_that_dies_is_started_again_for_the_next_page(renderer: Renderer) -> None:
     """SIGKILL of the browser fails no later page: the next one starts a new browser."""
     with JsSite() as site:

@@ -26,6 +26,7 @@ from hashcrawl._browser._pace import HostPace
         ("http://a.test/i.png", "Image", Verdict.TYPE),
         ("http://a.test/s.css", "Stylesheet", Verdict.TYPE),
         ("http://a.test/beacon", "Ping", Verdict.TYPE),
+        ("http://a.test/favicon.ico", "Other", Verdict.TYPE),
         ("http://b.test/api", "Fetch", Verdict.HOST),
         ("http://127.0.0.3/frame", "Document", Verdict.HOST),
         ("http://a.test.b.test/", "Fetch", Verdict.HOST),

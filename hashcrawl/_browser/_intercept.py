@@ -66,8 +66,8 @@ def verdict(url: str, resource_type: str, page_host: str, blocked: frozenset[str
     parts = urlsplit(url)
     if parts.scheme not in ("http", "https"):
         return Verdict.SCHEME
-    if resource_type in blocked:
-        return Verdict.TYPE
+    if resource_type in blocked or (resource_type == "Other" and parts.path == "/favicon.ico"):
+        return Verdict.TYPE  # the browser's own favicon request: no DOM needs it
     if (parts.hostname or "") != page_host:
         return Verdict.HOST
     return Verdict.FETCH
