@@ -143,3 +143,24 @@ async def test_a_sub_request_the_fetcher_refuses_is_denied_in_the_browser() -> N
     sent, interceptor = await answer_all([paused("http://a.test/private", "Fetch")], fetcher)
     assert [(m, p["errorReason"]) for m, p, _ in sent] == [("Fetch.failRequest", "AccessDenied")]
     assert interceptor.requests[0][1].startswith("refused: an address not allowed")
+
+
+@pytest.mark.parametrize(
+    ("status", "kind", "rendered"),
+    [
+        (200, "text/html; charset=utf-8", True),
+        (200, "application/xhtml+xml", True),
+        (200, "application/xml", False),
+        (200, "text/plain", False),
+        (301, "text/html", False),
+        (404, "text/html", False),
+    ],
+)
+def test_only_a_2xx_html_page_is_rendered(status: int, kind: str, rendered: bool) -> None:
+    """robots.txt, sitemaps, redirects and errors come as fetched, even with --render."""
+    from hashcrawl._browser._render import _renderable
+
+    request = Request("http://a.test/")
+    assert (
+        _renderable(Response(request.url, status, {"content-type": kind}, b"", request)) is rendered
+    )

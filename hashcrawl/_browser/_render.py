@@ -265,7 +265,8 @@ def _set_cookie(cookie: dict[str, Any]) -> str:
 
 def _renderable(document: Response) -> bool:
     kind = document.headers.get("content-type", "text/html").lower()
-    return 200 <= document.status < 300 and ("html" in kind or "xml" in kind)
+    # HTML only: robots.txt, sitemaps and feeds come as fetched, even with --render.
+    return 200 <= document.status < 300 and "html" in kind
 
 
 async def _single(page: Any) -> Response:
