@@ -4,6 +4,7 @@ fetched, what is refused, and that nothing refused reaches the fetcher."""
 from __future__ import annotations
 
 import base64
+import datetime
 from typing import Any
 
 import pytest
@@ -13,6 +14,7 @@ from hashcrawl import Refused, Request, Response
 from hashcrawl._browser._fake import FakeBrowser
 from hashcrawl._browser._intercept import BLOCKED_TYPES, Interceptor, Verdict, verdict
 from hashcrawl._browser._pace import HostPace
+from hashcrawl._web._models import Exchange
 
 
 @pytest.mark.parametrize(
@@ -42,16 +44,17 @@ def test_only_http_requests_of_needed_types_to_the_pages_own_host_are_fetched(
 class Recorder:
     """A fetcher that answers every request with its URL, and records them."""
 
-    def __init__(self, refuse: str = "") -> None:
+    def __init__(self, refuse: str = "", exchange: Exchange | None = None) -> None:
         self.asked: list[str] = []
-        self.refuse = refuse
+        self.refuse, self.exchange = refuse, exchange
 
     async def fetch(self, request: Request) -> Response:
         self.asked.append(request.url)
         if self.refuse and self.refuse in request.url:
             raise Refused("an address not allowed")
         headers = {"content-type": "text/plain", "content-encoding": "gzip"}
-        return Response(request.url, 200, headers, request.url.encode(), request)
+        body = request.url.encode()
+        return Response(request.url, 200, headers, body, request, exchange=self.exchange)
 
 
 def document() -> Response:
@@ -164,3 +167,20 @@ def test_only_a_2xx_html_page_is_rendered(status: int, kind: str, rendered: bool
     assert (
         _renderable(Response(request.url, status, {"content-type": kind}, b"", request)) is rendered
     )
+
+
+async def test_a_pages_requests_fetched_with_their_exchange_are_kept_for_the_archive() -> None:
+    """With the worker archiving (the fetcher keeps each exchange), every sub-request the
+    page made is kept for the WARC beside the document; refused ones are not."""
+    wire = Exchange(
+        request_head=b"GET /api HTTP/1.1\r\n\r\n",
+        request_body=b"",
+        response_head=b"HTTP/1.1 200 OK\r\n\r\n",
+        body=b"x",
+        started=datetime.datetime.now(datetime.UTC),
+    )
+    _, interceptor = await answer_all(
+        [paused("http://a.test/api", "Fetch"), paused("http://b.test/api", "Fetch")],
+        Recorder(exchange=wire),
+    )
+    assert [response.url for response in interceptor.archived] == ["http://a.test/api"]

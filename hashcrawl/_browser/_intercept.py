@@ -90,6 +90,7 @@ class Interceptor:
     document: Response
     blocked: frozenset[str] = BLOCKED_TYPES
     requests: list[tuple[str, str]] = attrs.Factory(list)
+    archived: list[Response] = attrs.Factory(list)  # those with an exchange, for a WARC
     _served: bool = False
     # One sub-request at a time: the page holds one slot of its host, as a page does.
     _one_at_a_time: trio.Lock = attrs.Factory(trio.Lock)
@@ -138,6 +139,8 @@ class Interceptor:
             await self._fail(rid, "Failed", session)
         else:
             self.requests.append((url, Verdict.FETCH.value))
+            if response.exchange is not None:
+                self.archived.append(response)
             await self._fulfill(rid, response, session)
 
     async def _fulfill(self, rid: Any, response: Response, session: Session) -> None:

@@ -159,7 +159,11 @@ class Renderer:
             request,
             max_links=document.max_links,
             exchange=document.exchange,
-            render=Rendered(results=results, requests=tuple(interceptor.requests)),
+            render=Rendered(
+                results=results,
+                requests=tuple(interceptor.requests),
+                archived=tuple(interceptor.archived),
+            ),
         )
 
     async def aclose(self) -> None:

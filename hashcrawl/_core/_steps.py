@@ -103,11 +103,14 @@ class Rendered:
     """What a rendered page's fetch adds to its response (``response.render``).
 
     ``results`` are the values of the evaluate steps, in order; ``requests`` are the
-    URLs the page asked for and what became of each (fetched, refused and why).
+    URLs the page asked for and what became of each (fetched, refused and why);
+    ``archived`` are the responses to the page's own requests that hold their exchange
+    as it went over the wire (kept only when the worker archives), for the WARC.
     """
 
     results: tuple[Any, ...] = ()
     requests: tuple[tuple[str, str], ...] = ()
+    archived: tuple[Any, ...] = attrs.field(default=(), eq=False, repr=False)
 
 
 def steps_of(value: Iterable[Any] | None) -> tuple[Step, ...]:

@@ -177,6 +177,8 @@ class Dispatcher:
         archive = self.m.worker.archive
         if archive is not None:  # records built here, before the page's outcome exists
             archive.archive(response)  # the commit's flush writes them, before the ack
+            for fetched in response.render.archived if response.render is not None else ():
+                archive.archive(fetched)  # a rendered page's own requests, as fetched
         return response
 
     async def fetch_robots(self, held: Held) -> Robots | Unreachable:
