@@ -10,7 +10,7 @@ sends without a browser):
 - ``/scroll``: one item; each scroll to the end appends one more by ``fetch``.
 - ``/links``: links added by script to ``/p/1`` ... ``/p/3``.
 - ``/hostile``: a page that tries every way out to the :class:`Listener`'s address.
-- ``/spin``: ``while (true) {}``.
+- ``/spin``: ``while (true) {}``; ``/bomb``: a script that takes memory until it dies.
 
 Every request is logged as the server saw it (path, and the time it arrived).
 """
@@ -62,6 +62,9 @@ LOGIN = """<!doctype html><html><body><p id="who"></p><script>
 document.cookie = "session=by-script; path=/";
 fetch("/api/whoami").then(r => r.text())
   .then(t => { document.getElementById("who").textContent = t; });
+</script></body></html>"""
+BOMB = """<!doctype html><html><body><script>
+const hoard = []; while (true) { hoard.push(new Array(1000000).fill(hoard.length)); }
 </script></body></html>"""
 SPIN = "<!doctype html><html><body><script>while (true) {}</script></body></html>"
 HOSTILE = """<!doctype html><html><head><title>hostile</title>
@@ -188,6 +191,8 @@ class _Handler(http.server.BaseHTTPRequestHandler):
             return "you", "text/plain"
         if path == "/spin":
             return SPIN, html
+        if path == "/bomb":
+            return BOMB, html
         if path == "/hostile":
             return HOSTILE.format(out=self.site.out), html
         if path == "/download":

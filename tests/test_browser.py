@@ -228,6 +228,21 @@ async def test_under_the_proxy_seal_too_a_hostile_page_reaches_nothing() -> None
     assert hostile.css("#done::text").get() == "hostile"
 
 
+async def test_a_memory_bomb_crashes_its_renderer_not_the_browser() -> None:
+    """Under the heap cap a page that hoards memory fails (its renderer dies) in bounded
+    time, and the same browser renders the next page."""
+    fetcher = HttpxFetcher(allow_nets=["127.0.0.2/32"], timeout=5)
+    with JsSite() as site:
+        async with Renderer.open(fetcher, heap_mib=64, render_timeout=20) as renderer:
+            with pytest.raises(BrowserError, match="crashed"):
+                await renderer.fetch(Request(site.root + "/bomb", render=True))
+            after = await renderer.fetch(Request(site.root + "/script", render=True))
+            starts = renderer.tabs.starts
+    await fetcher.aclose()
+    assert after.css("li.item::text").getall() == PAGES["/script"]
+    assert starts == 1
+
+
 async def test_a_browser_that_dies_is_started_again_for_the_next_page(renderer: Renderer) -> None:
     """SIGKILL of the browser fails no later page: the next one starts a new browser."""
     with JsSite() as site:
