@@ -16,6 +16,8 @@ from ._version import __version__
 TYPE_CHECKING = False  # typing itself is not imported: it would lengthen the start-up
 
 _HOMES = {
+    "BrowserError": "_exceptions",
+    "BrowserGone": "_exceptions",
     "ConfigError": "_exceptions",
     "DropItem": "_exceptions",
     "HttpError": "_exceptions",
@@ -66,6 +68,8 @@ if TYPE_CHECKING:
     from hashcrawl._web._warc import WarcSink
 
     from ._exceptions import (
+        BrowserError,
+        BrowserGone,
         ConfigError,
         DropItem,
         Fenced,
@@ -94,6 +98,8 @@ def __dir__() -> list[str]:
 
 
 __all__ = [
+    "BrowserError",
+    "BrowserGone",
     "ConfigError",
     "CrawlSpider",
     "CsvSink",

@@ -328,16 +328,19 @@ class Settings:
         "buckets for (about 64 a bucket, so they stay packed)", check=_positive,
         parse=_whole, metavar="N", crawl=True, fixed=True)  # fmt: skip
 
-    metrics_port: int | None = _setting(
-        None,
-        "serve Prometheus metrics at http://ADDR:PORT/metrics ('crawl': PORT, PORT+1, ...)",
-        check=_port,
-        parse=_or_none(_whole),
-        metavar="PORT",
-    )
-    metrics_addr: str = _setting(
-        "127.0.0.1", "the address --metrics-port listens on", parse=_text, metavar="ADDR"
-    )
+    metrics_port: int | None = _setting(None, "serve Prometheus metrics at "
+        "http://ADDR:PORT/metrics ('crawl': PORT, PORT+1, ...)", check=_port,
+        parse=_or_none(_whole), metavar="PORT")  # fmt: skip
+    metrics_addr: str = _setting("127.0.0.1", "the address --metrics-port listens on",
+        parse=_text, metavar="ADDR")  # fmt: skip
+    render: bool = _setting(False, "render every page in the worker's browser (a request "
+        "may also ask with render=True)", parse=None)  # fmt: skip
+    chromium: str | None = _setting(None, "the Chromium to render with (default: chromium "
+        "on PATH)", parse=_or_none(_text), metavar="PATH")  # fmt: skip
+    browser_tabs: int = _setting(4, "most pages rendered at once (tabs of the browser)",
+        check=_positive, parse=_whole, metavar="N")  # fmt: skip
+    render_timeout: float = _setting(30.0, "seconds one rendered page may take, steps included; "
+        "past it its tab is closed and the fetch fails", check=_positive, metavar="S")  # fmt: skip
 
     def __attrs_post_init__(self) -> None:
         if self.delay * 2 > self.lease:

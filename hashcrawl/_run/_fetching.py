@@ -9,6 +9,7 @@ import time
 
 import trio
 
+from hashcrawl._browser._pace import paced_by
 from hashcrawl._core._due import conditional
 from hashcrawl._core._frontier import Held
 from hashcrawl._core._outcome import Outcome
@@ -17,6 +18,7 @@ from hashcrawl._core._revisit import Record
 from hashcrawl._exceptions import FetchError, Refused
 from hashcrawl._run._membership import Membership
 from hashcrawl._run._metrics import error_kind
+from hashcrawl._run._rendering import FrontierPace
 from hashcrawl._web._fetch import Fetcher
 from hashcrawl._web._models import Request, Response
 from hashcrawl._web._pools import NotSent, sending_only_while
@@ -32,6 +34,7 @@ class Dispatcher:
     def __init__(self, m: Membership, fetcher: Fetcher) -> None:
         self.m = m
         self.fetcher = fetcher
+        self.pace = FrontierPace(m)  # a rendered page's sub-requests
         self.robots_limiter = trio.CapacityLimiter(2)  # threads checking heavy robots.txt
 
     async def dispatch_loop(self) -> None:
@@ -209,11 +212,13 @@ class Dispatcher:
         Raises:
             NotSent: the check said no; nothing reached the host.
         """
-        with sending_only_while(lambda: self.may_send(held)):
+        with sending_only_while(lambda: self.may_send(held)), paced_by(self.pace):
             response = await self.fetcher.fetch(request)
         archive = self.m.worker.archive
         if archive is not None:  # records built here, before the page's outcome exists
             archive.archive(response)  # the commit's flush writes them, before the ack
+            for fetched in response.render.archived if response.render is not None else ():
+                archive.archive(fetched)  # a rendered page's own requests, as fetched
         return response
 
     async def fetch_robots(self, held: Held) -> Robots | Unreachable:

@@ -8,6 +8,7 @@ id), each a :class:`~hashcrawl._run._driver.Driver` around a
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import os
 import secrets
@@ -17,6 +18,7 @@ from typing import Any, TypeVar
 
 import trio
 
+from hashcrawl._browser._render import Renderer
 from hashcrawl._core._faults import NO_FAULTS, Faults
 from hashcrawl._core._session import Session
 from hashcrawl._core._urls import canonicalize
@@ -167,7 +169,7 @@ class Worker:
         store: WorkerStore = Store(self.url, self.crawl, timeout=self.settings.answer_timeout)
         self._store = store
         own_fetcher = self._fetcher is None
-        fetcher = self._fetcher or HttpxFetcher(
+        inner = self._fetcher or HttpxFetcher(
             user_agent=self.settings.user_agent,
             timeout=self.settings.timeout,
             max_body=self.settings.max_body,
@@ -179,7 +181,9 @@ class Worker:
             keep_raw=self.archive is not None,
         )
         reason = "finished"
+        browser = contextlib.AsyncExitStack()  # the browser: started by the first render
         try:
+            fetcher = await browser.enter_async_context(self._renderer(inner))
             shards = await self._shards(store)  # before anything is queued
             if self.handler.spider is not None:
                 await trio.to_thread.run_sync(self.handler.spider.opened)
@@ -229,11 +233,24 @@ class Worker:
             if metrics is not None:
                 metrics.shutdown()
                 metrics.server_close()
+            await browser.aclose()
             if own_fetcher:
-                await fetcher.aclose()  # type: ignore[attr-defined]
+                await inner.aclose()  # type: ignore[attr-defined]
             if self._shards_open is not None:
                 self._shards_open.close()
             store.close()
+
+    def _renderer(self, fetcher: Fetcher) -> contextlib.AbstractAsyncContextManager[Renderer]:
+        """The worker's fetcher: ``fetcher``, with pages that ask rendered (all of them
+        with --render) in a browser started when the first one comes."""
+        s = self.settings
+        return Renderer.open(
+            fetcher,
+            chromium=s.chromium,
+            tabs=s.browser_tabs,
+            render_timeout=s.render_timeout,
+            render_all=s.render,
+        )
 
     _shards_open: Shards | None = None
 
