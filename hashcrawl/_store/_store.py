@@ -87,7 +87,9 @@ from hashcrawl._core._batch import Batch as Batch
 from hashcrawl._core._batch import Beat as Beat
 from hashcrawl._core._batch import Committed as Committed
 from hashcrawl._core._batch import dead_key as dead_key
-from hashcrawl._exceptions import Fenced, StateLost
+from hashcrawl._core._names import Holder
+from hashcrawl._core._ring import name_of
+from hashcrawl._exceptions import Fenced, NameTaken, StateLost
 from hashcrawl._store._connection import GROUP, _flat, _translated
 from hashcrawl._store._views import Views
 
@@ -118,7 +120,12 @@ class Store(Views):
 
     @_translated
     def join(
-        self, worker: str, info: Mapping[str, str | int], *, instance: str = ""
+        self,
+        worker: str,
+        info: Mapping[str, str | int],
+        *,
+        instance: str = "",
+        replaces: Holder | None = None,
     ) -> tuple[int, int, str]:
         """Add ``worker`` to the ring; returns (server ms, epoch, the crawl's instance
         marker). Joining again while a member (a retry after a lost reply) changes
@@ -127,19 +134,49 @@ class Store(Views):
         Args:
             instance: the marker this worker knew before (it rejoins): joining is
                 refused, and nothing written, unless it is still there.
+            replaces: the member of ``worker``'s name whose place it takes, as last
+                seen (``holder``): it is fenced in the same step (``lua/join.lua``).
 
         Raises:
             Fenced: ``worker`` was a member once and has lost its membership.
             StateLost: ``instance`` is no longer the crawl's marker.
+            NameTaken: another member has ``worker``'s name (not ``replaces``, or it
+                has heartbeat since it was seen): nothing was written.
         """
-        args = [self.prefix, worker, self._now(), instance, self.marker, *_flat(info)]
+        old = ["", ""] if replaces is None else [replaces.member, replaces.beat_ms]
+        args = [self.prefix, worker, self._now(), instance, self.marker, *old, *_flat(info)]
         self._before_join()
         reply = self._run("join", args)
+        if int(reply[1]) == -3:
+            name = name_of(worker)
+            raise NameTaken(f"a worker named {name} joined or beat meanwhile; pick another name")
         if int(reply[1]) == -2:
             raise StateLost(f"{LOST}; worker {worker} stops")
         if int(reply[1]) < 0:
             raise Fenced(f"worker {worker} lost its membership before its join was confirmed")
         return int(reply[0]), int(reply[1]), str(reply[2])
+
+    @_translated
+    def holder(self, name: str) -> Holder | None:
+        """The member that has the name ``name`` now, with the server's time; None if none."""
+        with self._redis.pipeline(transaction=True) as pipe:
+            pipe.time()
+            pipe.zrange(self.key("members"), 0, -1, withscores=True)
+            (seconds, micros), members = pipe.execute()
+        now_ms = int(seconds) * 1000 + int(micros) // 1000
+        for member, beat in members:
+            if name_of(member) == name:
+                fields = ("machine", "pid", "host")
+                machine, pid, host = self._redis.hmget(self.key("w:" + member), fields)
+                return Holder(
+                    member=member,
+                    beat_ms=int(beat),
+                    now_ms=now_ms,
+                    machine=machine or "",
+                    pid=int(pid) if pid and pid.isdigit() else 0,
+                    host=host or "",
+                )
+        return None
 
     @_translated
     def instance(self) -> str | None:
