@@ -30,7 +30,9 @@ HERE = "box/boot-1/pid:[4026531836]"
 
 
 def held(*, beat_ms: int = 100_000, now_ms: int = 101_000, machine: str = HERE, pid: int = 41):
-    return Holder(member="a~1", beat_ms=beat_ms, now_ms=now_ms, machine=machine, pid=pid, host="box")
+    return Holder(
+        member="a~1", beat_ms=beat_ms, now_ms=now_ms, machine=machine, pid=pid, host="box"
+    )
 
 
 def look(holder: Holder, *, pid: int = 7, running: bool = True) -> Verdict:
