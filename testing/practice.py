@@ -156,7 +156,7 @@ def run_practice(
                 f"the longest time a host the killed worker did not own went without a "
                 f"request after the kill: {stall:.1f} s ({host or 'none'})"
             )
-        if pool.replaced_at is not None:
+        if pool.replaced_at is not None and pool.killed_at is not None:
             progress(takeover_line(requests, pool.outputs, pool.killed_at, pool.replaced_at))
         if disrupted:
             pause, began = longest_pause([r.time for r in requests], disrupted[0])
