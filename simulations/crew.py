@@ -140,9 +140,16 @@ class FaultyStore:
         *,
         instance: str = "",
         replaces: Holder | None = None,
+        lease_ms: int = 0,
     ) -> tuple[int, int, str]:
         joined: tuple[int, int, str] = self._through(
-            "join", self._store.join, worker, info, instance=instance, replaces=replaces
+            "join",
+            self._store.join,
+            worker,
+            info,
+            instance=instance,
+            replaces=replaces,
+            lease_ms=lease_ms,
         )
         return joined
 

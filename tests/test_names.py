@@ -12,6 +12,7 @@ import redis as redis_py
 from hashcrawl._core._batch import Batch
 from hashcrawl._core._names import (
     Holder,
+    HolderBehind,
     Verdict,
     check_name,
     first_look,
@@ -29,14 +30,36 @@ WINDOW = fresh_window_ms(60.0)  # 16 s: lease/4 and the margin
 HERE = "box/boot-1/pid:[4026531836]"
 
 
-def held(*, beat_ms: int = 100_000, now_ms: int = 101_000, machine: str = HERE, pid: int = 41):
+LEASE_MS = 60_000
+
+
+def held(
+    *,
+    beat_ms: int = 100_000,
+    now_ms: int = 101_000,
+    machine: str = HERE,
+    pid: int = 41,
+    behind: bool = False,
+) -> Holder:
     return Holder(
-        member="a~1", beat_ms=beat_ms, now_ms=now_ms, machine=machine, pid=pid, host="box"
+        member="a~1",
+        beat_ms=beat_ms,
+        now_ms=now_ms,
+        machine=machine,
+        pid=pid,
+        host="box",
+        behind=behind,
     )
 
 
 def look(holder: Holder, *, pid: int = 7, running: bool = True) -> Verdict:
-    return first_look(holder, machine=HERE, pid=pid, window_ms=WINDOW, alive=lambda _: running)
+    return first_look(
+        holder, machine=HERE, pid=pid, window_ms=WINDOW, lease_ms=LEASE_MS, alive=lambda _: running
+    )
+
+
+def again(first: Holder, now: Holder | None) -> Verdict:
+    return next_look(first, now, window_ms=WINDOW, lease_ms=LEASE_MS)
 
 
 # -- the decisions -------------------------------------------------------------------------
@@ -65,13 +88,25 @@ def test_a_holder_silent_past_the_fresh_window_is_taken_over_wherever_it_runs() 
 
 def test_a_watched_holder_that_beats_again_or_is_replaced_refuses_the_name() -> None:
     first = held()
-    assert next_look(first, held(now_ms=102_000), window_ms=WINDOW) is Verdict.WATCH
-    assert next_look(first, held(beat_ms=101_500), window_ms=WINDOW) is Verdict.REFUSE
+    assert again(first, held(now_ms=102_000)) is Verdict.WATCH
+    assert again(first, held(beat_ms=101_500)) is Verdict.REFUSE
     other = Holder(member="a~2", beat_ms=100_000, now_ms=102_000)
-    assert next_look(first, other, window_ms=WINDOW) is Verdict.REFUSE
+    assert again(first, other) is Verdict.REFUSE
     aged = held(now_ms=100_001 + WINDOW)
-    assert next_look(first, aged, window_ms=WINDOW) is Verdict.TAKE
-    assert next_look(first, None, window_ms=WINDOW) is Verdict.TAKE  # it left: the name is free
+    assert again(first, aged) is Verdict.TAKE
+    assert again(first, None) is Verdict.TAKE  # it left: the name is free
+
+
+def test_a_holder_behind_the_newest_epoch_is_taken_over_only_past_its_lease() -> None:
+    """It may still hold hosts that epoch moved to others, and wrote no pace records for
+    them: its place is taken only as its expiry would take it."""
+    assert look(held(behind=True), running=False) is Verdict.WATCH
+    silent = held(behind=True, beat_ms=100_000, now_ms=100_001 + WINDOW, machine="far")
+    assert look(silent) is Verdict.WATCH
+    assert again(silent, silent) is Verdict.WATCH
+    expired = held(behind=True, beat_ms=100_000, now_ms=100_001 + LEASE_MS, machine="far")
+    assert look(expired) is Verdict.TAKE
+    assert again(expired, expired) is Verdict.TAKE
 
 
 def test_the_refusal_is_one_line_naming_the_running_worker() -> None:
@@ -125,10 +160,11 @@ def test_a_takeover_fences_the_old_incarnation_and_moves_no_host(store, raw, clo
     store.join("b", {})
     queued(store, raw, "a~1", "http://h1.example/", "http://h2.example/")
     before = Ring.of(2, ["a~1", "b"])
+    beat(store, "a~1", applied=2, known=2)
     clock.ms += 3_000
     holder = store.holder("a")
-    assert holder is not None and (holder.member, holder.pid) == ("a~1", 41)
-    _, epoch, _ = store.join("a~2", {}, replaces=holder)
+    assert holder is not None and (holder.member, holder.pid, holder.behind) == ("a~1", 41, False)
+    _, epoch, _ = store.join("a~2", {}, replaces=holder, lease_ms=LEASE)
     assert epoch == 3
     assert raw.zrange(store.key("members"), 0, -1) == ["b", "a~2"]
     assert store.stream_of("a~1") in raw.smembers(store.key("orphans"))
@@ -154,6 +190,24 @@ def test_a_name_whose_member_beat_since_it_was_seen_is_refused_writing_nothing(s
     with pytest.raises(NameTaken):  # nor may a worker join under a held name unasked
         store.join("a~3", {})
     assert dump(raw, store) == before
+
+
+def test_a_holder_behind_the_newest_epoch_keeps_its_place_until_its_lease_ran_out(
+    store, raw, clock
+):
+    store.join("a~1", {})
+    store.join("b", {})  # epoch 2, which a~1 has not applied
+    seen = store.holder("a")
+    assert seen is not None and seen.behind
+    before = dump(raw, store)
+    clock.ms += LEASE
+    with pytest.raises(HolderBehind):
+        store.join("a~2", {}, replaces=seen, lease_ms=LEASE)
+    assert dump(raw, store) == before
+    clock.ms += 1
+    _, epoch, _ = store.join("a~2", {}, replaces=seen, lease_ms=LEASE)
+    assert epoch == 3
+    assert raw.zrange(store.key("members"), 0, -1) == ["b", "a~2"]
 
 
 def test_a_takeover_of_a_member_gone_meanwhile_is_a_plain_join(store, raw, clock):

@@ -55,6 +55,8 @@ class Holder:
         machine: the machine it registered (host name, boot id, pid namespace; '' unknown).
         pid: its process id there.
         host: its host name, for messages.
+        behind: it has not applied the crawl's newest epoch: it may still hold hosts
+            that epoch moved to others, whose pace records it never wrote.
     """
 
     member: str
@@ -63,6 +65,7 @@ class Holder:
     machine: str = ""
     pid: int = 0
     host: str = ""
+    behind: bool = False
 
     def silent_for(self) -> int:
         return self.now_ms - self.beat_ms
@@ -74,8 +77,18 @@ class Verdict(enum.Enum):
     REFUSE = "refuse"  # it is running: this worker may not have its name
 
 
+class HolderBehind(Exception):
+    """The join found the holder behind the newest epoch after all: look again."""
+
+
 def first_look(
-    holder: Holder, *, machine: str, pid: int, window_ms: int, alive: Callable[[int], bool]
+    holder: Holder,
+    *,
+    machine: str,
+    pid: int,
+    window_ms: int,
+    lease_ms: int,
+    alive: Callable[[int], bool],
 ) -> Verdict:
     """What a worker on ``machine`` (as process ``pid``) makes of the holder of its name.
 
@@ -83,7 +96,13 @@ def first_look(
     (or is this very process: a pid reused across containers, or this worker's own
     fenced membership); stopped when its last heartbeat is older than the window, since
     it starts no request then. Otherwise it is watched.
+
+    A holder behind the newest epoch is taken over only once its lease has run out, as
+    its expiry would: hosts that epoch moved from it to other members wait for it, and
+    the lease (at least twice the delay) paces them.
     """
+    if holder.behind:
+        return Verdict.TAKE if holder.silent_for() > lease_ms else Verdict.WATCH
     if (
         holder.machine
         and holder.machine == machine
@@ -95,7 +114,7 @@ def first_look(
     return Verdict.WATCH
 
 
-def next_look(first: Holder, now: Holder | None, *, window_ms: int) -> Verdict:
+def next_look(first: Holder, now: Holder | None, *, window_ms: int, lease_ms: int) -> Verdict:
     """What a later look at the name shows, ``first`` being the holder watched.
 
     No holder any more (it left or expired): take the name. The same holder with the
@@ -106,7 +125,8 @@ def next_look(first: Holder, now: Holder | None, *, window_ms: int) -> Verdict:
         return Verdict.TAKE
     if now.member != first.member or now.beat_ms != first.beat_ms:
         return Verdict.REFUSE
-    return Verdict.TAKE if now.silent_for() > window_ms else Verdict.WATCH
+    wait = lease_ms if now.behind else window_ms
+    return Verdict.TAKE if now.silent_for() > wait else Verdict.WATCH
 
 
 def refusal(name: str, holder: Holder, *, called: str = "--name") -> str:

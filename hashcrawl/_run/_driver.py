@@ -33,7 +33,7 @@ from typing import Any
 
 import trio
 
-from hashcrawl._core._names import Holder
+from hashcrawl._core._names import Holder, HolderBehind
 from hashcrawl._core._session import FORGET_EVERY
 from hashcrawl._exceptions import ConfigError, QueueError
 from hashcrawl._run._calls import Call
@@ -146,12 +146,19 @@ class Driver(Membership):
             warning = await self.persist(self.store.durability_warning)
             if warning:
                 log.warning("%s", warning)
-        replaces = None
-        if worker.name is not None:
-            lease = self.settings.lease
-            replaces = await claim(self.store, self.persist, worker.name, lease, worker.name_flag)
-        sent = self.now()
-        now_ms, _, worker.instance = await self.persist_join(info, replaces)
+        while True:
+            replaces = None
+            if worker.name is not None:
+                lease = self.settings.lease
+                replaces = await claim(
+                    self.store, self.persist, worker.name, lease, worker.name_flag
+                )
+            sent = self.now()
+            try:
+                now_ms, _, worker.instance = await self.persist_join(info, replaces)
+                break
+            except HolderBehind:  # an epoch began between the look and the join
+                continue
         session.joined(sent, self.now(), now_ms)
         if replaces is not None:  # it wrote no pace records: every host is paced from now
             session.carry.floor_ms = now_ms
@@ -178,9 +185,9 @@ class Driver(Membership):
         self, info: dict[str, Any], replaces: Holder | None = None
     ) -> tuple[int, int, str]:
         worker, join = self.worker, self.store.join
-        instance = worker.instance
+        instance, lease_ms = worker.instance, int(self.settings.lease * 1000)
         return await self.caller.persist(
-            join, worker.id, info, instance=instance, replaces=replaces
+            join, worker.id, info, instance=instance, replaces=replaces, lease_ms=lease_ms
         )
 
     async def heartbeat_loop(self) -> None:

@@ -57,12 +57,14 @@ async def claim(
 
     ``persist`` runs a store call as the membership does (retried for a lease).
     """
-    window = fresh_window_ms(lease)
+    window, lease_ms = fresh_window_ms(lease), int(lease * 1000)
     first: Holder | None = await persist(store.holder, name)
     if first is None:
         return None
     seen = first
-    verdict = first_look(first, machine=machine(), pid=os.getpid(), window_ms=window, alive=alive)
+    verdict = first_look(
+        first, machine=machine(), pid=os.getpid(), window_ms=window, lease_ms=lease_ms, alive=alive
+    )
     if verdict is Verdict.WATCH:
         log.info(
             "a worker named %s was a member %.1f s ago: watching it",
@@ -72,7 +74,7 @@ async def claim(
     while verdict is Verdict.WATCH:
         await trio.sleep(LOOK_EVERY)
         now: Holder | None = await persist(store.holder, name)
-        verdict = next_look(first, now, window_ms=window)
+        verdict = next_look(first, now, window_ms=window, lease_ms=lease_ms)
         if now is None:
             return None
         seen = now

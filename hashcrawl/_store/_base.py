@@ -39,6 +39,7 @@ class WorkerStore(Protocol):
         *,
         instance: str = "",
         replaces: Holder | None = None,
+        lease_ms: int = 0,
     ) -> tuple[int, int, str]: ...
 
     def holder(self, name: str) -> Holder | None: ...

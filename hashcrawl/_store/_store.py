@@ -7,13 +7,15 @@ tag, so all of a crawl's keys share a slot). Under that prefix:
 key                type    written by
 =================  ======  =============================================================
 ``members``        ZSET    join, heartbeat, leave, expiry: worker id -> last heartbeat ms
+                           (an id is NAME~TOKEN for a worker given --name: no two
+                           members share a name, join.lua checks)
 ``applied``        HASH    join, heartbeat, commit: worker -> epoch whose handoff it did
 ``epoch``          STRING  join, leave, expiry: +1 on every membership change
 ``rings``          HASH    join, leave, expiry: epoch -> its members (JSON); heartbeat
                            prunes those below the settled epoch
 ``workers``        SET     join: every worker id that ever joined (for fleet totals);
                            heartbeat prunes departed ones (see ``departed``)
-``w:ID``           HASH    join, heartbeat: a worker's host, pid, lease, spider, own
+``w:ID``           HASH    join, heartbeat: a worker's host, machine, pid, lease, spider, own
                            counters and figures for status (_metrics.Tally.beat_fields)
                            inflight: the suspects it is fetching (newest record wins)
 ``departed``       ZSET    release: worker -> server ms its stream was drained; the
@@ -37,7 +39,7 @@ key                type    written by
 ``dead``           HASH    commit: fingerprint (``dead_key``) -> JSON record with the
                            error, attempts, entry (so its URL) and time, out of attempts
 ``bad``            LIST    commit: the newest samples of unreadable entries (bounded)
-``stats``          HASH    commit, heartbeat: fleet counters
+``stats``          HASH    commit, heartbeat, join: fleet counters (join: taken_over)
 ``scope``          SET     submit, join, commit, configure: the hosts links may lead
                            to (and ``domain:D``, ``span``); only grows, so its size is
                            its version, checked by commit
@@ -87,7 +89,7 @@ from hashcrawl._core._batch import Batch as Batch
 from hashcrawl._core._batch import Beat as Beat
 from hashcrawl._core._batch import Committed as Committed
 from hashcrawl._core._batch import dead_key as dead_key
-from hashcrawl._core._names import Holder
+from hashcrawl._core._names import Holder, HolderBehind
 from hashcrawl._core._ring import name_of
 from hashcrawl._exceptions import Fenced, NameTaken, StateLost
 from hashcrawl._store._connection import GROUP, _flat, _translated
@@ -126,6 +128,7 @@ class Store(Views):
         *,
         instance: str = "",
         replaces: Holder | None = None,
+        lease_ms: int = 0,
     ) -> tuple[int, int, str]:
         """Add ``worker`` to the ring; returns (server ms, epoch, the crawl's instance
         marker). Joining again while a member (a retry after a lost reply) changes
@@ -136,6 +139,8 @@ class Store(Views):
                 refused, and nothing written, unless it is still there.
             replaces: the member of ``worker``'s name whose place it takes, as last
                 seen (``holder``): it is fenced in the same step (``lua/join.lua``).
+            lease_ms: the crawl's lease: a member ``replaces`` that is behind the newest
+                epoch is replaced only once silent this long (else HolderBehind).
 
         Raises:
             Fenced: ``worker`` was a member once and has lost its membership.
@@ -143,10 +148,12 @@ class Store(Views):
             NameTaken: another member has ``worker``'s name (not ``replaces``, or it
                 has heartbeat since it was seen): nothing was written.
         """
-        old = ["", ""] if replaces is None else [replaces.member, replaces.beat_ms]
+        old = ["", "", ""] if replaces is None else [replaces.member, replaces.beat_ms, lease_ms]
         args = [self.prefix, worker, self._now(), instance, self.marker, *old, *_flat(info)]
         self._before_join()
         reply = self._run("join", args)
+        if int(reply[1]) == -4:
+            raise HolderBehind(f"{replaces} is behind the newest epoch")
         if int(reply[1]) == -3:
             name = name_of(worker)
             raise NameTaken(f"a worker named {name} joined or beat meanwhile; pick another name")
@@ -162,13 +169,16 @@ class Store(Views):
         with self._redis.pipeline(transaction=True) as pipe:
             pipe.time()
             pipe.zrange(self.key("members"), 0, -1, withscores=True)
-            (seconds, micros), members = pipe.execute()
+            pipe.get(self.key("epoch"))
+            (seconds, micros), members, epoch = pipe.execute()
         now_ms = int(seconds) * 1000 + int(micros) // 1000
         for member, beat in members:
             if name_of(member) == name:
                 fields = ("machine", "pid", "host")
                 machine, pid, host = self._redis.hmget(self.key("w:" + member), fields)
+                applied = self._redis.hget(self.key("applied"), member)
                 return Holder(
+                    behind=int(applied or 0) < int(epoch or 0),
                     member=member,
                     beat_ms=int(beat),
                     now_ms=now_ms,

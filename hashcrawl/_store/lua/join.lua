@@ -6,8 +6,8 @@
 --   P..'instance' STRING: the crawl's marker, set by its first join or submit.
 -- ARGV: P, worker, now_ms ('' for the server's TIME), the marker the worker knew before
 --   ('' at its first join), a new marker to set if the crawl has none, the member it
---   takes the place of ('' for none) and that member's last heartbeat as the caller saw
---   it, then info field/value pairs (host name, machine, pid, started, lease_ms, spider)
+--   takes the place of ('' for none), that member's last heartbeat as the caller saw
+--   it and the lease (ms), then info field/value pairs (host name, machine, pid, started, lease_ms, spider)
 --   for P..'w:'..worker
 -- Returns {now_ms, epoch, marker}. A new member holds nothing, so it has applied its own
 -- epoch. Joining again as a live member (a retry after a lost reply) only renews its
@@ -18,7 +18,9 @@
 -- Names: a member id is NAME~TOKEN (or a name alone), and the ring goes by names, so no
 -- two members may share one. A member of the worker's name other than the one it named,
 -- or that one with another heartbeat than it saw (it is running), gets epoch -3, and
--- nothing is written. The member named, as seen, loses its place to the worker in the
+-- nothing is written. One behind the newest epoch (it may hold hosts that epoch moved
+-- to others, unpaced) and silent for no more than the lease gets -4: look again. The
+-- member named, as seen, loses its place to the worker in the
 -- same step as a member that expires (out of the ring, its stream an orphan, what it held
 -- counted in stats 'leases_reclaimed', and 'taken_over' + 1), and the one epoch that
 -- changes both ids moves no host.
@@ -40,11 +42,15 @@ if redis.call('SISMEMBER', P .. 'workers', worker) == 1 then
   return {now, -1, ''}
 end
 local function name_of(id) return (string.match(id, '^[^~]*')) end
-local name, replaces, seen = name_of(worker), ARGV[6], tonumber(ARGV[7])
+local name, replaces, seen, lease = name_of(worker), ARGV[6], tonumber(ARGV[7]), tonumber(ARGV[8])
 for _, m in ipairs(redis.call('ZRANGE', P .. 'members', 0, -1)) do
   if name_of(m) == name then
     if m ~= replaces or tonumber(redis.call('ZSCORE', P .. 'members', m)) ~= seen then
       return {now, -3, ''}
+    end
+    local applied = tonumber(redis.call('HGET', P .. 'applied', m) or '0')
+    if applied < tonumber(redis.call('GET', P .. 'epoch') or '0') and now - seen <= lease then
+      return {now, -4, ''}
     end
   end
 end
@@ -69,7 +75,7 @@ redis.call('SADD', P .. 'workers', worker)
 local stream = P .. 'q:' .. worker
 redis.call('DEL', stream)
 redis.call('XGROUP', 'CREATE', stream, 'g', '$', 'MKSTREAM')
-if #ARGV > 7 then
-  redis.call('HSET', P .. 'w:' .. worker, unpack(ARGV, 8))
+if #ARGV > 8 then
+  redis.call('HSET', P .. 'w:' .. worker, unpack(ARGV, 9))
 end
 return {now, epoch, marker}
