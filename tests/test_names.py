@@ -10,6 +10,7 @@ import pytest
 import redis as redis_py
 
 from hashcrawl._core._batch import Batch
+from hashcrawl._core._faults import Faults
 from hashcrawl._core._names import (
     Holder,
     HolderBehind,
@@ -22,6 +23,7 @@ from hashcrawl._core._names import (
 )
 from hashcrawl._core._ring import Ring
 from hashcrawl._exceptions import ConfigError, NameTaken
+from hashcrawl._run._naming import claim
 from hashcrawl._store._redisurl import RedisURL
 from hashcrawl._store._store import Store
 from tests.test_scripts import LEASE, Clock, beat, queued
@@ -230,3 +232,43 @@ def test_a_takeover_never_removes_a_member_of_another_name(store, raw):
     _, epoch, _ = store.join("a~1", {}, replaces=wrong)
     assert epoch == 2
     assert raw.zrange(store.key("members"), 0, -1) == ["a~1", "b~1"]
+
+
+# -- the claim -----------------------------------------------------------------------------
+
+
+class Beating:
+    """A store whose name holder is a running worker on another machine: its heartbeat
+    moves between two looks."""
+
+    def __init__(self) -> None:
+        self.looks = 0
+
+    def holder(self, name: str) -> Holder:
+        self.looks += 1
+        beat = 100_000 + 500 * self.looks
+        return Holder(
+            member=f"{name}~1", beat_ms=beat, now_ms=beat + 200, machine="far", pid=9, host="far"
+        )
+
+
+async def persist(fn, *args):  # type: ignore[no-untyped-def]
+    return fn(*args)
+
+
+async def test_a_claim_on_a_running_workers_name_is_refused_and_the_deliberate_bug_is_not() -> None:
+    """The claim watches the holder's heartbeat and refuses once it moves; with
+    ``take_running`` it takes the running worker's place instead, which this catches."""
+    store = Beating()
+    with pytest.raises(NameTaken, match=r"a worker named a is running \(pid 9 on far\)"):
+        await claim(store, persist, "a", 60.0, "--name")  # type: ignore[arg-type]
+    assert store.looks == 2
+    bugged = await claim(
+        Beating(),  # type: ignore[arg-type]
+        persist,
+        "a",
+        60.0,
+        "--name",
+        Faults.of(["take_running"]),
+    )
+    assert bugged is not None and bugged.member == "a~1"

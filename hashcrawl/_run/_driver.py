@@ -150,9 +150,8 @@ class Driver(Membership):
             replaces = None
             if worker.name is not None:
                 lease = self.settings.lease
-                replaces = await claim(
-                    self.store, self.persist, worker.name, lease, worker.name_flag
-                )
+                name, flag, faults = worker.name, worker.name_flag, worker.faults
+                replaces = await claim(self.store, self.persist, name, lease, flag, faults)
             sent = self.now()
             try:
                 now_ms, _, worker.instance = await self.persist_join(info, replaces)

@@ -13,6 +13,7 @@ from typing import Any
 
 import trio
 
+from hashcrawl._core._faults import NO_FAULTS, Faults
 from hashcrawl._core._names import Holder, Verdict, first_look, fresh_window_ms, next_look, refusal
 from hashcrawl._exceptions import NameTaken
 from hashcrawl._store._base import WorkerStore
@@ -50,7 +51,12 @@ def alive(pid: int) -> bool:
 
 
 async def claim(
-    store: WorkerStore, persist: Callable[..., Awaitable[Any]], name: str, lease: float, called: str
+    store: WorkerStore,
+    persist: Callable[..., Awaitable[Any]],
+    name: str,
+    lease: float,
+    called: str,
+    faults: Faults = NO_FAULTS,
 ) -> Holder | None:
     """The member whose place the worker named ``name`` takes, as last seen (None: the
     name is free), once that member has stopped; raises NameTaken if it is running.
@@ -65,6 +71,8 @@ async def claim(
     verdict = first_look(
         first, machine=machine(), pid=os.getpid(), window_ms=window, lease_ms=lease_ms, alive=alive
     )
+    if verdict is Verdict.WATCH and "take_running" in faults:  # a deliberate bug to catch
+        verdict = Verdict.TAKE
     if verdict is Verdict.WATCH:
         log.info(
             "a worker named %s was a member %.1f s ago: watching it",
