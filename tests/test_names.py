@@ -120,6 +120,8 @@ def test_the_refusal_is_one_line_naming_the_running_worker() -> None:
 def test_a_bad_name_is_refused_naming_the_rule(bad: str) -> None:
     with pytest.raises(ConfigError, match=r"--name must be 1-64 letters"):
         check_name(bad)
+    with pytest.raises(ConfigError, match=r"name must be 1-64 letters.*got 7"):
+        check_name(7, called="name")  # type: ignore[arg-type]
     assert check_name("crawler-1.eu_2") == "crawler-1.eu_2"
 
 
@@ -227,6 +229,7 @@ def test_a_takeover_of_a_member_gone_meanwhile_is_a_plain_join(store, raw, clock
 
 
 def test_a_takeover_never_removes_a_member_of_another_name(store, raw):
+    assert store.holder("b") is None
     store.join("b~1", {})
     wrong = store.holder("b")
     _, epoch, _ = store.join("a~1", {}, replaces=wrong)

@@ -25,7 +25,7 @@ WINDOW_MARGIN = 1.0
 
 def check_name(name: str, *, called: str = "--name") -> str:
     """Return ``name`` if it can name a worker, else raise ConfigError naming ``called``."""
-    if not _NAME.fullmatch(name):
+    if not isinstance(name, str) or not _NAME.fullmatch(name):
         raise ConfigError(
             f"{called} must be 1-64 letters, digits, '.', '_' or '-' starting with a letter "
             f"or digit, got {name!r}"

@@ -40,6 +40,7 @@ key                type    written by
                            error, attempts, entry (so its URL) and time, out of attempts
 ``bad``            LIST    commit: the newest samples of unreadable entries (bounded)
 ``stats``          HASH    commit, heartbeat, join: fleet counters (join: taken_over)
+                           (holder.lua reads members, w:ID, applied and epoch: who has a name)
 ``scope``          SET     submit, join, commit, configure: the hosts links may lead
                            to (and ``domain:D``, ``span``); only grows, so its size is
                            its version, checked by commit
@@ -166,27 +167,19 @@ class Store(Views):
     @_translated
     def holder(self, name: str) -> Holder | None:
         """The member that has the name ``name`` now, with the server's time; None if none."""
-        with self._redis.pipeline(transaction=True) as pipe:
-            pipe.time()
-            pipe.zrange(self.key("members"), 0, -1, withscores=True)
-            pipe.get(self.key("epoch"))
-            (seconds, micros), members, epoch = pipe.execute()
-        now_ms = int(seconds) * 1000 + int(micros) // 1000
-        for member, beat in members:
-            if name_of(member) == name:
-                fields = ("machine", "pid", "host")
-                machine, pid, host = self._redis.hmget(self.key("w:" + member), fields)
-                applied = self._redis.hget(self.key("applied"), member)
-                return Holder(
-                    behind=int(applied or 0) < int(epoch or 0),
-                    member=member,
-                    beat_ms=int(beat),
-                    now_ms=now_ms,
-                    machine=machine or "",
-                    pid=int(pid) if pid and pid.isdigit() else 0,
-                    host=host or "",
-                )
-        return None
+        reply = self._run("holder", [self.prefix, name], read_only=True)
+        if len(reply) < 7:
+            return None
+        now_ms, member, beat, machine, pid, host, behind = reply
+        return Holder(
+            member=str(member),
+            beat_ms=int(float(beat)),
+            now_ms=int(now_ms),
+            machine=str(machine),
+            pid=int(pid) if str(pid).isdigit() else 0,
+            host=str(host),
+            behind=int(behind) == 1,
+        )
 
     @_translated
     def instance(self) -> str | None:
