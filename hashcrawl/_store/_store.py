@@ -40,7 +40,6 @@ key                type    written by
                            error, attempts, entry (so its URL) and time, out of attempts
 ``bad``            LIST    commit: the newest samples of unreadable entries (bounded)
 ``stats``          HASH    commit, heartbeat, join: fleet counters (join: taken_over)
-                           (holder.lua reads members, w:ID, applied and epoch: who has a name)
 ``scope``          SET     submit, join, commit, configure: the hosts links may lead
                            to (and ``domain:D``, ``span``); only grows, so its size is
                            its version, checked by commit
