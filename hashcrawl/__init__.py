@@ -16,6 +16,8 @@ from ._version import __version__
 TYPE_CHECKING = False  # typing itself is not imported: it would lengthen the start-up
 
 _HOMES = {
+    "BrowserError": "_exceptions",
+    "BrowserGone": "_exceptions",
     "ConfigError": "_exceptions",
     "DropItem": "_exceptions",
     "HttpError": "_exceptions",
@@ -32,9 +34,13 @@ _HOMES = {
     "Response": "_web._models",
     "Queue": "_run._queue",
     "Settings": "_settings",
-    "CsvSink": "_web._sinks",
+    "CsvSink": "_web._documents",
     "JsonLinesSink": "_web._sinks",
+    "JsonSink": "_web._documents",
+    "ParquetSink": "_web._parquet",
     "Sink": "_web._sinks",
+    "XmlSink": "_web._documents",
+    "sink_for": "_web._sinks",
     "Spider": "_web._spider",
     "CrawlSpider": "_web._spider",
     "Failure": "_web._spider",
@@ -51,15 +57,19 @@ if TYPE_CHECKING:
 
     from hashcrawl._run._queue import Queue
     from hashcrawl._run._worker import Worker
+    from hashcrawl._web._documents import CsvSink, JsonSink, XmlSink
     from hashcrawl._web._fetch import Fetcher, HttpxFetcher
     from hashcrawl._web._forms import FormRequest
     from hashcrawl._web._models import Request, Response
+    from hashcrawl._web._parquet import ParquetSink
     from hashcrawl._web._rules import Link, LinkExtractor, Rule
-    from hashcrawl._web._sinks import CsvSink, JsonLinesSink, Sink
+    from hashcrawl._web._sinks import JsonLinesSink, Sink, sink_for
     from hashcrawl._web._spider import CrawlSpider, Failure, Spider
     from hashcrawl._web._warc import WarcSink
 
     from ._exceptions import (
+        BrowserError,
+        BrowserGone,
         ConfigError,
         DropItem,
         Fenced,
@@ -88,6 +98,8 @@ def __dir__() -> list[str]:
 
 
 __all__ = [
+    "BrowserError",
+    "BrowserGone",
     "ConfigError",
     "CrawlSpider",
     "CsvSink",
@@ -102,8 +114,10 @@ __all__ = [
     "HttpxFetcher",
     "InvalidURL",
     "JsonLinesSink",
+    "JsonSink",
     "Link",
     "LinkExtractor",
+    "ParquetSink",
     "Queue",
     "QueueError",
     "Refused",
@@ -116,5 +130,7 @@ __all__ = [
     "StateLost",
     "WarcSink",
     "Worker",
+    "XmlSink",
     "__version__",
+    "sink_for",
 ]

@@ -13,14 +13,17 @@ The tree::
     │   ├── Fenced                        this worker lost its membership (a lease passed)
     │   └── StateLost                     the crawl's keys are gone (Redis lost its data)
     ├── FetchError                        a page could not be fetched (network, timeout)
-    │   └── Refused                       fetching it breaks a rule (a private address):
-    │                                     retrying cannot help, so it is not retried
+    │   ├── Refused                       fetching it breaks a rule (a private address):
+    │   │                                 retrying cannot help, so it is not retried
+    │   └── BrowserError                  the browser could not render a page (a DevTools
+    │       │                             error, past --render-timeout, its tab gone)
+    │       └── BrowserGone               the browser's pipe closed: it died or was ended
     ├── HttpError                         an answer whose status the callback does not
     │                                     take: what an errback's failure holds
     └── DropItem                          raised by an item pipeline to drop an item
 
-Errors from redis-py and httpx are translated into these at the adapter that calls them,
-and no message ever carries a password.
+Errors from redis-py, httpx and the browser's DevTools protocol are translated into these
+at the adapter that calls them, and no message ever carries a password.
 """
 
 from __future__ import annotations
@@ -71,6 +74,17 @@ class Refused(FetchError):
     A private address not allowed by ``allow_nets``/``allow_private``, or a body in
     stacked or unknown content encodings. The message names the rule and how to allow it.
     """
+
+
+class BrowserError(FetchError):
+    """The browser could not render a page: the DevTools protocol answered an error, the
+    page ran past its render timeout, or its tab crashed. Retried like any failed fetch;
+    the worker and the browser carry on."""
+
+
+class BrowserGone(BrowserError):
+    """The browser's DevTools pipe closed (the browser died or was ended): every command
+    still waiting for an answer fails with this, and the next page starts a new browser."""
 
 
 class HttpError(HashcrawlError):

@@ -328,16 +328,19 @@ class Settings:
         "buckets for (about 64 a bucket, so they stay packed)", check=_positive,
         parse=_whole, metavar="N", crawl=True, fixed=True)  # fmt: skip
 
-    metrics_port: int | None = _setting(
-        None,
-        "serve Prometheus metrics at http://ADDR:PORT/metrics ('crawl': PORT, PORT+1, ...)",
-        check=_port,
-        parse=_or_none(_whole),
-        metavar="PORT",
-    )
-    metrics_addr: str = _setting(
-        "127.0.0.1", "the address --metrics-port listens on", parse=_text, metavar="ADDR"
-    )
+    metrics_port: int | None = _setting(None, "serve Prometheus metrics at "
+        "http://ADDR:PORT/metrics ('crawl': PORT, PORT+1, ...)", check=_port,
+        parse=_or_none(_whole), metavar="PORT")  # fmt: skip
+    metrics_addr: str = _setting("127.0.0.1", "the address --metrics-port listens on",
+        parse=_text, metavar="ADDR")  # fmt: skip
+    render: bool = _setting(False, "render every page in the worker's browser (a request "
+        "may also ask with render=True)", parse=None)  # fmt: skip
+    chromium: str | None = _setting(None, "the Chromium to render with (default: chromium "
+        "on PATH)", parse=_or_none(_text), metavar="PATH")  # fmt: skip
+    browser_tabs: int = _setting(4, "most pages rendered at once (tabs of the browser)",
+        check=_positive, parse=_whole, metavar="N")  # fmt: skip
+    render_timeout: float = _setting(30.0, "seconds one rendered page may take, steps included; "
+        "past it its tab is closed and the fetch fails", check=_positive, metavar="S")  # fmt: skip
 
     def __attrs_post_init__(self) -> None:
         if self.delay * 2 > self.lease:
@@ -436,11 +439,15 @@ ADDRESSES = ("allow_nets", "allow_private")  # and these, to check start URLs
 CRAWL = tuple(f.name for f in attrs.fields(Settings) if f.metadata["flag"].crawl)
 
 
-def add_flags(parser: argparse.ArgumentParser, only: tuple[str, ...] | None = None) -> None:
+def add_flags(
+    parser: argparse.ArgumentParser, only: tuple[str, ...] | None = None, *, changes: bool = False
+) -> None:
     """Give ``parser`` one flag per setting (or per one of ``only``), with its default.
 
     A crawl setting's flag leaves no attribute when it is not given (its default is
     shown in the help), so that :func:`given_flags` can tell what the command line said.
+    With ``changes`` (``configure``), a flag left out changes nothing, and its help
+    says so rather than call the default what it gets.
     """
     for field in attrs.fields(Settings):
         if only is not None and field.name not in only:
@@ -462,8 +469,12 @@ def add_flags(parser: argparse.ArgumentParser, only: tuple[str, ...] | None = No
             metavar=flag.metavar,
             action="append" if flag.repeat else "store",
             default=unset if flag.repeat or flag.crawl else field.default,
-            help=f"{flag.help} (default: {shown})",
+            help=f"{flag.help} ({_default_said(shown, changes)})",
         )
+
+
+def _default_said(shown: Any, changes: bool) -> str:
+    return f"left out: unchanged; hashcrawl's default: {shown}" if changes else f"default: {shown}"
 
 
 def given_flags(args: argparse.Namespace) -> dict[str, Any]:

@@ -321,6 +321,42 @@ state.join_in_flight()
 state.teardown()
 """,
     ),
+    "dead_lettered_done_page_judged_lost": Bug(
+        summary=(
+            "Not in hashcrawl but in the judge: a worker wrote a page's item and died "
+            "before committing it; that death was the page's third, and the drain "
+            "dead-lettered it, as designed for a page that kills its readers. The judge "
+            "took the links of every page done and no longer queued as accepted, so it "
+            "called them lost, though no commit had ever added them. Found by "
+            "scripts/soak (seed 14) once crash_then_join added a death."
+        ),
+        fixed="verdict.accepted takes no links from a page in the dead letters.",
+        replay="""\
+state = CrawlModel()
+state.setup(
+    faults=6, latency=0.2, site=Site(seed=218, hosts=6, pages=28), roots=[51], workers=3,
+    gap=0.0, delay=3.0, revisit='6',
+)
+state.lost_join_then_pause()
+state.plant_entries(w=3)
+state.pause_to_lease_end(early=0.3, slow=2.5, w=1)
+state.crash_after_ack(w=1)
+state.stop(w=0)
+state.pause_to_lease_end_long(early=0.05, slow=1.8, w=0)
+state.join()
+state.crash_then_join()
+state.pause_to_lease_end(early=0.05, slow=1.8, w=0)
+state.crash_at_revisit(at='before revisit_put', w=2)
+state.advance(seconds=1.0)
+state.run(order=172, seconds=4.0)
+state.join()
+state.join()
+state.tick()
+state.join()
+state.join()
+state.teardown()
+""",
+    ),
 }
 
 

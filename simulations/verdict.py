@@ -42,11 +42,16 @@ def violations(world: World) -> list[str]:
 
 def accepted(world: World, snap: Snapshot) -> set[str]:
     """Submitted URLs, and the links of every page done and no longer queued, but those a
-    small seen filter's false positive may have refused (see ``reach.filtered``)."""
+    small seen filter's false positive may have refused (see ``reach.filtered``).
+
+    A page done and then dead-lettered left no commit: its worker wrote the item and
+    died before committing, and as that death counted against it (its attempts used
+    up) the drain dead-lettered the entry. Its links were never accepted.
+    """
     urls = set(world.submitted)
     done = world.done_urls()
     for url in done:
-        if url not in snap.queued:
+        if url not in snap.queued and url not in snap.dead:
             urls.update(world.web.links_of(url))
     missing = {u for u in urls if u not in snap.queued and u not in done and u not in snap.dead}
     return urls - reach.filtered(world, missing)

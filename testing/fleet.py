@@ -51,11 +51,15 @@ ITEM_FIELDS = {
 }  # fmt: skip
 
 Key = tuple[str, str]  # (host, path)
-_REPORT = re.compile(r"hashcrawl: (joined crawl \S+ as |\S+: [\d,]+ pages?, )")
+_REPORT = re.compile(
+    r"hashcrawl: (joined crawl \S+ as |\S+: [\d,]+ pages?, |\S+ left crawl \S+: "
+    r"|.*said once per crawl)"
+)
 
 
 def is_report(line: str) -> bool:
-    """A line of ``join``'s on what it does (joined; its figures every minute)."""
+    """A line of ``join``'s on what it does (joined; its figures every minute; a page
+    its rules refused, once per reason; its closing line)."""
     return _REPORT.match(line) is not None
 
 
@@ -234,7 +238,7 @@ def status_of(redis_url: str, crawl: str) -> dict[str, Any]:
 
 def submit(redis_url: str, crawl: str, urls: Sequence[str], *, priority: int = 0) -> int:
     with Queue(redis_url, crawl) as queue:
-        return queue.submit(urls, priority=priority)
+        return queue.submit(urls, priority=priority, allow_private=True)
 
 
 def wait_until(condition: Callable[[], bool], *, what: str, timeout: float = DEADLINE) -> None:

@@ -186,9 +186,9 @@ def _worker_flags(delay: float, attempts: int, pages_per_host: int) -> list[str]
 def _submit(redis_url: str, root: str, hostile: HostileServer, cases: list[Case]) -> None:
     with Queue(redis_url, CRAWL) as queue:
         starts = [root] + [hostile.url(c.host, c.start) for c in cases if not c.dont_filter]
-        queue.submit(starts, span_hosts=True)
+        queue.submit(starts, span_hosts=True, allow_private=True)
         looped = [hostile.url(c.host, c.start) for c in cases if c.dont_filter]
-        queue.submit(looped, dont_filter=True, span_hosts=True)
+        queue.submit(looped, dont_filter=True, span_hosts=True, allow_private=True)
 
 
 def _watch(

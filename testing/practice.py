@@ -429,7 +429,7 @@ class _Workers:
         self.progress(f"started {label} (pid {self.processes[label].pid})")
 
     def submit(self, url: str) -> None:
-        command = ["submit", "--redis", self.redis_url, "--crawl", CRAWL, *SITE_FLAGS]
+        command = ["submit", "--new", "--redis", self.redis_url, "--crawl", CRAWL, *SITE_FLAGS]
         command += [*self.submit_flags, url]
         result = _run(command)
         if result.returncode != 0:

@@ -217,7 +217,7 @@ def test_unreachable_redis_exits_1_with_one_line_hiding_the_password(
 def test_unreachable_redis_while_reading_stdin_exits_1(dead_port: int) -> None:
     """submit - against a dead Redis fails at the first batch with the same one line."""
     url = f"redis://:{SECRET}@127.0.0.1:{dead_port}/0"
-    result = hashcrawl("submit", "--redis", url, "-", stdin="http://a.example/\n")
+    result = hashcrawl("submit", "--new", "--redis", url, "-", stdin="http://a.example/\n")
     assert_one_line_error(result, 1)
     assert SECRET not in result.out + result.err
 
@@ -237,10 +237,10 @@ def test_refused_password_exits_1_without_showing_any_password(
 def test_password_server_works_end_to_end_without_echoing_it(secret_server: RedisServer) -> None:
     """With the right password submit, status and clear work and print no password."""
     runs = [
-        hashcrawl("submit", "--redis", secret_server.url, "http://a.example/"),
+        hashcrawl("submit", "--new", "--redis", secret_server.url, "http://a.example/"),
         hashcrawl("status", "--redis", secret_server.url, "--json"),
         hashcrawl("status", "--redis", secret_server.url),
-        hashcrawl("clear", "--redis", secret_server.url),
+        hashcrawl("clear", "--yes", "--redis", secret_server.url),
     ]
     for result in runs:
         assert_ok(result)
@@ -254,7 +254,7 @@ def test_password_server_works_end_to_end_without_echoing_it(secret_server: Redi
 def test_submit_then_status_counts_waiting_seen_and_queued(redis_url: str, crawl_name: str) -> None:
     """Submitted URLs wait in the queue and are counted as seen and queued."""
     urls = ["http://a.example/", "http://a.example/2", "http://b.example/"]
-    out = assert_ok(hashcrawl("submit", *at(redis_url, crawl_name), *urls))
+    out = assert_ok(hashcrawl("submit", "--new", *at(redis_url, crawl_name), *urls))
     assert out == "submitted 3 new URLs\n"
     doc = status(redis_url, crawl_name)
     assert (doc["waiting"], doc["seen"], doc["queued"], doc["held"]) == (3, 3, 3, 0)
@@ -262,8 +262,8 @@ def test_submit_then_status_counts_waiting_seen_and_queued(redis_url: str, crawl
 
 def test_submitting_a_seen_url_again_adds_nothing(redis_url: str, crawl_name: str) -> None:
     """The seen filter leaves a URL out the second time, however it is spelled."""
-    assert_ok(hashcrawl("submit", *at(redis_url, crawl_name), "http://a.example/x"))
-    again = hashcrawl("submit", *at(redis_url, crawl_name), "HTTP://A.example:80/x#frag")
+    assert_ok(hashcrawl("submit", "--new", *at(redis_url, crawl_name), "http://a.example/x"))
+    again = hashcrawl("submit", "--new", *at(redis_url, crawl_name), "HTTP://A.example:80/x#frag")
     assert assert_ok(again) == "submitted 0 new URLs\n"
     doc = status(redis_url, crawl_name)
     assert (doc["waiting"], doc["seen"], doc["queued"]) == (1, 1, 1)
@@ -271,8 +271,10 @@ def test_submitting_a_seen_url_again_adds_nothing(redis_url: str, crawl_name: st
 
 def test_dont_filter_submits_a_seen_url_again(redis_url: str, crawl_name: str) -> None:
     """--dont-filter puts a seen URL in the queue again: queued grows past seen."""
-    assert_ok(hashcrawl("submit", *at(redis_url, crawl_name), "http://a.example/"))
-    again = hashcrawl("submit", *at(redis_url, crawl_name), "--dont-filter", "http://a.example/")
+    assert_ok(hashcrawl("submit", "--new", *at(redis_url, crawl_name), "http://a.example/"))
+    again = hashcrawl(
+        "submit", "--new", *at(redis_url, crawl_name), "--dont-filter", "http://a.example/"
+    )
     assert assert_ok(again) == "submitted 1 new URL\n"
     doc = status(redis_url, crawl_name)
     assert (doc["waiting"], doc["seen"], doc["queued"]) == (2, 1, 2)
@@ -286,7 +288,7 @@ def test_bad_url_among_arguments_exits_2_and_submits_nothing(
 ) -> None:
     """One bad URL anywhere in the arguments: exit 2, and none of the others went in."""
     urls = ["http://a.example/1", bad, "http://a.example/2"]
-    result = hashcrawl("submit", *at(redis_url, crawl_name), *urls)
+    result = hashcrawl("submit", "--new", *at(redis_url, crawl_name), *urls)
     line = assert_one_line_error(result, 2)
     assert "pw-secret" not in line
     assert_no_such_crawl(redis_url, crawl_name)
@@ -297,7 +299,7 @@ def test_submit_from_stdin_reports_bad_lines_by_number_and_adds_the_rest(
 ) -> None:
     """Bad lines are named with their line numbers; blank lines are skipped; exit 2."""
     lines = ["http://a.example/1", "", "ftp://a.example/", "http://a.example/2", "junk", ""]
-    result = hashcrawl("submit", *at(redis_url, crawl_name), "-", stdin="\n".join(lines))
+    result = hashcrawl("submit", "--new", *at(redis_url, crawl_name), "-", stdin="\n".join(lines))
     assert result.code == 2
     errors = result.err.splitlines()
     assert len(errors) == 2
@@ -313,7 +315,7 @@ def test_submit_from_stdin_commits_a_batch_before_input_ends(
     """A full batch of 1000 lines is in Redis while standard input is still open."""
     inbox = f"hc:{{{crawl_name}}}:inbox"
     read, write = os.pipe()
-    args = [sys.executable, "-m", "hashcrawl", "submit", *at(redis_url, crawl_name), "-"]
+    args = [sys.executable, "-m", "hashcrawl", "submit", "--new", *at(redis_url, crawl_name), "-"]
     with (
         subprocess.Popen(args, stdin=read, stdout=subprocess.PIPE) as process,
         redis.Redis.from_url(redis_url) as client,
@@ -354,7 +356,7 @@ def test_submit_from_stdin_takes_200000_urls_through_a_pipe(
     lines = (f"http://h{i % 97}.example/p/{i}\n" for i in range(count))
     read, write = os.pipe()
     failures: list[BaseException] = []
-    args = [sys.executable, "-m", "hashcrawl", "submit", *at(redis_url, crawl_name), "-"]
+    args = [sys.executable, "-m", "hashcrawl", "submit", "--new", *at(redis_url, crawl_name), "-"]
     with subprocess.Popen(
         args, stdin=read, stdout=subprocess.PIPE, stderr=subprocess.PIPE
     ) as process:
@@ -374,7 +376,7 @@ def test_submit_from_stdin_takes_200000_urls_through_a_pipe(
 
 def test_status_text_lists_every_count(redis_url: str, crawl_name: str) -> None:
     """The text form has a ``key: value`` line for each count, matching the JSON form."""
-    assert_ok(hashcrawl("submit", *at(redis_url, crawl_name), "http://a.example/"))
+    assert_ok(hashcrawl("submit", "--new", *at(redis_url, crawl_name), "http://a.example/"))
     out = assert_ok(hashcrawl("status", *at(redis_url, crawl_name)))
     shown = dict(line.split(": ", 1) for line in out.splitlines())
     assert set(TEXT_STATUS_KEYS) <= shown.keys()
@@ -386,7 +388,7 @@ def test_status_text_lists_every_count(redis_url: str, crawl_name: str) -> None:
 
 def test_status_json_is_valid_json_with_every_key(redis_url: str, crawl_name: str) -> None:
     """--json prints one JSON object with the counts and the member list."""
-    assert_ok(hashcrawl("submit", *at(redis_url, crawl_name), "http://a.example/"))
+    assert_ok(hashcrawl("submit", "--new", *at(redis_url, crawl_name), "http://a.example/"))
     doc = status(redis_url, crawl_name)
     assert set(TEXT_STATUS_KEYS) | {"members", "crawl", "queued"} <= doc.keys()
     assert doc["crawl"] == crawl_name
@@ -419,7 +421,9 @@ def test_status_shows_a_joined_worker_and_what_it_fetched(redis_url: str, crawl_
     args = [sys.executable, "-m", "hashcrawl", "join", *at(redis_url, crawl_name), *SITE_FLAGS]
     args += ["--delay", "0", "--idle", "none", "--lease", "10", "-v", "--span-hosts"]
     with SiteServer(site) as server:
-        assert_ok(hashcrawl("submit", *at(redis_url, crawl_name), *SITE_FLAGS, server.site.root))
+        assert_ok(
+            hashcrawl("submit", "--new", *at(redis_url, crawl_name), *SITE_FLAGS, server.site.root)
+        )
         with subprocess.Popen(args, stderr=subprocess.PIPE) as worker:
             try:
                 joined = _read_until(worker.stderr, "joined crawl", timeout=DEADLINE)
@@ -458,7 +462,9 @@ def test_status_counts_entries_parked_by_a_stopped_worker_as_waiting(
     args += ["--delay", "0.01", "--idle", "none", "--max-buffer", "5", "--grace", "1"]
     args.append("--span-hosts")  # the site links its hosts from the first one
     with SiteServer(site) as server:
-        assert_ok(hashcrawl("submit", *at(redis_url, crawl_name), *SITE_FLAGS, server.site.root))
+        assert_ok(
+            hashcrawl("submit", "--new", *at(redis_url, crawl_name), *SITE_FLAGS, server.site.root)
+        )
         with subprocess.Popen(args, stderr=subprocess.DEVNULL) as worker:
             try:
                 assert server.wait_for_requests(12, timeout=DEADLINE)
@@ -486,18 +492,18 @@ def test_clear_deletes_every_key_of_the_crawl_and_only_that_crawl(
 ) -> None:
     """clear removes the crawl's keys; another crawl on the same server keeps all of its."""
     other = crawl_name + "-other"
-    assert_ok(hashcrawl("submit", *at(redis_url, crawl_name), "http://a.example/"))
-    assert_ok(hashcrawl("submit", *at(redis_url, other), "http://a.example/", "http://b/"))
+    assert_ok(hashcrawl("submit", "--new", *at(redis_url, crawl_name), "http://a.example/"))
+    assert_ok(hashcrawl("submit", "--new", *at(redis_url, other), "http://a.example/", "http://b/"))
     with redis.Redis.from_url(redis_url) as client:
         mine, theirs = crawl_keys(client, crawl_name), crawl_keys(client, other)
         assert mine and theirs
-        out = assert_ok(hashcrawl("clear", *at(redis_url, crawl_name)))
+        out = assert_ok(hashcrawl("clear", "--yes", *at(redis_url, crawl_name)))
         assert out == f"deleted {len(mine)} keys\n"
         assert crawl_keys(client, crawl_name) == set()
         assert crawl_keys(client, other) == theirs
     assert status(redis_url, other)["seen"] == 2
     assert_no_such_crawl(redis_url, crawl_name)
-    assert_ok(hashcrawl("clear", *at(redis_url, other)))
+    assert_ok(hashcrawl("clear", "--yes", *at(redis_url, other)))
 
 
 # -- redis+unix:// ---------------------------------------------------------------------------
@@ -508,10 +514,12 @@ def test_unix_socket_url_works_end_to_end(tmp_path: Path) -> None:
     with RedisServer(directory=tmp_path / "r", unix_socket=True, password=SECRET) as server:
         url = server.url
         assert url.startswith("redis+unix://") and SECRET in url
-        runs = [hashcrawl("submit", "--redis", url, "http://a.example/", "http://b.example/")]
+        runs = [
+            hashcrawl("submit", "--new", "--redis", url, "http://a.example/", "http://b.example/")
+        ]
         runs.append(hashcrawl("status", "--redis", url, "--json"))
         assert json.loads(runs[-1].out)["seen"] == 2
-        runs.append(hashcrawl("clear", "--redis", url))
+        runs.append(hashcrawl("clear", "--yes", "--redis", url))
         assert_no_such_crawl(url, "default")
     for result in runs:
         assert_ok(result)
@@ -522,7 +530,7 @@ def test_unix_socket_in_a_directory_with_a_space_is_reachable(tmp_path: Path) ->
     """RedisServer.url percent-encodes a space in the socket path; the CLI must decode it."""
     with RedisServer(directory=tmp_path / "my redis", unix_socket=True) as server:
         assert "%20" in server.url
-        assert_ok(hashcrawl("submit", "--redis", server.url, "http://a.example/"))
+        assert_ok(hashcrawl("submit", "--new", "--redis", server.url, "http://a.example/"))
         assert_ok(hashcrawl("status", "--redis", server.url))
 
 
@@ -656,7 +664,7 @@ def _ctrl_c_while_starting(where: Where) -> Result:
 
 
 def _closed_standard_output(where: Where) -> Result:
-    assert_ok(hashcrawl("submit", *at(where.redis_url, where.crawl), "http://a.example/"))
+    assert_ok(hashcrawl("submit", "--new", *at(where.redis_url, where.crawl), "http://a.example/"))
     read, write = os.pipe()
     os.close(read)  # the reader has gone, like ``| head`` once it has its lines
     args = [sys.executable, "-m", "hashcrawl", "status", *at(where.redis_url, where.crawl)]
@@ -820,7 +828,7 @@ def test_crawl_runs_a_spider_and_takes_its_start_urls(tmp_path: Path) -> None:
 def _start_crawl(site: Site, state: Path, *flags: str) -> subprocess.Popen[bytes]:
     """A crawl in its own process group, as a shell runs a job; stderr is piped."""
     args = [sys.executable, "-m", "hashcrawl", "crawl", site.root, "--state-dir", str(state)]
-    args += ["-o", str(state.parent / "items.jsonl"), "-q", *SITE_FLAGS, *flags]
+    args += ["-o", str(state.parent / "items.jsonl"), *SITE_FLAGS, *flags]
     return subprocess.Popen(
         args,
         stdout=subprocess.DEVNULL,
@@ -845,8 +853,9 @@ def test_first_ctrl_c_stops_a_crawl_with_one_line_and_exit_0(tmp_path: Path) -> 
         _, err = process.communicate(timeout=COMMAND_TIMEOUT)
     lines = err.decode().splitlines()
     assert process.returncode == 0, lines
-    assert len(lines) == 1, lines
-    assert lines[0].startswith("hashcrawl: stopping")
+    stops = [line for line in lines if line.startswith("hashcrawl: stop")]  # not the summary
+    assert len(stops) == 1, lines
+    assert stops[0].startswith("hashcrawl: stopping")
 
 
 def test_second_ctrl_c_exits_1_at_once_and_the_next_run_resumes_without_a_lease(
@@ -873,7 +882,8 @@ def test_second_ctrl_c_exits_1_at_once_and_the_next_run_resumes_without_a_lease(
         _ctrl_c(process)
         _, rest = process.communicate(timeout=COMMAND_TIMEOUT)
         assert process.returncode == 1
-        assert rest.decode().splitlines() == [
+        stops = [line for line in rest.decode().splitlines() if line.startswith("hashcrawl: stop")]
+        assert stops == [
             "hashcrawl: stopped at once; run the same command again to go on where it stopped"
         ]
         server.latency = 0.0  # the slow answers were for the Ctrl-Cs; the re-run needs none
@@ -969,7 +979,7 @@ def test_status_shows_a_member_past_its_lease_as_stale_and_not_alive(
 ) -> None:
     """A member silent longer than its lease is listed as stale, not counted in workers."""
     worker = _ancient_member(redis_url, crawl_name)
-    assert_ok(hashcrawl("submit", *at(redis_url, crawl_name), "http://a.example/"))
+    assert_ok(hashcrawl("submit", "--new", *at(redis_url, crawl_name), "http://a.example/"))
     doc = status(redis_url, crawl_name)
     assert (doc["workers"], doc["stale"]) == (0, 1)
     (member,) = doc["members"]
@@ -981,7 +991,7 @@ def test_status_shows_a_member_past_its_lease_as_stale_and_not_alive(
 def test_status_of_an_unknown_crawl_names_the_crawls_that_exist(redis_server: RedisServer) -> None:
     """A misspelled --crawl: exit 2, one line naming it and the crawls on that Redis."""
     for crawl in ("books", "news"):
-        assert_ok(hashcrawl("submit", *at(redis_server.url, crawl), "http://a.example/"))
+        assert_ok(hashcrawl("submit", "--new", *at(redis_server.url, crawl), "http://a.example/"))
     for extra in ([], ["--json"]):
         result = hashcrawl("status", *at(redis_server.url, "bokos"), *extra)
         line = assert_one_line_error(result, 2)
@@ -997,7 +1007,7 @@ def test_a_mistyped_crawl_name_is_refused_and_nothing_is_created(
 ) -> None:
     """dead, retry-dead and configure of a crawl that does not exist: exit 2, one line
     naming it and those that exist; configure creates no crawl."""
-    assert_ok(hashcrawl("submit", *at(redis_server.url, "books"), "http://a.example/"))
+    assert_ok(hashcrawl("submit", "--new", *at(redis_server.url, "books"), "http://a.example/"))
     result = hashcrawl(command[0], *at(redis_server.url, "bokos"), *command[1:])
     line = assert_one_line_error(result, 2)
     assert "no crawl named 'bokos'" in line and line.endswith("crawls there: books")
@@ -1149,13 +1159,13 @@ def test_every_bad_value_is_one_line_naming_its_flag(
 
 def test_counts_are_spelled_with_correct_plurals(redis_url: str, crawl_name: str) -> None:
     """ "submitted 1 new URL", "deleted 1 key", "put back 0 pages"."""
-    assert assert_ok(hashcrawl("submit", *at(redis_url, crawl_name), "http://a.example/")) == (
-        "submitted 1 new URL\n"
-    )
+    assert assert_ok(
+        hashcrawl("submit", "--new", *at(redis_url, crawl_name), "http://a.example/")
+    ) == ("submitted 1 new URL\n")
     assert assert_ok(hashcrawl("retry-dead", *at(redis_url, crawl_name))) == "put back 0 pages\n"
     with redis.Redis.from_url(redis_url) as client:
         client.delete(*[k for k in crawl_keys(client, crawl_name) if not k.endswith(b"seenmeta")])
-    assert assert_ok(hashcrawl("clear", *at(redis_url, crawl_name))) == "deleted 1 key\n"
+    assert assert_ok(hashcrawl("clear", "--yes", *at(redis_url, crawl_name))) == "deleted 1 key\n"
 
 
 def test_join_says_stopping_once_and_a_second_ctrl_c_exits_1_at_once(
@@ -1167,7 +1177,9 @@ def test_join_says_stopping_once_and_a_second_ctrl_c_exits_1_at_once(
     args += ["--delay", "0.05", "--idle", "none", "--grace", "300", "-o", os.devnull]
     # Each answer takes 3 s, so the second SIGINT finds the worker still in its grace.
     with SiteServer(site, latency=3.0) as server:
-        assert_ok(hashcrawl("submit", *at(redis_url, crawl_name), *SITE_FLAGS, server.site.root))
+        assert_ok(
+            hashcrawl("submit", "--new", *at(redis_url, crawl_name), *SITE_FLAGS, server.site.root)
+        )
         with subprocess.Popen(args, stderr=subprocess.PIPE, preexec_fn=_ctrl_c_acts) as worker:
             assert server.wait_for_requests(2, timeout=DEADLINE)
             worker.send_signal(signal.SIGINT)
@@ -1182,7 +1194,7 @@ def test_join_says_stopping_once_and_a_second_ctrl_c_exits_1_at_once(
 
 def test_unknown_crawl_line_names_only_crawls_that_could_exist(redis_server: RedisServer) -> None:
     """Keys with a line break or a space in their braces are no crawl: never in the line."""
-    assert_ok(hashcrawl("submit", *at(redis_server.url, "books"), "http://a.example/"))
+    assert_ok(hashcrawl("submit", "--new", *at(redis_server.url, "books"), "http://a.example/"))
     with redis.Redis.from_url(redis_server.url) as client:
         client.set("hc:{evil\nname}:x", 1)
         client.set("hc:{a b}:x", 1)
@@ -1208,7 +1220,7 @@ def test_submit_refuses_a_private_start_url_without_an_allow(
     url: str, redis_url: str, crawl_name: str
 ) -> None:
     """A start URL at a non-public address (by any spelling or name) exits 2, adds nothing."""
-    line = assert_one_line_error(hashcrawl("submit", *at(redis_url, crawl_name), url), 2)
+    line = assert_one_line_error(hashcrawl("submit", "--new", *at(redis_url, crawl_name), url), 2)
     assert "is not a public address" in line
     assert "--allow-net" in line
     with redis.Redis.from_url(redis_url) as client:
@@ -1219,11 +1231,18 @@ def test_submit_takes_a_private_start_url_its_allow_covers(redis_url: str, crawl
     """--allow-net with the address's network, or --allow-private, lets it in."""
     assert_ok(
         hashcrawl(
-            "submit", *at(redis_url, crawl_name), "--allow-net", "10.0.0.0/8", "http://10.1.2.3/"
+            "submit",
+            "--new",
+            *at(redis_url, crawl_name),
+            "--allow-net",
+            "10.0.0.0/8",
+            "http://10.1.2.3/",
         )
     )
     assert_ok(
-        hashcrawl("submit", *at(redis_url, crawl_name), "--allow-private", "http://2130706433/")
+        hashcrawl(
+            "submit", "--new", *at(redis_url, crawl_name), "--allow-private", "http://2130706433/"
+        )
     )
     assert status(redis_url, crawl_name)["seen"] == 2
 
@@ -1231,7 +1250,7 @@ def test_submit_takes_a_private_start_url_its_allow_covers(redis_url: str, crawl
 def test_submit_from_stdin_skips_private_address_literals(redis_url: str, crawl_name: str) -> None:
     """Piped URLs at private IP literals are bad lines, named with their numbers."""
     lines = ["http://a.example/1", "http://0x7f.1/", "http://169.254.169.254/"]
-    result = hashcrawl("submit", *at(redis_url, crawl_name), "-", stdin="\n".join(lines))
+    result = hashcrawl("submit", "--new", *at(redis_url, crawl_name), "-", stdin="\n".join(lines))
     assert result.code == 2
     assert [e.split(":")[1] for e in result.err.splitlines()] == [" line 2", " line 3"]
     assert status(redis_url, crawl_name)["seen"] == 1

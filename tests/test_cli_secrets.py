@@ -43,16 +43,23 @@ def hashcrawl(*args: str, env: dict[str, str]) -> Result:
 def args_for(command: str) -> list[str]:
     """The least arguments ``command`` needs besides the Redis URL."""
     if command == "submit":
-        return ["http://a.example/"]
+        return ["--new", "http://a.example/"]
+    if command == "clear":
+        return ["--yes"]
     if command == "join":
         # One try at submit's unresolvable URL: its retries' backoff would add 7 s.
         return ["--idle", "0.2", "--delay", "0", "--max-attempts", "1", "-o", os.devnull]
     return []
 
 
+REPORTS = ("joined crawl", " left crawl ", "has no dead letters")
+
+
 def without_join_report(result: Result) -> Result:
-    """``result`` less the line join prints once it has joined (it names no secret)."""
-    kept = [line for line in result.err.splitlines(True) if "joined crawl" not in line]
+    """``result`` less the lines that say what a command did (join's as it joins and as it
+    leaves, dead's when there are none), once checked to name no secret."""
+    assert SECRET not in result.err
+    kept = [line for line in result.err.splitlines(True) if not any(r in line for r in REPORTS)]
     return Result(result.code, result.out, "".join(kept))
 
 
@@ -74,7 +81,7 @@ def test_every_command_takes_the_redis_url_from_the_environment(
 ) -> None:
     """Without --redis, $HASHCRAWL_REDIS names the server, raw password and all."""
     env = {"HASHCRAWL_REDIS": raw_url(guarded)}
-    assert_ok(hashcrawl("submit", *args_for("submit"), env=env))  # status wants a crawl
+    assert_ok(hashcrawl("submit", "--new", *args_for("submit"), env=env))  # status wants a crawl
     result = hashcrawl(command, *args_for(command), env=env)
     assert_ok(without_join_report(result))
     assert SECRET not in result.out
@@ -95,7 +102,9 @@ def test_password_file_authenticates_every_command(
     (tmp_path / "pw").write_text(SECRET + "\n", encoding="utf-8")
     url = f"redis://127.0.0.1:{guarded.port}/0"
     flags = ["--redis", url, "--redis-password-file", str(tmp_path / "pw")]
-    assert_ok(hashcrawl("submit", *flags, *args_for("submit"), env={}))  # status wants a crawl
+    assert_ok(
+        hashcrawl("submit", "--new", *flags, *args_for("submit"), env={})
+    )  # status wants a crawl
     result = hashcrawl(command, *flags, *args_for(command), env={})
     assert_ok(without_join_report(result))
     assert SECRET not in result.out

@@ -105,7 +105,7 @@ def _applied(lines: list[str]) -> bool:
 
 
 def _submit(redis_url: str, crawl: str, url: str) -> None:
-    command = ["submit", "--redis", redis_url, "--crawl", crawl, *SITE_FLAGS, url]
+    command = ["submit", "--new", "--redis", redis_url, "--crawl", crawl, *SITE_FLAGS, url]
     subprocess.run(
         [sys.executable, "-m", "hashcrawl", *command], cwd=REPO, check=True, timeout=DEADLINE
     )

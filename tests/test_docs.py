@@ -103,6 +103,7 @@ SUBSTITUTIONS = (
     Substitution("hashcrawl crawl ", "hashcrawl crawl " + LOOPBACK_FLAGS, LOOPBACK),
     Substitution("hashcrawl join ", "hashcrawl join " + LOOPBACK_FLAGS, LOOPBACK),
     Substitution("hashcrawl submit ", "hashcrawl submit " + LOOPBACK_FLAGS, LOOPBACK),
+    Substitution("queue.submit(", f"queue.submit(allow_nets=['{host(0)}'], urls=", LOOPBACK),
     Substitution("await trio.sleep(3600)", "await trio.sleep(2)", "an hour of crawling, cut short"),
 )
 

@@ -6,6 +6,7 @@ import argparse
 import ast
 import collections
 import os
+import shutil
 import sqlite3
 import subprocess
 import sys
@@ -247,3 +248,32 @@ def test_a_scrapy_port_runs_with_hashcrawl_crawl_as_the_tutorial_says(
         )  # fmt: skip
     assert done.returncode == 0, done.stderr
     assert len((tmp_path / "items.jsonl").read_text().splitlines()) == items
+
+
+@pytest.mark.skipif(
+    not any(map(shutil.which, ("chromium", "chromium-browser"))),
+    reason="no Chromium on PATH (scripts/test installs it)",
+)
+def test_rendered_pages_reads_what_scripts_and_load_more_wrote(
+    tmp_path: Path, redis_url: str, crawl_name: str
+) -> None:
+    """Against the JS site: the items its scripts write and "Load more" appends, and the
+    evaluate step's count on response.render."""
+    from testing.jssite import JsSite
+
+    with JsSite() as site:
+        lines = run_example(
+            "rendered_pages.py", tmp_path, site.root + "/", redis_url, crawl_name, *SITE_NETS
+        )
+        paths = {seen.path for seen in site.log}
+    assert [ast.literal_eval(line) for line in lines] == [
+        {"page": "more", "counted": 4},
+        {"page": "more", "item": "more-1"},
+        {"page": "more", "item": "more-2"},
+        {"page": "more", "item": "more-3"},
+        {"page": "more", "item": "more-4"},
+        {"page": "script", "item": "app-js"},
+        {"page": "script", "item": "script-1"},
+        {"page": "script", "item": "script-2"},
+    ]
+    assert {"/app.js", "/api/more"} <= paths

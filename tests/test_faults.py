@@ -30,7 +30,7 @@ from testing.fleet import (
     tree_site,
     wait_until,
 )
-from testing.testsite import SiteServer
+from testing.testsite import SITE_NETS, SiteServer
 
 
 def one_line_about_redis(lines: list[str], password: str) -> bool:
@@ -221,7 +221,7 @@ def test_a_page_that_kills_every_worker_ends_in_the_dead_letters(redis_url, craw
         from hashcrawl import Queue
 
         with Queue(redis_url, crawl_name) as queue:
-            queue.submit([server.site.root])
+            queue.submit([server.site.root], allow_nets=SITE_NETS)
         deaths = 0
         # A supervisor (systemd, Kubernetes) restarts whatever dies; the crawl must end anyway.
         while True:
@@ -261,7 +261,7 @@ def test_workers_carry_on_through_a_redis_restart_with_aof(tmp_path):
         from hashcrawl import Queue
 
         with Queue(redis_server.url, "restart") as queue:
-            queue.submit([server.site.root])
+            queue.submit([server.site.root], allow_nets=SITE_NETS)
         expected = server.site.expected()
         wait_until(lambda: len(server.requests()) > len(expected) // 3, what="a third of the crawl")
         redis_server.restart()

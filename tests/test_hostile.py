@@ -78,7 +78,7 @@ async def crawl(
                     what="the workers to join",
                 )
                 with Queue(redis_url, crawl_name) as queue:
-                    queue.submit(urls, dont_filter=dont_filter)
+                    queue.submit(urls, dont_filter=dont_filter, allow_private=True)
         for worker in crew:
             worker.sink.close()
         with Queue(redis_url, crawl_name) as queue:
@@ -304,7 +304,7 @@ async def test_endless_drips_hold_up_neither_a_joiner_nor_their_hosts_handoff(
                 lambda: status_of(redis_url, crawl_name)["workers"] == 1, what="a join"
             )
             with Queue(redis_url, crawl_name) as queue:
-                queue.submit([server.url(h, "/") for h in [*drips, *plain]])
+                queue.submit([server.url(h, "/") for h in [*drips, *plain]], allow_private=True)
             await await_until(
                 lambda: sum(h.path == "/" and h.host in drips for h in server.hits()) == 12,
                 what="every drip to start",

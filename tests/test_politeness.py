@@ -196,7 +196,8 @@ def test_pages_robots_txt_forbids_are_never_requested(crawls: Scenarios) -> None
 async def test_a_link_its_own_hosts_robots_txt_forbids_is_never_queued(
     redis_url: str, tmp_path: Path
 ) -> None:
-    """The owner drops such a link at once; one to another host is queued for its owner."""
+    """The owner drops such a link at once, counting it as robots.txt-denied; one to
+    another host is queued for its owner, which refuses it (counted too)."""
     rules = "User-agent: *\nDisallow: /private/\n"
     site = make_site(
         {
@@ -214,7 +215,7 @@ async def test_a_link_its_own_hosts_robots_txt_forbids_is_never_queued(
     crawled = await crawl_site(redis_url, tmp_path, site, [fast_settings()])
     status = status_of(redis_url, crawled.crew.crawl)
     assert status["seen"] == 3  # the root, /ok.html and host 1's /private/b.html
-    assert crawled.crew.workers[0].tally.robots_denied == 1
+    assert status["robots_denied"] == 2  # /private/a.html at extraction, b.html by its owner
     assert {r.path for r in page_requests(crawled.requests)} == {"/", "/ok.html"}
 
 

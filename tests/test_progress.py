@@ -72,7 +72,12 @@ def test_status_and_dead_read_what_a_finished_crawl_left_in_its_state_dir(tmp_pa
     assert doc["fetched"] == len(page_requests(requests))
     assert doc["statuses"] == by_class(requests)
     assert doc["ended"] is True
-    assert assert_ok(hashcrawl("dead", "--state-dir", state)) == ""
+    dead = hashcrawl("dead", "--state-dir", state)
+    assert (dead.code, dead.out, dead.err) == (
+        0,
+        "",
+        "hashcrawl: crawl default has no dead letters\n",
+    )
     # Its server was stopped after each command: a third one can start it again.
     assert "fetched: " in assert_ok(hashcrawl("status", "--state-dir", state))
 
@@ -106,7 +111,7 @@ async def test_progress_off_a_terminal_prints_plain_lines_with_the_crawls_figure
     last = stream.getvalue().splitlines()[-1]
     assert "\x1b" not in stream.getvalue()
     assert last.startswith(f"hashcrawl: {pages:,} pages, ")
-    assert ", 0 waiting, 0 in flight, " in last
+    assert ", 0 to fetch, 0 in flight, " in last
     assert ", 0 errors, 0 dead, 0:00:0" in last
     assert "; nothing left to fetch: ending in " in last and last.endswith(" s (--idle 30)")
 
@@ -234,3 +239,45 @@ def test_progress_and_status_headline_spell_one_of_a_thing_in_the_singular() -> 
         }
     ).plain
     assert headline.startswith("crawl c: 1 worker, 3 fetched")
+
+
+def test_the_progress_line_never_calls_waiting_what_status_calls_held() -> None:
+    """Entries held by their owners and not started are "to fetch" on the progress line:
+    "waiting" means one thing, status's (queued and not yet taken)."""
+    from hashcrawl._cli._progress import progress_line
+
+    view = {"fetched": 3, "waiting": 0, "held": 44, "in_flight": 4, "failed": 0, "dead": 0}
+    line = progress_line({**view, "members": [{"hosts": 2}]}, rate=0.0, elapsed=1.0)
+    assert ", 40 to fetch, 4 in flight, " in line
+    assert "waiting" not in line
+
+
+def test_one_page_one_item_one_entry_are_singular_in_the_line_and_the_summary() -> None:
+    """A crawl of one page: "1 page, ... 1 item", never "1 pages" or "1 items"."""
+    import argparse
+
+    from hashcrawl._cli._progress import progress_line, summary
+
+    view = {"fetched": 1, "items": 1, "waiting": 1, "held": 0, "in_flight": 0, "failed": 0}
+    view |= {"dead": 0, "retries": 0, "statuses": {"2xx": 1}, "errors": {}, "members": []}
+    args = argparse.Namespace(state_dir=".hashcrawl", crawl="default", output=["a.jsonl"])
+    line = progress_line(view, rate=0.0, elapsed=1.0)
+    text = summary(view, elapsed=1.0, args=args)
+    assert line.startswith("1 page, ")
+    assert text.startswith("crawl default: 1 page, 1 item in ")
+    assert "stopped with 1 entry left" in text
+
+
+def test_the_progress_line_says_why_a_worker_without_hosts_has_nothing_to_do() -> None:
+    """Two workers on one site: the line says one owns no host, and why (one owner a
+    host, paced by --delay), rather than leave a slow crawl unexplained."""
+    from hashcrawl._cli._progress import progress_line
+
+    view = {"fetched": 9, "waiting": 0, "held": 30, "in_flight": 1, "failed": 0, "dead": 0}
+    members = [{"hosts": 1}, {"hosts": 0}]
+    line = progress_line({**view, "members": members}, rate=1.0, elapsed=9.0)
+    assert line.endswith(
+        "; 1 of 2 workers owns no host: each host has one owner, which paces it (--delay)"
+    )
+    busy = progress_line({**view, "members": [{"hosts": 1}, {"hosts": 1}]}, rate=1, elapsed=9)
+    assert "owns no host" not in busy

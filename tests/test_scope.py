@@ -82,7 +82,7 @@ def test_a_commit_can_widen_the_scope_and_reports_its_new_size(
 
 def test_submit_takes_the_scope_flags_and_stores_them(redis_url: str, crawl_name: str) -> None:
     """`hashcrawl submit --allow-domain D --span-hosts URL` widens the stored scope."""
-    command = [sys.executable, "-m", "hashcrawl", "submit", "--redis", redis_url]
+    command = [sys.executable, "-m", "hashcrawl", "submit", "--new", "--redis", redis_url]
     command += ["--crawl", crawl_name, "--allow-domain", "Example.ORG", "--span-hosts"]
     done = subprocess.run([*command, "http://a.example:8080/x"], capture_output=True, check=False)
     assert done.returncode == 0, done.stderr
@@ -148,7 +148,7 @@ async def crawl_redirecting_seed(redis_url: str, directory: Path) -> Crawled:
 
 def submit_with(crew: Crew, urls: list[str], options: Mapping[str, Any]) -> None:
     with Queue(crew.redis_url, crew.crawl) as queue:
-        queue.submit(urls, **options)
+        queue.submit(urls, **options, allow_private=True)
 
 
 @pytest.fixture(scope="module")

@@ -104,7 +104,7 @@ def test_rediss_with_the_private_ca_submits_and_reads_status(tls: TlsServer) -> 
     """With --redis-ca, submit and status work over TLS (URL and password from the env)."""
     env = {"HASHCRAWL_REDIS": f"rediss://:{SECRET}@{CERT_HOST}:{tls.port}/0"}
     flags = ["--redis-ca", str(tls.ca), "--crawl", "tls"]
-    submitted = hashcrawl("submit", *flags, "http://a.example/", env=env)
+    submitted = hashcrawl("submit", "--new", *flags, "http://a.example/", env=env)
     assert (submitted.returncode, submitted.stderr) == (0, ""), submitted
     status = hashcrawl("status", *flags, env=env)
     assert (status.returncode, status.stderr) == (0, ""), status

@@ -41,7 +41,7 @@ from testing.fleet import (
     redirect,
 )
 from testing.rawserver import RawServer, bomb
-from testing.testsite import Resource, SiteServer
+from testing.testsite import SITE_NETS, Resource, SiteServer
 
 SECRET = "Bearer s3cret-token"
 
@@ -485,7 +485,7 @@ async def test_a_crawl_archives_every_answer_the_server_gave_and_writes_items_to
             async with trio.open_nursery() as nursery:
                 nursery.start_soon(worker.run)
                 with hashcrawl.Queue(redis_url, crawl_name) as queue:
-                    queue.submit([server.site.root])
+                    queue.submit([server.site.root], allow_nets=SITE_NETS)
         served = server.requests()
         site = server.site
     worker.sink.close()

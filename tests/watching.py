@@ -47,7 +47,9 @@ async def settled_crawl(
         async with trio.open_nursery() as nursery:
             nursery.start_soon(worker.run)
             with Queue(redis_url, crawl) as queue:
-                await trio.to_thread.run_sync(queue.submit, [server.site.root])
+                await trio.to_thread.run_sync(
+                    lambda: queue.submit([server.site.root], allow_private=True)
+                )
             await reported(redis_url, crawl, server)
             yield worker, server
             worker.stop()

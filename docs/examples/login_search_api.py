@@ -67,7 +67,7 @@ def main(site: str, redis: str = REDIS, crawl: str = "login-search-api", *nets: 
     """Crawl ``site``; ``nets`` are non-public networks it may reach (a test site's)."""
     with hashcrawl.Queue(redis, crawl) as queue:
         queue.clear()  # start afresh on every run
-        queue.submit([site])
+        queue.submit([site], allow_nets=nets)
     output = Path("login_search_api.jsonl")
     output.unlink(missing_ok=True)
     sink = hashcrawl.JsonLinesSink(output)

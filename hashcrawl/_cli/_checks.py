@@ -14,7 +14,10 @@ from typing import TYPE_CHECKING, Any
 
 from hashcrawl._exceptions import ConfigError, QueueError
 from hashcrawl._store._redisurl import RedisURL
-from hashcrawl._web._addresses import AddressPolicy, url_refusal
+from hashcrawl._web._addresses import AddressPolicy, SubmitCheck
+from hashcrawl._web._documents import foreign_document
+from hashcrawl._web._parquet import parquet_module
+from hashcrawl._web._sinks import format_of
 from hashcrawl._web._spider import load_spider
 
 if TYPE_CHECKING:
@@ -27,22 +30,39 @@ def checked_output(paths: list[str] | None) -> None:
     """Refuse an -o FILE that cannot be written, before anything starts.
 
     Raises:
-        ConfigError: no such directory, no permission, or not a file.
+        ConfigError: a name with no known format, no such directory, no permission, not
+            a file, or a JSON or XML file this crawler did not write.
     """
     for path in paths or ():
         if path == "-":
             continue
-        if path.endswith((".warc.gz", ".warc")):  # the files are named later, beside it
-            where = os.path.dirname(path) or "."
-            if not (os.path.isdir(where) and os.access(where, os.W_OK | os.X_OK)):
-                raise ConfigError(
-                    f"-o cannot write WARC files in {where!r}: not a writable directory"
-                )
+        try:
+            ending = format_of(path)
+        except ConfigError as exc:
+            raise ConfigError(f"-o {exc}") from None
+        if ending in (".warc.gz", ".warc", ".parquet"):  # files named later, in or beside it
+            _check_directory(path, ending)
             continue
         try:
             os.close(os.open(path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644))
         except OSError as exc:
             raise ConfigError(f"-o cannot write {path!r}: {exc.strerror or exc}") from None
+        refusal = foreign_document(path, ending)
+        if refusal is not None:
+            raise ConfigError(f"-o {refusal}")
+
+
+def _check_directory(path: str, ending: str) -> None:
+    if ending == ".parquet":
+        parquet_module()  # refuse at once when pyarrow is missing
+        if os.path.exists(path) and not os.path.isdir(path):
+            raise ConfigError(f"-o {path!r} is a file: Parquet output is a directory of parts")
+        where = path if os.path.isdir(path) else os.path.dirname(path.rstrip("/")) or "."
+    else:
+        where = os.path.dirname(path) or "."
+    if not (os.path.isdir(where) and os.access(where, os.W_OK | os.X_OK)):
+        kind = "Parquet" if ending == ".parquet" else "WARC"
+        raise ConfigError(f"-o cannot write {kind} files in {where!r}: not a writable directory")
 
 
 def check_start_urls(urls: list[str], policy: AddressPolicy) -> None:
@@ -53,8 +73,9 @@ def check_start_urls(urls: list[str], policy: AddressPolicy) -> None:
     """
     from hashcrawl._core._urls import canonicalize
 
+    check = SubmitCheck(policy)  # as Queue.submit judges them, in the flags' words
     for url in urls:
-        refusal = url_refusal(canonicalize(url), policy)
+        refusal = check.refusal(canonicalize(url))
         if refusal is not None:
             raise ConfigError(refusal)
 

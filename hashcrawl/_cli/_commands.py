@@ -19,6 +19,7 @@ import sys
 from collections.abc import Callable, Sequence
 
 from hashcrawl._cli._local import NothingFetched
+from hashcrawl._cli._logfile import log_to, stop_logging
 from hashcrawl._cli._manage import (
     cmd_clear,
     cmd_configure,
@@ -35,7 +36,13 @@ from hashcrawl._store._redisurl import check_crawl_name, masked
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    argv = sys.argv[1:] if argv is None else argv
+    try:
+        return _main(sys.argv[1:] if argv is None else argv)
+    finally:
+        stop_logging()
+
+
+def _main(argv: Sequence[str]) -> int:
     # What the user typed: a message may quote a misplaced --redis URL, password and all.
     typed = [*argv, os.environ.get(REDIS_ENV_VAR, "")]
     try:
@@ -60,11 +67,15 @@ def main(argv: Sequence[str] | None = None) -> int:
 
 def _run(argv: Sequence[str]) -> int:
     args = parse(argv)
+    if getattr(args, "log_file", None):
+        log_to(args.log_file)  # before logging takes sys.stderr for its handler
     logging.basicConfig(
         level=logging.INFO if args.verbose else logging.WARNING,
         format="%(asctime)s hashcrawl: %(message)s" if args.verbose else "hashcrawl: %(message)s",
     )
     logging.getLogger("httpx").setLevel(logging.WARNING)  # a line per request is too much
+    if getattr(args, "quiet", False):  # the lines that say what a worker refused, once
+        logging.getLogger("hashcrawl.notices").setLevel(logging.ERROR)
     check_crawl_name(args.crawl)  # here, so the message names the flag, not Python's crawl
     return int(_COMMANDS[args.command](args) or 0)
 

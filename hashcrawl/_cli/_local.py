@@ -19,6 +19,7 @@ from typing import Any
 
 import attrs
 
+from hashcrawl._cli._logfile import say_raw
 from hashcrawl._core._outcome import PARSE_FAULT
 from hashcrawl._core._urls import canonicalize
 from hashcrawl._exceptions import HashcrawlError
@@ -87,13 +88,19 @@ def interrupts_held() -> Iterator[Callable[[], None]]:
 
 
 class Children:
-    """``crawl``'s worker processes: the first signal stops them gently, a second at once."""
+    """``crawl``'s worker processes: the first signal stops them gently, a second Ctrl-C
+    at once (a SIGTERM, however often it comes, is the same request to stop)."""
 
     def __init__(
-        self, commands: Sequence[Sequence[str]], *, env: Mapping[str, str] | None = None
+        self,
+        commands: Sequence[Sequence[str]],
+        *,
+        env: Mapping[str, str] | None = None,
+        quiet: bool = False,
     ) -> None:
         self.commands = [list(command) for command in commands]
         self.env = env
+        self.quiet = quiet  # -q: not even the line that says it is stopping
         self.processes: list[subprocess.Popen[bytes]] = []
         self.signals = 0
         self._pid = os.getpid()  # a forked child runs _on_signal too, until _as_child
@@ -118,6 +125,7 @@ class Children:
             for number, handler in previous.items():
                 signal.signal(number, handler)
         if self.signals > 1:
+            # -q or not, the line that it ended without saving: an error, always said
             raise StoppedAtOnce(
                 "stopped at once; run the same command again to go on where it stopped"
             )
@@ -139,14 +147,17 @@ class Children:
             # A child between fork and exec (in _as_child, before it ignores SIGINT):
             # the Ctrl-C is the parent's to tell, once; the child's line would be twice.
             return
+        if self.signals and number == signal.SIGTERM:
+            # Only a second Ctrl-C means "now": ``timeout`` and service managers send
+            # SIGTERM to the command and again to its whole group, one request twice.
+            return
         self.signals += 1
-        if self.signals == 1:
+        if self.signals == 1 and not self.quiet:
             line = log_line(
                 "stopping: finishing requests in flight, then saving the crawl "
                 "(press Ctrl-C again to quit at once)"
             )
-            with contextlib.suppress(OSError):
-                os.write(sys.stderr.fileno(), f"{line}\n".encode())
+            say_raw(line)
         number = signal.SIGTERM if self.signals == 1 else signal.SIGKILL
         for process in self.processes:
             if process.returncode is None:  # not reaped: the pid is still the worker's

@@ -25,12 +25,16 @@ from hashcrawl._exceptions import ConfigError
 from hashcrawl._run._queue import Queue
 from hashcrawl._settings import CRAWL, Settings, given_flags
 from hashcrawl._store._crawlconfig import view_lines
-from hashcrawl._web._addresses import AddressPolicy, url_refusal
+from hashcrawl._web._addresses import AddressPolicy, SubmitCheck
 
 
 def cmd_submit(args: argparse.Namespace) -> int:
     policy = _policy(args)
+    if args.urls != ["-"]:
+        check_start_urls(args.urls, policy)  # every URL is checked before any goes in
     with Queue(redis_of(args), args.crawl, shards=args.shards) as queue:
+        if not args.new:
+            _check_exists(args, queue, hint="; submit --new starts a crawl of that name")
         if args.urls == ["-"]:
             bad = _BadLines(policy)
             added = queue.submit(bad.filter(sys.stdin), **_submit_options(args))
@@ -39,7 +43,6 @@ def cmd_submit(args: argparse.Namespace) -> int:
                 + (f"; {plural(bad.count, 'bad line')} skipped" if bad.count else "")
             )
             return USAGE if bad.count else 0
-        check_start_urls(args.urls, policy)  # every URL is checked before any goes in
         added = queue.submit(args.urls, **_submit_options(args))
         print(f"submitted {plural(added, 'new URL')}")
     return 0
@@ -55,20 +58,23 @@ def _submit_options(args: argparse.Namespace) -> dict[str, Any]:
         "dont_filter": args.dont_filter,
         "allow_domains": tuple(getattr(args, "allow_domains", ())),
         "span_hosts": getattr(args, "span_hosts", False),
+        "allow_nets": tuple(args.allow_nets or ()),
+        "allow_private": args.allow_private,
     }
 
 
 class _BadLines:
     """Skips lines that are not crawlable URLs, reporting each on standard error.
 
-    Of hosts, only IP literals are checked against the address policy: looking up
+    The address rule is applied as ``Queue.submit`` applies it (``SubmitCheck``): IP
+    literals always, host names for the first few distinct ones only, since looking up
     every name of a long list would take longer than submitting it. Workers check
     every address they connect to anyway.
     """
 
     def __init__(self, policy: AddressPolicy) -> None:
         self.count = 0
-        self.policy = policy
+        self.check = SubmitCheck(policy)
 
     def filter(self, lines: Iterator[str]) -> Iterator[str]:
         from hashcrawl._core._urls import canonicalize
@@ -78,7 +84,7 @@ class _BadLines:
             if not url:
                 continue
             try:
-                refusal = url_refusal(canonicalize(url), self.policy, look_up=False)
+                refusal = self.check.refusal(canonicalize(url))
                 if refusal is not None:
                     raise ConfigError(refusal)
             except ConfigError as exc:
@@ -145,11 +151,21 @@ def existing_queue(args: argparse.Namespace) -> Iterator[Queue]:
         ConfigError: no such crawl; the message names those that exist.
     """
     with opened_queue(args) as queue:
-        status = queue.status()
-        configured = status["settings"]["version"] is not None or "error" in status["settings"]
-        if not status["exists"] and not configured:
-            raise ConfigError(_unknown_crawl(args, queue.other_crawls()))
+        _check_exists(args, queue)
         yield queue
+
+
+def _check_exists(args: argparse.Namespace, queue: Queue, hint: str = "") -> dict[str, Any]:
+    """The crawl's status, if it exists: it has keys, or recorded settings.
+
+    Raises:
+        ConfigError: no such crawl; the message names those that exist, then ``hint``.
+    """
+    status = queue.status()
+    configured = status["settings"]["version"] is not None or "error" in status["settings"]
+    if not status["exists"] and not configured:
+        raise ConfigError(_unknown_crawl(args, queue.other_crawls()) + hint)
+    return status
 
 
 def _unknown_crawl(args: argparse.Namespace, others: list[str]) -> str:
@@ -195,15 +211,49 @@ def _reset_names(flags: Sequence[str]) -> list[str]:
 
 
 def cmd_clear(args: argparse.Namespace) -> int:
+    """Delete the crawl's keys: with --yes, or once a terminal's user said yes.
+
+    Raises:
+        ConfigError: no such crawl, or no --yes and no terminal to ask on.
+    """
     with opened_queue(args) as queue:
+        status = _check_exists(args, queue)
+        if not args.yes and not _confirmed(args, status):
+            return USAGE
         print(f"deleted {plural(queue.clear(), 'key')}")
     return 0
 
 
+def _confirmed(args: argparse.Namespace, status: dict[str, Any]) -> bool:
+    """Ask on the terminal whether to delete the crawl; a script must say --yes.
+
+    Raises:
+        ConfigError: standard input is not a terminal.
+    """
+    if not sys.stdin.isatty():
+        raise ConfigError(
+            f"clear deletes crawl {args.crawl!r} for good; add --yes to do it without a terminal"
+        )
+    where = args.state_dir if getattr(args, "state_dir", None) else redis_of(args).redacted()
+    held = (
+        f"{plural(status['seen'], 'URL')} seen, {status['fetched']:,} fetched, "
+        f"{status['waiting'] + status['held']:,} to fetch, {plural(status['workers'], 'worker')}"
+    )
+    print(f"delete crawl {args.crawl} in {where} ({held})? [y/N] ", end="", file=sys.stderr)
+    sys.stderr.flush()
+    if sys.stdin.readline().strip().lower() in ("y", "yes"):
+        return True
+    print("hashcrawl: nothing deleted", file=sys.stderr)
+    return False
+
+
 def cmd_dead(args: argparse.Namespace) -> int:
     with existing_queue(args) as queue:
-        for url, error in sorted(queue.dead().items()):
+        dead = queue.dead()
+        for url, error in sorted(dead.items()):
             print(f"{url}\t{error}")
+    if not dead:  # on stderr: ``dead | wc -l`` still counts dead letters
+        print(f"hashcrawl: crawl {args.crawl} has no dead letters", file=sys.stderr)
     return 0
 
 

@@ -94,10 +94,16 @@ def _crawler_flags(p: argparse.ArgumentParser) -> None:
         "--output",
         metavar="FILE",
         action="append",
-        help="append items to FILE (JSON Lines; CSV if it ends in .csv), or archive every "
-        "fetch to WARC files NAME-TIME-SEQ-WORKER.warc.gz if it is NAME.warc.gz (or "
-        ".warc); repeatable, e.g. -o items.jsonl -o pages.warc.gz; without an items "
-        "file, items go to standard output",
+        help="append items to FILE in the format its name ends in: .jsonl (or .jl), .json, "
+        ".csv, .xml, or .parquet (a directory of Parquet files); or archive every fetch "
+        "to WARC files NAME-TIME-SEQ-WORKER.warc.gz if it is NAME.warc.gz (or .warc); "
+        "repeatable, e.g. -o items.jsonl -o pages.warc.gz; without an items file, items "
+        "go to standard output",
+    )
+    p.add_argument(
+        "--log-file",
+        metavar="PATH",
+        help="also append what is said on standard error to PATH (made if missing)",
     )
     p.add_argument("--spider", metavar="FILE", help="run a Spider: path/to/file.py[:ClassName]")
     add_flags(p)
@@ -123,6 +129,12 @@ def build_parser() -> _Parser:
         "started under the name of a worker that has stopped, it takes its place and its "
         "hosts at once; under that of a running one, it is refused",
     )
+    join.add_argument(
+        "-q",
+        "--quiet",
+        action="store_true",
+        help="say nothing but errors: no joined, progress, refused-page, stop or closing line",
+    )
     join.add_argument("--child", action="store_true", help=argparse.SUPPRESS)
     submit = sub.add_parser(
         "submit",
@@ -139,6 +151,12 @@ def build_parser() -> _Parser:
         "(default: %(default)s)",
     )
     submit.add_argument("--dont-filter", action="store_true", help="submit even URLs seen before")
+    submit.add_argument(
+        "--new",
+        action="store_true",
+        help="start the crawl if it does not exist yet (without it, a crawl name that "
+        "has no keys, no settings and no workers is refused, as a typo)",
+    )
     add_flags(submit, only=(*SCOPE, *ADDRESSES, "shards"))
     submit.add_argument(
         "urls", nargs="+", metavar="URL", help="http(s) URLs, or '-' to read them from stdin"
@@ -163,15 +181,21 @@ def build_parser() -> _Parser:
         "no worker is running.",
     )
     _common(configure, state_dir=True)
-    add_flags(configure, only=CRAWL)
+    add_flags(configure, only=CRAWL, changes=True)
     configure.add_argument(
         "--reset",
         action="append",
         metavar="FLAG",
         help="put FLAG back to its default, e.g. --reset ignore-robots (repeatable)",
     )
-    clear = sub.add_parser("clear", help="delete the crawl's keys")
+    clear = sub.add_parser(
+        "clear",
+        help="delete the crawl's keys",
+        description="Delete every key of the crawl. On a terminal it asks first, naming the "
+        "crawl and what it holds; elsewhere it needs --yes.",
+    )
     _common(clear, state_dir=True)
+    clear.add_argument("-y", "--yes", action="store_true", help="delete without asking")
     dead = sub.add_parser("dead", help="list pages that used up their attempts")
     _common(dead, state_dir=True)
     retry_dead = sub.add_parser("retry-dead", help="put dead-lettered pages back in the crawl")
@@ -186,7 +210,10 @@ def build_parser() -> _Parser:
     _common(crawl, redis=False)
     _crawler_flags(crawl)
     crawl.add_argument(
-        "-q", "--quiet", action="store_true", help="no progress display and no summary"
+        "-q",
+        "--quiet",
+        action="store_true",
+        help="say nothing but errors: no progress display, summary, refused-page or stop line",
     )
     crawl.add_argument(
         "--workers",

@@ -23,6 +23,7 @@ from rich.console import Console
 from rich.text import Text
 
 from hashcrawl._cli._local import counted
+from hashcrawl._cli._logfile import terminal_of
 from hashcrawl._cli._statusview import read_view
 from hashcrawl._exceptions import HashcrawlError
 from hashcrawl._run._queue import Queue
@@ -35,25 +36,41 @@ RATE_WINDOW = 60.0
 def progress_line(
     view: dict[str, Any], *, rate: float, elapsed: float, idle: float | None = None
 ) -> str:
-    """One line of figures: pages, pages/s, waiting, in flight, hosts, errors, dead; and
-    once nothing is left, that the crawl is waiting out ``idle`` (--idle) to end."""
+    """One line of figures: pages, pages/s, to fetch, in flight, hosts, errors, dead; and
+    once nothing is left, that the crawl is waiting out ``idle`` (--idle) to end.
+
+    "To fetch" is status's ``waiting`` (queued, not taken) and ``held`` (taken by an
+    owner) less what is in flight: owners read their streams ahead into memory, so what
+    they hold and have not started is as far from done as what they have not read. It is
+    never called "waiting", which is status's name for the first part only."""
     hosts = sum(m["hosts"] for m in view["members"])
-    # Owners read their streams ahead into memory: what they hold and have not started
-    # waits as much as what they have not read yet.
-    waiting = max(0, view["waiting"] + view["held"] - view["in_flight"])
+    to_fetch = max(0, view["waiting"] + view["held"] - view["in_flight"])
     line = (
-        f"{view['fetched']:,} pages, {rate:.1f}/s, {waiting:,} waiting, "
+        f"{counted(view['fetched'], 'page')}, {rate:.1f}/s, {to_fetch:,} to fetch, "
         f"{view['in_flight']} in flight, {counted(hosts, 'host')}, "
         f"{counted(view['failed'], 'error')}, "
         f"{view['dead']:,} dead, {_duration(elapsed)}"
     )
     quiet = view.get("idle_s")
     if quiet is None:
-        return line
+        return line + _hostless(view["members"], to_fetch)
     if idle is None:
-        return f"{line}; nothing left to fetch: waiting for more URLs (--idle none)"
+        return f"{line}; nothing left to fetch: until more URLs come (--idle none)"
     left = max(0, math.ceil(idle - quiet))
     return f"{line}; nothing left to fetch: ending in {left} s (--idle {idle:g})"
+
+
+def _hostless(members: list[dict[str, Any]], to_fetch: int) -> str:
+    """Why a worker sits idle while pages wait: it owns no host (fewer hosts than
+    workers), and a host is never shared, so that its pacing holds fleet-wide."""
+    idle = sum(1 for m in members if not m["hosts"])
+    if not (idle and to_fetch):
+        return ""
+    verb = "owns" if idle == 1 else "own"
+    return (
+        f"; {idle} of {counted(len(members), 'worker')} {verb} no host: each host has one "
+        "owner, which paces it (--delay)"
+    )
 
 
 def _duration(seconds: float) -> str:
@@ -156,7 +173,7 @@ def summary(view: dict[str, Any], *, elapsed: float, args: argparse.Namespace) -
     statuses = ", ".join(f"{k} {v:,}" for k, v in view["statuses"].items()) or "none"
     errors = ", ".join(f"{k} {v:,}" for k, v in view["errors"].items()) or "none"
     lines = [
-        f"crawl {args.crawl}: {view['fetched']:,} pages, {view['items']:,} items "
+        f"crawl {args.crawl}: {counted(view['fetched'], 'page')}, {counted(view['items'], 'item')} "
         f"in {_duration(elapsed)}",
         f"  statuses: {statuses}",
         f"  errors: {errors}",
@@ -170,7 +187,8 @@ def summary(view: dict[str, Any], *, elapsed: float, args: argparse.Namespace) -
     lines.append(f"  items in: {output}" if output else "  items: not written (no -o FILE)")
     left = view["waiting"] + view["held"]
     if left:
-        lines.append(f"  stopped with {left:,} entries left: run the same command again to resume")
+        entries = f"{left:,} entry" if left == 1 else f"{left:,} entries"
+        lines.append(f"  stopped with {entries} left: run the same command again to resume")
     else:
         lines.append(f"  nothing left to crawl; the state is in {args.state_dir}")
     lines.append(f"  status: hashcrawl status {where}")
@@ -190,7 +208,8 @@ def shown(
         yield
         return
     out = stream or sys.stderr
-    progress = Progress(redis_url, args.crawl, stream=out, idle=idle).start()
+    # The live view stays on the terminal: a --log-file gets the summary, not the redraws.
+    progress = Progress(redis_url, args.crawl, stream=terminal_of(out), idle=idle).start()
     try:
         yield
     finally:

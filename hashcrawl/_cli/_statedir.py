@@ -71,7 +71,9 @@ def _private_server(state_dir: Path, crawl: str) -> Iterator[str]:
 
     directory = state_dir / crawl
     if not (directory / "appendonlydir").is_dir():
-        raise ConfigError(f"--state-dir {state_dir}: no crawl named {crawl!r} there")
+        raise ConfigError(
+            f"--state-dir {state_dir}: no crawl named {crawl!r} there{_crawls_in(state_dir)}"
+        )
     server = RedisServer(
         directory=directory, unix_socket=True, appendonly=True, die_with_parent=True
     )
@@ -98,6 +100,19 @@ def _private_server(state_dir: Path, crawl: str) -> Iterator[str]:
     finally:
         signal.signal(signal.SIGTERM, previous)
         server.close()
+
+
+def _crawls_in(state_dir: Path, most: int = 10) -> str:
+    """``; crawls there: a, b`` (the crawls whose state a ``crawl`` kept in ``state_dir``),
+    or ``, nor any other crawl``."""
+    try:
+        names = sorted(p.name for p in state_dir.iterdir() if (p / "appendonlydir").is_dir())
+    except OSError:
+        names = []
+    if not names:
+        return ", nor any other crawl"
+    more = f" and {len(names) - most} more" if len(names) > most else ""
+    return f"; crawls there: {', '.join(names[:most])}{more}"
 
 
 def _exit_quietly(*_: object) -> None:

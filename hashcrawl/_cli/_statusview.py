@@ -168,7 +168,7 @@ def _headline(view: dict[str, Any]) -> Text:
     state = "ended" if view["ended"] else counted(view["workers"], "worker")
     return Text(
         f"crawl {view['crawl']}: {state}, {view['fetched']:,} fetched "
-        f"({view['pages_per_s']:.1f}/s over the last minute), {view['items']:,} items, "
+        f"({view['pages_per_s']:.1f}/s over the last minute), {counted(view['items'], 'item')}, "
         f"{view['waiting']:,} waiting, {view['held']:,} held, {view['in_flight']} in flight, "
         f"{view['failed']:,} failed, {view['dead']:,} dead, seen {view['seen']:,}"
     )
@@ -230,7 +230,7 @@ def _revisits(figures: dict[str, int] | None) -> str:
     if not figures or not figures.get("pages"):
         return ""
     return (
-        f"\nrevisits: {figures['pages']:,} pages, due now {figures['due_now']:,} (overdue "
+        f"\nrevisits: {counted(figures['pages'], 'page')}, due now {figures['due_now']:,} (overdue "
         f"{figures['overdue']:,}), due in the next hour {figures['due_next_hour']:,}, "
         f"changes found {figures['changed']:,}, unchanged {figures['unchanged']:,}"
     )

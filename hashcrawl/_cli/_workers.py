@@ -2,7 +2,8 @@
 ``crawl`` (a private Redis in ``--state-dir`` and ``--workers`` children, each a ``join
 --child``).
 
-``join`` stops on SIGTERM or Ctrl-C by handing its hosts back, and at once on a second.
+``join`` stops on SIGTERM or Ctrl-C by handing its hosts back, and at once on a second
+Ctrl-C (never on a second SIGTERM: one is often delivered twice).
 ``crawl`` sets the crawl's settings, submits its start URLs, runs its children until the
 crawl is idle, and then judges the start URLs (``_local.verdict``).
 """
@@ -53,7 +54,8 @@ if TYPE_CHECKING:
 
 
 def cmd_join(args: argparse.Namespace) -> int:
-    from hashcrawl._run._worker import Worker, unwrapped
+    from hashcrawl._run._worker import check_start_urls
+    from hashcrawl._web._addresses import ALLOW_HINT
 
     early_stop: list[int] = []
     # A SIGTERM before trio takes over the signals must still mean "stop", not death.
@@ -64,7 +66,36 @@ def cmd_join(args: argparse.Namespace) -> int:
     if args.name is not None:
         check_name(args.name)
     spider = spider_of(args)
+    # The Worker checks them too, in Python's words: here, in the flags', before the -o
+    # file or anything in Redis is made.
+    check_start_urls(list(getattr(spider, "start_urls", None) or ()), settings, ALLOW_HINT)
+    made = [p for p in args.output or () if p != "-" and not os.path.lexists(p)]
     checked_output(args.output)
+    try:
+        return _join(args, settings, url, spider, early_stop, previous)
+    except ConfigError:
+        _remove_empty(made)  # refused (the crawl's settings disagree): leave no trace
+        raise
+
+
+def _remove_empty(paths: list[str]) -> None:
+    """Remove the files a refused join made, if nothing was written to them."""
+    for path in paths:
+        with contextlib.suppress(OSError):
+            if os.path.isfile(path) and os.path.getsize(path) == 0:
+                os.unlink(path)
+
+
+def _join(
+    args: argparse.Namespace,
+    settings: Settings,
+    url: RedisURL,
+    spider: Any,
+    early_stop: list[int],
+    previous: Any,
+) -> int:
+    from hashcrawl._run._worker import Worker, unwrapped
+
     check_reachable(url, args.crawl)
     worker = Worker(
         url,
@@ -85,9 +116,9 @@ def cmd_join(args: argparse.Namespace) -> int:
     async def main() -> None:
         async with unwrapped(), trio.open_nursery() as nursery:
             nursery.start_soon(
-                _stop_on_signals, worker, nursery.cancel_scope, early_stop, args.child
+                _stop_on_signals, worker, nursery.cancel_scope, early_stop, args.child, args.quiet
             )
-            if not args.child:  # crawl's children: their parent shows the progress
+            if not (args.child or args.quiet):  # crawl's children: their parent reports
                 nursery.start_soon(_report, worker)
             await worker.run()
             nursery.cancel_scope.cancel()
@@ -99,7 +130,24 @@ def cmd_join(args: argparse.Namespace) -> int:
     finally:
         signal.signal(signal.SIGTERM, previous)
         worker.sink.close()
+    if not (args.child or args.quiet):
+        print(log_line(_closing(worker)), file=sys.stderr, flush=True)
     return 0
+
+
+def _closing(worker: Worker) -> str:
+    """join's last line: why it left, and what it did."""
+    tally, idle = worker.tally, worker.settings.idle
+    why = (
+        "stopped"
+        if worker.stop_requested or idle is None
+        else f"the crawl was idle for {idle:g} s (--idle)"
+    )
+    return (
+        f"{worker.id} left crawl {worker.crawl}: {why}; {plural(tally.fetched, 'page')}, "
+        f"{plural(tally.items, 'item')}, {tally.failed:,} failed, "
+        f"{tally.dead:,} dead-lettered"
+    )
 
 
 def _worker_settings(args: argparse.Namespace, settings: Settings, spider: Any) -> dict[str, Any]:
@@ -136,20 +184,25 @@ async def _report(worker: Worker, every: float = REPORT_EVERY) -> None:
 
 
 async def _stop_on_signals(
-    worker: Any, scope: trio.CancelScope, early: list[int], child: bool
+    worker: Any, scope: trio.CancelScope, early: list[int], child: bool, quiet: bool = False
 ) -> None:
     # A child of ``crawl`` leaves Ctrl-C to its parent, which says "stopping" once.
     numbers = (signal.SIGTERM,) if child else (signal.SIGTERM, signal.SIGINT)
     with trio.open_signal_receiver(*numbers) as signals:
         if early:
             worker.stop()
-        async for _ in signals:
-            if worker.stop_requested:
+        async for number in signals:
+            # Only a second Ctrl-C means "now": ``timeout`` and service managers send
+            # SIGTERM to the command and again to its whole group (``crawl``'s workers
+            # get it from there and from ``crawl``), one request to stop twice.
+            if worker.stop_requested and number == signal.SIGINT:
                 # A second signal: go now; the lease brings back whatever was held.
-                if not child:
+                if not (child or quiet):
                     print("hashcrawl: stopped at once", file=sys.stderr, flush=True)
                 os._exit(FAILED)
-            if not child:
+            if worker.stop_requested:
+                continue
+            if not (child or quiet):
                 log.warning(
                     "stopping: finishing requests in flight, then handing hosts back "
                     "(press Ctrl-C again to quit at once)"
@@ -167,15 +220,20 @@ def cmd_crawl(args: argparse.Namespace) -> int:
     if not urls and not _starts_itself(spider):
         raise ConfigError("crawl needs a start URL (or a --spider with start_urls)")
     check_start_urls(urls, AddressPolicy.of(settings.allow_nets, settings.allow_private))
+    made = [p for p in args.output or () if p != "-" and not os.path.lexists(p)]
     checked_output(args.output)
     state = _state_dir(args)
-    with (
-        interrupts_held() as check,
-        RedisServer(
-            directory=state, unix_socket=True, appendonly=True, die_with_parent=True
-        ) as server,
-    ):
-        return _crawl_on(server.url, args, urls, check)
+    try:
+        with (
+            interrupts_held() as check,
+            RedisServer(
+                directory=state, unix_socket=True, appendonly=True, die_with_parent=True
+            ) as server,
+        ):
+            return _crawl_on(server.url, args, urls, check)
+    except ConfigError:
+        _remove_empty(made)  # refused (--shards, say): no -o file left behind
+        raise
 
 
 def _starts_itself(spider: Any) -> bool:
@@ -216,6 +274,7 @@ def _crawl_on(
         command = _child_command(args)
         children = Children(
             [command + child_metrics_flags(args.metrics_port, i) for i in range(args.workers)],
+            quiet=args.quiet,
             # The URL goes through the environment: argv is visible to every user in ps.
             env={**os.environ, REDIS_ENV_VAR: redis_url, **_headers_env(settings)},
         )
@@ -265,8 +324,12 @@ def _child_command(args: argparse.Namespace) -> list[str]:
     command += settings_from(args).to_flags(worker_only=True)  # crawl settings: in Redis
     for path in args.output or ():
         command += ["-o", path]
+    if args.log_file:
+        command += ["--log-file", os.path.abspath(args.log_file)]
     if args.spider is not None:
         command += ["--spider", args.spider]
     if args.verbose:
         command.append("-v")
+    if args.quiet:
+        command.append("-q")
     return command

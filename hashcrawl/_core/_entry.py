@@ -18,6 +18,7 @@ from typing import Any
 import attrs
 
 from hashcrawl._core._revisit import BadRecord, Record
+from hashcrawl._core._steps import BadStep, Step, steps_of
 from hashcrawl._core._urls import canonical_parts
 from hashcrawl._exceptions import HashcrawlError
 
@@ -105,11 +106,28 @@ class Entry:
     handle_httpstatus_list: tuple[int, ...] = ()
     rule: int | None = None
     revisit: str | None = None  # a revisit's record (``_revisit.Record``) in hex ("V")
+    render: bool = False  # fetched in the worker's browser ("b")
+    steps: tuple[Step, ...] = ()  # what to do in the rendered page ("W")
+    # Steps read back that are not steps of the list, as they were: the owner
+    # dead-letters the entry with ``steps_refusal`` (the URL is known), keeping them.
+    unread_steps: Any = None
     # ``canonical`` and ``host``, once asked: a follow is asked them five times or more
     # (the robots check, scope, routing, the seen cache, the fingerprint); never stored
     # or compared.
     _canonical: str | None = attrs.field(default=None, init=False, eq=False, repr=False)
     _host: str | None = attrs.field(default=None, init=False, eq=False, repr=False)
+
+    @property
+    def steps_refusal(self) -> str | None:
+        """Why this entry's steps cannot be done (they are not steps of the closed list,
+        or the entry is not rendered), or None."""
+        if self.unread_steps is None:
+            return None
+        try:
+            steps_of(self.unread_steps)
+        except BadStep as exc:
+            return f"entry steps: {exc}"
+        return "entry steps: steps need render=True"
 
     @property
     def key(self) -> str:
@@ -174,6 +192,9 @@ class Entry:
             ("S", list(self.handle_httpstatus_list), []),
             ("R", self.rule, None),
             ("V", self.revisit, None),
+            ("b", int(self.render), 0),
+            ("W", [step.to_data() for step in self.steps], []),
+            ("W", self.unread_steps, None),
         ):
             if value != default:
                 doc[key] = value
@@ -230,6 +251,7 @@ class Entry:
                 full["revisit"] = Record.from_hex(doc["V"]).to_hex()
             except BadRecord as exc:
                 raise BadEntry(f"entry revisit record: {exc}: {_clip(data)}") from None
+        full.update(_rendering(doc, data))
         return cls(
             url=doc["u"],
             depth=numbers["d"],
@@ -314,6 +336,24 @@ def _scrapy_fields(doc: dict[str, Any], data: bytes | str | None) -> dict[str, A
         "handle_httpstatus_list": tuple(statuses),
         "rule": rule,
     }
+
+
+def _rendering(doc: dict[str, Any], data: bytes | str | None) -> dict[str, Any]:
+    """Whether an entry is rendered, and its steps, each checked again as it is read."""
+    if "b" not in doc and "W" not in doc:
+        return {}
+    if doc.get("b", 0) not in (0, 1) or type(doc.get("b", 0)) not in (int, bool):
+        raise BadEntry(f"entry render flag is not 0 or 1: {_clip(data)}")
+    render = bool(doc.get("b"))
+    if _depth(doc.get("W")) > MAX_META_DEPTH:
+        raise BadEntry(f"entry steps nest deeper than {MAX_META_DEPTH}: {_clip(data)}")
+    try:
+        steps = steps_of(doc.get("W", []))
+    except BadStep:
+        return {"render": render, "unread_steps": doc["W"]}
+    if steps and not render:
+        return {"render": render, "unread_steps": doc["W"]}
+    return {"render": render, "steps": steps}
 
 
 def _is_header(pair: Any) -> bool:

@@ -83,6 +83,7 @@ class Fetches:
             if outcome.found:
                 tally.links(outcome.found, len(outcome.follows) + outcome.known)
             tally.links_dropped += outcome.dropped
+            tally.robots_denied += outcome.denied
             outcome.follows.extend(self.sitemaps_of(held))
         self.finish(held, now)
         self.s.in_flight -= 1

@@ -142,6 +142,25 @@ class Frontier:
         host.last_end = max(host.last_end, now)
         self._schedule(host)
 
+    def sub_request_turn(self, name: str, now: float) -> float | None:
+        """When a request made by a page in flight to ``name`` may start: a rendered
+        page's sub-request, which uses its page's slot, so only the pace applies. The
+        turn is counted as the host's last start at once (a later take waits for it);
+        None when ``name`` is no longer this owner's host.
+        """
+        host = self.hosts.get(name)
+        if host is None or host.revoked:
+            return None
+        turn = max(now, host.next_start(self.delay, self.per_host))
+        host.last_start = turn
+        return turn
+
+    def sub_request_ended(self, name: str, now: float) -> None:
+        """A request made by a page in flight to ``name`` (or its document) ended."""
+        host = self.hosts.get(name)
+        if host is not None:
+            host.last_end = max(host.last_end, now)
+
     def back_off(self, name: str, until: float) -> None:
         host = self.hosts.get(name)
         if host is None:  # handed over meanwhile: its pace record went with it

@@ -164,7 +164,7 @@ class Intake:
             if ring.owner_of(host) != mine.worker:
                 ledger.add(Outcome.forward(held))
                 continue
-            why = mine.refuses(entry)
+            why = entry.steps_refusal or mine.refuses(entry)
             if why is not None:
                 ledger.add(Outcome.dead(held, why))
                 continue

@@ -49,7 +49,8 @@ class Outcome:
     ``backoff`` is how long (seconds) the entry's host should wait before its next
     request; ``found`` and ``dropped`` count the page's links, for the metrics, and
     ``known`` those kept but left out of ``follows`` because this worker queued them
-    already (the commit would drop them: see ``Origin.seen``);
+    already (the commit would drop them: see ``Origin.seen``); ``denied`` the links to
+    the page's own host that its robots.txt disallows, left out of ``follows``;
     ``fault`` is ``"parse"`` when the parse callback failed: the page was fetched, and
     the error is the spider's, not the site's. ``revisit`` is written by the commit's
     revisit put, before the entry is acknowledged.
@@ -67,6 +68,7 @@ class Outcome:
     found: int = 0
     dropped: int = 0
     known: int = 0
+    denied: int = 0
     fault: str = ""
     revisit: Fetch | None = None  # the page's next revisit record, with --revisit
 
@@ -81,6 +83,7 @@ class Outcome:
         found: int = 0,
         dropped: int = 0,
         known: int = 0,
+        denied: int = 0,
     ) -> Outcome:
         return cls(
             kind=Kind.DONE,
@@ -92,6 +95,7 @@ class Outcome:
             found=found,
             dropped=dropped,
             known=known,
+            denied=denied,
         )
 
     @classmethod

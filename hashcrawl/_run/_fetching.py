@@ -9,6 +9,7 @@ import time
 
 import trio
 
+from hashcrawl._browser._pace import paced_by
 from hashcrawl._core._due import conditional
 from hashcrawl._core._frontier import Held
 from hashcrawl._core._outcome import Outcome
@@ -16,6 +17,8 @@ from hashcrawl._core._page import Page, Step
 from hashcrawl._core._revisit import Record
 from hashcrawl._exceptions import FetchError, Refused
 from hashcrawl._run._membership import Membership
+from hashcrawl._run._metrics import error_kind
+from hashcrawl._run._rendering import FrontierPace
 from hashcrawl._web._fetch import Fetcher
 from hashcrawl._web._models import Request, Response
 from hashcrawl._web._pools import NotSent, sending_only_while
@@ -31,6 +34,7 @@ class Dispatcher:
     def __init__(self, m: Membership, fetcher: Fetcher) -> None:
         self.m = m
         self.fetcher = fetcher
+        self.pace = FrontierPace(m)  # a rendered page's sub-requests
         self.robots_limiter = trio.CapacityLimiter(2)  # threads checking heavy robots.txt
 
     async def dispatch_loop(self) -> None:
@@ -102,7 +106,10 @@ class Dispatcher:
                 await self.handle(page, response)
             elif page.step is Step.CHECK_RULES:
                 assert page.rules is not None
-                page.checked(await self.robots_allow(page.rules, held.entry.url))
+                allowed = await self.robots_allow(page.rules, held.entry.url)
+                if not allowed:
+                    self.tell_robots(held.host, held.entry.url)
+                page.checked(allowed)
             elif not self.may_send(held):
                 page.not_sent(self.m.now())
             elif page.step is Step.FETCH_ROBOTS:
@@ -133,10 +140,19 @@ class Dispatcher:
             if not isinstance(exc, FetchError):
                 log.exception("fetcher failed on %s", held.entry.url)
             page.send_failed(exc, self.m.now() - sent, self.m.now())
+            if isinstance(exc, Refused):
+                self.tell_refused(held.entry.url, exc)
             if page.outcome is not None:  # the request's errback, if it has one, has its say
                 page.outcome = await self.m.worker.handler.failed(held, page.outcome, exc)
             return None
         page.answered(response, self.m.now() - sent, self.m.now(), set_cookies(response))
+        if response.truncated:
+            self.tell(
+                "max_body",
+                f"the body of {held.entry.url} is longer than --max-body "
+                f"({self.m.settings.max_body:,} bytes): cut there, and the page parsed from "
+                "what was kept (--max-body raises it; said once per crawl)",
+            )
         if self.m.worker.handler.parser is not None:  # the host is free: fetch its next page
             self.m.wake()  # while this one is parsed in the other process
         return response
@@ -151,9 +167,36 @@ class Dispatcher:
                 page.held, response, page.origin, server_s=server_s
             )
             page.handled(await handled)
+            if page.outcome is not None and page.outcome.denied:
+                self.tell_robots(page.held.host, "links on " + page.held.entry.url)
         except Exception as exc:  # a parse callback's bug fails its page, not the worker
             log.exception("parsing %s failed", page.held.entry.url)
             page.handle_failed(exc, self.m.now())
+
+    def tell_refused(self, url: str, exc: Refused) -> None:
+        """Say, the first time in the crawl, that a rule of the worker's refused a page."""
+        message = str(exc)
+        address = "not a public address" in message
+        python = " (from Python: allow_nets=['CIDR'] or allow_private=True)" if address else ""
+        self.tell(
+            "address" if address else error_kind(message),
+            f"refused {url}: {message}{python}; counted in status as failed, and dead "
+            "(hashcrawl dead lists them); said once per crawl",
+        )
+
+    def tell_robots(self, host: str, what: str) -> None:
+        """Say, the first time in the crawl, that robots.txt kept pages out."""
+        self.tell(
+            "robots",
+            f"robots.txt of {host} disallows {what} for this user agent: not fetched, "
+            "counted in status as robots_denied (--ignore-robots fetches such pages; "
+            "said once per crawl)",
+        )
+
+    def tell(self, reason: str, line: str) -> None:
+        notices = self.m.worker.notices
+        if notices.first(reason):
+            self.m.spawn(notices.tell, reason, line, getattr(self.m.store, "claim_notice", None))
 
     def may_send(self, held: Held) -> bool:
         """Ask the session, right before a request leaves, whether it still may."""
@@ -169,11 +212,13 @@ class Dispatcher:
         Raises:
             NotSent: the check said no; nothing reached the host.
         """
-        with sending_only_while(lambda: self.may_send(held)):
+        with sending_only_while(lambda: self.may_send(held)), paced_by(self.pace):
             response = await self.fetcher.fetch(request)
         archive = self.m.worker.archive
         if archive is not None:  # records built here, before the page's outcome exists
             archive.archive(response)  # the commit's flush writes them, before the ack
+            for fetched in response.render.archived if response.render is not None else ():
+                archive.archive(fetched)  # a rendered page's own requests, as fetched
         return response
 
     async def fetch_robots(self, held: Held) -> Robots | Unreachable:

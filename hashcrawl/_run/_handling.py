@@ -50,6 +50,7 @@ Parse = Callable[[Response], Any]
 MAX_REDIRECTS = 5  # hops in one chain, as RFC 9309 asks of robots.txt and browsers allow
 RETRY_AFTER_CAP = 600.0  # a server's Retry-After is honoured up to ten minutes
 LOOP_HOLD_WARNING = 1.0  # seconds a callback may hold the event loop before it is reported
+MAX_DENIED = 100_000  # robots.txt-denied link URLs a worker remembers, to count each once
 
 
 def is_overloaded(status: int) -> bool:
@@ -104,6 +105,7 @@ class Handler:
         self.name = name  # the spider's, or the parse function's, for dead letters' reasons
         self.blocking = blocking or (spider is not None and spider.blocking)
         self.settings = settings if settings is not None else Settings()
+        self.denied = Denied()  # links robots.txt kept out, each counted once
         self._policy_of: tuple[Settings, Policy | None] | None = None
         # HASHCRAWL_PARSE_PROCESS=1: the default parse in a process of its own (_parsing)
         self.parser = Parser() if PARSE_PROCESS and parse is None and spider is None else None
@@ -165,13 +167,14 @@ class Handler:
             )
             follows = found if 200 <= response.status < 300 else []
             follows += redirect
-            return Outcome.done(held, [], self._allowed(follows, held, origin))
+            kept = self._allowed(follows, held, origin)
+            return Outcome.done(held, [], kept, denied=kept.denied)
         # A submitted URL that redirects (http to https, a bare domain to www.) brings
         # its target's host into the scope, as wget takes the start URL's redirect.
         widen = [e.host for e in redirect if entry.depth == 0]
         if redirect and (self.parse is not None or self.spider is not None):
-            follows = self._allowed(redirect, held, origin)
-            return Outcome.done(held, [], follows, widen, found=len(redirect))
+            kept = self._allowed(redirect, held, origin)
+            return Outcome.done(held, [], kept, widen, found=len(redirect), denied=kept.denied)
         if self.spider is not None and not listed:
             outcome = Outcome.done(held, [], [])
             return await self.failed(held, outcome, HttpError(response), origin)
@@ -212,11 +215,13 @@ class Handler:
             kept = self._allowed(produced.follows, held, origin)
             return Outcome.retry(held, error, produced.items, kept, backoff=wait, fault=PARSE_FAULT)
         follows = produced.follows + redirect
+        kept = self._allowed(follows, held, origin)
         return Outcome.done(
             held,
             produced.items,
-            self._allowed(follows, held, origin),
+            kept,
             widen,
+            denied=kept.denied,
             found=len(follows) + len(produced.known),
             dropped=produced.dropped + unread_links(capped),
             known=_known_kept(settings.max_depth, produced.known, held, origin),
@@ -407,16 +412,44 @@ class Handler:
             )
         ]
 
-    def _allowed(self, follows: list[Entry], held: Held, origin: Origin) -> list[Entry]:
+    def _allowed(self, follows: list[Entry], held: Held, origin: Origin) -> Follows:
         # A link to this page's own host that its robots.txt forbids goes no further:
         # this worker owns the host and would refuse the entry anyway, after an XADD, a
         # read and an acknowledgement. Other hosts' rules are their owners' to apply.
         deep = self.settings.max_depth
-        return [
-            e
-            for e in follows
-            if (deep is None or e.depth <= deep) and _keeps(e.url, e.host, held, origin)
-        ]
+        kept = Follows()
+        for e in follows:
+            if deep is not None and e.depth > deep:
+                continue
+            if _keeps(e.url, e.host, held, origin):
+                kept.append(e)
+            elif not origin.host_full and self.denied.first(e.key):
+                kept.denied += 1  # counted in robots_denied once, as a refused entry is
+        return kept
+
+
+class Follows(list[Entry]):
+    """The follows a page's host's rules kept, and how many new links its robots.txt
+    kept out (``denied``)."""
+
+    denied: int = 0
+
+
+@attrs.define
+class Denied:
+    """The URLs a worker's robots.txt rules kept out at extraction, so that a link found
+    on many pages is counted once (as its entry would be, refused once after the seen
+    filter). Bounded: past ``MAX_DENIED`` it forgets them all and starts again."""
+
+    urls: set[str] = attrs.Factory(set)
+
+    def first(self, url: str) -> bool:
+        if url in self.urls:
+            return False
+        if len(self.urls) >= MAX_DENIED:
+            self.urls.clear()
+        self.urls.add(url)
+        return True
 
 
 def _keeps(url: str, host: str, held: Held, origin: Origin) -> bool:

@@ -18,6 +18,7 @@ from hashcrawl._run._calls import Call, Signal, StoreCaller, Wakeup
 from hashcrawl._run._handling import Handler
 from hashcrawl._run._inbound import Inbound, Parcel
 from hashcrawl._run._metrics import Tally
+from hashcrawl._run._notices import Notices
 from hashcrawl._settings import Settings
 from hashcrawl._store._base import RevisitStore, WorkerStore
 from hashcrawl._store._crawlconfig import CrawlSettings
@@ -85,6 +86,7 @@ class Member(Protocol):
     sink: Sink
     archive: Archive | None  # the part of the sink that keeps every response, if any
     tally: Tally
+    notices: Notices
     crawl_settings: CrawlSettings | None
 
     def refuse(self, why: ConfigError) -> None: ...

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import json
-from collections.abc import Iterable
+from collections.abc import Iterable, Iterator
 from typing import Any
 
 import attrs
@@ -19,6 +19,7 @@ from hashcrawl._store._base import WorkerStore
 from hashcrawl._store._redisurl import RedisURL, check_crawl_name
 from hashcrawl._store._shards import Shards, queued_any, shard_tags, stored_tags
 from hashcrawl._store._store import Batch, Store
+from hashcrawl._web._addresses import PYTHON_ALLOW_HINT, AddressPolicy, SubmitCheck
 from hashcrawl._web._models import Request
 from hashcrawl._web._spider import Calls
 
@@ -79,6 +80,8 @@ class Queue:
         dont_filter: bool = False,
         allow_domains: Iterable[str] = (),
         span_hosts: bool = False,
+        allow_nets: Iterable[str] = (),
+        allow_private: bool = False,
     ) -> int:
         """Add URLs to the crawl, a thousand at a time; returns how many were new.
 
@@ -87,11 +90,24 @@ class Queue:
         the crawl's scope (the hosts its links may lead to), and so do the hosts in
         ``allow_domains``, or every host with ``span_hosts``.
 
+        A URL at an address the workers refuse by default (loopback, private, link-local)
+        is refused here too, as ``hashcrawl submit`` refuses it, unless ``allow_nets``
+        holds its network or ``allow_private`` is true (give the workers the same). IP
+        literals are judged always, host names for the first 64 distinct ones.
+
         Raises:
-            InvalidURL: a URL is not an http(s) URL. Each batch of a thousand is checked
-                before it goes in: earlier batches are in, this one and later ones are not.
+            InvalidURL: a URL is not an http(s) URL.
+            ConfigError: a URL is at an address not allowed, or ``allow_nets`` holds
+                something that is not a network. A list or tuple is checked whole before
+                anything goes in; any other iterable a batch of a thousand at a time:
+                earlier batches are in, this one and later ones are not.
             QueueError: Redis could not be reached.
         """
+        check = SubmitCheck(AddressPolicy.of(allow_nets, allow_private), PYTHON_ALLOW_HINT)
+        if isinstance(urls, list | tuple):
+            urls = list(_allowed(urls, check))  # all of them, before anything is written
+        else:
+            urls = _allowed(urls, check)
         target = self._target(record=True)
         for store in self._stores():
             store.widen_scope(scope_members(domains=allow_domains, span=span_hosts))
@@ -157,6 +173,19 @@ class Queue:
 
 
 Target = WorkerStore | Shards  # one store, or a sharded crawl's shards
+
+
+def _allowed(urls: Iterable[str], check: SubmitCheck) -> Iterator[str]:
+    """``urls``, each checked against the address rule as it is read.
+
+    Raises:
+        ConfigError: the first URL refused.
+    """
+    for url in urls:
+        why = check.refusal(canonicalize(url))
+        if why is not None:
+            raise ConfigError(why)
+        yield url
 
 
 def submit_urls(

@@ -8,6 +8,7 @@ id), each a :class:`~hashcrawl._run._driver.Driver` around a
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import os
 import secrets
@@ -17,6 +18,7 @@ from typing import Any, TypeVar
 
 import trio
 
+from hashcrawl._browser._render import Renderer
 from hashcrawl._core._faults import NO_FAULTS, Faults
 from hashcrawl._core._names import check_name, incarnation
 from hashcrawl._core._session import Session
@@ -29,6 +31,7 @@ from hashcrawl._run._handling import Handler, Parse
 from hashcrawl._run._membership import _in_worker_thread
 from hashcrawl._run._membership import unwrapped as unwrapped
 from hashcrawl._run._metrics import Tally
+from hashcrawl._run._notices import Notices
 from hashcrawl._run._queue import submit_start_requests
 from hashcrawl._run._sharding import Sharded
 from hashcrawl._settings import CRAWL, Settings
@@ -39,7 +42,7 @@ from hashcrawl._store._redisurl import RedisURL, check_crawl_name
 from hashcrawl._store._revisits import Revisits
 from hashcrawl._store._shards import Shards, shard_tags, still_one_shard
 from hashcrawl._store._store import LOST, Store
-from hashcrawl._web._addresses import PYTHON_ALLOW_HINT, AddressPolicy, url_refusal
+from hashcrawl._web._addresses import PYTHON_ALLOW_HINT, AddressPolicy, SubmitCheck
 from hashcrawl._web._fetch import Fetcher, HttpxFetcher
 from hashcrawl._web._sinks import Sink, archive_of, one_sink, sink_for
 from hashcrawl._web._spider import Calls, Spider, scrapy_settings
@@ -115,6 +118,7 @@ class Worker:
         if self.archive is not None:
             self.archive.named_for(self.id)
         self.tally = Tally()  # counts across memberships, for status, /metrics and the summary
+        self.notices = Notices()  # the refusals it has told of (or another worker did)
         self._stop_requested = False
         self.instance = ""  # the crawl's instance marker, learnt at the first join
 
@@ -168,6 +172,9 @@ class Worker:
                 stored settings are not usable (see ``_crawlconfig``).
             NameTaken: a worker of this one's ``name`` is running (nothing was written).
         """
+        if self.spider is not None:  # refused before anything is recorded in Redis
+            urls = list(getattr(self.spider, "start_urls", None) or ())
+            await trio.to_thread.run_sync(check_start_urls, urls, self.settings)
         # Take the crawl's settings (or record these) before they are used.
         settings, self.crawl_settings = await trio.to_thread.run_sync(
             _crawlconfig.adopt_at, self.url, self.crawl, self.settings, self.given_crawl
@@ -177,7 +184,7 @@ class Worker:
         store: WorkerStore = Store(self.url, self.crawl, timeout=self.settings.answer_timeout)
         self._store = store
         own_fetcher = self._fetcher is None
-        fetcher = self._fetcher or HttpxFetcher(
+        inner = self._fetcher or HttpxFetcher(
             user_agent=self.settings.user_agent,
             timeout=self.settings.timeout,
             max_body=self.settings.max_body,
@@ -189,11 +196,11 @@ class Worker:
             keep_raw=self.archive is not None,
         )
         reason = "finished"
+        browser = contextlib.AsyncExitStack()  # the browser: started by the first render
         try:
+            fetcher = await browser.enter_async_context(self._renderer(inner))
             shards = await self._shards(store)  # before anything is queued
             if self.handler.spider is not None:
-                urls = list(getattr(self.spider, "start_urls", None) or ())
-                await trio.to_thread.run_sync(check_start_urls, urls, self.settings)
                 await trio.to_thread.run_sync(self.handler.spider.opened)
                 into = store if shards is None else shards
                 await trio.to_thread.run_sync(submit_start_requests, into, self.handler.spider)
@@ -241,11 +248,24 @@ class Worker:
             if metrics is not None:
                 metrics.shutdown()
                 metrics.server_close()
+            await browser.aclose()
             if own_fetcher:
-                await fetcher.aclose()  # type: ignore[attr-defined]
+                await inner.aclose()  # type: ignore[attr-defined]
             if self._shards_open is not None:
                 self._shards_open.close()
             store.close()
+
+    def _renderer(self, fetcher: Fetcher) -> contextlib.AbstractAsyncContextManager[Renderer]:
+        """The worker's fetcher: ``fetcher``, with pages that ask rendered (all of them
+        with --render) in a browser started when the first one comes."""
+        s = self.settings
+        return Renderer.open(
+            fetcher,
+            chromium=s.chromium,
+            tabs=s.browser_tabs,
+            render_timeout=s.render_timeout,
+            render_all=s.render,
+        )
 
     _shards_open: Shards | None = None
 
@@ -285,16 +305,17 @@ class Worker:
         return totals
 
 
-def check_start_urls(urls: list[str], settings: Settings) -> None:
+def check_start_urls(urls: list[str], settings: Settings, hint: str = PYTHON_ALLOW_HINT) -> None:
     """Refuse a spider's start URL that this worker would refuse to connect to: left
     to the fetcher, it would only show as a dead letter after a crawl of nothing.
 
     Raises:
-        ConfigError: the first such URL, naming the settings that would allow it.
+        ConfigError: the first such URL, naming the settings that would allow it
+            (``hint``: Python's names by default).
     """
-    policy = AddressPolicy.of(settings.allow_nets, settings.allow_private)
+    check = SubmitCheck(AddressPolicy.of(settings.allow_nets, settings.allow_private), hint)
     for url in urls:
-        refusal = url_refusal(canonicalize(url), policy, hint=PYTHON_ALLOW_HINT)
+        refusal = check.refusal(canonicalize(url))
         if refusal is not None:
             raise ConfigError(f"start URL {url}: {refusal}")
 

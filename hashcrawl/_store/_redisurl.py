@@ -232,6 +232,16 @@ class RedisURL:
             )
         elif self.scheme == "redis+sentinel":
             return reason  # the primary's address, if any, is in the reason itself
+        elif "Authentication required" in reason and not self.password:
+            form = (
+                "redis+unix://:PASSWORD@/path/to/socket?db=N"
+                if self.scheme == "redis+unix"
+                else f"{self.scheme}://:PASSWORD@host:port/db"
+            )
+            reason += (
+                f" The server wants a password: give it in the URL ({form}), in ${ENV_VAR} "
+                "(kept out of ps), or with --redis-password-file FILE."
+            )
         elif "Connection refused" in reason or "No such file or directory" in reason:
             where = self.path if self.scheme == "redis+unix" else f"{self.host}:{self.port}"
             reason += f" Is a Redis server running at {where}?"

@@ -40,6 +40,8 @@ key                type    written by
                            error, attempts, entry (so its URL) and time, out of attempts
 ``bad``            LIST    commit: the newest samples of unreadable entries (bounded)
 ``stats``          HASH    commit, heartbeat, join: fleet counters (join: taken_over)
+``notices``        HASH    a worker's first refusal of a page for a reason (HSETNX):
+                           reason -> unix seconds; whoever sets it says the line
 ``scope``          SET     submit, join, commit, configure: the hosts links may lead
                            to (and ``domain:D``, ``span``); only grows, so its size is
                            its version, checked by commit
@@ -79,6 +81,7 @@ entry that is not UTF-8 is a bad entry for ``Entry.decode`` to name, not an exce
 
 from __future__ import annotations
 
+import time
 from collections.abc import Mapping, Sequence
 from typing import Any
 
@@ -179,6 +182,12 @@ class Store(Views):
             host=str(host),
             behind=int(behind) == 1,
         )
+
+    @_translated
+    def claim_notice(self, reason: str) -> bool:
+        """Whether this is the crawl's first notice of ``reason`` (whoever sets the field
+        says the line: once per crawl, not once per worker)."""
+        return bool(self._redis.hsetnx(self.key("notices"), reason, int(time.time())))
 
     @_translated
     def instance(self) -> str | None:

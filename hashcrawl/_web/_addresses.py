@@ -29,6 +29,7 @@ ALLOW_HINT = "allow it with --allow-net CIDR or --allow-private"
 PYTHON_ALLOW_HINT = "allow it with allow_nets=['CIDR'] or allow_private=True"
 NAT64_WELL_KNOWN = ipaddress.IPv6Network("64:ff9b::/96")  # RFC 6052
 NAT64_LOCAL = ipaddress.IPv6Network("64:ff9b:1::/48")  # RFC 8215: local use, not global
+LOOK_UPS = 64  # host names one submission resolves at most; past them, IP literals only
 
 
 @attrs.frozen
@@ -138,3 +139,34 @@ def url_refusal(
     if addresses and not any(policy.allows(address) for address in addresses):
         return policy.refusal(host, addresses, hint)
     return None
+
+
+@attrs.define
+class SubmitCheck:
+    """The address rule as a submission applies it, the same from the CLI and Python.
+
+    IP literals are always judged; host names are resolved for the first
+    ``LOOK_UPS`` distinct ones only, so that a list of a million URLs is not a million
+    DNS lookups (the workers check every address they connect to anyway).
+
+    Args:
+        policy: the addresses allowed.
+        hint: how a refusal says to allow it (the CLI's flags, or Python's names).
+    """
+
+    policy: AddressPolicy
+    hint: str = ALLOW_HINT
+    look_ups: int = LOOK_UPS
+    _hosts: dict[str, str | None] = attrs.field(factory=dict, repr=False)
+
+    def refusal(self, canonical_url: str) -> str | None:
+        """Why ``canonical_url`` is refused, or None."""
+        host = urlsplit(canonical_url).hostname or ""
+        if host in self._hosts:
+            return self._hosts[host]
+        look_up = literal_address(host) is None and self.look_ups > 0
+        self.look_ups -= look_up
+        why = url_refusal(canonical_url, self.policy, look_up=look_up, hint=self.hint)
+        if len(self._hosts) < 10_000:  # bounded: a long list of hosts is judged each time
+            self._hosts[host] = why
+        return why

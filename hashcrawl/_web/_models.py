@@ -24,6 +24,7 @@ from hashcrawl._core._entry import (
     Entry,
 )
 from hashcrawl._core._links import request_url
+from hashcrawl._core._steps import Rendered, Step, steps_of
 from hashcrawl._exceptions import ConfigError
 
 if TYPE_CHECKING:
@@ -151,6 +152,12 @@ class Request:
         handle_httpstatus_list: statuses besides 2xx that go to the callback (a 3xx
             listed here is not followed), as Scrapy's meta key of that name.
         rule: the index of the spider's rule that led here (set by :class:`CrawlSpider`).
+        render: fetch the page in the worker's browser: the callback's response holds
+            the DOM once its scripts ran and ``steps`` were done (a worker renders
+            only with a browser, see ``--render``).
+        steps: what to do in the page before its DOM is read, in order: step objects
+            such as ``{"click": "button.more"}`` (docs/api.md lists them); they need
+            ``render=True``.
     """
 
     url: str
@@ -171,6 +178,12 @@ class Request:
         default=(), kw_only=True, converter=_statuses
     )
     rule: int | None = attrs.field(default=None, kw_only=True)
+    render: bool = attrs.field(default=False, kw_only=True)
+    steps: tuple[Step, ...] = attrs.field(default=(), kw_only=True, converter=steps_of)
+
+    def __attrs_post_init__(self) -> None:
+        if self.steps and not self.render:
+            raise ConfigError(f"Request {self.url:.100}: steps need render=True")
 
     def replace(self, **changes: Any) -> Request:
         """This request with ``changes`` (any of its arguments), as Scrapy's ``replace``."""
@@ -187,7 +200,9 @@ class Request:
         if url is None:
             return None
         entry = Entry(url=url, depth=depth, **{name: getattr(self, name) for name in CARRIED})
-        if self.body or self.headers or self.cb_kwargs:  # a plain GET's entry is its URL
+        if (
+            self.body or self.headers or self.cb_kwargs or self.steps
+        ):  # a plain GET's entry is its URL
             size = len(entry.encode().encode("utf-8"))
             if size > MAX_ENTRY_BYTES - GROWTH:  # room to be retried, or marked a suspect
                 raise ConfigError(
@@ -263,6 +278,7 @@ class Response:
     max_links: int | None = attrs.field(default=None, kw_only=True)
     truncated: bool = attrs.field(default=False, kw_only=True)
     exchange: Exchange | None = attrs.field(default=None, kw_only=True, eq=False, repr=False)
+    render: Rendered | None = attrs.field(default=None, kw_only=True, eq=False, repr=False)
     _parsed: list[Page | None] = attrs.field(factory=list, init=False, eq=False, repr=False)
     _cache: dict[str, Any] = attrs.field(factory=dict, init=False, eq=False, repr=False)
 

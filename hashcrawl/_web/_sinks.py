@@ -1,4 +1,5 @@
-"""Sinks: where items go. JSON Lines (default) and CSV built in; a protocol for your own.
+"""Sinks: where items go. JSON Lines (the default), JSON, CSV, XML and Parquet built in,
+picked by the end of a file's name; a protocol for your own.
 
 A sink that also archives (:class:`Archive`, as ``WarcSink`` in ``_warc``) is handed
 every response the worker gets, and its ``flush`` joins the same commit as the items'.
@@ -13,9 +14,8 @@ pages), so a sink that upserts on the URL makes repeats harmless.
 
 from __future__ import annotations
 
-import csv
-import io
 import json
+import logging
 import os
 import stat
 from collections.abc import Mapping, Sequence
@@ -23,6 +23,11 @@ from concurrent.futures import ThreadPoolExecutor
 from typing import TYPE_CHECKING, Any, Protocol, runtime_checkable
 
 import attrs
+
+from hashcrawl._exceptions import ConfigError
+from hashcrawl._web._documents import CsvSink, Document, JsonSink, SharedFile, XmlSink, append_all
+
+log = logging.getLogger("hashcrawl")
 
 if TYPE_CHECKING:
     from hashcrawl._web._models import Response
@@ -131,21 +136,11 @@ def as_dict(item: Any) -> Mapping[str, Any]:
     raise TypeError(f"an item must be a dict or an attrs instance, got {type(item).__name__}")
 
 
-def _append_all(fd: int, data: bytes, *, fsync: bool) -> None:
-    """Write all of ``data``, then fsync when asked and ``fd`` is a regular file.
-
-    A pipe or terminal has nothing to sync (fsync would fail with EINVAL).
-    """
-    while data:
-        data = data[os.write(fd, data) :]
-    if fsync and stat.S_ISREG(os.fstat(fd).st_mode):
-        os.fsync(fd)
-
-
 class JsonLinesSink:
-    """One JSON object per line, appended with single writes to an O_APPEND file (the default).
+    """One JSON object per line, appended (the default).
 
-    Several workers on one machine may share a file: each batch lands whole.
+    Several workers on one machine may share a file: each flush lands whole, under the
+    file's lock, after cutting a line a killed process left torn (see ``_documents``).
     """
 
     def __init__(self, path: str | os.PathLike[str], *, fsync: bool = True) -> None:
@@ -155,10 +150,13 @@ class JsonLinesSink:
         """
         self.path = os.fspath(path)
         self.fsync = fsync
+        self._file: SharedFile | None = None
         if self.path == "-":
             self._fd = os.dup(1)
+        elif _is_stream(self.path):  # a pipe or a device: appended to as it is
+            self._fd = os.open(self.path, os.O_WRONLY | os.O_APPEND)
         else:
-            self._fd = os.open(self.path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
+            self._file = SharedFile(self.path, fsync=fsync)
         self._pending: list[str] = []
 
     def write(self, items: Sequence[Mapping[str, Any]]) -> None:
@@ -166,71 +164,95 @@ class JsonLinesSink:
             self._pending.append(json.dumps(item, ensure_ascii=False, default=str) + "\n")
 
     def flush(self) -> None:
-        if self._pending:
-            data = "".join(self._pending).encode()
-            self._pending.clear()
-            _append_all(self._fd, data, fsync=self.fsync)
+        if not self._pending:
+            return
+        data = "".join(self._pending).encode()
+        self._pending.clear()
+        if self._file is None:
+            append_all(self._fd, data, fsync=self.fsync)
+            return
+        with self._file.locked() as size:
+            end = size
+            if size and self._file.read(size - 1, 1) != b"\n":
+                start, tail = self._file.end_where(size, lambda tail: b"\n" in tail)
+                end = start + tail.rfind(b"\n") + 1
+                log.warning("%s ended in a torn write: cut back to its last whole line", self.path)
+            self._file.put(end, data)
 
     def close(self) -> None:
         self.flush()
-        os.close(self._fd)
+        if self._file is None:
+            os.close(self._fd)
+        else:
+            self._file.close()
 
 
-class CsvSink:
-    """Comma-separated values with a header row; columns from the first item."""
+def _is_stream(path: str) -> bool:
+    """Whether ``path`` is a device or a pipe (``/dev/null``, ``/dev/stdout``, a FIFO)."""
+    try:
+        mode = os.stat(path).st_mode
+    except FileNotFoundError:
+        return False
+    return not (stat.S_ISREG(mode) or stat.S_ISDIR(mode))
 
-    def __init__(
-        self,
-        path: str | os.PathLike[str],
-        *,
-        fields: Sequence[str] | None = None,
-        fsync: bool = True,
-    ) -> None:
-        self.path = os.fspath(path)
-        self.fsync = fsync
-        self._fields = list(fields) if fields else None
-        self._buffer = io.StringIO()
-        self._fd = os.open(self.path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
-        self._header = os.fstat(self._fd).st_size == 0
 
-    def write(self, items: Sequence[Mapping[str, Any]]) -> None:
-        for item in items:
-            if self._fields is None:
-                self._fields = list(item)
-            writer = csv.DictWriter(self._buffer, self._fields, extrasaction="ignore")
-            if self._header:
-                writer.writeheader()
-                self._header = False
-            writer.writerow(item)
+#: The item formats by the end of a file's name, as ``-o FILE`` and :func:`sink_for` read it.
+FORMATS = {
+    ".jsonl": "JSON Lines",
+    ".jl": "JSON Lines",
+    ".json": "JSON",
+    ".csv": "CSV",
+    ".xml": "XML",
+    ".parquet": "Parquet",
+    ".warc.gz": "WARC",
+    ".warc": "WARC",
+}
 
-    def flush(self) -> None:
-        data = self._buffer.getvalue().encode()
-        self._buffer = io.StringIO()
-        if data:
-            _append_all(self._fd, data, fsync=self.fsync)
 
-    def close(self) -> None:
-        self.flush()
-        os.close(self._fd)
+def format_of(path: str) -> str:
+    """The ending in :data:`FORMATS` that ``path`` has; JSON Lines for "-" (standard
+    output) and for a device or pipe, which take a stream.
+
+    Raises:
+        ConfigError: a name with none of those endings, naming them.
+    """
+    if path == "-" or _is_stream(path):
+        return ".jsonl"
+    for ending in FORMATS:
+        if path.lower().endswith(ending):
+            return ending
+    raise ConfigError(
+        f"cannot tell the item format of {path!r} from its name: it must end in "
+        f"{', '.join(FORMATS)} (or be - for standard output)"
+    )
 
 
 def sink_for(path: str | None, *, fsync: bool = True, **warc: Any) -> Sink:
-    """The built-in sink for an output path: CSV for ``.csv``, WARC for ``.warc.gz`` and
-    ``.warc`` (``warc`` holds ``WarcSink``'s options), JSON Lines otherwise.
+    """The built-in sink for an output path, by the end of its name (:data:`FORMATS`):
+    ``WarcSink`` for ``.warc.gz`` and ``.warc`` (``warc`` holds its options).
 
     Without a path, items go to standard output as JSON Lines.
-    """
-    from hashcrawl._web._warc import WarcSink, is_warc_path
 
-    if path is None:
-        return JsonLinesSink("-", fsync=fsync)
-    if path.endswith(".csv"):
-        return CsvSink(path, fsync=fsync)
-    if is_warc_path(path):  # hashcrawl join's: the records made in a process of their own
-        # (HASHCRAWL_WARC_PROCESS=0: on the event loop, for scripts/bench's comparison)
+    Raises:
+        ConfigError: a name with no known ending.
+    """
+    from hashcrawl._web._warc import WarcSink
+
+    ending = ".jsonl" if path is None else format_of(path)
+    if path is None or ending in (".jsonl", ".jl"):
+        return JsonLinesSink("-" if path is None else path, fsync=fsync)
+    if ending == ".parquet":
+        from hashcrawl._web._parquet import ParquetSink
+
+        return ParquetSink(path, fsync=fsync)
+    if ending.startswith(".warc"):  # hashcrawl join's: the records made in a process of
+        # their own (HASHCRAWL_WARC_PROCESS=0: on the event loop, for scripts/bench)
         process = os.environ.get("HASHCRAWL_WARC_PROCESS", "1") != "0"
         return WarcSink(path, fsync=fsync, **{"process": process, **warc})
-    return JsonLinesSink(path, fsync=fsync)
+    kinds: dict[str, type[Document | CsvSink]] = {
+        ".json": JsonSink, ".xml": XmlSink, ".csv": CsvSink
+    }  # fmt: skip
+    return kinds[ending](path, fsync=fsync)
 
 
 def sinks_for(paths: Sequence[str] | None, *, fsync: bool = True, **warc: Any) -> Sink:

@@ -408,8 +408,27 @@ def _where_it_failed(exc: Exception, path: Path) -> str:
     """``line N: Kind: message`` of an exception raised loading the spider file."""
     line = exc.lineno if isinstance(exc, SyntaxError) else None
     if line is None:
-        frames = [f for f in traceback.extract_tb(exc.__traceback__) if Path(f.filename) == path]
+        # The import system names the file by its absolute path, whatever --spider said.
+        mine = path.resolve()
+        frames = [f for f in traceback.extract_tb(exc.__traceback__) if _same(f.filename, mine)]
         line = frames[-1].lineno if frames else None
     message = exc.msg if isinstance(exc, SyntaxError) else str(exc)
     where = f"line {line}: " if line is not None else ""
-    return f"{where}{type(exc).__name__}: {message}"
+    return f"{where}{type(exc).__name__}: {message}{_scrapy_hint(exc)}"
+
+
+def _same(filename: str, resolved: Path) -> bool:
+    try:
+        return Path(filename).resolve() == resolved
+    except (OSError, RuntimeError, ValueError):  # "<string>", a loop of links
+        return False
+
+
+def _scrapy_hint(exc: Exception) -> str:
+    """For a Scrapy spider not ported yet: how to port it."""
+    if not (isinstance(exc, ModuleNotFoundError) and (exc.name or "").split(".")[0] == "scrapy"):
+        return ""
+    return (
+        "; a Scrapy spider runs on hashcrawl once its imports say so: `import hashcrawl as "
+        'scrapy` (see docs/tutorial.md, "Coming from Scrapy")'
+    )

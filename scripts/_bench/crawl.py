@@ -278,7 +278,7 @@ def hashcrawl_launcher(
 
     def launch(url: str, run_dir: Path) -> tuple[list[int], Callable[[str], int], list[Path]]:
         with Queue(url, CRAWL) as queue:
-            queue.submit(seeds)
+            queue.submit(seeds, allow_private=True)
         outputs = [run_dir / f"items-{i}.jsonl" for i in range(workers)]
         archive = ["-o", str(run_dir / "pages.warc.gz")] if warc else []
         pids = [

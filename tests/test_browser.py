@@ -1,0 +1,319 @@
+"""Rendering with the real Chromium, sealed, on a loopback site of JavaScript pages,
+judged from the server's log: what a render finds that a plain fetch does not, the
+pace kept for every sub-request, a hostile page that reaches nothing, and no browser
+left behind on any exit path (a SIGKILLed worker included).
+
+Skipped, with the reason, where no Chromium is installed (``scripts/test`` installs
+Debian's where it can: on CI they run).
+"""
+
+from __future__ import annotations
+
+import itertools
+import os
+import shutil
+import signal
+import subprocess
+import sys
+import textwrap
+import uuid
+from collections.abc import AsyncIterator, Iterator
+from pathlib import Path
+from typing import Any
+from urllib.parse import urlsplit
+
+import pytest
+import trio
+
+import hashcrawl
+from hashcrawl import BrowserError, HttpxFetcher, Request
+from hashcrawl._browser._pace import HostPace
+from hashcrawl._browser._process import NAMES, Seal, available_seal
+from hashcrawl._browser._render import Renderer
+from hashcrawl._cli._server import RedisServer
+from testing.fleet import Crew, crawl_in_process, fast_settings, new_crawl_name
+from testing.jssite import PAGES, SERVER_ITEMS, STEPS, JsSite, Listener
+
+CHROMIUM = next((name for name in NAMES if shutil.which(name)), None)
+pytestmark = [
+    pytest.mark.slow,
+    pytest.mark.skipif(CHROMIUM is None, reason="no Chromium on PATH (scripts/test installs it)"),
+]
+DELAY = 0.25
+TOLERANCE = 0.01  # the server's clock reads arrivals a little after the worker sends
+
+
+#: Set in this process's environment: each browser it starts, and all their helpers,
+#: inherit it, so the check below counts only theirs (tests elsewhere may run browsers).
+MARK = ("HASHCRAWL_BROWSER_TEST", f"{os.getpid()}-{uuid.uuid4().hex}")
+
+
+def live_chromium() -> set[int]:
+    """The pids of the Chromium processes alive that this module's tests started (by
+    their environment; zombies left out)."""
+    found = set()
+    mark = f"\0{MARK[0]}={MARK[1]}\0".encode()
+    for entry in Path("/proc").iterdir():
+        if not entry.name.isdigit():
+            continue
+        try:
+            stat = (entry / "stat").read_text()
+        except OSError:
+            continue
+        name, state = stat[stat.index("(") + 1 : stat.rindex(")")], stat[stat.rindex(")") + 2]
+        if name.startswith("chromium") and state != "Z" and mark in b"\0" + _environ(entry):
+            found.add(int(entry.name))
+    return found
+
+
+async def ended(pids: set[int]) -> set[int]:
+    """Await the end of each of ``pids`` (10 s at most each); those still alive."""
+    alive = set()
+    for pid in pids:
+        try:
+            fd = os.pidfd_open(pid)
+        except ProcessLookupError:
+            continue
+        try:
+            with trio.move_on_after(10):
+                await trio.lowlevel.wait_readable(fd)
+                continue
+            alive.add(pid)
+        finally:
+            os.close(fd)
+    return alive
+
+
+def _environ(entry: Path) -> bytes:
+    try:
+        return (entry / "environ").read_bytes()
+    except OSError:
+        return b""
+
+
+def group_of(pid: int) -> int | None:
+    try:
+        return os.getpgid(pid)
+    except ProcessLookupError:
+        return None
+
+
+@pytest.fixture(scope="module", autouse=True)
+def no_browser_left() -> Iterator[None]:
+    """After this module's tests, no Chromium they started is alive (``pgrep chromium``)."""
+    os.environ[MARK[0]] = MARK[1]
+    try:
+        yield
+        assert trio.run(ended, live_chromium()) == set()
+    finally:
+        del os.environ[MARK[0]]
+
+
+class JsSpider(hashcrawl.Spider):
+    """Items are the page's ``li.item`` texts; every link is followed, rendered with the
+    page's steps when the spider renders."""
+
+    render = False
+
+    def parse(self, response: hashcrawl.Response) -> Iterator[Any]:
+        path = urlsplit(response.url).path
+        for name in response.css("li.item::text").getall():
+            yield {"page": path, "item": name}
+        for href in response.css("a::attr(href)").getall():
+            steps = STEPS.get(href, []) if self.render else []
+            yield response.follow(href, render=self.render, steps=steps)
+
+
+class RenderingSpider(JsSpider):
+    render = True
+
+
+def crawl_of(spider: type[JsSpider], server: RedisServer, directory: Path, **given: Any) -> Any:
+    """The spider's crawl of a fresh site by two workers: (items, the server's log)."""
+    crew = Crew(server.url, new_crawl_name(), directory)
+    settings = fast_settings(spider=spider, delay=DELAY, max_attempts=1, idle=1.0, **given)
+    with JsSite() as site:
+        trio.run(crawl_in_process, crew, [settings, settings], [site.root + "/"])
+        log = list(site.log)
+    return crew.items(), log
+
+
+@pytest.fixture(scope="module")
+def crawls(shared_redis: RedisServer, tmp_path_factory: pytest.TempPathFactory) -> Any:
+    directory = tmp_path_factory.mktemp("browser")
+    return {
+        "rendered": crawl_of(RenderingSpider, shared_redis, directory, render=True),
+        "plain": crawl_of(JsSpider, shared_redis, directory),
+    }
+
+
+def items_by_page(items: list[dict[str, Any]]) -> dict[str, list[str]]:
+    found: dict[str, list[str]] = {}
+    for item in items:
+        found.setdefault(item["page"], []).append(item["item"])
+    return {page: sorted(names) for page, names in found.items()}
+
+
+def test_two_rendering_workers_find_every_item_the_scripts_write(crawls: Any) -> None:
+    """Rendered with steps: each page holds what its scripts, its "Load more" and its
+    infinite scroll add, and the links a script wrote were crawled."""
+    items, log = crawls["rendered"]
+    assert items_by_page(items) == {page: sorted(names) for page, names in PAGES.items()}
+    paths = [seen.path for seen in log]
+    assert {"/p/1", "/p/2", "/p/3", "/app.js", "/api/more"} <= set(paths)
+    assert sum(path.startswith("/api/scroll") for path in paths) == 2
+
+
+def test_without_rendering_only_the_servers_items_are_found(crawls: Any) -> None:
+    """The same crawl unrendered finds what the server wrote, and no script ran."""
+    items, log = crawls["plain"]
+    assert items_by_page(items) == {p: sorted(n) for p, n in SERVER_ITEMS.items() if n}
+    assert not any(seen.path.startswith(("/p/", "/api/", "/app.js")) for seen in log)
+
+
+def test_every_request_a_rendered_page_made_kept_the_hosts_delay(crawls: Any) -> None:
+    """Documents, scripts and fetches of the pages alike: arrivals --delay apart."""
+    _, log = crawls["rendered"]
+    stamps = sorted(seen.at for seen in log)
+    gaps = [b - a for a, b in itertools.pairwise(stamps)]
+    assert len(gaps) > 10
+    assert [gap for gap in gaps if gap < DELAY - TOLERANCE] == []
+
+
+@pytest.fixture
+async def renderer() -> AsyncIterator[Renderer]:
+    """A renderer on its own, whose fetcher may reach only 127.0.0.2."""
+    fetcher = HttpxFetcher(allow_nets=["127.0.0.2/32"], timeout=5)
+    async with Renderer.open(fetcher, tabs=2, render_timeout=3, pace=HostPace()) as rendering:
+        yield rendering
+    await fetcher.aclose()
+
+
+def test_the_browser_is_sealed_in_an_empty_network_namespace_here() -> None:
+    """Where this runs (as CI does), the kernel lets the seal be a namespace."""
+    assert available_seal() is Seal.NAMESPACE
+
+
+async def test_a_hostile_page_reaches_nothing_and_the_browser_lives_on(
+    renderer: Renderer,
+) -> None:
+    """WebSocket, beacon, EventSource, fetch, preconnect, iframe, image and STUN towards
+    another loopback address, file:// twice, a popup, a download and a dialog: no
+    connection or datagram reaches the listener; then a ``while (true)`` page is ended at
+    its timeout, and the same browser renders the next page."""
+    with Listener() as listener, JsSite(out=listener.address) as site:
+        hostile = await renderer.fetch(Request(site.root + "/hostile", render=True))
+        with pytest.raises(BrowserError, match="render timeout"):
+            await renderer.fetch(Request(site.root + "/spin", render=True))
+        after = await renderer.fetch(Request(site.root + "/script", render=True))
+    assert listener.heard == []
+    assert hostile.css("#done::text").get() == "hostile"
+    assert hostile.render is not None
+    refused = {url.split("/", 3)[3] for url, why in hostile.render.requests if "refused" in why}
+    assert {"frame", "fetch", "beacon", "img.png"} <= refused
+    assert after.css("li.item::text").getall() == PAGES["/script"]
+    assert renderer.tabs.starts == 1
+
+
+async def test_under_the_proxy_seal_too_a_hostile_page_reaches_nothing() -> None:
+    """Where no namespace can be made, the dead proxy with no bypass and no UDP outside
+    it closes the same ways out (measured: WebSocket, preconnect, STUN)."""
+    fetcher = HttpxFetcher(allow_nets=["127.0.0.2/32"], timeout=5)
+    with Listener() as listener, JsSite(out=listener.address) as site:
+        async with Renderer.open(fetcher, seal=Seal.PROXY, render_timeout=5) as renderer:
+            hostile = await renderer.fetch(Request(site.root + "/hostile", render=True))
+            assert renderer.tabs.browser is not None and renderer.tabs.browser.seal is Seal.PROXY
+    await fetcher.aclose()
+    assert listener.heard == []
+    assert hostile.css("#done::text").get() == "hostile"
+
+
+async def test_a_memory_bomb_crashes_its_renderer_not_the_browser() -> None:
+    """Under the heap cap a page that hoards memory fails (its renderer dies) in bounded
+    time, and the same browser renders the next page."""
+    fetcher = HttpxFetcher(allow_nets=["127.0.0.2/32"], timeout=5)
+    with JsSite() as site:
+        async with Renderer.open(fetcher, heap_mib=64, render_timeout=20) as renderer:
+            with pytest.raises(BrowserError, match="crashed"):
+                await renderer.fetch(Request(site.root + "/bomb", render=True))
+            after = await renderer.fetch(Request(site.root + "/script", render=True))
+            starts = renderer.tabs.starts
+    await fetcher.aclose()
+    assert after.css("li.item::text").getall() == PAGES["/script"]
+    assert starts == 1
+
+
+async def test_a_browser_that_dies_is_started_again_for_the_next_page(renderer: Renderer) -> None:
+    """SIGKILL of the browser fails no later page: the next one starts a new browser."""
+    with JsSite() as site:
+        await renderer.fetch(Request(site.root + "/script", render=True))
+        assert renderer.tabs.browser is not None
+        os.kill(renderer.tabs.browser.pid, signal.SIGKILL)
+        assert await ended({renderer.tabs.browser.pid}) == set()
+        again = await renderer.fetch(
+            Request(site.root + "/more", render=True, steps=STEPS["/more"])
+        )
+    assert again.css("li.item::text").getall() == PAGES["/more"]
+    assert renderer.tabs.starts == 2
+
+
+async def test_the_hosts_cookies_seed_the_page_and_what_it_sets_comes_back(
+    renderer: Renderer,
+) -> None:
+    """The worker's cookie for the host goes with the page's own requests; the cookie
+    the page sets by script comes back as a Set-Cookie of the response (for the jar)."""
+    with JsSite() as site:
+        request = Request(
+            site.root + "/login",
+            render=True,
+            headers={"Cookie": "jar=from-worker"},
+            steps=[{"wait_for": "#who:not(:empty)"}],
+        )
+        page = await renderer.fetch(request)
+        api = [seen.cookie for seen in site.log if seen.path == "/api/whoami"]
+    assert page.css("#who::text").get() == "you"
+    assert len(api) == 1 and {"jar=from-worker", "session=by-script"} <= set(api[0].split("; "))
+    back = {line.split(";")[0] for line in page.headers.get_list("set-cookie")}
+    assert {"jar=from-worker", "session=by-script"} <= back
+
+
+async def test_a_page_that_does_not_ask_is_fetched_without_the_browser(renderer: Renderer) -> None:
+    """A plain request passes through: the browser is not even started."""
+    with JsSite() as site:
+        plain = await renderer.fetch(Request(site.root + "/script"))
+    assert plain.css("li.item::text").getall() == [] and plain.render is None
+    assert renderer.tabs.starts == 0
+
+
+KILLED = """
+import sys, trio
+from hashcrawl import HttpxFetcher, Request
+from hashcrawl._browser._render import Renderer
+
+async def main():
+    async with Renderer.open(HttpxFetcher(allow_nets=["127.0.0.2/32"])) as renderer:
+        await renderer.fetch(Request(sys.argv[1], render=True))
+        print(renderer.tabs.browser.pid, flush=True)
+        await trio.sleep_forever()
+
+trio.run(main)
+"""
+
+
+async def test_a_sigkilled_worker_leaves_no_browser() -> None:
+    """The worker's death ends its browser (the death signal), with nothing to clean up."""
+    with JsSite() as site:
+        child = subprocess.Popen(
+            [sys.executable, "-c", textwrap.dedent(KILLED), site.root + "/script"],
+            stdout=subprocess.PIPE,
+            text=True,
+        )
+        assert child.stdout is not None
+        line = await trio.to_thread.run_sync(child.stdout.readline)
+        browser = int(line)
+        before = {pid for pid in live_chromium() if group_of(pid) == browser}
+        child.send_signal(signal.SIGKILL)
+        await trio.to_thread.run_sync(child.wait)
+        child.stdout.close()
+    assert browser in before
+    assert await ended(before) == set()
