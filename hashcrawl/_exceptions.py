@@ -8,6 +8,7 @@ The tree::
     │   └── ShardsChanged                 the crawl was given shards as this worker
     │                                     joined it as one (a worker without --shards
     │                                     starts again with them, see ``_worker``)
+    │   └── NameTaken                     a worker of this --name is running
     ├── QueueError (also ConnectionError) Redis unreachable, hanging or refusing: exit 1
     │   ├── Fenced                        this worker lost its membership (a lease passed)
     │   └── StateLost                     the crawl's keys are gone (Redis lost its data)
@@ -45,6 +46,10 @@ class InvalidURL(ConfigError):
 class ShardsChanged(ConfigError):
     """Another worker recorded the crawl's shards just before this one joined it as a
     crawl of one shard (two workers starting a crawl at once, with different --shards)."""
+
+
+class NameTaken(ConfigError):
+    """A worker of the name this one was given is running: two may not share one."""
 
 
 class QueueError(HashcrawlError, ConnectionError):

@@ -32,6 +32,7 @@ import trio
 
 from hashcrawl._core._batch import Batch, Beat, Committed
 from hashcrawl._core._frontier import Held
+from hashcrawl._core._names import Holder
 from hashcrawl._exceptions import QueueError
 from hashcrawl._run._driver import Driver
 from hashcrawl._run._revisiting import Taker
@@ -133,12 +134,28 @@ class FaultyStore:
         self._through("ping", self._store.ping)
 
     def join(
-        self, worker: str, info: Mapping[str, str | int], *, instance: str = ""
+        self,
+        worker: str,
+        info: Mapping[str, str | int],
+        *,
+        instance: str = "",
+        replaces: Holder | None = None,
+        lease_ms: int = 0,
     ) -> tuple[int, int, str]:
         joined: tuple[int, int, str] = self._through(
-            "join", self._store.join, worker, info, instance=instance
+            "join",
+            self._store.join,
+            worker,
+            info,
+            instance=instance,
+            replaces=replaces,
+            lease_ms=lease_ms,
         )
         return joined
+
+    def holder(self, name: str) -> Holder | None:
+        held: Holder | None = self._through("holder", self._store.holder, name)
+        return held
 
     def heartbeat(
         self,

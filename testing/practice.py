@@ -30,6 +30,7 @@ from hashcrawl._core._ring import Ring
 from hashcrawl._core._shards import shard_name
 from testing.cluster import Cluster
 from testing.sentinel import Sentinels
+from testing.takeover import takeover_line
 from testing.testsite import (
     SITE_FLAGS,
     Request,
@@ -82,6 +83,7 @@ def run_practice(
     reshard: bool = False,
     shards: int = 1,
     sentinel: bool = False,
+    same_name: bool = False,
 ) -> tuple[Verdict, list[WorkerExit]]:
     """Crawl a generated site with `workers` processes, SIGKILL one a third of the way in.
 
@@ -101,6 +103,8 @@ def run_practice(
         shards: the crawl's ``--shards`` (given to every worker and to the submit).
         sentinel: the crawl's Redis is a primary, a replica and three sentinels
             (`testing.sentinel`), named by a ``redis+sentinel://`` URL.
+        same_name: every worker is started with ``--name worker-N``, and the replacement
+            under the killed worker's name: it takes its place (`testing.takeover`).
     """
     workdir.mkdir(parents=True, exist_ok=True)
     site = generate_site(pages=pages, hosts=hosts, seed=seed, port=0)
@@ -117,6 +121,7 @@ def run_practice(
         flags += ["-v"] if verbose else []
         sharding = ["--shards", str(shards)] if shards > 1 else []
         pool = _Workers(redis_url, workdir, flags + sharding, progress, sharding)
+        pool.same_name = same_name
         disrupted: list[float] = []  # when the failover or reshard began (time.time())
         chosen = failover if fail_primary else moves if reshard else None
 
@@ -151,6 +156,8 @@ def run_practice(
                 f"the longest time a host the killed worker did not own went without a "
                 f"request after the kill: {stall:.1f} s ({host or 'none'})"
             )
+        if pool.replaced_at is not None and pool.killed_at is not None:
+            progress(takeover_line(requests, pool.outputs, pool.killed_at, pool.replaced_at))
         if disrupted:
             pause, began = longest_pause([r.time for r in requests], disrupted[0])
             progress(
@@ -359,9 +366,9 @@ def _crawl(
         pool.start()
     pool.submit(server.site.root)
     if kill and _wait_for_requests(server, pool, target, deadline):
-        pool.kill_one()
+        killed = pool.kill_one()
         time.sleep(replace_after)  # the run's specified pause, not a wait for a condition
-        pool.start()
+        pool.start(name=killed if pool.same_name else None)
     step = "the primary's death (or the reshard)"
     if failover is not None and _wait_for_requests(
         server, pool, target * 3 // 2, deadline, step=step
@@ -404,11 +411,18 @@ class _Workers:
         self.killed: set[str] = set()
         self.killed_at: float | None = None  # time.time() of the kill
         self.outputs: list[Path] = []
+        self.same_name = False  # each worker has --name LABEL, a replacement its victim's
+        self.replaced_at: float | None = None  # time.time() of a start under a taken name
 
-    def start(self) -> None:
+    def start(self, name: str | None = None) -> None:
+        """Start a worker; ``name``: under that worker's name (a killed one's)."""
         number = len(self.processes) + 1
         label, output = f"worker-{number}", self.workdir / f"items-{number}.jsonl"
         command = ["join", "--redis", self.redis_url, "--crawl", CRAWL, "-o", str(output)]
+        if self.same_name:
+            command += ["--name", name or label]
+            if name is not None:
+                self.replaced_at = time.time()
         with (self.workdir / f"{label}.log").open("wb") as log:
             self.processes[label] = _hashcrawl(command + self.flags, stdout=log)
         self.outputs.append(output)
@@ -422,13 +436,15 @@ class _Workers:
             raise RuntimeError(f"hashcrawl submit exited {result.returncode}: {result.stdout!r}")
         self.progress(f"submitted {url}")
 
-    def kill_one(self) -> None:
+    def kill_one(self) -> str:
+        """SIGKILL the first worker; returns its label (its --name, if named)."""
         label, process = next(iter(self.processes.items()))
         process.send_signal(signal.SIGKILL)
         process.wait()
         self.killed_at = time.time()
         self.killed.add(label)
         self.progress(f"killed {label} with SIGKILL")
+        return label
 
     def running(self) -> bool:
         return any(process.poll() is None for process in self.processes.values())

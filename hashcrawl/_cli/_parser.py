@@ -123,6 +123,13 @@ def build_parser() -> _Parser:
     _common(join)
     _crawler_flags(join)
     join.add_argument(
+        "--name",
+        metavar="NAME",
+        help="the worker's name, unique in the crawl (default: one of its own per process); "
+        "started under the name of a worker that has stopped, it takes its place and its "
+        "hosts at once; under that of a running one, it is refused",
+    )
+    join.add_argument(
         "-q",
         "--quiet",
         action="store_true",

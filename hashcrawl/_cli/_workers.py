@@ -37,6 +37,7 @@ from hashcrawl._cli._local import (
 )
 from hashcrawl._cli._parser import DEFAULT_CRAWL, FAILED, settings_from
 from hashcrawl._cli._statedir import redis_of
+from hashcrawl._core._names import check_name
 from hashcrawl._exceptions import ConfigError
 from hashcrawl._settings import CRAWL, Settings, given_flags
 from hashcrawl._store._redisurl import ENV_VAR as REDIS_ENV_VAR
@@ -62,6 +63,8 @@ def cmd_join(args: argparse.Namespace) -> int:
     settings = settings_from(args)
     url = redis_of(args)
     check_crawl_name(args.crawl)
+    if args.name is not None:
+        check_name(args.name)
     spider = spider_of(args)
     # The Worker checks them too, in Python's words: here, in the flags', before the -o
     # file or anything in Redis is made.
@@ -97,6 +100,7 @@ def _join(
     worker = Worker(
         url,
         args.crawl,
+        name=args.name,
         spider=spider,
         sink=sinks_for(
             args.output,
@@ -106,6 +110,8 @@ def _join(
         ),
         **_worker_settings(args, settings, spider),
     )
+
+    worker.name_flag = "--name"
 
     async def main() -> None:
         async with unwrapped(), trio.open_nursery() as nursery:

@@ -55,6 +55,13 @@ Deliberate bugs of a sharded crawl (``_run._sharding``; the simulation
 - ``skip_failover_ratchet``: a store that sees the crawl's slot move (a replica
   promoted) does not raise the epoch past those the old primary may have issued and
   lost: the next membership change reissues an epoch number with other members.
+
+A deliberate bug of static membership (``_run._naming``; ``tests/test_names.py`` catches
+it, the simulations do not name workers):
+
+- ``take_running``: a worker started under a name takes the place of the member holding
+  it without watching its heartbeat: a second running worker of one name is not refused,
+  and fences the first.
 """
 
 from __future__ import annotations
@@ -85,6 +92,7 @@ KNOWN = frozenset(
         "end_from_one_sweep",
         "deliver_by_source_ring",
         "skip_failover_ratchet",
+        "take_running",
     }
 )
 

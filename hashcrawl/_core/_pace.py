@@ -117,6 +117,9 @@ class Carry:
     unpaced: set[str] = attrs.Factory(set)  # hosts whose record is not to be read yet
     due: list[str] = attrs.Factory(list)  # hosts whose record is to be read now
     read: dict[str, str] = attrs.Factory(dict)  # records read: the next commit deletes them
+    # Server ms before which a previous incarnation of this worker, which wrote no
+    # records, may have requested any of its hosts (0: none): each is paced from it.
+    floor_ms: int = 0
 
     def want(self, names: Iterable[str], frontier: Frontier, released: Released) -> None:
         """Have the records of ``names`` read, each once the fleet has released it."""
@@ -152,6 +155,8 @@ class Carry:
             if name in records:
                 adopt(host, PaceRecord.from_text(records[name]))
                 self.read[name] = records[name]
+            if self.floor_ms:
+                adopt(host, PaceRecord(last_ms=self.floor_ms))
             host.paced = True
             frontier.reschedule(name)
         return later

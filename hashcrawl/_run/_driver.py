@@ -33,6 +33,7 @@ from typing import Any
 
 import trio
 
+from hashcrawl._core._names import Holder, HolderBehind
 from hashcrawl._core._session import FORGET_EVERY
 from hashcrawl._exceptions import ConfigError, QueueError
 from hashcrawl._run._calls import Call
@@ -47,6 +48,7 @@ from hashcrawl._run._membership import (
     _resident_mib,
     unwrapped,
 )
+from hashcrawl._run._naming import claim, machine
 from hashcrawl._run._revisiting import Taker
 from hashcrawl._store import _crawlconfig
 from hashcrawl._store._base import RevisitStore, WorkerStore
@@ -134,6 +136,7 @@ class Driver(Membership):
         worker, session = self.worker, self.session
         info = {
             "host": socket.gethostname(),
+            "machine": machine(),  # with the pid: a successor on this machine tells it is gone
             "pid": os.getpid(),
             "started": int(time.time()),
             "lease_ms": int(self.settings.lease * 1000),  # so status can tell a stale member
@@ -143,9 +146,21 @@ class Driver(Membership):
             warning = await self.persist(self.store.durability_warning)
             if warning:
                 log.warning("%s", warning)
-        sent = self.now()
-        now_ms, _, worker.instance = await self.persist_join(info)
+        while True:
+            replaces = None
+            if worker.name is not None:
+                lease = self.settings.lease
+                name, flag, faults = worker.name, worker.name_flag, worker.faults
+                replaces = await claim(self.store, self.persist, name, lease, flag, faults)
+            sent = self.now()
+            try:
+                now_ms, _, worker.instance = await self.persist_join(info, replaces)
+                break
+            except HolderBehind:  # an epoch began between the look and the join
+                continue
         session.joined(sent, self.now(), now_ms)
+        if replaces is not None:  # it wrote no pace records: every host is paced from now
+            session.carry.floor_ms = now_ms
         if self.after_join is not None:
             try:
                 await self.after_join(self)
@@ -165,10 +180,14 @@ class Driver(Membership):
             len(members),
         )
 
-    async def persist_join(self, info: dict[str, Any]) -> tuple[int, int, str]:
-        worker = self.worker
-        join = self.store.join
-        return await self.caller.persist(join, worker.id, info, instance=worker.instance)
+    async def persist_join(
+        self, info: dict[str, Any], replaces: Holder | None = None
+    ) -> tuple[int, int, str]:
+        worker, join = self.worker, self.store.join
+        instance, lease_ms = worker.instance, int(self.settings.lease * 1000)
+        return await self.caller.persist(
+            join, worker.id, info, instance=instance, replaces=replaces, lease_ms=lease_ms
+        )
 
     async def heartbeat_loop(self) -> None:
         while True:

@@ -75,6 +75,8 @@ class Member(Protocol):
     so that the worker may import the driver."""
 
     id: str
+    name: str | None  # given with --name: the ring place it keeps across incarnations
+    name_flag: str  # how the name was given, for messages: --name, or name=
     crawl: str
     settings: Settings
     instance: str

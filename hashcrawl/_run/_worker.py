@@ -20,6 +20,7 @@ import trio
 
 from hashcrawl._browser._render import Renderer
 from hashcrawl._core._faults import NO_FAULTS, Faults
+from hashcrawl._core._names import check_name, incarnation
 from hashcrawl._core._session import Session
 from hashcrawl._core._urls import canonicalize
 from hashcrawl._exceptions import ConfigError, Fenced, ShardsChanged, StateLost
@@ -70,6 +71,7 @@ class Worker:
         spider: Spider | type[Spider] | None = None,
         sink: Sink | Sequence[Sink] | None = None,
         faults: Faults = NO_FAULTS,
+        name: str | None = None,
         **settings: Any,
     ) -> None:
         """Args:
@@ -82,10 +84,14 @@ class Worker:
         sink: where items go (default: JSON Lines on standard output); several sinks
             as a list, such as a ``JsonLinesSink`` and a ``WarcSink``.
         faults: deliberate bugs to switch on (tests and simulations only).
+        name: the worker's name, unique in the crawl (default: one of its own per
+            process). A worker started under the name of a member that has stopped
+            takes its place and its hosts at once; under that of a running one, it is
+            refused (``NameTaken``).
         settings: any field of :class:`Settings` (delay, per_host, concurrency, ...).
 
         Raises:
-            ConfigError: a bad URL, crawl name or setting, or both parse and spider.
+            ConfigError: a bad URL, crawl name, name or setting, or both parse and spider.
         """
         self.url = redis if isinstance(redis, RedisURL) else RedisURL.parse(redis, name="redis")
         self.crawl = check_crawl_name(crawl, called="crawl")
@@ -96,7 +102,9 @@ class Worker:
         self.given_crawl = {k: getattr(self.settings, k) for k in settings if k in CRAWL}
         self.crawl_settings: CrawlSettings | None = None
         self.settings_refused: ConfigError | None = None  # why the crawl's stopped it
-        self.id = new_worker_id()
+        self.name_flag = "name"
+        self.name = None if name is None else check_name(name, called=self.name_flag)
+        self.id = self.new_id()
         self.faults = faults
         self._fetcher = fetcher
         self.spider = spider() if isinstance(spider, type) else spider
@@ -113,6 +121,12 @@ class Worker:
         self.notices = Notices()  # the refusals it has told of (or another worker did)
         self._stop_requested = False
         self.instance = ""  # the crawl's instance marker, learnt at the first join
+
+    def new_id(self) -> str:
+        """A member id for a new membership: its name's next incarnation, if named."""
+        if self.name is None:
+            return new_worker_id()
+        return incarnation(self.name, secrets.token_hex(3))
 
     def run_sync(self) -> None:
         """Run until the crawl ends or a stop is requested (blocking)."""
@@ -156,6 +170,7 @@ class Worker:
             QueueError: Redis could not be reached for a whole lease.
             ConfigError: a crawl setting given differs from the crawl's, or the crawl's
                 stored settings are not usable (see ``_crawlconfig``).
+            NameTaken: a worker of this one's ``name`` is running (nothing was written).
         """
         if self.spider is not None:  # refused before anything is recorded in Redis
             urls = list(getattr(self.spider, "start_urls", None) or ())
@@ -213,7 +228,7 @@ class Worker:
                     # left shard 0 before fetching anything).
                     log.warning("%s; it joins them all instead", exc)
                     shards = await self._shards(store)
-                    self.id = new_worker_id()
+                    self.id = self.new_id()
                 except Fenced as exc:
                     known = self.instance  # none yet: fenced before its first join
                     if known and await _marker_gone(store, known, self.settings.lease):
@@ -221,7 +236,7 @@ class Worker:
                     # Others took back what this worker held: start afresh under a new id.
                     log.warning("%s; rejoining as a new member", exc)
                     self.tally.fenced += 1
-                    self.id = new_worker_id()
+                    self.id = self.new_id()
         except BaseException as exc:
             reason = type(exc).__name__
             raise

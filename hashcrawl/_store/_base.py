@@ -12,6 +12,7 @@ from typing import Any, Protocol
 
 from hashcrawl._core._batch import Batch, Beat, Committed
 from hashcrawl._core._due import Fetch
+from hashcrawl._core._names import Holder
 
 
 class WorkerStore(Protocol):
@@ -32,8 +33,16 @@ class WorkerStore(Protocol):
     def close(self) -> None: ...
 
     def join(
-        self, worker: str, info: Mapping[str, str | int], *, instance: str = ""
+        self,
+        worker: str,
+        info: Mapping[str, str | int],
+        *,
+        instance: str = "",
+        replaces: Holder | None = None,
+        lease_ms: int = 0,
     ) -> tuple[int, int, str]: ...
+
+    def holder(self, name: str) -> Holder | None: ...
 
     def instance(self) -> str | None: ...
 

@@ -7,13 +7,15 @@ tag, so all of a crawl's keys share a slot). Under that prefix:
 key                type    written by
 =================  ======  =============================================================
 ``members``        ZSET    join, heartbeat, leave, expiry: worker id -> last heartbeat ms
+                           (an id is NAME~TOKEN for a worker given --name: no two
+                           members share a name, join.lua checks)
 ``applied``        HASH    join, heartbeat, commit: worker -> epoch whose handoff it did
 ``epoch``          STRING  join, leave, expiry: +1 on every membership change
 ``rings``          HASH    join, leave, expiry: epoch -> its members (JSON); heartbeat
                            prunes those below the settled epoch
 ``workers``        SET     join: every worker id that ever joined (for fleet totals);
                            heartbeat prunes departed ones (see ``departed``)
-``w:ID``           HASH    join, heartbeat: a worker's host, pid, lease, spider, own
+``w:ID``           HASH    join, heartbeat: a worker's host, machine, pid, lease, spider, own
                            counters and figures for status (_metrics.Tally.beat_fields)
                            inflight: the suspects it is fetching (newest record wins)
 ``departed``       ZSET    release: worker -> server ms its stream was drained; the
@@ -37,7 +39,7 @@ key                type    written by
 ``dead``           HASH    commit: fingerprint (``dead_key``) -> JSON record with the
                            error, attempts, entry (so its URL) and time, out of attempts
 ``bad``            LIST    commit: the newest samples of unreadable entries (bounded)
-``stats``          HASH    commit, heartbeat: fleet counters
+``stats``          HASH    commit, heartbeat, join: fleet counters (join: taken_over)
 ``notices``        HASH    a worker's first refusal of a page for a reason (HSETNX):
                            reason -> unix seconds; whoever sets it says the line
 ``scope``          SET     submit, join, commit, configure: the hosts links may lead
@@ -90,7 +92,9 @@ from hashcrawl._core._batch import Batch as Batch
 from hashcrawl._core._batch import Beat as Beat
 from hashcrawl._core._batch import Committed as Committed
 from hashcrawl._core._batch import dead_key as dead_key
-from hashcrawl._exceptions import Fenced, StateLost
+from hashcrawl._core._names import Holder, HolderBehind
+from hashcrawl._core._ring import name_of
+from hashcrawl._exceptions import Fenced, NameTaken, StateLost
 from hashcrawl._store._connection import GROUP, _flat, _translated
 from hashcrawl._store._views import Views
 
@@ -121,7 +125,13 @@ class Store(Views):
 
     @_translated
     def join(
-        self, worker: str, info: Mapping[str, str | int], *, instance: str = ""
+        self,
+        worker: str,
+        info: Mapping[str, str | int],
+        *,
+        instance: str = "",
+        replaces: Holder | None = None,
+        lease_ms: int = 0,
     ) -> tuple[int, int, str]:
         """Add ``worker`` to the ring; returns (server ms, epoch, the crawl's instance
         marker). Joining again while a member (a retry after a lost reply) changes
@@ -130,19 +140,48 @@ class Store(Views):
         Args:
             instance: the marker this worker knew before (it rejoins): joining is
                 refused, and nothing written, unless it is still there.
+            replaces: the member of ``worker``'s name whose place it takes, as last
+                seen (``holder``): it is fenced in the same step (``lua/join.lua``).
+            lease_ms: the crawl's lease: a member ``replaces`` that is behind the newest
+                epoch is replaced only once silent this long (else HolderBehind).
 
         Raises:
             Fenced: ``worker`` was a member once and has lost its membership.
             StateLost: ``instance`` is no longer the crawl's marker.
+            NameTaken: another member has ``worker``'s name (not ``replaces``, or it
+                has heartbeat since it was seen): nothing was written.
         """
-        args = [self.prefix, worker, self._now(), instance, self.marker, *_flat(info)]
+        old = ["", "", ""] if replaces is None else [replaces.member, replaces.beat_ms, lease_ms]
+        args = [self.prefix, worker, self._now(), instance, self.marker, *old, *_flat(info)]
         self._before_join()
         reply = self._run("join", args)
+        if int(reply[1]) == -4:
+            raise HolderBehind(f"{replaces} is behind the newest epoch")
+        if int(reply[1]) == -3:
+            name = name_of(worker)
+            raise NameTaken(f"a worker named {name} joined or beat meanwhile; pick another name")
         if int(reply[1]) == -2:
             raise StateLost(f"{LOST}; worker {worker} stops")
         if int(reply[1]) < 0:
             raise Fenced(f"worker {worker} lost its membership before its join was confirmed")
         return int(reply[0]), int(reply[1]), str(reply[2])
+
+    @_translated
+    def holder(self, name: str) -> Holder | None:
+        """The member that has the name ``name`` now, with the server's time; None if none."""
+        reply = self._run("holder", [self.prefix, name], read_only=True)
+        if len(reply) < 7:
+            return None
+        now_ms, member, beat, machine, pid, host, behind = reply
+        return Holder(
+            member=str(member),
+            beat_ms=int(float(beat)),
+            now_ms=int(now_ms),
+            machine=str(machine),
+            pid=int(pid) if str(pid).isdigit() else 0,
+            host=str(host),
+            behind=int(behind) == 1,
+        )
 
     @_translated
     def claim_notice(self, reason: str) -> bool:
