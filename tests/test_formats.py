@@ -304,3 +304,30 @@ def test_sink_for_gives_each_formats_sink(tmp_path: Path) -> None:
         "xml": hashcrawl.XmlSink,
         "parquet": hashcrawl.ParquetSink,
     }
+
+
+@pytest.mark.parametrize("name", ["items.jsonl", "items.json", "items.csv", "items.xml"])
+def test_the_shards_of_one_worker_writing_and_flushing_from_threads_lose_nothing(
+    tmp_path: Path, name: str
+) -> None:
+    """One sink written and flushed by several threads at once (a sharded worker's
+    shards) keeps every item: a flock is the open file's, not the thread's."""
+    import threading
+
+    sink = sink_for(str(tmp_path / name))
+    start = threading.Barrier(4)
+
+    def shard(n: int) -> None:
+        start.wait()
+        for i in range(50):
+            sink.write([{"url": f"http://a.test/{n}/{i}", "n": n}])
+            sink.flush()
+
+    threads = [threading.Thread(target=shard, args=(n,)) for n in range(4)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    sink.close()
+    urls = {str(item["url"]) for item in read_items(tmp_path / name)}
+    assert urls == {f"http://a.test/{n}/{i}" for n in range(4) for i in range(50)}

@@ -49,7 +49,7 @@ def main(site: str, redis: str = REDIS, crawl: str = "rendered-pages", *nets: st
     """Crawl ``site``; ``nets`` are non-public networks it may reach (a test site's)."""
     with hashcrawl.Queue(redis, crawl) as queue:
         queue.clear()  # start afresh on every run
-        queue.submit([site])
+        queue.submit([site], allow_nets=nets)
     output = Path("rendered_pages.jsonl")
     output.unlink(missing_ok=True)
     sink = hashcrawl.JsonLinesSink(output)

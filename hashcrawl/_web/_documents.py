@@ -23,7 +23,8 @@ import logging
 import os
 import re
 import stat
-from collections.abc import Callable, Iterator, Mapping, Sequence
+import threading
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from typing import Any
 from xml.sax.saxutils import escape
 
@@ -48,22 +49,49 @@ def append_all(fd: int, data: bytes, *, fsync: bool, at: int | None = None) -> N
         os.fsync(fd)
 
 
+class Buffer:
+    """Items written and not yet flushed. The shards of one worker write to one sink
+    and flush it from threads: a flush takes what is there, and a write meanwhile waits
+    for the next flush instead of being cleared with the taken ones."""
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self._items: list[Any] = []
+
+    def add(self, items: Iterable[Any]) -> None:
+        with self._lock:
+            self._items.extend(items)
+
+    def take(self) -> list[Any]:
+        with self._lock:
+            items, self._items = self._items, []
+        return items
+
+
 class SharedFile:
-    """A file that processes append to one flush at a time, under an exclusive flock."""
+    """A file that processes append to one flush at a time, under an exclusive flock.
+
+    A flock is held by the open file, not the thread, so a thread lock comes first: the
+    shards of one worker flush one sink from several threads, and without it two flushes
+    wrote at the same end, one over the other.
+    """
 
     def __init__(self, path: str | os.PathLike[str], *, fsync: bool = True) -> None:
         self.path = os.fspath(path)
         self.fsync = fsync
         self._fd = os.open(self.path, os.O_RDWR | os.O_CREAT, 0o644)
+        self._threads = threading.Lock()
+        self.pending = Buffer()
 
     @contextlib.contextmanager
     def locked(self) -> Iterator[int]:
         """Hold the file's lock; yields its size."""
-        fcntl.flock(self._fd, fcntl.LOCK_EX)
-        try:
-            yield os.fstat(self._fd).st_size
-        finally:
-            fcntl.flock(self._fd, fcntl.LOCK_UN)
+        with self._threads:
+            fcntl.flock(self._fd, fcntl.LOCK_EX)
+            try:
+                yield os.fstat(self._fd).st_size
+            finally:
+                fcntl.flock(self._fd, fcntl.LOCK_UN)
 
     def read(self, offset: int, size: int) -> bytes:
         return os.pread(self._fd, size, offset)
@@ -104,18 +132,17 @@ class Document(SharedFile):
 
     def __init__(self, path: str | os.PathLike[str], *, fsync: bool = True) -> None:
         super().__init__(path, fsync=fsync)
-        self._pending: list[bytes] = []
         with self.locked() as size:
             self._end(size)  # a new file is a valid empty document from the start
 
     def write(self, items: Sequence[Mapping[str, Any]]) -> None:
-        self._pending.extend([self.encode(item) for item in items])  # all, or none
+        self.pending.add([self.encode(item) for item in items])  # all, or none
 
     def flush(self) -> None:
-        if not self._pending:
+        pending = self.pending.take()
+        if not pending:
             return
-        body = self.SEPARATOR.join(self._pending)
-        self._pending.clear()
+        body = self.SEPARATOR.join(pending)
         with self.locked() as size:
             end = self._end(size)
             before = self.SEPARATOR if end > len(self.HEAD) else b""
@@ -272,17 +299,19 @@ class CsvSink(SharedFile):
     ) -> None:
         super().__init__(path, fsync=fsync)
         self._fields = list(fields) if fields else None
-        self._pending: list[Mapping[str, Any]] = []
         self._warned = False
         self._header_read = False
         self._whole = 0  # where whole rows are known to end: rows are looked at once
 
     def write(self, items: Sequence[Mapping[str, Any]]) -> None:
-        self._pending.extend(items)
+        self.pending.add(items)
 
     def flush(self) -> None:
-        if not self._pending:
+        pending = self.pending.take()
+        if not pending:
             return
+        if self._fields is None:
+            self._fields = [str(name) for name in pending[0]]
         with self.locked() as size:
             end = self._whole_end(self._whole if self._whole <= size else 0, size)
             if end < size:
@@ -293,11 +322,10 @@ class CsvSink(SharedFile):
                 writer.writerow(self._columns())
             elif not self._header_read:
                 self._fields, self._header_read = self._header(), True
-            writer.writerows(self._row(item) for item in self._pending)
+            writer.writerows(self._row(item) for item in pending)
             data = buffer.getvalue().encode()
             self.put(end, data)
             self._whole = end + len(data)
-        self._pending.clear()
 
     def close(self) -> None:
         self.flush()
@@ -311,8 +339,7 @@ class CsvSink(SharedFile):
         return next(csv.reader([data.split(b"\n", 1)[0].decode("utf-8", "replace")]))
 
     def _columns(self) -> list[str]:
-        if self._fields is None:
-            self._fields = [str(name) for name in self._pending[0]]
+        assert self._fields is not None  # set by the flush, from its first item
         return self._fields
 
     def _row(self, item: Mapping[str, Any]) -> list[Any]:

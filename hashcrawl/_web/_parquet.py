@@ -22,13 +22,14 @@ import json
 import logging
 import os
 import secrets
+import threading
 import time
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
 from hashcrawl._exceptions import ConfigError
-from hashcrawl._web._documents import append_all
+from hashcrawl._web._documents import Buffer, append_all
 
 log = logging.getLogger("hashcrawl")
 JOURNAL = ".journal-"  # a hidden name: Parquet readers skip names that begin with a dot
@@ -91,24 +92,30 @@ class ParquetSink:
         self._journal: int | None = None
         self._opened_at = 0.0
         self._count = 0
-        self._pending: list[str] = []
+        self._pending = Buffer()  # the shards of one worker write and flush from threads
+        self._flushing = threading.Lock()
         self._warned = False
         #: The parts this sink has closed, oldest first.
         self.files: list[str] = []
         self.recover()
 
     def write(self, items: Sequence[Mapping[str, Any]]) -> None:
-        for item in items:
-            self._pending.append(json.dumps(item, ensure_ascii=False, default=str) + "\n")
+        self._pending.add(
+            json.dumps(item, ensure_ascii=False, default=str) + "\n" for item in items
+        )
 
     def flush(self) -> None:
-        if self._pending:
+        with self._flushing:
+            self._flush()
+
+    def _flush(self) -> None:
+        pending = self._pending.take()
+        if pending:
             if self._journal is None:
                 self._open_journal()
             assert self._journal is not None
-            append_all(self._journal, "".join(self._pending).encode(), fsync=self.fsync)
-            self._count += len(self._pending)
-            self._pending.clear()
+            append_all(self._journal, "".join(pending).encode(), fsync=self.fsync)
+            self._count += len(pending)
         old = time.monotonic() - self._opened_at >= self.seconds
         if self._journal is not None and (self._count >= self.rows or old):
             self._seal()

@@ -25,7 +25,15 @@ from typing import TYPE_CHECKING, Any, Protocol, runtime_checkable
 import attrs
 
 from hashcrawl._exceptions import ConfigError
-from hashcrawl._web._documents import CsvSink, Document, JsonSink, SharedFile, XmlSink, append_all
+from hashcrawl._web._documents import (
+    Buffer,
+    CsvSink,
+    Document,
+    JsonSink,
+    SharedFile,
+    XmlSink,
+    append_all,
+)
 
 log = logging.getLogger("hashcrawl")
 
@@ -157,17 +165,18 @@ class JsonLinesSink:
             self._fd = os.open(self.path, os.O_WRONLY | os.O_APPEND)
         else:
             self._file = SharedFile(self.path, fsync=fsync)
-        self._pending: list[str] = []
+        self._pending = Buffer()
 
     def write(self, items: Sequence[Mapping[str, Any]]) -> None:
-        for item in items:
-            self._pending.append(json.dumps(item, ensure_ascii=False, default=str) + "\n")
+        self._pending.add(
+            json.dumps(item, ensure_ascii=False, default=str) + "\n" for item in items
+        )
 
     def flush(self) -> None:
-        if not self._pending:
+        pending = self._pending.take()
+        if not pending:
             return
-        data = "".join(self._pending).encode()
-        self._pending.clear()
+        data = "".join(pending).encode()
         if self._file is None:
             append_all(self._fd, data, fsync=self.fsync)
             return
