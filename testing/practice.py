@@ -253,16 +253,19 @@ def longest_stall(
     """The longest time between two requests to one host, the second after the kill,
     while the host had a page due, among the hosts the killed worker (the first
     output's) did not own: how long a live member's host went unfetched. A page is due
-    from a second after the first request to a page linking to it (its links committed);
+    from a second after the last request to a page linking to it (its links committed; a
+    page requested twice was the dead worker's, whose links its death lost);
     the owners come from the ring of the workers that wrote items before the kill."""
     ids = [_worker_ids(path, before=killed_at) for path in outputs]
     dead = ids[0] if ids else set()
     ring = Ring.of(0, tuple(set().union(*ids)))
     first: dict[str, float] = {}
+    last: dict[str, float] = {}  # a page fetched again was one whose links a death lost
     for r in sorted(requests, key=lambda r: r.time):
         first.setdefault(r.url, r.time)
+        last[r.url] = r.time
     found: dict[str, float] = {}  # url -> when it was due
-    for url, at in first.items():
+    for url, at in last.items():
         for link in site._links_from(url):
             found[link] = min(found.get(link, math.inf), at + 1.0)
     by_host: dict[str, list[tuple[float, str]]] = {}
