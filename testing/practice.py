@@ -83,6 +83,7 @@ def run_practice(
     reshard: bool = False,
     shards: int = 1,
     sentinel: bool = False,
+    submit_all: bool = False,
     same_name: bool = False,
 ) -> tuple[Verdict, list[WorkerExit]]:
     """Crawl a generated site with `workers` processes, SIGKILL one a third of the way in.
@@ -105,6 +106,8 @@ def run_practice(
             (`testing.sentinel`), named by a ``redis+sentinel://`` URL.
         same_name: every worker is started with ``--name worker-N``, and the replacement
             under the killed worker's name: it takes its place (`testing.takeover`).
+        submit_all: submit every URL the site has at the start (each page due from then,
+            whatever the kill loses), not only the root.
     """
     workdir.mkdir(parents=True, exist_ok=True)
     site = generate_site(pages=pages, hosts=hosts, seed=seed, port=0)
@@ -140,6 +143,7 @@ def run_practice(
                 target=expected // 3,
                 deadline=time.monotonic() + timeout,
                 failover=None if chosen is None else disrupt,
+                submit_all=submit_all,
             )
         finally:
             pool.kill_remaining()
@@ -364,10 +368,11 @@ def _crawl(
     target: int,
     deadline: float,
     failover: Callable[[Progress], None] | None = None,
+    submit_all: bool = False,
 ) -> None:
     for _ in range(workers):
         pool.start()
-    pool.submit(server.site.root)
+    pool.submit(*(sorted(server.site.expected()) if submit_all else [server.site.root]))
     if kill and _wait_for_requests(server, pool, target, deadline):
         killed = pool.kill_one()
         time.sleep(replace_after)  # the run's specified pause, not a wait for a condition
@@ -431,13 +436,13 @@ class _Workers:
         self.outputs.append(output)
         self.progress(f"started {label} (pid {self.processes[label].pid})")
 
-    def submit(self, url: str) -> None:
+    def submit(self, *urls: str) -> None:
         command = ["submit", "--new", "--redis", self.redis_url, "--crawl", CRAWL, *SITE_FLAGS]
-        command += [*self.submit_flags, url]
+        command += [*self.submit_flags, *urls]
         result = _run(command)
         if result.returncode != 0:
             raise RuntimeError(f"hashcrawl submit exited {result.returncode}: {result.stdout!r}")
-        self.progress(f"submitted {url}")
+        self.progress(f"submitted {urls[0]}" + (f" and {len(urls) - 1} more" if urls[1:] else ""))
 
     def kill_one(self) -> str:
         """SIGKILL the first worker; returns its label (its --name, if named)."""
