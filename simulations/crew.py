@@ -33,8 +33,10 @@ import trio
 from hashcrawl._core._batch import Batch, Beat, Committed
 from hashcrawl._core._frontier import Held
 from hashcrawl._core._names import Holder
+from hashcrawl._core._ring import INCARNATION, name_of
 from hashcrawl._exceptions import QueueError
 from hashcrawl._run._driver import Driver
+from hashcrawl._run._naming import Place
 from hashcrawl._run._revisiting import Taker
 from hashcrawl._run._worker import Worker
 from hashcrawl._store import _crawlconfig
@@ -273,6 +275,14 @@ class FaultyStore:
         return result
 
 
+def _accepted(name: str, result: Any) -> bool:
+    """Whether a call's reply says Redis took a member's write: a heartbeat that renewed
+    it, or a commit done."""
+    if name == "heartbeat":
+        return bool(result.alive)
+    return name == "commit" and getattr(result, "status", None) == "ok"
+
+
 def _acknowledges(name: str, args: tuple[Any, ...]) -> bool:
     batch = args[0] if args else None
     return name == "commit" and bool(getattr(batch, "ack", None) or getattr(batch, "once", None))
@@ -325,13 +335,19 @@ class SimSink:
 class SimWorker:
     """One worker session and its pending steps. Create inside the loop."""
 
-    def __init__(self, name: str, env: Any) -> None:
+    def __init__(self, name: str, env: Any, *, place: Place | None = None) -> None:
+        """``name`` is the member id: ``NAME~TOKEN`` joins as a worker named ``NAME`` (one
+        incarnation of it), at ``place`` (default: the simulation's own process)."""
         self.name = name
         self.env = env
         self.link = Link()
         settings = env.settings
         self.store = Store(
-            RedisURL.parse(env.url), env.crawl, timeout=10.0, clock=env.loop.server_ms
+            RedisURL.parse(env.url),
+            env.crawl,
+            timeout=10.0,
+            clock=env.loop.server_ms,
+            faults=env.faults,
         )
         self.fetcher = SimFetcher(
             env.web,
@@ -346,6 +362,7 @@ class SimWorker:
             fetcher=self.fetcher,
             sink=SimSink(env.done, name),
             faults=env.faults,
+            name=name_of(name) if INCARNATION in name else None,
             **settings,
         )
         worker.id = name
@@ -364,6 +381,7 @@ class SimWorker:
             spawn=self._start_fetch,
             offload=inline,
             revisits=revisits,
+            place=place,
         )
         worker._driver = self.driver  # as Worker.run sets it: new settings reach the session
         self.taker = Taker(self.driver, revisits)
@@ -423,7 +441,12 @@ class SimWorker:
         return beat
 
     def _ran(self, name: str, result: Any) -> None:
-        """Redis ran one of this worker's calls: a heartbeat that renewed it counts."""
+        """Redis ran one of this worker's calls: a heartbeat that renewed it counts; one
+        that wrote for an incarnation its successor replaced is a violation."""
+        if self.name in self.env.replaced and _accepted(name, result):
+            self.env.problems.append(
+                f"{self.name} was replaced by a worker of its name, yet Redis accepted its {name}"
+            )
         if name == "heartbeat" and result.alive and not result.lost:
             self.confirmed = self.env.now()
             self.env.heard_heartbeat()

@@ -24,7 +24,7 @@ from hypothesis.stateful import (
 )
 
 from hashcrawl._core._faults import NO_FAULTS, Faults
-from simulations import reach, revisits, verdict
+from simulations import names, reach, revisits, verdict
 from simulations.crew import SimWorker
 from simulations.web import Site
 from simulations.world import SETTINGS, World
@@ -88,6 +88,7 @@ class CrawlModel(RuleBasedStateMachine):
         self.faults = 0
         self.timed = 0  # aimed timing faults left beside the budget
         self.crash_joins = 0  # kills followed by a join (crash_then_join) left
+        self.name_starts = 0  # workers started under a member's name (by_name) left
         self.restarts = 0
         self.submissions = 0
         self.broken = False  # a rule or check failed: teardown only cleans up
@@ -124,6 +125,7 @@ class CrawlModel(RuleBasedStateMachine):
         self.faults = faults
         self.timed = TIMED_FAULTS
         self.crash_joins = 1 if faults else 0
+        self.name_starts = 1 if faults else 0
         if self.report is not None:
             self.report.started()
         for _ in range(workers):
@@ -435,6 +437,23 @@ class CrawlModel(RuleBasedStateMachine):
         self.crash_joins -= 1
         self._count("crash_then_join")
         self._do(reach.crash_then_join, self.w, *aim)
+
+    def _name_aims(self) -> list[SimWorker]:
+        """Running members with a sound link, for a worker of their name to start beside
+        (while a worker may still join)."""
+        if self.world is None or not self.name_starts or len(self.world.live()) >= MAX_WORKERS:
+            return []
+        return [w for w in self.world.active() if w.state == "member" and reach._sound(w)]
+
+    @precondition(lambda self: bool(self._name_aims()))
+    @rule(how=st.sampled_from(names.KINDS), w=index)
+    def by_name(self, how: str, w: int) -> None:
+        """A worker starts under a member's name: once the member died (a restart), while
+        it runs (a twin, to be refused), or while it is paused (simulations/names.py)."""
+        victim = self.w.pick(w, self._name_aims())
+        self.name_starts -= 1
+        self._count(f"by_name {how}")
+        self._do(getattr(names, how), self.w, victim)
 
     # -- aimed: the windows the timing rules exist for (each listed twice, to weigh it) --
 

@@ -60,6 +60,10 @@ class Primary:
         self.lost_writes: list[str] = []  # what the failovers dropped, for the trace
         self.stores: list[Store] = []  # every worker's store of this shard
         self.dying: Callable[[Primary], None] = lambda primary: None  # told before it dies
+        # How the first settle on the promoted node fails, if it does (PromotedStore):
+        # "refused" before the ratchet runs, "lost" its reply after; drawn per failover.
+        self.settle_fault: str | None = None
+        self.settle_faults: list[str] = []  # those struck, for the trace
 
     @property
     def _match(self) -> str:
@@ -94,10 +98,32 @@ class Primary:
             for key, ttl, dump in self.replica:
                 pipe.restore(key, max(ttl, 0), dump, replace=True)
             pipe.execute()
+        self.r.script_flush()  # a promoted node has loaded none of the scripts: NOSCRIPT
         self.losing = 0
         self.failovers += 1
         for store in self.stores:
             store._nodes._moved = True  # what _nodes sets when the slot map names a new node
+
+
+class PromotedStore(Store):
+    """A shard's store whose first settle on a promoted node may fail inside the failover's
+    own step (``Primary.settle_fault``): refused before the ratchet (``lua/failover.lua``)
+    runs, or run with its reply lost. Either way nothing else may be written there before
+    a ratchet has run, and the epoch only ever jumps up."""
+
+    primary: Primary | None = None
+
+    def _after_failover(self, client: Any) -> None:
+        primary = self.primary
+        fault = primary.settle_fault if primary is not None else None
+        if primary is not None and fault is not None:
+            primary.settle_fault = None
+            primary.settle_faults.append(fault)
+        if fault == "refused":
+            raise redis.exceptions.ConnectionError("the promoted node refused the ratchet")
+        super()._after_failover(client)
+        if fault == "lost":
+            raise redis.exceptions.ConnectionError("the reply to the ratchet was lost")
 
 
 class ShardStore(FaultyStore):
@@ -108,6 +134,8 @@ class ShardStore(FaultyStore):
         super().__init__(store, link, ran=ran)
         self.primary = primary
         primary.stores.append(store)
+        if isinstance(store, PromotedStore):
+            store.primary = primary
 
     @property
     def _redis(self) -> Any:
@@ -157,7 +185,7 @@ class ShardWorker:
         self.links = [Link() for _ in range(shards)]
         url = RedisURL.parse(env.url)
         self.stores = [
-            Store(
+            PromotedStore(
                 url, shard_name(env.crawl, t), timeout=10.0, clock=env.clock_ms, faults=env.faults
             )
             for t in ["", *env.tags]

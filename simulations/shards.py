@@ -41,6 +41,7 @@ from collections.abc import Awaitable, Callable
 from typing import Any
 
 import attrs
+import redis
 
 from hashcrawl._core._faults import NO_FAULTS, Faults
 from hashcrawl._core._frontier import Held
@@ -63,6 +64,9 @@ from simulations.world import BEAT, SETTINGS, server
 KINDS = ("beat", "read", "fetch", "apply", "drain", "load_pace", "unpark", "commit")
 FINISH_WITHIN = 900.0  # simulated seconds for the fault-free end
 CLOCK_FROM_MS = 10**12
+# How the first settle on a promoted node goes (shardcrew.PromotedStore): it runs, is
+# refused before the ratchet runs, or runs and its reply is lost.
+SETTLE_FAULTS = (None, "refused", "lost")
 FAILOVER_S = 0.01  # the aimed failover's length: far less than a lease, and a clock tick
 STEPS = 40  # steps of a run before the fault-free end
 FAULTS = (  # drawn alike: a cut off twice as often (the end's reports go stale there)
@@ -163,7 +167,8 @@ class ShardWorld:
         if not self.race_joins:  # each running worker's next call settles a failover first
             for w in self.live():
                 for store in w.stores:
-                    with contextlib.suppress(QueueError):
+                    # (a settle that fails, shardcrew.PromotedStore, waits for their next)
+                    with contextlib.suppress(QueueError, redis.exceptions.ConnectionError):
                         store._redis  # noqa: B018 (``Connection._redis`` runs the ratchet)
         name = f"w{len(self.workers) + 1}"
         w = self.workers[name] = ShardWorker(name, self)
@@ -230,10 +235,14 @@ class ShardWorld:
         if kind == "failover":
             primary = rng.choice(self.primaries)
             primary.losing = rng.randint(1, 4)
+            # Drawn apart from the run's own sequence, which the seeds the tests name keep.
+            settle = random.Random(f"settle {self.seed} {primary.shard} {primary.failovers}")
+            primary.settle_fault = settle.choice(SETTLE_FAULTS)
             self.say(
                 "model",
                 f"shard {primary.shard}'s primary will die, its last "
-                f"{primary.losing} writes unconfirmed",
+                f"{primary.losing} writes unconfirmed; the first settle on the promoted node: "
+                f"{primary.settle_fault or 'runs'}",
             )
             return
         if kind == "failover_mid_join":

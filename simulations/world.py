@@ -26,8 +26,9 @@ from typing import Any
 
 from hashcrawl._cli._server import RedisServer
 from hashcrawl._core._faults import NO_FAULTS, Faults
-from hashcrawl._core._ring import Ring
-from hashcrawl._exceptions import Fenced, QueueError
+from hashcrawl._core._ring import Ring, name_of
+from hashcrawl._exceptions import Fenced, NameTaken, QueueError
+from hashcrawl._run._naming import Place
 from hashcrawl._run._queue import Queue
 from hashcrawl._run._revisiting import TAKE_EVERY
 from simulations import revisits
@@ -122,6 +123,7 @@ class World:
         self.members_seen: set[str] = set()
         self.last_submission = -1  # trace position: a crawl is over only after the last one
         self.problems: list[str] = []  # violations seen as they happen (premature expiry)
+        self.replaced: set[str] = set()  # incarnations a successor of their name replaced
         self.trace: list[str] = []
         self.finishing = False
         self._joined = 0  # sessions started: the next is named w{_joined + 1}
@@ -196,10 +198,14 @@ class World:
         self.last_submission = len(self.trace)
         return f"submitted {len(urls)} URLs, {added} new: {' '.join(urls)}"
 
-    async def join(self, lose_reply: str | None = None) -> str:
-        name = self.next_name()
+    async def join(
+        self, lose_reply: str | None = None, *, as_id: str | None = None, place: Place | None = None
+    ) -> str:
+        """A worker joins: a new one (``w1``, ``w2``, ...), or the member ``as_id``
+        (``NAME~TOKEN``: an incarnation of the worker named NAME) at ``place``."""
+        name = as_id or self.next_name()
         self._joined += 1
-        w = self.workers[name] = SimWorker(name, self)
+        w = self.workers[name] = SimWorker(name, self, place=place)
         self.reach.fit(w)
         w.link.lose_reply = lose_reply
         w.start("join", w.join)
@@ -522,6 +528,8 @@ class World:
             w.state = "crashed"
         elif isinstance(error, QueueError):
             w.state = "fenced" if isinstance(error, Fenced) else "gave up"
+        elif isinstance(error, NameTaken):
+            w.state = "refused"  # its name's holder runs: it never joined
         else:
             raise AssertionError(f"{w.name}'s {kind} step raised {error!r}") from error
         self.say(w.name, f"{kind} ended the session ({w.state}): {error}")
@@ -542,10 +550,14 @@ class World:
         members = self.observer.members()
         self.members_seen |= members
         lease = self.settings["lease"]
+        holders = {name_of(m): m for m in members}
         for w in self.workers.values():
             gone = w.name in self.members_seen and w.name not in members
             if gone and w.state in ("leaving", "left", "finished"):
                 w.departed = True  # it left the ring itself, even if its leave then fails
+            if gone and holders.get(name_of(w.name), w.name) != w.name:
+                self.replaced.add(w.name)  # a successor of its name took its place
+                self._excuse(w)  # (simulations.names judges whether it rightly did)
             if not gone or w.excused or w.departed:
                 continue
             silent = self.now() - w.confirmed

@@ -56,12 +56,16 @@ Deliberate bugs of a sharded crawl (``_run._sharding``; the simulation
   promoted) does not raise the epoch past those the old primary may have issued and
   lost: the next membership change reissues an epoch number with other members.
 
-A deliberate bug of static membership (``_run._naming``; ``tests/test_names.py`` catches
-it, the simulations do not name workers):
+Deliberate bugs of static membership (``_run._naming``, ``_store._store``;
+``tests/test_names.py`` and the simulation's named workers, ``simulations.reach``, catch
+them):
 
 - ``take_running``: a worker started under a name takes the place of the member holding
   it without watching its heartbeat: a second running worker of one name is not refused,
-  and fences the first.
+  and fences the first;
+- ``takeover_unfenced``: a join that takes a member's place leaves that member in the
+  ring, its stream no orphan: the old incarnation's heartbeats and commits are still
+  accepted.
 """
 
 from __future__ import annotations
@@ -93,6 +97,7 @@ KNOWN = frozenset(
         "deliver_by_source_ring",
         "skip_failover_ratchet",
         "take_running",
+        "takeover_unfenced",
     }
 )
 

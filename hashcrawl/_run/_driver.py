@@ -25,7 +25,6 @@ driver's constructor, so the simulations drive these same turns one at a time.
 from __future__ import annotations
 
 import logging
-import os
 import socket
 import time
 from collections.abc import Awaitable, Callable
@@ -48,7 +47,7 @@ from hashcrawl._run._membership import (
     _resident_mib,
     unwrapped,
 )
-from hashcrawl._run._naming import claim, machine
+from hashcrawl._run._naming import Place, claim
 from hashcrawl._run._revisiting import Taker
 from hashcrawl._store import _crawlconfig
 from hashcrawl._store._base import RevisitStore, WorkerStore
@@ -77,6 +76,8 @@ class Driver(Membership):
             due ones and its commits write the next ones.
         after_join: checked right after the first join, before any loop starts; a
             ``ConfigError`` it raises makes the driver leave again and raise it.
+        place: where the worker runs, recorded at join so that a successor of its name
+            can tell it has stopped (default: this machine and process).
     """
 
     read_block_ms = 500
@@ -92,9 +93,11 @@ class Driver(Membership):
         offload: Offload | None = None,
         revisits: RevisitStore | None = None,
         after_join: Callable[[Driver], Awaitable[None]] | None = None,
+        place: Place | None = None,
     ) -> None:
         super().__init__(worker, store, call=call, spawn=spawn, offload=offload, revisits=revisits)
         self.after_join = after_join
+        self.place = place if place is not None else Place.here()
         self.dispatcher = Dispatcher(self, fetcher)
         self.committer = Committer(self)
         self.handoffs = Handoffs(self)
@@ -136,8 +139,8 @@ class Driver(Membership):
         worker, session = self.worker, self.session
         info = {
             "host": socket.gethostname(),
-            "machine": machine(),  # with the pid: a successor on this machine tells it is gone
-            "pid": os.getpid(),
+            "machine": self.place.machine,  # with the pid: a successor here tells it is gone
+            "pid": self.place.pid,
             "started": int(time.time()),
             "lease_ms": int(self.settings.lease * 1000),  # so status can tell a stale member
             "spider": worker.spider_name,
@@ -151,7 +154,9 @@ class Driver(Membership):
             if worker.name is not None:
                 lease = self.settings.lease
                 name, flag, faults = worker.name, worker.name_flag, worker.faults
-                replaces = await claim(self.store, self.persist, name, lease, flag, faults)
+                replaces = await claim(
+                    self.store, self.persist, name, lease, flag, faults, self.place
+                )
             sent = self.now()
             try:
                 now_ms, _, worker.instance = await self.persist_join(info, replaces)

@@ -11,6 +11,7 @@ from collections.abc import Awaitable, Callable
 from pathlib import Path
 from typing import Any
 
+import attrs
 import trio
 
 from hashcrawl._core._faults import NO_FAULTS, Faults
@@ -35,6 +36,20 @@ def machine() -> str:
     return f"{socket.gethostname()}/{boot}/{space}"
 
 
+@attrs.frozen
+class Place:
+    """Where a worker runs, as a successor on the same machine judges it: the machine
+    (:func:`machine`) and the process id. The simulations give their workers places of
+    their own, since they all run in one process."""
+
+    machine: str
+    pid: int
+
+    @classmethod
+    def here(cls) -> Place:
+        return cls(machine(), os.getpid())
+
+
 def alive(pid: int) -> bool:
     """Whether process ``pid`` of this machine is running (a zombie is not: it has ended
     and waits only to be reaped)."""
@@ -57,19 +72,27 @@ async def claim(
     lease: float,
     called: str,
     faults: Faults = NO_FAULTS,
+    place: Place | None = None,
 ) -> Holder | None:
     """The member whose place the worker named ``name`` takes, as last seen (None: the
     name is free), once that member has stopped; raises NameTaken if it is running.
 
-    ``persist`` runs a store call as the membership does (retried for a lease).
+    ``persist`` runs a store call as the membership does (retried for a lease);
+    ``place`` is where this worker runs (default: here).
     """
+    place = place if place is not None else Place.here()
     window, lease_ms = fresh_window_ms(lease), int(lease * 1000)
     first: Holder | None = await persist(store.holder, name)
     if first is None:
         return None
     seen = first
     verdict = first_look(
-        first, machine=machine(), pid=os.getpid(), window_ms=window, lease_ms=lease_ms, alive=alive
+        first,
+        machine=place.machine,
+        pid=place.pid,
+        window_ms=window,
+        lease_ms=lease_ms,
+        alive=alive,
     )
     if verdict is Verdict.WATCH and "take_running" in faults:  # a deliberate bug to catch
         verdict = Verdict.TAKE

@@ -164,12 +164,20 @@ class Store(Views):
             raise StateLost(f"{LOST}; worker {worker} stops")
         if int(reply[1]) < 0:
             raise Fenced(f"worker {worker} lost its membership before its join was confirmed")
+        if replaces is not None and "takeover_unfenced" in self.faults:  # a deliberate bug
+            self._unfence(replaces, int(reply[1]))
         return int(reply[0]), int(reply[1]), str(reply[2])
+
+    def _unfence(self, replaced: Holder, epoch: int) -> None:
+        """The deliberate bug ``takeover_unfenced``: the member a join replaced stays one."""
+        self._redis.zadd(self.key("members"), {replaced.member: replaced.beat_ms})
+        self._redis.hset(self.key("applied"), replaced.member, epoch)
+        self._redis.srem(self.key("orphans"), self.stream_of(replaced.member))
 
     @_translated
     def holder(self, name: str) -> Holder | None:
         """The member that has the name ``name`` now, with the server's time; None if none."""
-        reply = self._run("holder", [self.prefix, name], read_only=True)
+        reply = self._run("holder", [self.prefix, name, self._now()], read_only=True)
         if len(reply) < 7:
             return None
         now_ms, member, beat, machine, pid, host, behind = reply
