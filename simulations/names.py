@@ -87,14 +87,18 @@ async def twin(world: World, running: SimWorker) -> str:
     """A worker of ``running``'s name starts on another machine while ``running`` beats:
     it must be refused, and ``running`` keep its place.
 
-    Judged only while ``running`` beats soundly for the whole watch (a member cut off
-    that long has stopped, as far as anyone can tell, and may rightly be replaced).
+    Judged only where ``running`` had a heartbeat run by Redis in the last two heartbeat
+    intervals and beats soundly for the whole watch: a member whose last heartbeat is
+    older than the fresh window (paused, cut off, its heartbeat late) has stopped starting
+    requests, as far as anyone can tell, and may rightly be replaced.
     """
+    from simulations.world import BEAT
+
     new = successor(world, running)
     world.say("operator", f"starts {new} under {name_of(running.name)}'s name, elsewhere")
+    judged = _sound(running) and world.now() - running.confirmed <= 2 * BEAT
     await world.join(as_id=new, place=ELSEWHERE)
     twin = world.workers[new]
-    judged = _sound(running)
     for _ in range(_watch_ticks(world)):
         if twin.state != "joining":
             break
