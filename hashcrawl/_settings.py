@@ -281,7 +281,8 @@ class Settings:
     )
     shards: int | None = _setting(
         None, "spread a new crawl over N Redis Cluster hash slots, so N primaries carry "
-        "about N times the pages (fixed at its start); default: the crawl's, or 1",
+        "about N times the pages (fixed at its start); default: the crawl's, or for a new "
+        "crawl one a primary of a cluster (1 elsewhere)",
         check=_positive, parse=_or_none(_whole), metavar="N",
     )  # fmt: skip
     max_pages: int | None = _setting(

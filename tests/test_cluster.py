@@ -16,6 +16,7 @@ import redis as redis_py
 from hashcrawl._core._shards import shard_name
 from hashcrawl._core._urls import fingerprint
 from hashcrawl._exceptions import InvalidURL, QueueError
+from hashcrawl._run._queue import Queue
 from hashcrawl._store._connection import _reason
 from hashcrawl._store._redisurl import RedisURL
 from hashcrawl._store._shards import shard_tags, slot_of
@@ -329,6 +330,37 @@ def test_a_crawls_shards_spread_over_the_primaries(redis_cluster: Cluster, crawl
         assert sorted(held.values()) == [2, 2, 2]
         assert len({slot_of(n) for n in names}) == 6
         assert shard_tags(store, None) == tags
+    finally:
+        store.clear()
+        store.close()
+
+
+def test_a_new_crawl_on_a_cluster_takes_a_shard_a_primary(
+    redis_cluster: Cluster, crawl_name: str
+) -> None:
+    """Without --shards, a crawl that starts on three primaries takes three shards, one on
+    each, recorded for every later worker; status shows the spread."""
+    store = cluster_store(redis_cluster, crawl_name)
+    try:
+        tags = shard_tags(store, None)
+        names = [shard_name(crawl_name, tag) for tag in ["", *tags]]
+        held = Counter(redis_cluster.primary_of(f"hc:{{{n}}}:epoch").port for n in names)
+        assert sorted(held.values()) == [1, 1, 1]
+        assert shard_tags(store, None) == tags
+        with Queue(store.url, crawl_name) as queue:
+            assert sorted(queue.status()["spread"].values()) == [1, 1, 1]
+    finally:
+        store.clear()
+        store.close()
+
+
+def test_a_crawl_begun_on_one_shard_keeps_it(redis_cluster: Cluster, crawl_name: str) -> None:
+    """A crawl begun before (its marker set) takes no shards by default: its layout was
+    fixed when it started."""
+    store = cluster_store(redis_cluster, crawl_name)
+    try:
+        store.join("w-1", {"pid": 1})
+        assert shard_tags(store, None) == []
     finally:
         store.clear()
         store.close()

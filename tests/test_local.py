@@ -1,13 +1,16 @@
-"""Tests for ``crawl``'s own machinery that need no process: how a dead letter is told."""
+"""Tests for ``crawl``'s own machinery that need no process: how a dead letter is told, and
+how many workers it starts."""
 
 from __future__ import annotations
 
 import json
 
+import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from hashcrawl._cli._local import dead_error, dead_fault
+from hashcrawl._cli._local import dead_error, dead_fault, worker_count
+from hashcrawl._core._scope import Scope
 
 
 def test_a_dead_letter_says_its_attempts_and_last_error() -> None:
@@ -42,3 +45,29 @@ def test_a_dead_letter_record_of_any_shape_is_told_on_one_line(record: dict[str,
 def test_a_dead_letter_of_any_shape_has_a_fault_or_none(text: str) -> None:
     """The fault read from any dead letter is a string (empty when there is none)."""
     assert isinstance(dead_fault(text), str)
+
+
+@pytest.mark.parametrize(
+    ("asked", "hosts", "span", "open_ended", "started", "said"),
+    [
+        (None, 1, False, False, 1, "one a host: the crawl stays on 1 host"),
+        (None, 50, False, False, 4, "one a core"),
+        (None, 3, False, False, 3, "one a host: the crawl stays on 3 hosts"),
+        (None, 1, True, False, 4, "one a core"),
+        (None, 1, False, True, 4, "one a core"),
+        (3, 1, False, False, 3, "2 will have nothing to fetch"),
+        (3, 1, True, False, 3, "starting 3 workers"),
+        (2, 5, False, False, 2, "starting 2 workers"),
+    ],
+)
+def test_crawl_starts_a_worker_a_core_but_none_without_a_host_to_own(
+    asked: int | None, hosts: int, span: bool, open_ended: bool, started: int, said: str
+) -> None:
+    """A crawl that stays on its hosts starts no more workers than it has hosts, unless asked,
+    and then it says why some will idle; one that may reach any host starts one a core."""
+    scope = Scope(hosts=frozenset(f"h{i}.example" for i in range(hosts)), span=span)
+    sizing = worker_count(asked, scope, cores=4, open_ended=open_ended)
+    assert sizing.count == started
+    assert said in sizing.why
+    assert sizing.idle == ("nothing to fetch" in sizing.why)
+    assert sizing.idle == (asked is not None and not span and asked > hosts)

@@ -21,6 +21,7 @@ import attrs
 
 from hashcrawl._cli._logfile import say_raw
 from hashcrawl._core._outcome import PARSE_FAULT
+from hashcrawl._core._scope import Scope
 from hashcrawl._core._urls import canonicalize
 from hashcrawl._exceptions import HashcrawlError
 from hashcrawl._run._queue import submit_urls
@@ -41,6 +42,53 @@ class NothingFetched(HashcrawlError):
 def plural(count: int, noun: str) -> str:
     """'1 URL', '2 URLs'."""
     return f"{count} {noun}" if count == 1 else f"{count} {noun}s"
+
+
+def cores() -> int:
+    """The cores this process may run on (its affinity, as a container's CPU set is)."""
+    try:
+        return max(1, len(os.sched_getaffinity(0)))
+    except (AttributeError, OSError):
+        return max(1, os.cpu_count() or 1)
+
+
+@attrs.frozen
+class Sizing:
+    """How many workers ``crawl`` starts, the line that says why, and whether some of them
+    will have nothing to fetch (then the line is a warning)."""
+
+    count: int
+    why: str
+    idle: bool = False
+
+
+def worker_count(asked: int | None, scope: Scope, *, cores: int, open_ended: bool) -> Sizing:
+    """How many workers ``crawl`` starts, and why.
+
+    ``asked`` (``--workers``) wins. Otherwise one a core, but no more than the hosts a crawl
+    that stays on its hosts (``scope``: no ``--span-hosts``, no ``--allow-domain``) can
+    reach, since a host has one owner and a worker more would have nothing to fetch;
+    ``open_ended`` (a spider submitting its own start requests) may reach more.
+    """
+    reach = None if scope.span or scope.domains or open_ended else len(scope.hosts)
+    if asked is None:
+        count = cores if reach is None else max(1, min(cores, reach))
+        if reach is not None and reach < cores:
+            return Sizing(
+                count,
+                f"starting {plural(count, 'worker')}, one a host: the crawl stays on "
+                f"{plural(reach, 'host')}, and a host has one owner at a time",
+            )
+        return Sizing(count, f"starting {plural(count, 'worker')}, one a core")
+    if reach is not None and asked > reach:
+        why = (
+            f"starting {plural(asked, 'worker')} for {plural(reach, 'host')}: "
+            f"{asked - reach} will have nothing to fetch, since a host has one owner at a "
+            "time (that keeps its politeness exact); --span-hosts or --allow-domain lets "
+            "the crawl reach more hosts"
+        )
+        return Sizing(asked, why, idle=True)
+    return Sizing(asked, f"starting {plural(asked, 'worker')}")
 
 
 def counted(count: int, noun: str) -> str:

@@ -218,9 +218,10 @@ def build_parser() -> _Parser:
     crawl.add_argument(
         "--workers",
         type=_whole_in(1, 64),
-        default=2,
+        default=None,
         metavar="N",
-        help="worker processes, 1 to 64 (default: %(default)s)",
+        help="worker processes, 1 to 64 (default: one a core, but no more than the hosts "
+        "of a crawl that stays on its hosts: a host has one owner)",
     )
     crawl.add_argument(
         "--state-dir",

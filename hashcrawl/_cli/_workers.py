@@ -28,16 +28,19 @@ from hashcrawl._cli._checks import check_reachable, check_start_urls, checked_ou
 from hashcrawl._cli._local import (
     Children,
     already_complete,
+    cores,
     expire_previous_members,
     interrupts_held,
     log_line,
     plural,
     submit_start_urls,
     verdict,
+    worker_count,
 )
 from hashcrawl._cli._parser import DEFAULT_CRAWL, FAILED, settings_from
 from hashcrawl._cli._statedir import redis_of
 from hashcrawl._core._names import check_name
+from hashcrawl._core._scope import Scope
 from hashcrawl._exceptions import ConfigError
 from hashcrawl._settings import CRAWL, Settings, given_flags
 from hashcrawl._store._redisurl import ENV_VAR as REDIS_ENV_VAR
@@ -270,10 +273,14 @@ def _crawl_on(
             if not args.quiet:
                 print(log_line(_complete(args, before.fetched)), file=sys.stderr)
             return 0
-        log.info("submitted %s; starting %d workers", plural(added, "new URL"), args.workers)
+        scope = Scope.from_members(store.scope())
+        open_ended = _starts_itself(spider_of(args))
+        sizing = worker_count(args.workers, scope, cores=cores(), open_ended=open_ended)
+        say = log.warning if sizing.idle and not args.quiet else log.info  # -q: errors only
+        say("submitted %s; %s", plural(added, "new URL"), sizing.why)
         command = _child_command(args)
         children = Children(
-            [command + child_metrics_flags(args.metrics_port, i) for i in range(args.workers)],
+            [command + child_metrics_flags(args.metrics_port, i) for i in range(sizing.count)],
             quiet=args.quiet,
             # The URL goes through the environment: argv is visible to every user in ps.
             env={**os.environ, REDIS_ENV_VAR: redis_url, **_headers_env(settings)},

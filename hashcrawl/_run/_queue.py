@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+from collections import Counter
 from collections.abc import Iterable, Iterator
 from typing import Any
 
@@ -120,7 +121,10 @@ class Queue:
     def status(self) -> dict[str, Any]:
         """Waiting, held, workers (with hosts owned and pages fetched), seen, fetched...,
         and the crawl's ``settings`` (see :meth:`settings`)."""
-        return {**merged([s.status() for s in self._stores()]), "settings": self.settings()}
+        stores = self._stores()
+        spread = Counter(s._nodes.owner or "one server" for s in stores)
+        status = merged([s.status() for s in stores])
+        return {**status, "spread": dict(sorted(spread.items())), "settings": self.settings()}
 
     def idle_since_ms(self) -> int | None:
         """Server ms since which nothing was outstanding in any shard (see

@@ -184,6 +184,13 @@ class Nodes:
         nodes = [(n.host, int(n.port)) for n in self._cluster.get_primaries()]  # type: ignore[no-untyped-call]
         return [self._new_client(node, timeout, True) for node in sorted(nodes)]
 
+    def primary_count(self) -> int:
+        """How many primaries serve the store: a cluster's (from its slot map), else 1."""
+        self._discover()
+        if self._cluster is None:
+            return 1
+        return max(1, len(self._cluster.get_primaries()))  # type: ignore[no-untyped-call]
+
     def primary_of_slot(self, slot: int) -> str:
         """``host:port`` of the primary serving ``slot`` ("" for one server, or a slot
         the map does not list)."""

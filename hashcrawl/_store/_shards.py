@@ -65,6 +65,9 @@ def shard_tags(store: Store, given: int | None) -> list[str]:
     """The tags of the crawl's shards 1..S-1 (none: one shard), recording them if this
     starts a crawl of ``given`` shards.
 
+    Without ``given``, a crawl that starts on a Redis Cluster takes a shard a primary
+    (:func:`default_shards`), and one that has begun keeps what it has.
+
     Raises:
         ConfigError: ``given`` differs from the crawl's, or the crawl has begun on one
             shard (S is fixed when a crawl starts).
@@ -73,6 +76,12 @@ def shard_tags(store: Store, given: int | None) -> list[str]:
     if given is not None and not 1 <= given <= MAX_SHARDS:
         raise ConfigError(f"--shards must be 1 to {MAX_SHARDS}, got {given}")
     tags = stored_tags(store)
+    if tags is None and given is None:
+        count = default_shards(store)
+        if count > 1:
+            chosen = choose_tags(store.crawl, count, slot_of, lambda s: _primary_of(store, s))
+            return _record(store, chosen) or []  # None: begun on one shard meanwhile
+        return []
     if tags is None and given is not None and given > 1:
         if _begun(store):
             raise ConfigError(_fixed(store.crawl, 1, given))
@@ -84,6 +93,16 @@ def shard_tags(store: Store, given: int | None) -> list[str]:
     if given is not None and given != len(tags) + 1:
         raise ConfigError(_fixed(store.crawl, len(tags) + 1, given))
     return tags
+
+
+@_translated
+def default_shards(store: Store) -> int:
+    """The shards a new crawl takes without ``--shards``: one a primary of a Redis
+    Cluster, so that every primary carries its part; 1 on one server (or under Sentinel),
+    and for a crawl that has begun (its layout was fixed then)."""
+    if not store._nodes.cluster or _begun(store):
+        return 1
+    return min(MAX_SHARDS, store._nodes.primary_count())
 
 
 def still_one_shard(store: Store) -> None:
