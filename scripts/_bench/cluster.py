@@ -15,6 +15,7 @@ seconds).
 
     scripts/bench --cluster                 # 5,000 pages, 2 workers
     scripts/bench --cluster --runs 1:1,3:6,6:12 --pages 20000 --workers 4
+    scripts/bench --cluster --runs 3:1,3:default     # what a cluster does by default
 """
 
 from __future__ import annotations
@@ -66,17 +67,21 @@ def main(argv: list[str] | None = None) -> int:
     return 0 if all(r["complete"] for r in results.values()) else 1
 
 
-def _run_of(text: str) -> tuple[int, int, str]:
-    """``P:S`` or ``P:S@DIR`` (P primaries, 1 for one server; S shards; the workers run
+def _run_of(text: str) -> tuple[int, int | None, str]:
+    """``P:S`` or ``P:S@DIR`` (P primaries, 1 for one server; S shards, or ``default``
+    for none given, as a user who never read of --shards runs it; the workers run
     hashcrawl from checkout DIR, an earlier commit say) as numbers and the checkout."""
     text, _, checkout = text.partition("@")
     primaries, _, shards = text.partition(":")
-    return int(primaries), int(shards or 1), checkout
+    return int(primaries), None if shards == "default" else int(shards or 1), checkout
 
 
-def _name(primaries: int, shards: int, checkout: str = "") -> str:
+def _name(primaries: int, shards: int | None, checkout: str = "") -> str:
     where = "one server" if primaries == 1 else f"{primaries} primaries"
-    name = f"{where}, {shards} shard{'s' if shards > 1 else ''}"
+    if shards is None:
+        name = f"{where}, default shards"
+    else:
+        name = f"{where}, {shards} shard{'s' if shards > 1 else ''}"
     return name + (f" @{Path(checkout).name}" if checkout else "")
 
 
@@ -115,7 +120,7 @@ def _crawl(
     site: static_site.StaticServer,
     work: Path,
     args: argparse.Namespace,
-    shards: int,
+    shards: int | None,
     checkout: str = "",
 ) -> dict[str, Any]:
     run_dir = work / name.replace(" ", "-").replace(",", "")
@@ -126,8 +131,8 @@ def _crawl(
         with store(run_dir) as (url, snapshot):
             calls_before, cpu_before = snapshot()
             # Each shard gets its share of --concurrency: 64 each, as one shard has.
-            extra = ["--shards", str(shards), "--concurrency", str(64 * shards)]
-            extra = extra if shards > 1 else []
+            extra = ["--shards", str(shards), "--concurrency", str(64 * (shards or 1))]
+            extra = extra if shards is not None and shards > 1 else []
             with Queue(url, crawl.CRAWL, shards=shards) as queue:
                 queue.submit([])  # records the shards before the launcher submits
             where = Path(checkout) if checkout else None
@@ -193,7 +198,8 @@ def _parser() -> argparse.ArgumentParser:
     p.add_argument(
         "--runs",
         default="1:1,3:1,3:6",
-        help="crawls to run, P:S each (P primaries, 1 for one server; S --shards), or "
+        help="crawls to run, P:S each (P primaries, 1 for one server; S --shards, or "
+        "default for none given), or "
         "P:S@DIR to run the workers from checkout DIR, comma-separated; the first is the "
         "baseline (default: %(default)s)",
     )
