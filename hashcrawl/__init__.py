@@ -30,6 +30,8 @@ _HOMES = {
     "StateLost": "_exceptions",
     "Fetcher": "_web._fetch",
     "HttpxFetcher": "_web._fetch",
+    "MockFetcher": "_web._fakes",
+    "MemorySink": "_web._fakes",
     "Request": "_web._models",
     "Response": "_web._models",
     "Queue": "_run._queue",
@@ -58,6 +60,7 @@ if TYPE_CHECKING:
     from hashcrawl._run._queue import Queue
     from hashcrawl._run._worker import Worker
     from hashcrawl._web._documents import CsvSink, JsonSink, XmlSink
+    from hashcrawl._web._fakes import MemorySink, MockFetcher
     from hashcrawl._web._fetch import Fetcher, HttpxFetcher
     from hashcrawl._web._forms import FormRequest
     from hashcrawl._web._models import Request, Response
@@ -117,6 +120,8 @@ __all__ = [
     "JsonSink",
     "Link",
     "LinkExtractor",
+    "MemorySink",
+    "MockFetcher",
     "ParquetSink",
     "Queue",
     "QueueError",

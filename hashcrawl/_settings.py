@@ -280,9 +280,8 @@ class Settings:
         crawl=True,
     )
     shards: int | None = _setting(
-        None, "spread a new crawl over N Redis Cluster hash slots, so N primaries carry "
-        "about N times the pages (fixed at its start); default: the crawl's, or for a new "
-        "crawl one a primary of a cluster (1 elsewhere)",
+        None, "spread a new crawl over N Redis Cluster hash slots (fixed at its start); "
+        "default: the crawl's, or for a new crawl one a primary (1 off a cluster)",
         check=_positive, parse=_or_none(_whole), metavar="N",
     )  # fmt: skip
     max_pages: int | None = _setting(

@@ -163,21 +163,20 @@ def test_sink_for_keeps_the_fsync_choice(tmp_path: Path) -> None:
 # -- the worker: flush before acknowledging ---------------------------------------------------
 
 
-class TreeFetcher:
-    """Serves PAGES pages from memory: page n links to pages 2n+1 and 2n+2."""
-
-    async def fetch(self, request: hashcrawl.Request) -> hashcrawl.Response:
-        number = int(request.url.rpartition("/p")[2])
-        links = "".join(
-            f'<a href="/p{n}">{n}</a>' for n in (2 * number + 1, 2 * number + 2) if n < PAGES
-        )
-        return hashcrawl.Response(
-            url=request.url,
-            status=200,
-            headers={"content-type": "text/html"},
-            body=f"<title>{number}</title>{links}".encode(),
-            request=request,
-        )
+def tree_page(request: hashcrawl.Request) -> hashcrawl.Response:
+    """PAGES pages from memory (a MockFetcher's handler): page n links to pages 2n+1 and
+    2n+2."""
+    number = int(request.url.rpartition("/p")[2])
+    links = "".join(
+        f'<a href="/p{n}">{n}</a>' for n in (2 * number + 1, 2 * number + 2) if n < PAGES
+    )
+    return hashcrawl.Response(
+        url=request.url,
+        status=200,
+        headers={"content-type": "text/html"},
+        body=f"<title>{number}</title>{links}".encode(),
+        request=request,
+    )
 
 
 class WatchingSink:
@@ -226,7 +225,7 @@ async def test_worker_flushes_items_before_their_pages_are_acknowledged(
     worker = hashcrawl.Worker(
         redis_url,
         crawl_name,
-        fetcher=TreeFetcher(),
+        fetcher=hashcrawl.MockFetcher(tree_page),
         sink=sink,
         delay=0,
         idle=0.3,

@@ -544,15 +544,12 @@ class WatchingWarcSink(WarcSink):
         return sum(any(url in payload for payload in payloads) for url in urls)
 
 
-class TreeFetcher:
-    """Pages p0..p14 of a binary tree, with no item-producing callback needed."""
-
-    async def fetch(self, request: Request) -> Response:
-        number = int(request.url.rsplit("p", 1)[1])
-        links = "".join(
-            f'<a href="/p{n}">{n}</a>' for n in (2 * number + 1, 2 * number + 2) if n < 15
-        )
-        return response_for(request.url, f"<title>{number}</title>{links}".encode())
+def tree_page(request: Request) -> Response:
+    """Pages p0..p14 of a binary tree (a MockFetcher's handler), with no item-producing
+    callback needed."""
+    number = int(request.url.rsplit("p", 1)[1])
+    links = "".join(f'<a href="/p{n}">{n}</a>' for n in (2 * number + 1, 2 * number + 2) if n < 15)
+    return response_for(request.url, f"<title>{number}</title>{links}".encode())
 
 
 @pytest.mark.parametrize("process", [False, True], ids=["in-process", "writer-process"])
@@ -569,7 +566,7 @@ async def test_records_are_flushed_before_their_pages_are_acknowledged(
     worker = hashcrawl.Worker(
         redis_url,
         crawl_name,
-        fetcher=TreeFetcher(),
+        fetcher=hashcrawl.MockFetcher(tree_page),
         sink=sink,
         delay=0,
         idle=0.3,

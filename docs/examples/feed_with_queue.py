@@ -24,19 +24,17 @@ BATCHES = [
 ]
 
 
-class StubFetcher:
+def stub_page(request: hashcrawl.Request) -> hashcrawl.Response:
     """Every page exists and links nowhere, so only submitted URLs are crawled."""
-
-    async def fetch(self, request: hashcrawl.Request) -> hashcrawl.Response:
-        status = 404 if request.url.endswith("/robots.txt") else 200
-        return hashcrawl.Response(
-            url=request.url, status=status, headers={}, body=b"", request=request
-        )
+    status = 404 if request.url.endswith("/robots.txt") else 200
+    return hashcrawl.Response(url=request.url, status=status, headers={}, body=b"", request=request)
 
 
 def work(redis: str, crawl: str) -> None:
     sink = hashcrawl.JsonLinesSink(OUTPUT)
-    hashcrawl.Worker(redis, crawl, fetcher=StubFetcher(), sink=sink, delay=0, idle=1).run_sync()
+    hashcrawl.Worker(
+        redis, crawl, fetcher=hashcrawl.MockFetcher(stub_page), sink=sink, delay=0, idle=1
+    ).run_sync()
     sink.close()
 
 
