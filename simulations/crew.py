@@ -211,6 +211,12 @@ class FaultyStore:
         )
         return got
 
+    def held(self, stream: str, *, count: int) -> list[tuple[str, bytes | None]]:
+        got: list[tuple[str, bytes | None]] = self._through(
+            "held", self._store.held, stream, count=count
+        )
+        return got
+
     def release(self, stream: str) -> bool:
         released: bool = self._through("release", self._store.release, stream)
         return released

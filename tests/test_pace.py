@@ -108,3 +108,20 @@ def test_the_next_owner_waits_at_least_as_long_as_the_record_says() -> None:
     PaceRecord(last_ms=5_000, backoff_ms=9_000, crawl_delay=3.0).pace(host, clock)
     assert host.last_end == host.last_start == 5.0 + 0.105
     assert (host.backoff_until, host.crawl_delay) == (9.0 + 0.105, 3.0)
+
+
+def test_a_successor_paces_its_predecessors_hosts_from_the_takeover_or_later() -> None:
+    """After a takeover by name, every host is paced from the takeover, and a host the
+    predecessor had pages of in hand from when a request of it may still be running."""
+    carry = Carry(floor_ms=5_000, floors={"busy.test": 35_000})
+    frontier = frontier_with("busy.test", "idle.test", since=1)
+    adopted: dict[str, int] = {}
+    carry.loaded(
+        ["busy.test", "idle.test"],
+        {},
+        Release(settled=1),
+        frontier,
+        lambda host, record: adopted.__setitem__(host.name, record.last_ms),
+    )
+    assert adopted == {"busy.test": 35_000, "idle.test": 5_000}
+    assert carry.floors == {}

@@ -109,6 +109,26 @@ def test_a_late_record_of_suspects_in_flight_does_not_replace_a_newer_one(redis_
         store.close()
 
 
+def test_held_lists_the_entries_read_and_not_acknowledged(redis_url, crawl_name):
+    """held() gives the entries a member has read and not acknowledged, not those still
+    unread: what a successor of its name reads to find the hosts it had in hand."""
+    store = Store(RedisURL.parse(redis_url), crawl_name)
+    raw = redis_py.Redis.from_url(redis_url)
+    try:
+        store.join("w1", {})
+        stream = store.stream_of("w1")
+        assert store.held(stream, count=10) == []
+        for n in range(3):
+            raw.xadd(stream, {"r": f'{{"u": "http://h{n}.test/"}}'})
+        read = store.read("w1", count=2, block_ms=0)
+        assert [eid for eid, _ in store.held(stream, count=10)] == [eid for eid, _ in read]
+        assert store.held(stream, count=1) == read[:1]
+        assert store.held(store.stream_of("nobody"), count=10) == []
+    finally:
+        raw.close()
+        store.close()
+
+
 HOSTS = 50_000
 
 

@@ -120,6 +120,9 @@ class Carry:
     # Server ms before which a previous incarnation of this worker, which wrote no
     # records, may have requested any of its hosts (0: none): each is paced from it.
     floor_ms: int = 0
+    # Later floors for the hosts it had pages of in hand at the takeover: a request of
+    # one may still be running at the server until its --timeout has passed.
+    floors: dict[str, int] = attrs.Factory(dict)
 
     def want(self, names: Iterable[str], frontier: Frontier, released: Released) -> None:
         """Have the records of ``names`` read, each once the fleet has released it."""
@@ -155,8 +158,9 @@ class Carry:
             if name in records:
                 adopt(host, PaceRecord.from_text(records[name]))
                 self.read[name] = records[name]
-            if self.floor_ms:
-                adopt(host, PaceRecord(last_ms=self.floor_ms))
+            floor = self.floors.pop(name, self.floor_ms)
+            if floor:
+                adopt(host, PaceRecord(last_ms=floor))
             host.paced = True
             frontier.reschedule(name)
         return later

@@ -32,9 +32,10 @@ from typing import Any
 
 import trio
 
+from hashcrawl._core._entry import BadEntry, Entry
 from hashcrawl._core._names import Holder, HolderBehind
 from hashcrawl._core._session import FORGET_EVERY
-from hashcrawl._exceptions import ConfigError, QueueError
+from hashcrawl._exceptions import ConfigError, InvalidURL, QueueError
 from hashcrawl._run._calls import Call
 from hashcrawl._run._committing import Committer
 from hashcrawl._run._fetching import Dispatcher
@@ -55,6 +56,16 @@ from hashcrawl._store._store import Beat
 from hashcrawl._web._fetch import Fetcher
 
 log = logging.getLogger("hashcrawl")
+#: Pages of a predecessor's a worker that takes its place reads, to find their hosts.
+HELD_READ = 10_000
+
+
+def _host_of(payload: bytes | None) -> str | None:
+    """The host of an entry as stored, or None if it cannot be read (input from Redis)."""
+    try:
+        return Entry.decode(payload).host
+    except (BadEntry, InvalidURL):
+        return None
 
 
 class Driver(Membership):
@@ -150,13 +161,15 @@ class Driver(Membership):
             if warning:
                 log.warning("%s", warning)
         while True:
-            replaces = None
+            replaces, in_hand = None, set()
             if worker.name is not None:
                 lease = self.settings.lease
                 name, flag, faults = worker.name, worker.name_flag, worker.faults
                 replaces = await claim(
                     self.store, self.persist, name, lease, flag, faults, self.place
                 )
+            if replaces is not None:  # read before the join: the holder reads no more
+                in_hand = await self.hosts_in_hand(replaces.member)
             sent = self.now()
             try:
                 now_ms, _, worker.instance = await self.persist_join(info, replaces)
@@ -166,6 +179,8 @@ class Driver(Membership):
         session.joined(sent, self.now(), now_ms)
         if replaces is not None:  # it wrote no pace records: every host is paced from now
             session.carry.floor_ms = now_ms
+            late = now_ms + int(self.settings.timeout * 1000)  # or from its requests' end
+            session.carry.floors = dict.fromkeys(in_hand, late)
         if self.after_join is not None:
             try:
                 await self.after_join(self)
@@ -184,6 +199,12 @@ class Driver(Membership):
             epoch,
             len(members),
         )
+
+    async def hosts_in_hand(self, member: str) -> set[str]:
+        """The hosts of the pages ``member`` has read and not acknowledged (at most
+        HELD_READ of them): its requests in flight, if it had any, are to those."""
+        got = await self.persist(self.store.held, self.store.stream_of(member), count=HELD_READ)
+        return {host for _, payload in got if (host := _host_of(payload))}
 
     async def persist_join(
         self, info: dict[str, Any], replaces: Holder | None = None

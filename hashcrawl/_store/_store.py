@@ -316,6 +316,17 @@ class Store(Views):
         return [_payload(eid, fields) for eid, fields in raw.xrange(stream, count=count)]
 
     @_translated
+    def held(self, stream: str, *, count: int) -> list[tuple[str, bytes | None]]:
+        """Up to ``count`` of the entries ``stream``'s owner has read and not acknowledged
+        (its requests in flight are among them), oldest first."""
+        raw: Any = self._nodes.client("bytes", self._timeout, decode=False)
+        summary = raw.xpending(stream, GROUP) if raw.exists(stream) else {"pending": 0}
+        if not summary["pending"]:
+            return []
+        first, last = summary["min"], summary["max"]
+        return [_payload(e, f) for e, f in raw.xrange(stream, first, last, count=count)]
+
+    @_translated
     def release(self, stream: str) -> bool:
         """Delete a drained orphan stream; False if entries arrived meanwhile."""
         return bool(self._run("release", [self.prefix, self._now()], keys=[stream]))
