@@ -23,6 +23,7 @@ from hashcrawl._store._redisurl import RedisURL
 from hashcrawl._store._store import Store
 from testing.fleet import Crew, fast_settings, host, make_site, page, status_of
 from testing.proxies import Tinyproxy, have_tinyproxy
+from testing.proxy_run import run_proxied
 from testing.rawserver import RawServer, response
 from testing.testsite import SITE_NETS, SiteServer
 
@@ -278,3 +279,22 @@ async def test_a_worker_refuses_hostile_proxy_entries_and_fetches_the_rest(
             await crew.run(crew.hire(settings))
         done = status_of(redis_url, crawl_name)
     assert (done["fetched"], done["dead"]) == (1, 3), done
+
+
+# -- the acceptance run, small: two workers, two proxies, one stopped mid-crawl --------------
+
+
+@pytest.mark.slow
+@needs_tinyproxy
+def test_a_stopped_proxys_hosts_move_and_nothing_is_missed_or_impolite(tmp_path: Path) -> None:
+    """Two worker processes through two tinyproxies, the first stopped a third of the way:
+    every page fetched, no gap under the delay (site's log), every request in a proxy's
+    log, and the stopped proxy's hosts fetched afterwards through the other."""
+    verdict = run_proxied(
+        pages=150, hosts=12, workdir=tmp_path, delay=0.1, lease=4.0, idle=1.0, timeout=240.0,
+        progress=lambda line: None,
+    )  # fmt: skip
+    assert verdict.failures() == [], verdict.lines()
+    assert verdict.site.missing == () and verdict.site.too_close == 0
+    assert verdict.direct == 0 and all(verdict.through)
+    assert verdict.moved_hosts > 0
