@@ -123,7 +123,9 @@ def _proxy_urls(value: Any) -> tuple[str, ...]:
 def _statuses(_: object, field: attrs.Attribute[Any], value: tuple[int, ...]) -> None:
     for status in value:
         if not 100 <= status <= 599:
-            raise ConfigError(f"{flag_name(field)} must be HTTP statuses (100 to 599), got {status}")
+            raise ConfigError(
+                f"{flag_name(field)} must be HTTP statuses (100 to 599), got {status}"
+            )
 
 
 def header_pairs(lines: tuple[str, ...]) -> tuple[tuple[str, str], ...]:

@@ -22,7 +22,9 @@ from ._core._due import DEFAULT_PAGES
 from ._core._revisit import DEFAULT_MAX_S, DEFAULT_MIN_S, Policy
 from ._exceptions import ConfigError
 from ._flags import (
+    HEADERS_ENV_VAR,
     NONE,
+    PROXIES_ENV_VAR,
     Flag,
     _header_line,
     _header_lines,
@@ -38,8 +40,6 @@ from ._flags import (
     _text,
     _user_agent,
     _whole,
-    HEADERS_ENV_VAR,
-    PROXIES_ENV_VAR,
     flag_name,
     from_environment,
 )
@@ -61,8 +61,6 @@ def revisit_policy(settings: Settings) -> Policy | None:
     except ValueError as exc:
         raise ConfigError(str(exc)) from None
     return None if settings.revisit is None else policy
-
-
 
 
 @attrs.frozen(kw_only=True)
@@ -160,33 +158,22 @@ class Settings:
         metavar="N",
         crawl=True,
     )
-    headers: tuple[str, ...] = attrs.field(
-        default=(), converter=_header_lines, repr=False,  # never in a repr, log or argv
-        metadata={"flag": Flag(
-            help="send this header with every request, 'Name: value' (repeatable); "
-            "unlike a Request's headers it never goes to Redis: the place for "
+    headers: tuple[str, ...] = attrs.field(default=(), converter=_header_lines, repr=False,
+        metadata={"flag": Flag(help="send this header with every request, 'Name: value' "
+            "(repeatable); unlike a Request's headers it never goes to Redis: the place for "
             f"credentials (${HEADERS_ENV_VAR}, a JSON list of lines, keeps them out of ps)",
             parse=_header_line, name="--header", repeat=True, metavar="'NAME: VALUE'",
-            secret=True)},
-    )  # fmt: skip
-    proxies: tuple[str, ...] = attrs.field(
-        default=(), converter=_proxy_urls, repr=False,  # credentials, as headers
-        metadata={"flag": Flag(
-            help="send every request through this forward proxy, http://[USER:PASSWORD@]"
-            "HOST:PORT (repeatable: a pool; each host keeps one proxy of it, see "
-            f"--proxy-retry-status); never goes to Redis (${PROXIES_ENV_VAR}, a JSON list, "
-            "keeps it out of ps)", parse=_text, name="--proxy", repeat=True, metavar="URL",
-            secret=True)},
-    )  # fmt: skip
-    proxy_retry_status: tuple[int, ...] = _setting(
-        (), "move a host to the next proxy of the pool (and retry the page) on this status, "
-        "as on a connection error or 407 (repeatable)", check=_statuses, converter=tuple,
-        parse=_whole, repeat=True, metavar="CODE",
-    )  # fmt: skip
-    allow_request_proxy: bool = _setting(
-        False, "send a request that names its own proxy (Request(proxy=...), meta['proxy']) "
-        "through it; whoever writes the queue then chooses proxies", parse=None,
-    )  # fmt: skip
+            secret=True)})  # fmt: skip
+    proxies: tuple[str, ...] = attrs.field(default=(), converter=_proxy_urls, repr=False,
+        metadata={"flag": Flag(help="send every request through this forward proxy, http://"
+            "[USER:PASSWORD@]HOST:PORT (repeatable: a pool; each host keeps one of it); never "
+            f"goes to Redis (${PROXIES_ENV_VAR}, a JSON list, keeps it out of ps)",
+            parse=_text, name="--proxy", repeat=True, metavar="URL", secret=True)})  # fmt: skip
+    proxy_retry_status: tuple[int, ...] = _setting((), "move a host to the pool's next proxy "
+        "(and retry the page) on this status, as on a connection error or 407 (repeatable)",
+        check=_statuses, converter=tuple, parse=_whole, repeat=True, metavar="CODE")  # fmt: skip
+    allow_request_proxy: bool = _setting(False, "send a request naming its own proxy (Request("
+        "proxy=...), meta['proxy']) through it: the queue's writers pick", parse=None)  # fmt: skip
     max_attempts: int = _setting(
         4,
         "tries before a page is dead-lettered",

@@ -40,7 +40,11 @@ class Tinyproxy:
     """
 
     def __init__(
-        self, directory: Path, *, host: str = "127.0.0.1", credentials: tuple[str, str] | None = None
+        self,
+        directory: Path,
+        *,
+        host: str = "127.0.0.1",
+        credentials: tuple[str, str] | None = None,
     ) -> None:
         self.host, self.port = host, free_port(host)
         self.directory = directory / f"tinyproxy-{self.port}"

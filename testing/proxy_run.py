@@ -74,9 +74,10 @@ def run_proxied(
     workdir.mkdir(parents=True, exist_ok=True)
     site = generate_site(pages=pages, hosts=hosts, seed=seed, port=0)
     pool = [Tinyproxy(workdir) for _ in range(proxies)]
-    with SiteServer(site, log_path=workdir / "requests.jsonl") as server, _store(
-        workdir, cluster=False
-    ) as stored:
+    with (
+        SiteServer(site, log_path=workdir / "requests.jsonl") as server,
+        _store(workdir, cluster=False) as stored,
+    ):
         flags = [
             "--delay", str(delay), "--lease", str(lease), "--idle", str(idle), *SITE_FLAGS,
             "--allow-net", "127.0.0.1/32", "--span-hosts", "--max-attempts", "8",

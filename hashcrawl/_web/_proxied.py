@@ -122,7 +122,9 @@ class ProxyRoutes:
         after = self.proxies[self._choice.failed(route.host, route.index)]
         if after is route.proxy:
             return f"{why} (through proxy {route.proxy.shown}, the pool's only one)"
-        return f"{why} (through proxy {route.proxy.shown}; the host goes through {after.shown} next)"
+        return (
+            f"{why} (through proxy {route.proxy.shown}; the host goes through {after.shown} next)"
+        )
 
     async def aclose(self) -> None:
         for pools in (*self._pools, *self._own.values()):
