@@ -92,6 +92,25 @@ def test_proxy_credentials_stay_out_of_reprs_and_child_command_lines() -> None:
     assert PASSWORD not in repr(Proxy.parse(settings.proxies[0]))
 
 
+def test_a_crawls_children_get_the_proxies_through_the_environment(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """``crawl`` hands --proxy to its workers in $HASHCRAWL_PROXIES, not argv; a child
+    reads back the same settings."""
+    import argparse
+
+    from hashcrawl._cli._workers import _headers_env
+    from hashcrawl._settings import add_flags
+
+    settings = Settings(proxies=[f"http://u:{PASSWORD}@p.example:3128"], proxy_retry_status=[429])
+    parser = argparse.ArgumentParser()
+    add_flags(parser)
+    for name, value in _headers_env(settings).items():
+        monkeypatch.setenv(name, value)
+    assert PASSWORD not in " ".join(settings.to_flags())
+    assert Settings.from_flags(parser.parse_args(settings.to_flags())) == settings
+
+
 def test_a_requests_proxy_with_credentials_never_reaches_the_queue() -> None:
     """A Request (or meta['proxy']) naming a proxy with credentials is refused as it is
     made an entry: the queue in Redis would hold them."""

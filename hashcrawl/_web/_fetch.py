@@ -196,7 +196,9 @@ class HttpxFetcher:
     async def fetch(self, request: Request) -> Response:
         started = datetime.datetime.now(datetime.UTC) if self.keep_raw else None
         deadline = self.timeout if request.timeout is None else request.timeout
-        route = await self._routes.route(request)
+        route = None  # a request without a proxy costs two tests here, no await
+        if self._routes.proxies or request.proxy is not None or request.meta is not None:
+            route = await self._routes.route(request)
         try:
             with trio.fail_after(deadline):
                 if route is not None:
