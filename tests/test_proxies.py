@@ -5,12 +5,14 @@ entries that name proxies."""
 from __future__ import annotations
 
 import re
+import ssl
 from collections.abc import Callable, Iterable
 from pathlib import Path
 from typing import Any
 
 import pytest
 import trio
+import trustme
 from hypothesis import given
 from hypothesis import strategies as st
 
@@ -271,6 +273,32 @@ async def test_credentials_go_to_the_proxy_and_never_to_the_site(tmp_path: Path)
     assert logged == [("GET", one.url("/a")), ("GET", two.url("/b"))]
     heads = [*one.heads, *two.heads]
     assert len(heads) == 2 and not any(b"proxy-authorization" in h.lower() for h in heads)
+
+
+@needs_tinyproxy
+async def test_https_goes_through_a_connect_tunnel_verified_end_to_end(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """An https page through the proxy: a CONNECT in the proxy's log, the site's
+    certificate checked by the worker (TLS end to end), the answer read."""
+    ca = trustme.CA()
+    context = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
+    ca.issue_cert("127.0.0.2").configure_cert(context)
+    ca.cert_pem.write_to_path(str(tmp_path / "ca.pem"))
+    monkeypatch.setenv("SSL_CERT_FILE", str(tmp_path / "ca.pem"))  # httpx's TLS context reads it
+    with (
+        RawServer(lambda path: response(200, b"tunnelled"), tls=context) as site,
+        Tinyproxy(tmp_path) as proxy,
+    ):
+        fetcher = HttpxFetcher(allow_nets=[*SITE_NETS, "127.0.0.1"], proxies=[proxy.url])
+        try:
+            answer = await fetcher.fetch(Request(site.url("/s")))
+        finally:
+            await fetcher.aclose()
+        logged = proxy.requests()
+    assert (answer.status, answer.body) == (200, b"tunnelled")
+    assert logged == [("CONNECT", f"127.0.0.2:{site.port}")]
+    assert site.paths == ["/s"]
 
 
 @needs_tinyproxy
