@@ -81,6 +81,53 @@ def _header_lines(value: Any) -> tuple[str, ...]:
     return tuple(lines)
 
 
+#: Where ``crawl`` hands its children the secret settings, out of sight of ``ps``.
+HEADERS_ENV_VAR = "HASHCRAWL_HEADERS"
+PROXIES_ENV_VAR = "HASHCRAWL_PROXIES"
+
+
+def from_environment(name: str) -> list[str]:
+    """The JSON list of strings in ``$name`` ([] when unset).
+
+    Raises:
+        ConfigError: it is not such a list (its text is not repeated: credentials).
+    """
+    import json
+    import os
+
+    text = os.environ.get(name)
+    if not text:
+        return []
+    try:
+        lines = json.loads(text)
+    except ValueError:
+        lines = None
+    if not (isinstance(lines, list) and all(isinstance(x, str) for x in lines)):
+        raise ConfigError(f"${name} must be a JSON list of strings")
+    return lines
+
+
+def _proxy_urls(value: Any) -> tuple[str, ...]:
+    """``proxies=`` as a tuple of checked proxy URLs (a password is never repeated)."""
+    from hashcrawl._core._proxies import Proxy
+
+    urls = (value,) if isinstance(value, str) else tuple(value)
+    for url in urls:
+        try:
+            Proxy.parse(url)
+        except ConfigError as exc:
+            raise ConfigError(f"--proxy: {exc}") from None
+    return urls
+
+
+def _statuses(_: object, field: attrs.Attribute[Any], value: tuple[int, ...]) -> None:
+    for status in value:
+        if not 100 <= status <= 599:
+            raise ConfigError(
+                f"{flag_name(field)} must be HTTP statuses (100 to 599), got {status}"
+            )
+
+
 def header_pairs(lines: tuple[str, ...]) -> tuple[tuple[str, str], ...]:
     """Header lines as (name, value) pairs."""
     return tuple((name, value.strip()) for name, _, value in (x.partition(":") for x in lines))

@@ -22,7 +22,9 @@ from ._core._due import DEFAULT_PAGES
 from ._core._revisit import DEFAULT_MAX_S, DEFAULT_MIN_S, Policy
 from ._exceptions import ConfigError
 from ._flags import (
+    HEADERS_ENV_VAR,
     NONE,
+    PROXIES_ENV_VAR,
     Flag,
     _header_line,
     _header_lines,
@@ -32,11 +34,14 @@ from ._flags import (
     _or_none,
     _port,
     _positive,
+    _proxy_urls,
     _setting,
+    _statuses,
     _text,
     _user_agent,
     _whole,
     flag_name,
+    from_environment,
 )
 from ._version import DEFAULT_USER_AGENT
 
@@ -56,10 +61,6 @@ def revisit_policy(settings: Settings) -> Policy | None:
     except ValueError as exc:
         raise ConfigError(str(exc)) from None
     return None if settings.revisit is None else policy
-
-
-#: Where ``crawl`` hands its children the ``headers`` setting, out of sight of ``ps``.
-HEADERS_ENV_VAR = "HASHCRAWL_HEADERS"
 
 
 @attrs.frozen(kw_only=True)
@@ -157,23 +158,22 @@ class Settings:
         metavar="N",
         crawl=True,
     )
-    headers: tuple[str, ...] = attrs.field(
-        default=(),
-        converter=_header_lines,
-        repr=False,  # credentials: never in a repr, a log or a child's command line
-        metadata={
-            "flag": Flag(
-                help="send this header with every request, 'Name: value' (repeatable); "
-                "unlike a Request's headers it never goes to Redis: the place for "
-                f"credentials (${HEADERS_ENV_VAR}, a JSON list of lines, keeps them out of ps)",
-                parse=_header_line,
-                name="--header",
-                repeat=True,
-                metavar="'NAME: VALUE'",
-                secret=True,
-            )
-        },
-    )
+    headers: tuple[str, ...] = attrs.field(default=(), converter=_header_lines, repr=False,
+        metadata={"flag": Flag(help="send this header with every request, 'Name: value' "
+            "(repeatable); unlike a Request's headers it never goes to Redis: the place for "
+            f"credentials (${HEADERS_ENV_VAR}, a JSON list of lines, keeps them out of ps)",
+            parse=_header_line, name="--header", repeat=True, metavar="'NAME: VALUE'",
+            secret=True)})  # fmt: skip
+    proxies: tuple[str, ...] = attrs.field(default=(), converter=_proxy_urls, repr=False,
+        metadata={"flag": Flag(help="send every request through this forward proxy, http://"
+            "[USER:PASSWORD@]HOST:PORT (repeatable: a pool; each host keeps one of it); never "
+            f"goes to Redis (${PROXIES_ENV_VAR}, a JSON list, keeps it out of ps)",
+            parse=_text, name="--proxy", repeat=True, metavar="URL", secret=True)})  # fmt: skip
+    proxy_retry_status: tuple[int, ...] = _setting((), "move a host to the pool's next proxy "
+        "(and retry the page) on this status, as on a connection error or 407 (repeatable)",
+        check=_statuses, converter=tuple, parse=_whole, repeat=True, metavar="CODE")  # fmt: skip
+    allow_request_proxy: bool = _setting(False, "send a request naming its own proxy (Request("
+        "proxy=...), meta['proxy']) through it: the queue's writers pick", parse=None)  # fmt: skip
     max_attempts: int = _setting(
         4,
         "tries before a page is dead-lettered",
@@ -367,7 +367,7 @@ class Settings:
 
     @classmethod
     def from_flags(cls, args: argparse.Namespace) -> Settings:
-        """The settings that :func:`add_flags`' flags gave (and ``$HASHCRAWL_HEADERS``);
+        """The settings that :func:`add_flags`' flags gave (and the secrets' variables);
         a crawl setting not given has its default (see :func:`given_flags`)."""
         given = {}
         for field in attrs.fields(cls):
@@ -375,7 +375,8 @@ class Settings:
             if field.metadata["flag"].repeat:
                 value = tuple(value or ())
             given[field.name] = value
-        given["headers"] = (*_headers_from_environment(), *given["headers"])
+        given["headers"] = (*from_environment(HEADERS_ENV_VAR), *given["headers"])
+        given["proxies"] = (*from_environment(PROXIES_ENV_VAR), *given["proxies"])
         return cls(**given)
 
     def to_flags(self, *, worker_only: bool = False) -> list[str]:
@@ -413,22 +414,6 @@ class Settings:
     def answer_timeout(self) -> float:
         """Longest wait for any one answer from Redis, reconnecting included."""
         return self.lease / 3
-
-
-def _headers_from_environment() -> list[str]:
-    import json
-    import os
-
-    text = os.environ.get(HEADERS_ENV_VAR)
-    if not text:
-        return []
-    try:
-        lines = json.loads(text)
-    except ValueError:
-        lines = None
-    if not (isinstance(lines, list) and all(isinstance(x, str) for x in lines)):
-        raise ConfigError(f"${HEADERS_ENV_VAR} must be a JSON list of 'Name: value' lines")
-    return lines
 
 
 SCOPE = ("allow_domains", "span_hosts")  # the settings ``submit`` takes too

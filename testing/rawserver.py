@@ -103,6 +103,12 @@ class RawServer:
 
     def _respond(self, connection: socket.socket) -> None:
         received = connection.recv(65536)
+        head_like = received.split(b" ", 1)[0].isalpha()  # a method, not a TLS hello
+        while head_like and b"\r\n\r\n" not in received and len(received) < 65536:
+            more = connection.recv(65536)  # a head written in pieces (a proxy writes so)
+            if not more:
+                break
+            received += more
         self.heads.append(received.partition(b"\r\n\r\n")[0])
         head = received.decode("latin-1")
         path = head.split(" ", 2)[1] if head.count(" ") >= 2 else "/"

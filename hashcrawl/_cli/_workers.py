@@ -318,12 +318,16 @@ def _state_dir(args: argparse.Namespace) -> Path:
 
 
 def _headers_env(settings: Settings) -> dict[str, str]:
-    """The ``--header`` lines for the children, in the environment: argv shows in ps."""
+    """The ``--header`` and ``--proxy`` values for the children, in the environment:
+    argv shows in ps."""
     import json
 
-    from hashcrawl._settings import HEADERS_ENV_VAR
+    from hashcrawl._flags import HEADERS_ENV_VAR, PROXIES_ENV_VAR
 
-    return {HEADERS_ENV_VAR: json.dumps(list(settings.headers))} if settings.headers else {}
+    env = {HEADERS_ENV_VAR: json.dumps(list(settings.headers))} if settings.headers else {}
+    if settings.proxies:
+        env[PROXIES_ENV_VAR] = json.dumps(list(settings.proxies))
+    return env
 
 
 def _child_command(args: argparse.Namespace) -> list[str]:

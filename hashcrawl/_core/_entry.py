@@ -17,6 +17,7 @@ from typing import Any
 
 import attrs
 
+from hashcrawl._core._proxies import MAX_PROXY_URL
 from hashcrawl._core._revisit import BadRecord, Record
 from hashcrawl._core._steps import BadStep, Step, steps_of
 from hashcrawl._core._urls import canonical_parts
@@ -108,6 +109,7 @@ class Entry:
     revisit: str | None = None  # a revisit's record (``_revisit.Record``) in hex ("V")
     render: bool = False  # fetched in the worker's browser ("b")
     steps: tuple[Step, ...] = ()  # what to do in the rendered page ("W")
+    proxy: str | None = None  # the request's own proxy, no credentials ("P")
     # Steps read back that are not steps of the list, as they were: the owner
     # dead-letters the entry with ``steps_refusal`` (the URL is known), keeping them.
     unread_steps: Any = None
@@ -195,6 +197,7 @@ class Entry:
             ("b", int(self.render), 0),
             ("W", [step.to_data() for step in self.steps], []),
             ("W", self.unread_steps, None),
+            ("P", self.proxy, None),
         ):
             if value != default:
                 doc[key] = value
@@ -252,6 +255,10 @@ class Entry:
             except BadRecord as exc:
                 raise BadEntry(f"entry revisit record: {exc}: {_clip(data)}") from None
         full.update(_rendering(doc, data))
+        if "P" in doc:  # judged as the worker sends it: here, only its type and size
+            if not isinstance(doc["P"], str) or len(doc["P"]) > MAX_PROXY_URL:
+                raise BadEntry(f"entry proxy is not a URL up to {MAX_PROXY_URL} characters")
+            full["proxy"] = doc["P"]
         return cls(
             url=doc["u"],
             depth=numbers["d"],

@@ -194,6 +194,9 @@ class Worker:
             allow_nets=self.settings.allow_nets,
             allow_private=self.settings.allow_private,
             keep_raw=self.archive is not None,
+            proxies=self.settings.proxies,
+            proxy_retry_status=self.settings.proxy_retry_status,
+            allow_request_proxy=self.settings.allow_request_proxy,
         )
         reason = "finished"
         browser = contextlib.AsyncExitStack()  # the browser: started by the first render

@@ -34,6 +34,7 @@ from hashcrawl._web._models import Exchange, Request, Response
 from hashcrawl._web._pools import NotSent as NotSent
 from hashcrawl._web._pools import OriginPools as OriginPools
 from hashcrawl._web._pools import sending_only_while as sending_only_while
+from hashcrawl._web._proxied import ProxyRoutes, Route, pool_of
 from hashcrawl._web._wire import URLParts, WireRequest, plain_url
 
 log = logging.getLogger("hashcrawl")
@@ -105,7 +106,9 @@ class HttpxFetcher:
     Each origin gets its own small connection pool (:class:`OriginPools`), whose
     connections go only to addresses ``allow_nets``/``allow_private`` allow, unless a
     ``transport`` is given or the environment names a proxy (``HTTP_PROXY`` and the
-    like), which httpx's own transport honours; then no address is checked.
+    like), which httpx's own transport honours; then no address is checked. Through
+    ``proxies`` the proxy's address is checked, and a page's host only when it is an
+    IP address: the proxy resolves and reaches the rest.
 
     A request's method, headers, body and timeout are sent as it gives them; ``headers``
     here go with every request (a request's own header of the same name wins), and
@@ -121,6 +124,13 @@ class HttpxFetcher:
         keep_raw: also keep each exchange as it went over the wire (``response.exchange``,
             for an archive): the body as received is kept under ``max_body`` too, and
             costs memory only when it was content-encoded (otherwise it is the body).
+        proxies: forward proxies (``http://[user:password@]host:port``) every request
+            goes through, each host through one of them (see ``_proxied``); they
+            replace any proxy the environment names.
+        proxy_retry_status: statuses that move a host to the next proxy (and fail the
+            fetch, to be retried), besides 407.
+        allow_request_proxy: send a request that names its own proxy through it (else
+            it is refused).
     """
 
     def __init__(
@@ -136,13 +146,23 @@ class HttpxFetcher:
         transport: httpx.AsyncBaseTransport | None = None,
         headers: Iterable[tuple[str, str]] = (),
         keep_raw: bool = False,
+        proxies: Iterable[str] = (),
+        proxy_retry_status: Iterable[int] = (),
+        allow_request_proxy: bool = False,
     ) -> None:
         self.max_body, self.timeout, self.keep_raw = max_body, timeout, keep_raw
         policy = AddressPolicy.of(allow_nets, allow_private)
+        # Always there: a request naming its own proxy is refused unless allowed.
+        self._routes = ProxyRoutes(
+            pool_of(proxies), policy=policy, max_connections=max_connections,
+            max_per_host=max_per_host, retry_status=proxy_retry_status,
+            allow_request_proxy=allow_request_proxy,
+        )  # fmt: skip
+        self._retry_status = self._routes.retry_status
         # With its own pools the fetcher sends through httpcore itself (see _fetch_direct);
         # the client below then only holds the headers and builds unusual requests.
         self._pools: OriginPools | None = None
-        if transport is None and not _environment_proxies():
+        if transport is None and (proxies or not _environment_proxies()):
             self._pools = transport = OriginPools.of(
                 max_connections=max_connections, max_per_host=max_per_host, policy=policy
             )
@@ -176,16 +196,29 @@ class HttpxFetcher:
     async def fetch(self, request: Request) -> Response:
         started = datetime.datetime.now(datetime.UTC) if self.keep_raw else None
         deadline = self.timeout if request.timeout is None else request.timeout
+        route = None  # a request without a proxy costs two tests here, no await
+        if self._routes.proxies or request.proxy is not None or request.meta is not None:
+            route = await self._routes.route(request)
         try:
             with trio.fail_after(deadline):
-                if self._pools is not None:
+                if route is not None:
+                    answer, body, raw, truncated = await self._fetch_direct(request, route.pools)
+                elif self._pools is not None:
                     answer, body, raw, truncated = await self._fetch_direct(request, self._pools)
                 else:
                     answer, body, raw, truncated = await self._fetch_httpx(request, deadline)
         except trio.TooSlowError:
-            raise FetchError(f"no whole answer within the timeout ({deadline:g} s)") from None
+            why = f"no whole answer within the timeout ({deadline:g} s)"
+            raise FetchError(self._moved(route, why)) from None
         except _TRANSPORT_ERRORS as exc:
-            raise FetchError(fetch_failure(exc)[:300]) from None
+            raise FetchError(self._moved(route, fetch_failure(exc)[:300])) from None
+        except Refused as exc:
+            if route is None:
+                raise
+            raise Refused(f"proxy {route.proxy.shown}: {exc}") from None
+        if route is not None and answer.status in self._retry_status:
+            said = "asks for credentials" if answer.status == 407 else "answered"
+            raise FetchError(self._moved(route, f"proxy {said}: status {answer.status}"))
         exchange = None
         if raw is not None:
             assert started is not None
@@ -199,6 +232,10 @@ class HttpxFetcher:
             truncated=truncated,
             exchange=exchange,
         )
+
+    def _moved(self, route: Route | None, why: str) -> str:
+        """``why`` a fetch failed; through a proxy, its host moved to the next."""
+        return why if route is None else self._routes.moved(route, why)
 
     async def _fetch_direct(self, request: Request, pools: OriginPools) -> _Fetched:
         """``request`` sent through the pools with httpcore alone, bytes on the wire as
@@ -306,6 +343,7 @@ class HttpxFetcher:
     async def aclose(self) -> None:
         """Close the client, and with it every pool it opened."""
         await self._client.aclose()
+        await self._routes.aclose()
 
 
 class _Answer(NamedTuple):

@@ -24,6 +24,7 @@ from hashcrawl._core._entry import (
     Entry,
 )
 from hashcrawl._core._links import request_url
+from hashcrawl._core._proxies import Proxy
 from hashcrawl._core._steps import Rendered, Step, steps_of
 from hashcrawl._exceptions import ConfigError
 
@@ -158,6 +159,9 @@ class Request:
         steps: what to do in the page before its DOM is read, in order: step objects
             such as ``{"click": "button.more"}`` (docs/api.md lists them); they need
             ``render=True``.
+        proxy: the forward proxy to send it through, ``http://host:port`` without
+            credentials (``meta["proxy"]`` as Scrapy's says the same); a worker takes it
+            only with ``--allow-request-proxy``, else the page is refused.
     """
 
     url: str
@@ -180,10 +184,19 @@ class Request:
     rule: int | None = attrs.field(default=None, kw_only=True)
     render: bool = attrs.field(default=False, kw_only=True)
     steps: tuple[Step, ...] = attrs.field(default=(), kw_only=True, converter=steps_of)
+    proxy: str | None = attrs.field(default=None, kw_only=True)
 
     def __attrs_post_init__(self) -> None:
         if self.steps and not self.render:
             raise ConfigError(f"Request {self.url:.100}: steps need render=True")
+
+    @property
+    def asked_proxy(self) -> str | None:
+        """The proxy this request names: ``proxy``, else ``meta["proxy"]`` (Scrapy's key)."""
+        if self.proxy is not None:
+            return self.proxy
+        asked = self.meta.get("proxy") if isinstance(self.meta, dict) else None
+        return asked if asked is None or isinstance(asked, str) else repr(asked)[:100]
 
     def replace(self, **changes: Any) -> Request:
         """This request with ``changes`` (any of its arguments), as Scrapy's ``replace``."""
@@ -194,11 +207,14 @@ class Request:
         for a URL that cannot be fetched.
 
         Raises:
-            ConfigError: the entry would be too big for the queue.
+            ConfigError: the entry would be too big for the queue, or its proxy is
+                malformed or carries credentials.
         """
         url = request_url(base_url, self.url)
         if url is None:
             return None
+        if self.asked_proxy is not None:  # here, not at init: a queue's entry is the fetcher's
+            _check_proxy(url, self.asked_proxy)
         entry = Entry(url=url, depth=depth, **{name: getattr(self, name) for name in CARRIED})
         if (
             self.body or self.headers or self.cb_kwargs or self.steps
@@ -217,6 +233,21 @@ class Request:
         carried = {name: getattr(entry, name) for name in CARRIED}
         carried["headers"] = (*entry.headers, *extra_headers)
         return cls(entry.url, depth=entry.depth, **carried)
+
+
+def _check_proxy(url: str, asked: str) -> None:
+    """Refuse a request's proxy that is malformed or carries credentials (Redis would
+    hold them: they belong in ``--proxy``, whose credentials a request naming the same
+    host and port is sent with)."""
+    try:
+        proxy = Proxy.parse(asked)
+    except ConfigError as exc:
+        raise ConfigError(f"Request {url:.100}: {exc}") from None
+    if proxy.username or proxy.password:
+        raise ConfigError(
+            f"Request {url:.100}: a request's proxy goes to Redis, so it may not carry "
+            f"credentials; give them with --proxy {proxy.shown} (the worker's pool)"
+        )
 
 
 #: The fields a Request and an Entry both declare, copied as they are either way (the

@@ -24,6 +24,7 @@ import httpcore
 import httpx
 import trio
 
+from hashcrawl._core._proxies import Proxy
 from hashcrawl._exceptions import Refused
 from hashcrawl._web._addresses import AddressPolicy, literal_address
 from hashcrawl._web._origin import OriginPool
@@ -102,6 +103,26 @@ class OriginPools(httpx.AsyncBaseTransport):
                 max_connections=max_per_host,
                 keepalive_expiry=httpx.Limits().keepalive_expiry or 5.0,
             )
+
+        return cls(make_pool, max_connections=max_connections)
+
+    @classmethod
+    def through(
+        cls, proxy: Proxy, *, max_connections: int, max_per_host: int, policy: AddressPolicy
+    ) -> OriginPools:
+        """Pools like :meth:`of`'s whose connections go to ``proxy`` (forwarding http,
+        tunnelling https with CONNECT): ``policy`` judges the proxy's address; the
+        page's host is the proxy's to resolve and reach."""
+        tls = httpx.create_ssl_context()
+        auth = (proxy.username, proxy.password) if proxy.username or proxy.password else None
+        url = httpcore.URL(scheme=proxy.scheme.encode(), host=proxy.host.encode(), port=proxy.port)
+
+        def make_pool() -> httpcore.AsyncHTTPProxy:
+            return httpcore.AsyncHTTPProxy(
+                url, proxy_auth=auth, ssl_context=tls, max_connections=max_per_host,
+                keepalive_expiry=httpx.Limits().keepalive_expiry or 5.0,
+                network_backend=_GatedBackend(policy),
+            )  # fmt: skip
 
         return cls(make_pool, max_connections=max_connections)
 
