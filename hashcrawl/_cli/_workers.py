@@ -28,6 +28,7 @@ from hashcrawl._cli._checks import check_reachable, check_start_urls, checked_ou
 from hashcrawl._cli._local import (
     Children,
     already_complete,
+    check_start_patterns,
     cores,
     expire_previous_members,
     interrupts_held,
@@ -40,6 +41,7 @@ from hashcrawl._cli._local import (
 from hashcrawl._cli._parser import DEFAULT_CRAWL, FAILED, settings_from
 from hashcrawl._cli._statedir import redis_of
 from hashcrawl._core._names import check_name
+from hashcrawl._core._patterns import Patterns
 from hashcrawl._core._scope import Scope
 from hashcrawl._exceptions import ConfigError
 from hashcrawl._settings import CRAWL, Settings, given_flags
@@ -261,6 +263,8 @@ def _crawl_on(
             "--shards spreads a crawl over a Redis Cluster's slots (hashcrawl join); "
             "hashcrawl crawl runs its own single Redis, where one shard is all there is"
         )
+    # A start URL the patterns given keep out is refused before anything is written.
+    check_start_patterns(urls, Patterns(settings.accept_regex, settings.reject_regex))
     with contextlib.closing(Store(RedisURL.parse(redis_url), args.crawl)) as store:
         if args.fresh:
             store.clear()

@@ -1,5 +1,5 @@
 """One page's steps, in the order the core decides: robots.txt first if it is due, then
-the rules, the host's page cap, the request, the handler. No IO.
+the rules, the host's page cap, the crawl's page cap, the request, the handler. No IO.
 
 As in h11, the caller asks for the next step (:attr:`Page.step`), does it, and reports
 what happened; the page answers with the step after. The caller does every fetch, and
@@ -30,6 +30,7 @@ class Step(enum.Enum):
 
     FETCH_ROBOTS = "fetch robots.txt"  # then robots_fetched(), or not_sent()
     CHECK_RULES = "check the rules"  # ``rules.allowed(url)``, then checked()
+    TAKE = "take a page of the crawl's cap"  # --max-pages-total; then taken()
     SEND = "send the request"  # with ``cookie``; then answered(), send_failed() or not_sent()
     HANDLE = "handle the response"  # with ``origin``; then handled() or handle_failed()
     DONE = "done"  # ``outcome`` is the page's
@@ -71,9 +72,19 @@ class Page:
 
     def _cap(self) -> Step:
         if not self._host_full():
-            return Step.SEND
+            return Step.SEND if self.settings.max_pages_total is None else Step.TAKE
         self.session.tally.host_capped += 1
         return self._skipped()
+
+    def taken(self, granted: bool, now: float) -> Step:
+        """The crawl's --max-pages-total gave this page one of its pages, or had none
+        left: then the page waits unfetched, and this worker stops as --max-pages stops
+        it (so does every worker of the fleet, each at its next page)."""
+        if granted:
+            self.step = Step.SEND
+            return self.step
+        self.session.stopping = True
+        return self._done(self.session.put_back(self.held, now))
 
     def _host_full(self) -> bool:
         """Whether the host has had its --max-pages-per-host page requests."""

@@ -95,6 +95,7 @@ class Views(Connection):
             "fetched": totals.get("fetched", 0),
             "failed": totals.get("failed", 0),
             "robots_denied": totals.get("robots_denied", 0),
+            "pattern_refused": totals.get("pattern_refused", 0),
             "links_dropped": totals.get("links_dropped", 0),
             "host_capped": totals.get("host_capped", 0),
             "dead": r.hlen(self.key("dead")),
