@@ -235,6 +235,9 @@ class FaultyStore:
         taken: bool = self._through("take_page", self._store.take_page, cap)
         return taken
 
+    def give_back_page(self) -> None:
+        self._through("give_back_page", self._store.give_back_page)
+
     def in_flight_of(self, stream: str) -> set[str]:
         eids: set[str] = self._through("in_flight_of", self._store.in_flight_of, stream)
         return eids

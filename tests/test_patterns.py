@@ -124,6 +124,8 @@ def test_the_fleet_takes_exactly_the_cap_however_many_workers_ask_at_once(
         thread.join()
     assert sum(granted) == 100
     assert stores[0].take_page(100) is False
+    stores[0].give_back_page()  # a request that never left
+    assert stores[0].take_page(100) is True
     assert stores[0].take_page(101) is True  # a raised cap (configure) gives more
     for store in stores:
         store.close()
@@ -136,6 +138,8 @@ def test_a_page_takes_one_of_the_crawls_pages_before_its_request() -> None:
     page = Page(session, held, 0.0)
     assert page.step is Step.TAKE
     assert page.taken(True, 0.0) is Step.SEND
+    page.not_sent(0.0)  # the session said no as the request was to leave
+    assert page.give_back  # the page it took goes back to the crawl
     session, held = dispatched(max_pages_total=5)
     page = Page(session, held, 0.0)
     assert page.taken(False, 0.0) is Step.DONE

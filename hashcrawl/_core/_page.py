@@ -49,6 +49,8 @@ class Page:
         self.rules: Robots | None = None  # the rules to check, at CHECK_RULES
         self.origin: Origin | None = None  # what the handler needs, at HANDLE
         self.counted = False  # its request is in the host's --max-pages-per-host count
+        self.took = False  # it holds one of the crawl's --max-pages-total pages
+        self.give_back = False  # it took one and sent nothing: the caller gives it back
         due = self.settings.obey_robots and session.robots.wanted(held, now)
         self.step = Step.FETCH_ROBOTS if due else self._rules()
 
@@ -81,7 +83,7 @@ class Page:
         left: then the page waits unfetched, and this worker stops as --max-pages stops
         it (so does every worker of the fleet, each at its next page)."""
         if granted:
-            self.step = Step.SEND
+            self.took, self.step = True, Step.SEND
             return self.step
         self.session.stopping = True
         return self._done(self.session.put_back(self.held, now))
@@ -104,7 +106,8 @@ class Page:
     def not_sent(self, now: float) -> Step:
         """The session said no right before the request left: the page waits its turn
         (or goes to its host's new owner), and its request, which never reached the
-        host, is out of the host's count again."""
+        host, is out of the host's count again, and of the crawl's (``give_back``)."""
+        self.give_back, self.took = self.took, False
         if self.counted:
             self.counted = False
             taken = self.session.taken

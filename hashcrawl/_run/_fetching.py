@@ -121,6 +121,8 @@ class Dispatcher:
                     page.not_sent(self.m.now())
             else:
                 response = await self.send_page(page)
+        if page.give_back:  # it took one of the crawl's pages, and sent nothing
+            await self.m.persist(self.m.worker.give_back_page)
         return page.outcome
 
     async def send_page(self, page: Page) -> Response | None:

@@ -299,6 +299,11 @@ class Worker:
         assert self._store is not None
         return self._store.take_page(cap)
 
+    def give_back_page(self) -> None:
+        """Give back a page :meth:`take_page` took for a request that never left."""
+        assert self._store is not None
+        self._store.give_back_page()
+
     def fleet_counters(self) -> dict[str, int]:
         """Fleet-wide counters from Redis, for a metrics scrape (never the page path)."""
         if self._store is None:

@@ -205,6 +205,11 @@ class Store(Views):
         return bool(self._run("pages", [self.prefix, cap]))
 
     @_translated
+    def give_back_page(self) -> None:
+        """Give back a page :meth:`take_page` took for a request that never left."""
+        self._redis.hincrby(self.key("stats"), "pages_taken", -1)
+
+    @_translated
     def instance(self) -> str | None:
         """The crawl's instance marker, or None if it has none (never started, or lost)."""
         value = self._redis.get(self.key("instance"))
