@@ -101,6 +101,7 @@ class Views(Connection):
             "dead": r.hlen(self.key("dead")),
             "leases_reclaimed": int(stats.get("leases_reclaimed", 0)),
             "queue_bad": int(stats.get("queue_bad", 0)),
+            "pages_taken": int(stats.get("pages_taken", 0)),
             "bad_samples": r.lrange(self.key("bad"), 0, -1),
             "spiders": spiders,
             "mixed_spiders": len(spiders) > 1,
