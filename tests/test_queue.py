@@ -27,6 +27,8 @@ STATUS_KEYS = {
     "workers",
     "stale",
     "robots_denied",
+    "pattern_refused",
+    "pages_taken",
     "members",
     "seen",
     "queued",
