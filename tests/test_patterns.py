@@ -16,7 +16,7 @@ from hashcrawl._core._patterns import MAX_PATTERN, Patterns, Refusal, Screen
 from hashcrawl._exceptions import ConfigError
 from hashcrawl._flags import _pattern
 from hashcrawl._settings import CRAWL, Settings
-from hashcrawl._store._crawlconfig import from_text, to_text
+from hashcrawl._store._crawlconfig import adopt, from_text, to_text
 from hashcrawl._store._redisurl import RedisURL
 from hashcrawl._store._store import Store
 from tests.test_page import dispatched
@@ -151,3 +151,23 @@ def test_without_a_crawl_cap_a_page_asks_nothing() -> None:
     """No --max-pages-total: straight to SEND, no round trip to Redis."""
     session, held = dispatched()
     assert Page(session, held, 0.0).step is Step.SEND
+
+
+def test_a_worker_given_other_patterns_or_cap_than_the_crawls_is_refused(
+    redis_url: str, crawl_name: str
+) -> None:
+    """As a disagreeing --delay is: one line naming both values and the configure
+    command; a worker that gives none takes the crawl's."""
+    store = Store(RedisURL.parse(redis_url), crawl_name)
+    try:
+        given = {"accept_regex": "/docs/", "max_pages_total": 100}
+        adopt(store, Settings(**given), given)
+        with pytest.raises(ConfigError) as refused:
+            adopt(store, Settings(accept_regex="/blog/"), {"accept_regex": "/blog/"})
+        said = str(refused.value)
+        assert "--accept-regex /blog/ disagrees" in said and "--accept-regex /docs/" in said
+        assert "hashcrawl configure" in said
+        taken, _ = adopt(store, Settings(), {})
+        assert (taken.accept_regex, taken.max_pages_total) == ("/docs/", 100)
+    finally:
+        store.close()
