@@ -18,7 +18,7 @@ from __future__ import annotations
 
 import enum
 import functools
-from typing import Any
+from collections.abc import Callable
 
 import attrs
 import re2
@@ -40,8 +40,9 @@ class Refusal(enum.Enum):
     REJECTED = "--reject-regex"
 
 
-def compiled(pattern: str) -> Any:  # re2's compiled pattern type is private
-    """``pattern`` compiled by RE2, bounded (see the module's docstring).
+def compiled(pattern: str) -> Callable[[str], bool]:
+    """Whether a URL matches ``pattern`` (searched anywhere in it), as RE2 runs it,
+    bounded (see the module's docstring).
 
     Raises:
         ValueError: too long, not valid RE2 syntax, or too large a program; says which.
@@ -50,18 +51,24 @@ def compiled(pattern: str) -> Any:  # re2's compiled pattern type is private
 
 
 @functools.lru_cache(maxsize=16)  # a crawl has two; a configure change makes two more
-def _compiled(pattern: str) -> Any:
+def _compiled(pattern: str) -> Callable[[str], bool]:
     if len(pattern) > MAX_PATTERN:
         raise ValueError(f"a pattern is at most {MAX_PATTERN} characters, got {len(pattern)}")
     options = re2.Options()
     options.log_errors = False  # the error is raised, not also logged by RE2 in C++
     options.max_mem = MAX_PROGRAM_BYTES
     try:
-        return re2.compile(pattern, options)
+        re2.compile(pattern, options)  # for its error message, which a Set does not give
     except re2.error as exc:
         detail = exc.args[0] if exc.args else exc
         detail = detail.decode("utf-8", "replace") if isinstance(detail, bytes) else str(detail)
         raise ValueError(f"not a pattern RE2 takes ({detail[:200]})") from None
+    # A set of one pattern answers only whether it matches: no submatches to find, so
+    # RE2 takes its fastest engine (~1 us a URL here, against ~10 us for search()).
+    matcher = re2.Set.SearchSet(options)
+    matcher.Add(pattern)
+    matcher.Compile()
+    return lambda url: matcher.Match(url) is not None
 
 
 @attrs.frozen
@@ -77,9 +84,9 @@ class Patterns:
 
     def refusal(self, canonical_url: str) -> Refusal | None:
         """Which pattern keeps ``canonical_url`` out, or None if both let it in."""
-        if self.accept is not None and compiled(self.accept).search(canonical_url) is None:
+        if self.accept is not None and not compiled(self.accept)(canonical_url):
             return Refusal.NOT_ACCEPTED
-        if self.reject is not None and compiled(self.reject).search(canonical_url) is not None:
+        if self.reject is not None and compiled(self.reject)(canonical_url):
             return Refusal.REJECTED
         return None
 
