@@ -343,3 +343,15 @@ def test_a_start_url_the_crawls_patterns_refuse_is_refused_and_nothing_written(
     with Queue(redis_url, crawl_name) as queue, pytest.raises(ConfigError, match="/private/"):
         queue.submit(["http://b.example/", url])  # checked whole: the first is not in either
     assert {key: client.dump(key) for key in crawl_keys(client, crawl_name)} == keys
+
+
+def test_a_crawl_whose_start_url_its_patterns_refuse_writes_nothing(tmp_path: Path) -> None:
+    """``crawl URL --reject-regex`` matching URL: one line naming the pattern, exit 2, and
+    neither a state directory nor an -o file."""
+    state, items = tmp_path / "state", tmp_path / "items.jsonl"
+    result = hashcrawl(
+        "crawl", "http://127.0.0.2:9/x", "--reject-regex", "/x$", "--allow-private",
+        "--state-dir", str(state), "-o", str(items),
+    )  # fmt: skip
+    assert "--reject-regex '/x$'" in assert_one_line_error(result, 2)
+    assert not state.exists() and not items.exists()

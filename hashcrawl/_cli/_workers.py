@@ -225,6 +225,8 @@ def cmd_crawl(args: argparse.Namespace) -> int:
     if not urls and not _starts_itself(spider):
         raise ConfigError("crawl needs a start URL (or a --spider with start_urls)")
     check_start_urls(urls, AddressPolicy.of(settings.allow_nets, settings.allow_private))
+    # A start URL the patterns given keep out is refused before anything is written.
+    check_start_patterns(urls, Patterns(settings.accept_regex, settings.reject_regex))
     made = [p for p in args.output or () if p != "-" and not os.path.lexists(p)]
     checked_output(args.output)
     state = _state_dir(args)
@@ -263,8 +265,6 @@ def _crawl_on(
             "--shards spreads a crawl over a Redis Cluster's slots (hashcrawl join); "
             "hashcrawl crawl runs its own single Redis, where one shard is all there is"
         )
-    # A start URL the patterns given keep out is refused before anything is written.
-    check_start_patterns(urls, Patterns(settings.accept_regex, settings.reject_regex))
     with contextlib.closing(Store(RedisURL.parse(redis_url), args.crawl)) as store:
         if args.fresh:
             store.clear()
