@@ -43,6 +43,17 @@ def _text(text: str) -> str:
     return text
 
 
+def _pattern(text: str) -> str:
+    """A URL pattern RE2 takes (``_core._patterns``: bounded in length and memory)."""
+    from hashcrawl._core._patterns import compiled
+
+    try:
+        compiled(text)
+    except ValueError as exc:
+        raise argparse.ArgumentTypeError(str(exc)) from None
+    return text
+
+
 def _or_none(parse: Callable[[str], Any]) -> Callable[[str], Any]:
     """Also accepts 'none', for a setting whose default is no limit."""
 
@@ -200,6 +211,18 @@ def _user_agent(_: object, field: attrs.Attribute[Any], value: str) -> None:
         ) from None
 
 
+def _regex(_: object, field: attrs.Attribute[Any], value: str | None) -> None:
+    """A pattern RE2 takes, as :func:`_pattern` checks a flag's (a keyword's too)."""
+    if value is None:
+        return
+    if not isinstance(value, str):
+        raise ConfigError(f"{flag_name(field)} must be a string, got {type(value).__name__}")
+    try:
+        _pattern(value)
+    except argparse.ArgumentTypeError as exc:
+        raise ConfigError(f"{flag_name(field)}: {exc}") from None
+
+
 def _port(_: object, field: attrs.Attribute[Any], value: int | None) -> None:
     if value is not None and not 1 <= value <= 65535:
         raise ConfigError(f"{flag_name(field)} must be from 1 to 65535, got {value}")
@@ -214,3 +237,8 @@ def _setting(
         converter=converter,
         metadata={"flag": Flag(help=help, **flag)},
     )
+
+
+def _url_pattern(help: str) -> Any:
+    """A crawl setting that holds one URL pattern (``--accept-regex``, ``--reject-regex``)."""
+    return _setting(None, help, check=_regex, parse=_or_none(_pattern), metavar="REGEX", crawl=True)

@@ -38,6 +38,7 @@ from ._flags import (
     _setting,
     _statuses,
     _text,
+    _url_pattern,
     _user_agent,
     _whole,
     flag_name,
@@ -158,6 +159,10 @@ class Settings:
         metavar="N",
         crawl=True,
     )
+    accept_regex: str | None = _url_pattern("follow only links whose canonical URL this "
+        "RE2 pattern matches (searched, as wget's: anchor with ^ or $), fleet-wide")  # fmt: skip
+    reject_regex: str | None = _url_pattern("follow no link whose canonical URL this RE2 "
+        "pattern matches, fleet-wide")  # fmt: skip
     headers: tuple[str, ...] = attrs.field(default=(), converter=_header_lines, repr=False,
         metadata={"flag": Flag(help="send this header with every request, 'Name: value' "
             "(repeatable); unlike a Request's headers it never goes to Redis: the place for "
@@ -284,13 +289,13 @@ class Settings:
         "default: the crawl's, or for a new crawl one a primary (1 off a cluster)",
         check=_positive, parse=_or_none(_whole), metavar="N",
     )  # fmt: skip
-    max_pages: int | None = _setting(
-        None,
-        "stop this worker (not the crawl) after so many pages fetched",
-        check=_positive,
-        parse=_or_none(_whole),
-        metavar="N",
-    )
+    max_pages: int | None = _setting(None, "stop this worker (not the crawl) after so many "
+        "pages fetched", check=_positive, parse=_or_none(_whole), metavar="N")  # fmt: skip
+    max_pages_total: int | None = _setting(
+        None, "stop the crawl: the fleet fetches at most N pages in all (counted in Redis; "
+        "pages in flight when it is reached finish)", check=_positive,
+        parse=_or_none(_whole), metavar="N", crawl=True,
+    )  # fmt: skip
     max_items: int | None = _setting(
         None, "stop this worker (not the crawl) after so many items written",
         check=_positive, parse=_or_none(_whole), metavar="N",
@@ -300,19 +305,13 @@ class Settings:
         check=_positive, parse=_or_none(_whole), metavar="N",
     )  # fmt: skip
     max_time: float | None = _setting(
-        None,
-        "stop this worker (not the crawl) after so many seconds",
-        check=_positive,
-        parse=_or_none(_number),
-        metavar="S",
-    )
+        None, "stop this worker (not the crawl) after so many seconds",
+        check=_positive, parse=_or_none(_number), metavar="S",
+    )  # fmt: skip
     max_memory: float | None = _setting(
-        None,
-        "stop this worker (not the crawl) after so many MiB of resident memory",
-        check=_positive,
-        parse=_or_none(_number),
-        metavar="MIB",
-    )
+        None, "stop this worker (not the crawl) after so many MiB of resident memory",
+        check=_positive, parse=_or_none(_number), metavar="MIB",
+    )  # fmt: skip
 
     revisit: str | None = _setting(
         None, "fetch each page again S seconds after each fetch; 'adaptive': sooner once "

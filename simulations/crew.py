@@ -231,6 +231,13 @@ class FaultyStore:
         noted: bool = self._through("note_in_flight", self._store.note_in_flight, worker, seq, eids)
         return noted
 
+    def take_page(self, cap: int) -> bool:
+        taken: bool = self._through("take_page", self._store.take_page, cap)
+        return taken
+
+    def give_back_page(self) -> None:
+        self._through("give_back_page", self._store.give_back_page)
+
     def in_flight_of(self, stream: str) -> set[str]:
         eids: set[str] = self._through("in_flight_of", self._store.in_flight_of, stream)
         return eids

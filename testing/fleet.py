@@ -46,8 +46,8 @@ DEADLINE = 300.0
 POLL = 0.02  # seconds between two looks at a condition being waited for
 HTML = "text/html; charset=utf-8"
 ITEM_FIELDS = {
-    "url", "final_url", "status", "content_type", "length", "title", "canonical", "depth",
-    "fetched_at", "worker",
+    "url", "final_url", "location", "status", "content_type", "length", "title", "canonical",
+    "depth", "fetched_at", "worker",
 }  # fmt: skip
 
 Key = tuple[str, str]  # (host, path)

@@ -190,6 +190,33 @@ async def test_every_3xx_with_a_location_is_followed_as_wget_follows_it(status: 
     assert await answer(299 if status == 300 else 400) == []
 
 
+async def test_a_redirects_item_says_where_it_went_and_has_no_title() -> None:
+    """A 302 whose body is nginx's "302 Found" page: its item's final_url is the target,
+    location the header as sent, and no title; a 200's item has location null."""
+    from hashcrawl._core._entry import Entry
+    from hashcrawl._core._frontier import Held
+    from hashcrawl._run._handling import Handler, Origin
+    from hashcrawl._web._models import Request, Response
+
+    held = Held("1-0", Entry(url="http://a.test/old"), "a.test")
+    body = b"<html><head><title>302 Found</title></head><body>nginx</body></html>"
+    headers = {"location": "../new?x=1", "content-type": "text/html"}
+    moved = Response("http://a.test/d/old", 302, headers, body, Request("http://a.test/d/old"))
+    outcome = await Handler().handle(held, moved, Origin("w1"))
+    (item,) = outcome.items
+    assert (item["final_url"], item["location"]) == ("http://a.test/new?x=1", "../new?x=1")
+    assert item["title"] is None and item["status"] == 302
+    page = Response(
+        "http://a.test/old", 200, {"content-type": "text/html"}, body, Request("http://a.test/old")
+    )
+    (item,) = (await Handler().handle(held, page, Origin("w1"))).items
+    assert (item["final_url"], item["location"], item["title"]) == (
+        "http://a.test/old",
+        None,
+        "302 Found",
+    )
+
+
 async def test_a_redirects_target_is_one_level_deeper_and_none_is_followed_past_max_depth() -> None:
     """--max-depth counts a redirect as a link: the target of a page at the limit is not
     followed, one above it is, at the next depth."""

@@ -18,6 +18,7 @@ from hashcrawl._store._redisurl import RedisURL
 STATUS_KEYS = {
     "crawl",
     "shards",
+    "spread",
     "exists",
     "bad_samples",
     "spiders",
@@ -27,6 +28,8 @@ STATUS_KEYS = {
     "workers",
     "stale",
     "robots_denied",
+    "pattern_refused",
+    "pages_taken",
     "members",
     "seen",
     "queued",
@@ -138,8 +141,9 @@ def test_status_has_every_documented_key(queue: Queue, crawl_name: str) -> None:
     assert status["crawl"] == crawl_name
     assert status["members"] == []
     lists = ("crawl", "members", "ended", "exists", "bad_samples", "spiders", "mixed_spiders")
-    lists += ("settings", "revisits", "shards")
+    lists += ("settings", "revisits", "shards", "spread")
     assert status["shards"] == 1  # a crawl started without --shards
+    assert status["spread"] == {"one server": 1}
     counts = {k: v for k, v in status.items() if k not in lists}
     assert set(counts.values()) == {0}
     assert set(status["revisits"].values()) == {0}  # a crawl without --revisit

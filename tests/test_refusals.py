@@ -284,3 +284,74 @@ def test_a_body_cut_at_max_body_is_said_once_naming_the_flag(tmp_path: Path) -> 
     told = [line for line in result.err.splitlines() if "--max-body" in line]
     assert len(told) == 1 and "1,000 bytes" in told[0], result.err
     assert len(items.read_text().splitlines()) == 2
+
+
+# -- --accept-regex / --reject-regex: links refused are counted and said -------------------
+
+
+def _site_with_sections() -> Site:
+    """A root linking /docs/a, /docs/b.pdf (twice) and /blog/c; /docs/a links /docs/b.pdf."""
+    host = "127.0.0.2"
+    page = "text/html"
+    links = '<a href="/docs/a">a</a><a href="/docs/b.pdf">b</a><a href="/blog/c">c</a>'
+    resources = {
+        (host, "/"): Resource(200, page, links + '<a href="/docs/b.pdf">b again</a>'),
+        (host, "/docs/a"): Resource(200, page, '<a href="/docs/b.pdf">b</a>'),
+        (host, "/docs/b.pdf"): Resource(200, "application/pdf", "%PDF"),
+        (host, "/blog/c"): Resource(200, page, "c"),
+    }
+    return Site(port=0, hosts=(host,), resources=resources, crawl_delays={})
+
+
+def test_links_the_patterns_refuse_are_not_fetched_counted_once_and_said(tmp_path: Path) -> None:
+    """--accept-regex '/docs/|/$' --reject-regex '\\.pdf$': only / and /docs/a are
+    fetched; the two refused URLs count once each, and each pattern is said once with
+    its flag."""
+    state = tmp_path / "state"
+    patterns = ("--accept-regex", "/docs/|/$", "--reject-regex", r"\.pdf$")
+    with SiteServer(_site_with_sections()) as server:
+        result = hashcrawl(
+            "crawl", server.site.root, "--state-dir", str(state), "--workers", "1",
+            "--idle", "0.5", "--delay", "0.01", "-o", str(tmp_path / "items.jsonl"),
+            *patterns, *SITE_FLAGS,
+        )  # fmt: skip
+        paths = sorted(r.path for r in server.requests())
+    assert result.code == 0, result
+    assert paths == ["/", "/docs/a", "/robots.txt"]
+    accept = [line for line in result.err.splitlines() if "--accept-regex" in line]
+    reject = [line for line in result.err.splitlines() if "--reject-regex" in line]
+    assert len(accept) == 1 and "/blog/c does not match" in accept[0], result.err
+    assert len(reject) == 1 and "b.pdf matches" in reject[0], result.err
+    at_state = ("--state-dir", str(state), "--crawl", "default")
+    done = json.loads(assert_ok(hashcrawl("status", *at_state, "--json")))
+    assert done["pattern_refused"] == 2
+
+
+def test_a_start_url_the_crawls_patterns_refuse_is_refused_and_nothing_written(
+    redis_url: str, crawl_name: str
+) -> None:
+    """A crawl configured with --reject-regex: ``submit`` of a URL it matches says so in
+    one line naming the pattern and writes nothing; ``Queue.submit`` refuses the same."""
+    crawl = at(redis_url, crawl_name)
+    assert_ok(hashcrawl("submit", *crawl, "--new", "http://a.example/"))
+    assert_ok(hashcrawl("configure", *crawl, "--reject-regex", "/private/"))
+    client = redis.Redis.from_url(redis_url)
+    keys = {key: client.dump(key) for key in crawl_keys(client, crawl_name)}
+    url = "http://a.example/private/x"
+    said = assert_one_line_error(hashcrawl("submit", *crawl, url), 2)
+    assert "--reject-regex '/private/'" in said and "not submitted" in said
+    with Queue(redis_url, crawl_name) as queue, pytest.raises(ConfigError, match="/private/"):
+        queue.submit(["http://b.example/", url])  # checked whole: the first is not in either
+    assert {key: client.dump(key) for key in crawl_keys(client, crawl_name)} == keys
+
+
+def test_a_crawl_whose_start_url_its_patterns_refuse_writes_nothing(tmp_path: Path) -> None:
+    """``crawl URL --reject-regex`` matching URL: one line naming the pattern, exit 2, and
+    neither a state directory nor an -o file."""
+    state, items = tmp_path / "state", tmp_path / "items.jsonl"
+    result = hashcrawl(
+        "crawl", "http://127.0.0.2:9/x", "--reject-regex", "/x$", "--allow-private",
+        "--state-dir", str(state), "-o", str(items),
+    )  # fmt: skip
+    assert "--reject-regex '/x$'" in assert_one_line_error(result, 2)
+    assert not state.exists() and not items.exists()

@@ -21,10 +21,11 @@ import attrs
 
 from hashcrawl._cli._logfile import say_raw
 from hashcrawl._core._outcome import PARSE_FAULT
+from hashcrawl._core._patterns import Patterns
 from hashcrawl._core._scope import Scope
 from hashcrawl._core._urls import canonicalize
-from hashcrawl._exceptions import HashcrawlError
-from hashcrawl._run._queue import submit_urls
+from hashcrawl._exceptions import ConfigError, HashcrawlError
+from hashcrawl._run._queue import stored_patterns, submit_urls, unwanted_start
 from hashcrawl._store._store import Store, dead_key
 
 log_line = "hashcrawl: {}".format
@@ -233,6 +234,18 @@ class Before:
     robots_denied: int
 
 
+def check_start_patterns(urls: Sequence[str], patterns: Patterns) -> None:
+    """Refuse, before anything goes in, a start URL the crawl's patterns keep out.
+
+    Raises:
+        ConfigError: the first such URL, with the pattern named.
+    """
+    for url in urls:
+        why = unwanted_start(url, canonicalize(url), patterns)
+        if why is not None:
+            raise ConfigError(why)
+
+
 def submit_start_urls(store: Store, urls: Sequence[str]) -> tuple[int, Before]:
     """Submit the start URLs, again if they failed before; returns (added, counts before).
 
@@ -240,6 +253,7 @@ def submit_start_urls(store: Store, urls: Sequence[str]) -> tuple[int, Before]:
     them when the crawl has never fetched a page and has nothing left to do (its start
     URLs were refused by robots.txt, say): the seen filter would otherwise keep them out.
     """
+    check_start_patterns(urls, stored_patterns(store))
     status = store.status()
     before = Before(fetched=status["fetched"], robots_denied=status["robots_denied"])
     canonical = [canonicalize(url) for url in urls]

@@ -105,6 +105,7 @@ STATUS_LINES = (
     "fetched",
     "failed",
     "robots_denied",
+    "pattern_refused",
     "dead",
     "links_dropped",
     "host_capped",

@@ -186,7 +186,14 @@ def summary(view: dict[str, Any], *, elapsed: float, args: argparse.Namespace) -
     output = ", ".join(getattr(args, "output", None) or ())
     lines.append(f"  items in: {output}" if output else "  items: not written (no -o FILE)")
     left = view["waiting"] + view["held"]
-    if left:
+    cap = (view.get("settings") or {}).get("max_pages_total")
+    if left and cap is not None and view.get("pages_taken", 0) >= cap:
+        entries = f"{left:,} entry" if left == 1 else f"{left:,} entries"
+        lines.append(
+            f"  stopped at --max-pages-total {cap:,} with {entries} left: to go on, raise it "
+            f"(hashcrawl configure {where} --max-pages-total N) and run the same command again"
+        )
+    elif left:
         entries = f"{left:,} entry" if left == 1 else f"{left:,} entries"
         lines.append(f"  stopped with {entries} left: run the same command again to resume")
     else:

@@ -28,6 +28,7 @@ from hashcrawl._cli._checks import check_reachable, check_start_urls, checked_ou
 from hashcrawl._cli._local import (
     Children,
     already_complete,
+    check_start_patterns,
     cores,
     expire_previous_members,
     interrupts_held,
@@ -40,6 +41,7 @@ from hashcrawl._cli._local import (
 from hashcrawl._cli._parser import DEFAULT_CRAWL, FAILED, settings_from
 from hashcrawl._cli._statedir import redis_of
 from hashcrawl._core._names import check_name
+from hashcrawl._core._patterns import Patterns
 from hashcrawl._core._scope import Scope
 from hashcrawl._exceptions import ConfigError
 from hashcrawl._settings import CRAWL, Settings, given_flags
@@ -223,6 +225,8 @@ def cmd_crawl(args: argparse.Namespace) -> int:
     if not urls and not _starts_itself(spider):
         raise ConfigError("crawl needs a start URL (or a --spider with start_urls)")
     check_start_urls(urls, AddressPolicy.of(settings.allow_nets, settings.allow_private))
+    # A start URL the patterns given keep out is refused before anything is written.
+    check_start_patterns(urls, Patterns(settings.accept_regex, settings.reject_regex))
     made = [p for p in args.output or () if p != "-" and not os.path.lexists(p)]
     checked_output(args.output)
     state = _state_dir(args)

@@ -84,6 +84,7 @@ class Fetches:
                 tally.links(outcome.found, len(outcome.follows) + outcome.known)
             tally.links_dropped += outcome.dropped
             tally.robots_denied += outcome.denied
+            tally.pattern_refused += outcome.refused
             outcome.follows.extend(self.sitemaps_of(held))
         self.finish(held, now)
         self.s.in_flight -= 1

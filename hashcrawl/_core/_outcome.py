@@ -70,6 +70,7 @@ class Outcome:
     dropped: int = 0
     known: int = 0
     denied: int = 0
+    refused: int = 0  # links the crawl's --accept-regex/--reject-regex kept out
     fault: str = ""
     revisit: Fetch | None = None  # the page's next revisit record, with --revisit
 
@@ -84,8 +85,9 @@ class Outcome:
         found: int = 0,
         dropped: int = 0,
         known: int = 0,
-        denied: int = 0,
     ) -> Outcome:
+        """A page done; ``follows`` kept by ``Origin.kept`` say how many links the
+        rules kept out (``Follows.denied``, ``Follows.refused``)."""
         return cls(
             kind=Kind.DONE,
             eid=held.eid,
@@ -96,7 +98,8 @@ class Outcome:
             found=found,
             dropped=dropped,
             known=known,
-            denied=denied,
+            denied=getattr(follows, "denied", 0),
+            refused=getattr(follows, "refused", 0),
         )
 
     @classmethod
@@ -308,9 +311,10 @@ def failure_wait(attempts: int) -> float:
 
 class Follows(list[Entry]):
     """The follows a page's host's rules kept, and how many new links its robots.txt
-    kept out (``denied``)."""
+    kept out (``denied``) and the crawl's patterns (``refused``)."""
 
     denied: int = 0
+    refused: int = 0
 
 
 @attrs.define

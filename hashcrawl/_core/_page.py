@@ -1,5 +1,5 @@
 """One page's steps, in the order the core decides: robots.txt first if it is due, then
-the rules, the host's page cap, the request, the handler. No IO.
+the rules, the host's page cap, the crawl's page cap, the request, the handler. No IO.
 
 As in h11, the caller asks for the next step (:attr:`Page.step`), does it, and reports
 what happened; the page answers with the step after. The caller does every fetch, and
@@ -30,6 +30,7 @@ class Step(enum.Enum):
 
     FETCH_ROBOTS = "fetch robots.txt"  # then robots_fetched(), or not_sent()
     CHECK_RULES = "check the rules"  # ``rules.allowed(url)``, then checked()
+    TAKE = "take a page of the crawl's cap"  # --max-pages-total; then taken()
     SEND = "send the request"  # with ``cookie``; then answered(), send_failed() or not_sent()
     HANDLE = "handle the response"  # with ``origin``; then handled() or handle_failed()
     DONE = "done"  # ``outcome`` is the page's
@@ -48,6 +49,8 @@ class Page:
         self.rules: Robots | None = None  # the rules to check, at CHECK_RULES
         self.origin: Origin | None = None  # what the handler needs, at HANDLE
         self.counted = False  # its request is in the host's --max-pages-per-host count
+        self.took = False  # it holds one of the crawl's --max-pages-total pages
+        self.give_back = False  # it took one and sent nothing: the caller gives it back
         due = self.settings.obey_robots and session.robots.wanted(held, now)
         self.step = Step.FETCH_ROBOTS if due else self._rules()
 
@@ -71,9 +74,19 @@ class Page:
 
     def _cap(self) -> Step:
         if not self._host_full():
-            return Step.SEND
+            return Step.SEND if self.settings.max_pages_total is None else Step.TAKE
         self.session.tally.host_capped += 1
         return self._skipped()
+
+    def taken(self, granted: bool, now: float) -> Step:
+        """The crawl's --max-pages-total gave this page one of its pages, or had none
+        left: then the page waits unfetched, and this worker stops as --max-pages stops
+        it (so does every worker of the fleet, each at its next page)."""
+        if granted:
+            self.took, self.step = True, Step.SEND
+            return self.step
+        self.session.stopping = True
+        return self._done(self.session.put_back(self.held, now))
 
     def _host_full(self) -> bool:
         """Whether the host has had its --max-pages-per-host page requests."""
@@ -93,7 +106,8 @@ class Page:
     def not_sent(self, now: float) -> Step:
         """The session said no right before the request left: the page waits its turn
         (or goes to its host's new owner), and its request, which never reached the
-        host, is out of the host's count again."""
+        host, is out of the host's count again, and of the crawl's (``give_back``)."""
+        self.give_back, self.took = self.took, False
         if self.counted:
             self.counted = False
             taken = self.session.taken

@@ -21,6 +21,7 @@ class Tally(Protocol):
     failed: int
     items: int
     robots_denied: int
+    pattern_refused: int
     links_dropped: int
     host_capped: int
 

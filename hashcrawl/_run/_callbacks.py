@@ -24,6 +24,7 @@ import trio
 
 from hashcrawl._core._entry import Entry
 from hashcrawl._core._frontier import Held
+from hashcrawl._core._links import request_url
 from hashcrawl._core._revisit import Fetched
 from hashcrawl._exceptions import ConfigError
 from hashcrawl._web._models import Request, Response
@@ -36,14 +37,21 @@ log = logging.getLogger("hashcrawl")
 
 
 def page_item(held: Held, response: Response, worker: str) -> dict[str, Any]:
-    """The item hashcrawl writes for a page when no parse callback is given."""
+    """The item hashcrawl writes for a page when no parse callback is given.
+
+    A redirect's says where it went: ``location`` is its ``Location`` header as sent,
+    ``final_url`` the target it leads to (followed as a page of its own), and it has
+    no title (its body is the server's "302 Found" boilerplate, not a page's)."""
+    location = response.headers.get("location") if 300 <= response.status < 400 else None
+    target = request_url(response.url, location) if location is not None else None
     return {
         "url": held.entry.url,
-        "final_url": response.url,
+        "final_url": response.url if target is None else target,
+        "location": location,
         "status": response.status,
         "content_type": response.headers.get("content-type"),
         "length": len(response.body),
-        "title": response.title(),
+        "title": response.title() if location is None else None,
         "canonical": response.canonical(),
         "depth": held.entry.depth,
         "fetched_at": datetime.datetime.now(datetime.UTC).isoformat(timespec="milliseconds"),

@@ -110,6 +110,8 @@ class Dispatcher:
                 if not allowed:
                     self.tell_robots(held.host, held.entry.url)
                 page.checked(allowed)
+            elif page.step is Step.TAKE:
+                await self.take_page(page)
             elif not self.may_send(held):
                 page.not_sent(self.m.now())
             elif page.step is Step.FETCH_ROBOTS:
@@ -119,6 +121,8 @@ class Dispatcher:
                     page.not_sent(self.m.now())
             else:
                 response = await self.send_page(page)
+        if page.give_back:  # it took one of the crawl's pages, and sent nothing
+            await self.m.persist(self.m.worker.give_back_page)
         return page.outcome
 
     async def send_page(self, page: Page) -> Response | None:
@@ -169,9 +173,23 @@ class Dispatcher:
             page.handled(await handled)
             if page.outcome is not None and page.outcome.denied:
                 self.tell_robots(page.held.host, "links on " + page.held.entry.url)
+            self.tell_unwanted()
         except Exception as exc:  # a parse callback's bug fails its page, not the worker
             log.exception("parsing %s failed", page.held.entry.url)
             page.handle_failed(exc, self.m.now())
+
+    async def take_page(self, page: Page) -> None:
+        """Ask Redis for one page of the crawl's --max-pages-total (see ``Page.taken``)."""
+        cap = self.m.settings.max_pages_total
+        assert cap is not None
+        granted = await self.m.persist(self.m.worker.take_page, cap)
+        if page.taken(granted, self.m.now()) is Step.DONE:
+            self.tell(
+                "max_pages_total",
+                f"stopping: --max-pages-total {cap:,} reached: the crawl's workers take no "
+                "more pages and end once the pages in flight are in (said once per crawl)",
+            )
+            self.m.worker.stop()
 
     def tell_refused(self, url: str, exc: Refused) -> None:
         """Say, the first time in the crawl, that a rule of the worker's refused a page."""
@@ -192,6 +210,18 @@ class Dispatcher:
             "counted in status as robots_denied (--ignore-robots fetches such pages; "
             "said once per crawl)",
         )
+
+    def tell_unwanted(self) -> None:
+        """Say, the first time in the crawl, that a pattern kept links out."""
+        unsaid = self.m.worker.handler.screen.unsaid
+        while unsaid:
+            refusal, why = unsaid.popitem()
+            self.tell(
+                refusal.name.lower(),
+                f"not following {why}: counted in status as pattern_refused "
+                f"(hashcrawl configure {refusal.value} changes the pattern, --reset "
+                f"{refusal.value.removeprefix('--')} drops it; said once per crawl)",
+            )
 
     def tell(self, reason: str, line: str) -> None:
         notices = self.m.worker.notices

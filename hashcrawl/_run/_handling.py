@@ -31,6 +31,7 @@ from hashcrawl._core._outcome import (
     is_last_attempt,
 )
 from hashcrawl._core._outcome import Origin as Origin
+from hashcrawl._core._patterns import Patterns, Screen
 from hashcrawl._core._respond import Act, Decision, Facts, Reader, respond
 from hashcrawl._core._revisit import Policy, Verdict
 from hashcrawl._exceptions import HttpError
@@ -83,6 +84,7 @@ class Handler:
         self.statuses = spider.statuses if spider is not None else frozenset[int]()
         self.settings = settings if settings is not None else Settings()
         self.denied = Denied()  # links robots.txt kept out, each counted once
+        self.screen = Screen()  # links the crawl's patterns kept out
         self._policy_of: tuple[Settings, Policy | None] | None = None
         # HASHCRAWL_PARSE_PROCESS=1: the default parse in a process of its own (_parsing)
         self.parser = Parser() if PARSE_PROCESS and parse is None and spider is None else None
@@ -133,10 +135,10 @@ class Handler:
                 entry, body, url = held.entry, response.body, response.url
                 follows[:0] = await trio.to_thread.run_sync(sitemap_entries, entry, body, url)
             kept = self._allowed(follows, held, origin)
-            return Outcome.done(held, [], kept, denied=kept.denied)
+            return Outcome.done(held, [], kept)
         if act is Act.FOLLOW:
             kept, widen = self._allowed(follows, held, origin), list(decision.widen)
-            return Outcome.done(held, [], kept, widen, found=len(follows), denied=kept.denied)
+            return Outcome.done(held, [], kept, widen, found=len(follows))
         if act is Act.ERRBACK:
             return await self.failed(held, Outcome.done(held, [], []), HttpError(response), origin)
         return await self._parsed(held, response, origin, decision)
@@ -178,7 +180,6 @@ class Handler:
             produced.items,
             kept,
             list(decision.widen),
-            denied=kept.denied,
             found=len(follows) + len(produced.known),
             dropped=produced.dropped + unread_links(capped),
             known=origin.known_kept(produced.known, held, settings.max_depth),
@@ -248,4 +249,10 @@ class Handler:
         return self.parse
 
     def _allowed(self, follows: list[Entry], held: Held, origin: Origin) -> Follows:
-        return origin.kept(follows, held, self.settings.max_depth, self.denied)
+        """The ``follows`` that go on: those the crawl's patterns let in (the others
+        counted in ``refused``, each URL once), then the page's host's rules."""
+        s = self.settings
+        wanted, refused = self.screen.wanted(follows, Patterns(s.accept_regex, s.reject_regex))
+        kept = origin.kept(wanted, held, s.max_depth, self.denied)
+        kept.refused = refused
+        return kept

@@ -91,6 +91,7 @@ class Tally:
     failed: int = 0
     items: int = 0
     robots_denied: int = 0
+    pattern_refused: int = 0
     fenced: int = 0
     links_dropped: int = 0
     host_capped: int = 0
@@ -159,6 +160,7 @@ class Tally:
             "failed": self.failed,
             "items": self.items,
             "robots_denied": self.robots_denied,
+            "pattern_refused": self.pattern_refused,
             "fenced": self.fenced,
             "links_dropped": self.links_dropped,
             "host_capped": self.host_capped,

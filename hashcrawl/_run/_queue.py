@@ -12,11 +12,12 @@ import attrs
 from hashcrawl._core._batch import Status, chunks
 from hashcrawl._core._entry import Entry
 from hashcrawl._core._links import sendable
+from hashcrawl._core._patterns import Patterns
 from hashcrawl._core._ring import Ring
 from hashcrawl._core._scope import members as scope_members
 from hashcrawl._core._urls import canonicalize, fingerprint
 from hashcrawl._exceptions import ConfigError
-from hashcrawl._store._base import WorkerStore
+from hashcrawl._store._base import StatusStore, WorkerStore
 from hashcrawl._store._redisurl import RedisURL, check_crawl_name
 from hashcrawl._store._shards import Shards, queued_any, shard_tags, stored_tags
 from hashcrawl._store._store import Batch, Store
@@ -91,6 +92,9 @@ class Queue:
         the crawl's scope (the hosts its links may lead to), and so do the hosts in
         ``allow_domains``, or every host with ``span_hosts``.
 
+        A URL the crawl's ``--accept-regex`` or ``--reject-regex`` keeps out is refused
+        too, with the pattern named (see :meth:`patterns`).
+
         A URL at an address the workers refuse by default (loopback, private, link-local)
         is refused here too, as ``hashcrawl submit`` refuses it, unless ``allow_nets``
         holds its network or ``allow_private`` is true (give the workers the same). IP
@@ -105,14 +109,20 @@ class Queue:
             QueueError: Redis could not be reached.
         """
         check = SubmitCheck(AddressPolicy.of(allow_nets, allow_private), PYTHON_ALLOW_HINT)
+        patterns = self.patterns()
         if isinstance(urls, list | tuple):
-            urls = list(_allowed(urls, check))  # all of them, before anything is written
+            urls = list(_allowed(urls, check, patterns))  # all, before anything is written
         else:
-            urls = _allowed(urls, check)
+            urls = _allowed(urls, check, patterns)
         target = self._target(record=True)
         for store in self._stores():
             store.widen_scope(scope_members(domains=allow_domains, span=span_hosts))
         return submit_urls(target, urls, priority=priority, dont_filter=dont_filter)
+
+    def patterns(self) -> Patterns:
+        """The crawl's URL patterns as recorded in Redis (none before the first worker
+        or ``configure`` records its settings)."""
+        return stored_patterns(self._store)
 
     def other_crawls(self) -> list[str]:
         """Names of the crawls with keys on this Redis server (one bounded SCAN)."""
@@ -179,17 +189,39 @@ class Queue:
 Target = WorkerStore | Shards  # one store, or a sharded crawl's shards
 
 
-def _allowed(urls: Iterable[str], check: SubmitCheck) -> Iterator[str]:
-    """``urls``, each checked against the address rule as it is read.
+def _allowed(urls: Iterable[str], check: SubmitCheck, patterns: Patterns) -> Iterator[str]:
+    """``urls``, each checked against the address rule and the crawl's patterns as it
+    is read.
 
     Raises:
         ConfigError: the first URL refused.
     """
     for url in urls:
-        why = check.refusal(canonicalize(url))
+        canonical = canonicalize(url)
+        why = check.refusal(canonical) or unwanted_start(url, canonical, patterns)
         if why is not None:
             raise ConfigError(why)
         yield url
+
+
+def unwanted_start(url: str, canonical: str, patterns: Patterns) -> str | None:
+    """Why a start URL is refused by the crawl's patterns (its canonical form is
+    matched, as a link's is), or None."""
+    refusal = patterns.refusal(canonical)
+    if refusal is None:
+        return None
+    return (
+        f"start URL {patterns.said(url, refusal)}: no worker would follow it, so it is not "
+        f"submitted (hashcrawl configure {refusal.value} changes the crawl's pattern)"
+    )
+
+
+def stored_patterns(store: StatusStore) -> Patterns:
+    """The URL patterns recorded with the crawl in ``store`` (none if none are)."""
+    from hashcrawl._store._crawlconfig import view
+
+    shown = view(store)
+    return Patterns(shown.get("accept_regex"), shown.get("reject_regex"))
 
 
 def submit_urls(

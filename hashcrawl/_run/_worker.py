@@ -21,6 +21,7 @@ import trio
 from hashcrawl._browser._render import Renderer
 from hashcrawl._core._faults import NO_FAULTS, Faults
 from hashcrawl._core._names import check_name, incarnation
+from hashcrawl._core._patterns import Patterns
 from hashcrawl._core._session import Session
 from hashcrawl._core._urls import canonicalize
 from hashcrawl._exceptions import ConfigError, Fenced, ShardsChanged, StateLost
@@ -32,7 +33,7 @@ from hashcrawl._run._membership import _in_worker_thread
 from hashcrawl._run._membership import unwrapped as unwrapped
 from hashcrawl._run._metrics import Tally
 from hashcrawl._run._notices import Notices
-from hashcrawl._run._queue import submit_start_requests
+from hashcrawl._run._queue import submit_start_requests, unwanted_start
 from hashcrawl._run._sharding import Sharded
 from hashcrawl._settings import CRAWL, Settings
 from hashcrawl._store import _crawlconfig
@@ -295,6 +296,17 @@ class Worker:
 
         return serve(self, self.settings.metrics_port, self.settings.metrics_addr)
 
+    def take_page(self, cap: int) -> bool:
+        """Take one of the crawl's ``cap`` pages (``Store.take_page``), counted by the
+        crawl's one store, or a sharded crawl's first shard."""
+        assert self._store is not None
+        return self._store.take_page(cap)
+
+    def give_back_page(self) -> None:
+        """Give back a page :meth:`take_page` took for a request that never left."""
+        assert self._store is not None
+        self._store.give_back_page()
+
     def fleet_counters(self) -> dict[str, int]:
         """Fleet-wide counters from Redis, for a metrics scrape (never the page path)."""
         if self._store is None:
@@ -317,10 +329,15 @@ def check_start_urls(urls: list[str], settings: Settings, hint: str = PYTHON_ALL
             (``hint``: Python's names by default).
     """
     check = SubmitCheck(AddressPolicy.of(settings.allow_nets, settings.allow_private), hint)
+    patterns = Patterns(settings.accept_regex, settings.reject_regex)
     for url in urls:
-        refusal = check.refusal(canonicalize(url))
+        canonical = canonicalize(url)
+        refusal = check.refusal(canonical)
         if refusal is not None:
             raise ConfigError(f"start URL {url}: {refusal}")
+        unwanted = unwanted_start(url, canonical, patterns)
+        if unwanted is not None:
+            raise ConfigError(unwanted)
 
 
 def _spider_name(spider: Spider | None, parse: Parse | None) -> str:

@@ -39,7 +39,8 @@ key                type    written by
 ``dead``           HASH    commit: fingerprint (``dead_key``) -> JSON record with the
                            error, attempts, entry (so its URL) and time, out of attempts
 ``bad``            LIST    commit: the newest samples of unreadable entries (bounded)
-``stats``          HASH    commit, heartbeat, join: fleet counters (join: taken_over)
+``stats``          HASH    commit, heartbeat, join: fleet counters (join: taken_over);
+                           pages: ``pages_taken``, counted against --max-pages-total
 ``notices``        HASH    a worker's first refusal of a page for a reason (HSETNX):
                            reason -> unix seconds; whoever sets it says the line
 ``scope``          SET     submit, join, commit, configure: the hosts links may lead
@@ -196,6 +197,17 @@ class Store(Views):
         """Whether this is the crawl's first notice of ``reason`` (whoever sets the field
         says the line: once per crawl, not once per worker)."""
         return bool(self._redis.hsetnx(self.key("notices"), reason, int(time.time())))
+
+    @_translated
+    def take_page(self, cap: int) -> bool:
+        """Take one of the crawl's ``cap`` pages (``--max-pages-total``) for a request
+        about to leave; False once the fleet has taken them all (``lua/pages.lua``)."""
+        return bool(self._run("pages", [self.prefix, cap]))
+
+    @_translated
+    def give_back_page(self) -> None:
+        """Give back a page :meth:`take_page` took for a request that never left."""
+        self._redis.hincrby(self.key("stats"), "pages_taken", -1)
 
     @_translated
     def instance(self) -> str | None:
