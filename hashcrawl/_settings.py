@@ -71,13 +71,8 @@ class Settings:
     (:data:`CRAWL`) are the crawl's, stored in Redis: a worker takes them from there.
     """
 
-    delay: float = _setting(
-        1.0,
-        "least seconds between two requests to one host, fleet-wide",
-        check=_not_negative,
-        metavar="S",
-        crawl=True,
-    )
+    delay: float = _setting(1.0, "least seconds between two requests to one host, fleet-wide",
+        check=_not_negative, metavar="S", crawl=True)  # fmt: skip
     per_host: int = _setting(
         1,
         "most requests in flight to one host",
@@ -87,13 +82,8 @@ class Settings:
         crawl=True,
         fixed=True,
     )
-    concurrency: int = _setting(
-        16,
-        "most requests in flight from this worker",
-        check=_positive,
-        parse=_whole,
-        metavar="N",
-    )
+    concurrency: int = _setting(16, "most requests in flight from this worker",
+        check=_positive, parse=_whole, metavar="N")  # fmt: skip
     idle: float | None = _setting(
         30.0,
         "end once the whole crawl has been idle this many seconds (it idles only once a "
@@ -110,12 +100,8 @@ class Settings:
         crawl=True,
         fixed=True,
     )
-    grace: float = _setting(
-        30.0,
-        "seconds a stopping worker gives requests in flight",
-        check=_not_negative,
-        metavar="S",
-    )
+    grace: float = _setting(30.0, "seconds a stopping worker gives requests in flight",
+        check=_not_negative, metavar="S")  # fmt: skip
     user_agent: str = _setting(
         DEFAULT_USER_AGENT,
         "the User-Agent header, and the agent robots.txt is matched for",
@@ -341,6 +327,9 @@ class Settings:
         check=_positive, parse=_whole, metavar="N")  # fmt: skip
     render_timeout: float = _setting(30.0, "seconds one rendered page may take, steps included; "
         "past it its tab is closed and the fetch fails", check=_positive, metavar="S")  # fmt: skip
+    browser_upload_dir: str | None = _setting(None, "the directory a set_input_files step "
+        "uploads from (paths inside it only; unset, a request that uploads is dead-lettered)",
+        parse=_or_none(_text), metavar="DIR")  # fmt: skip
 
     def __attrs_post_init__(self) -> None:
         if self.delay * 2 > self.lease:

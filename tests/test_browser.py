@@ -29,6 +29,7 @@ import hashcrawl
 from hashcrawl import BrowserError, HttpxFetcher, Request
 from hashcrawl._browser._pace import HostPace
 from hashcrawl._browser._process import NAMES, Seal, available_seal
+from hashcrawl._browser._reach import Reach
 from hashcrawl._browser._render import Renderer
 from hashcrawl._cli._server import RedisServer
 from testing.fleet import Crew, crawl_in_process, fast_settings, new_crawl_name
@@ -285,9 +286,60 @@ async def test_a_page_that_does_not_ask_is_fetched_without_the_browser(renderer:
     assert renderer.tabs.starts == 0
 
 
+async def test_form_steps_upload_capture_and_call_act_in_the_real_page(tmp_path: Path) -> None:
+    """fill and press reach the page's own key handler, an upload from the upload
+    directory reaches its file input, a screenshot is a PNG and a pdf a PDF, and a
+    call's method read the live page: all in ``response.render.results``, in order."""
+    (tmp_path / "cv.txt").write_text("my cv")
+
+    def title_of(page: Any) -> str:
+        page.wait_for("#typed:not(:empty)")
+        return str(page.evaluate("document.title")) + " at " + page.url.rsplit("/", 1)[1]
+
+    fetcher = HttpxFetcher(allow_nets=["127.0.0.2/32"], timeout=5)
+    reach = Reach(upload_dir=str(tmp_path), method={"title_of": title_of}.get)
+    steps = [
+        {"fill": "#q", "value": 'shoes"<b>'},
+        {"press": "Enter", "selector": "#q"},
+        {"set_input_files": "#f", "files": ["cv.txt"]},
+        {"wait_for": "#file:not(:empty)", "timeout": 5},
+        {"screenshot": "viewport"},
+        {"pdf": "a4"},
+        {"call": "title_of"},
+    ]
+    with JsSite() as site:
+        async with Renderer.open(fetcher, render_timeout=20, reach=reach) as renderer:
+            page = await renderer.fetch(Request(site.root + "/form", render=True, steps=steps))
+    await fetcher.aclose()
+    assert page.css("#typed::text").get() == 'shoes"<b> entered'
+    assert page.css("#file::text").get() == "cv.txt:my cv"
+    assert page.render is not None
+    shot, pdf, called = page.render.results
+    assert shot.startswith(b"\x89PNG\r\n") and pdf.startswith(b"%PDF-")
+    assert called == "form at form"
+
+
+async def test_a_page_whose_load_never_ends_is_cut_at_the_timeout_and_frees_its_slot() -> None:
+    """A script that never arrives keeps the load from ending: the render timeout closes
+    its tab, and with one tab the next page still renders (the slot came back)."""
+    fetcher = HttpxFetcher(allow_nets=["127.0.0.2/32"], timeout=60)
+    with JsSite() as site:
+        async with Renderer.open(fetcher, tabs=1, render_timeout=2) as renderer:
+            with pytest.raises(BrowserError, match="render timeout"):
+                await renderer.fetch(Request(site.root + "/never", render=True))
+            with pytest.raises(BrowserError, match="render timeout"):
+                await renderer.fetch(Request(site.root + "/spin", render=True))
+            after = await renderer.fetch(Request(site.root + "/script", render=True))
+            starts = renderer.tabs.starts
+    await fetcher.aclose()
+    assert after.css("li.item::text").getall() == PAGES["/script"]
+    assert starts == 1
+
+
 KILLED = """
 import sys, trio
 from hashcrawl import HttpxFetcher, Request
+from hashcrawl._browser._reach import Reach
 from hashcrawl._browser._render import Renderer
 
 async def main():

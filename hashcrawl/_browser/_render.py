@@ -25,6 +25,7 @@ from hashcrawl._browser._cdp import Connection, Event
 from hashcrawl._browser._intercept import BLOCKED_TYPES, Interceptor, header_items
 from hashcrawl._browser._pace import CURRENT, HostPace, Pace
 from hashcrawl._browser._process import Seal, find_chromium
+from hashcrawl._browser._reach import NO_REACH, Reach
 from hashcrawl._browser._tabs import Tab, Tabs, prepare_target
 from hashcrawl._core._steps import Rendered
 from hashcrawl._exceptions import BrowserError, BrowserGone, FetchError, Refused
@@ -47,6 +48,8 @@ class Renderer:
             worker's own, set with ``_pace.paced_by``, comes first).
         blocked: resource types a page may not fetch (see ``_intercept.BLOCKED_TYPES``).
         render_all: render every request, not only those that ask.
+        reach: what steps may use beyond the page (the upload directory, the spider's
+            methods for call steps); by default, nothing.
     """
 
     def __init__(
@@ -58,8 +61,9 @@ class Renderer:
         pace: Pace | None = None,
         blocked: frozenset[str] = BLOCKED_TYPES,
         render_all: bool = False,
+        reach: Reach = NO_REACH,
     ) -> None:
-        self.tabs, self.fetcher = tabs, fetcher
+        self.tabs, self.fetcher, self.reach = tabs, fetcher, reach
         self.render_timeout, self.blocked, self.render_all = render_timeout, blocked, render_all
         self.pace: Pace = pace or HostPace()
 
@@ -142,7 +146,7 @@ class Renderer:
                 if navigated.get("errorText"):
                     raise BrowserError(f"{request.url:.100} did not open: {navigated['errorText']}")
                 await loaded.wait()
-                results = await act_all(connection, session, request.steps)
+                results = await act_all(connection, session, request.steps, self.reach)
                 location, dom = await evaluate(connection, session, DOCUMENT, "reading the DOM")
                 cookies = await _page_cookies(connection, session, str(location))
                 nursery.cancel_scope.cancel()

@@ -18,6 +18,7 @@ from typing import Any, TypeVar
 
 import trio
 
+from hashcrawl._browser._reach import Reach
 from hashcrawl._browser._render import Renderer
 from hashcrawl._core._faults import NO_FAULTS, Faults
 from hashcrawl._core._names import check_name, incarnation
@@ -265,7 +266,13 @@ class Worker:
             tabs=s.browser_tabs,
             render_timeout=s.render_timeout,
             render_all=s.render,
+            reach=Reach(upload_dir=s.browser_upload_dir, method=self._step_method),
         )
+
+    def _step_method(self, name: str) -> Any:
+        """The spider's method a call step names, if one of its own classes has it."""
+        calls = self.handler.spider
+        return calls.step_method(name) if calls is not None else None
 
     _shards_open: Shards | None = None
 
