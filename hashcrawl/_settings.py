@@ -20,6 +20,7 @@ import attrs
 
 from ._core._due import DEFAULT_PAGES
 from ._core._revisit import DEFAULT_MAX_S, DEFAULT_MIN_S, Policy
+from ._core._steps import host_patterns
 from ._exceptions import ConfigError
 from ._flags import (
     NONE,
@@ -319,8 +320,12 @@ class Settings:
         parse=_or_none(_whole), metavar="PORT")  # fmt: skip
     metrics_addr: str = _setting("127.0.0.1", "the address --metrics-port listens on",
         parse=_text, metavar="ADDR")  # fmt: skip
-    render: bool = _setting(False, "render every page in the worker's browser (a request "
-        "may also ask with render=True)", parse=None)  # fmt: skip
+    render: bool = _setting(False, "render every page of the crawl in its workers' browsers "
+        "(a request may also ask with render=True)", parse=None, crawl=True)  # fmt: skip
+    render_hosts: str | None = _setting(None, "render every page of the hosts these "
+        "comma-separated patterns match, e.g. '*.shop.test,app.test'", crawl=True,
+        check=lambda _, __, value: host_patterns(value), parse=_or_none(_text),
+        metavar="PATTERN")  # fmt: skip
     chromium: str | None = _setting(None, "the Chromium to render with (default: chromium "
         "on PATH)", parse=_or_none(_text), metavar="PATH")  # fmt: skip
     browser_tabs: int = _setting(4, "most pages rendered at once (tabs of the browser)",

@@ -6,14 +6,16 @@ from __future__ import annotations
 
 from typing import Any
 
+import attrs
 import pytest
 
 import hashcrawl
 from hashcrawl import ConfigError, Request
 from hashcrawl._core._entry import BadEntry, Entry
 from hashcrawl._core._frontier import Frontier, Held
-from hashcrawl._core._steps import MAX_STEPS, Action, BadStep, Step, steps_of
+from hashcrawl._core._steps import MAX_STEPS, Action, BadStep, Step, renders, steps_of
 from hashcrawl._run._handling import Handler
+from hashcrawl._run._worker import Worker
 from hashcrawl._settings import Settings
 from hashcrawl._web._spider import Calls
 from tests.test_core import session_of
@@ -178,6 +180,41 @@ def test_without_a_spider_every_call_step_is_refused() -> None:
     entry = Request("http://a.test/", render=True, steps=[{"call": "log_in"}])
     why = Handler().refusal(Entry.decode(entry.to_entry("http://a.test/", 0).encode()))  # type: ignore[union-attr]
     assert why is not None and "names no method" in why
+
+
+@pytest.mark.parametrize(
+    ("host", "render", "hosts", "rendered"),
+    [
+        ("a.shop.test", False, "*.shop.test", True),
+        ("A.Shop.Test", False, "*.shop.test,app.test", True),
+        ("app.test", False, "*.shop.test, app.test", True),
+        ("shop.test", False, "*.shop.test", False),
+        ("other.test", False, None, False),
+        ("other.test", True, None, True),
+    ],
+)
+def test_the_crawls_settings_choose_the_hosts_whose_pages_are_rendered(
+    host: str, render: bool, hosts: str | None, rendered: bool
+) -> None:
+    """--render renders every page, --render-hosts those of the hosts its globs match."""
+    assert renders(host, render=render, hosts=hosts) is rendered
+
+
+@pytest.mark.parametrize("hosts", ["", "a.test,", "a b.test", "a.test/x", ",".join("a" * 101)])
+def test_a_render_hosts_pattern_that_is_no_host_glob_is_refused_in_one_line(hosts: str) -> None:
+    """Empty patterns, spaces, slashes or more than 100 patterns: a ConfigError naming
+    the flag."""
+    with pytest.raises(ConfigError, match="--render-hosts ") as raised:
+        Settings(render_hosts=hosts)
+    assert "\n" not in str(raised.value)
+
+
+def test_a_workers_render_choice_follows_the_crawls_settings_as_they_change() -> None:
+    """Configure turns --render-hosts on under a running worker: its next page is chosen."""
+    worker = Worker("redis://127.0.0.1:1", "c", render_hosts="a.test")
+    assert worker._rendered("http://a.test/x") and not worker._rendered("http://b.test/x")
+    worker.take_settings(attrs.evolve(worker.settings, render_hosts="b.test"))
+    assert worker._rendered("http://b.test/x") and not worker._rendered("http://a.test/x")
 
 
 def held(url: str) -> Held:

@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import contextlib
 import email.utils
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Callable
 from typing import Any
 from urllib.parse import urlsplit
 
@@ -48,6 +48,8 @@ class Renderer:
             worker's own, set with ``_pace.paced_by``, comes first).
         blocked: resource types a page may not fetch (see ``_intercept.BLOCKED_TYPES``).
         render_all: render every request, not only those that ask.
+        chosen: whether the crawl's settings render a request's URL whatever it asks
+            (``--render``, ``--render-hosts``: a worker's, read anew for every request).
         reach: what steps may use beyond the page (the upload directory, the spider's
             methods for call steps); by default, nothing.
     """
@@ -61,8 +63,10 @@ class Renderer:
         pace: Pace | None = None,
         blocked: frozenset[str] = BLOCKED_TYPES,
         render_all: bool = False,
+        chosen: Callable[[str], bool] = lambda url: False,
         reach: Reach = NO_REACH,
     ) -> None:
+        self.chosen = chosen
         self.tabs, self.fetcher, self.reach = tabs, fetcher, reach
         self.render_timeout, self.blocked, self.render_all = render_timeout, blocked, render_all
         self.pace: Pace = pace or HostPace()
@@ -99,7 +103,7 @@ class Renderer:
     async def fetch(self, request: Request) -> Response:
         """The request's response: rendered if it asks (and is an HTML page), else as
         the fetcher got it."""
-        if not (request.render or self.render_all):
+        if not (request.render or self.render_all or self.chosen(request.url)):
             return await self.fetcher.fetch(request)
         if urlsplit(request.url).scheme not in ("http", "https"):
             raise Refused(f"only http(s) pages are rendered, not {request.url:.100}")

@@ -33,6 +33,9 @@ with the reason (``Entry.steps_refusal``).
 from __future__ import annotations
 
 import enum
+import fnmatch
+import functools
+import re
 from collections.abc import Callable, Iterable
 from typing import Any
 
@@ -193,6 +196,40 @@ def steps_refusal(
         if step.action is Action.SET_INPUT_FILES and not uploads:
             return "step set_input_files needs --browser-upload-dir, which this worker lacks"
     return None
+
+
+MAX_HOST_PATTERNS = 100  # the most patterns --render-hosts holds
+_PATTERN = re.compile(r"[a-z0-9*?.\-\[\]:]{1,253}")
+
+
+@functools.lru_cache(maxsize=16)  # asked for every page; the setting rarely changes
+def host_patterns(text: str | None) -> tuple[str, ...]:
+    """The host patterns of ``--render-hosts`` (comma-separated globs, ``*.shop.test``).
+
+    Raises:
+        ConfigError: an empty pattern, one with other characters than a host's and
+            ``*?[]``, or more than ``MAX_HOST_PATTERNS``.
+    """
+    if text is None:
+        return ()
+    patterns = tuple(part.strip().lower() for part in text.split(","))
+    if len(patterns) > MAX_HOST_PATTERNS:
+        raise ConfigError(f"--render-hosts holds at most {MAX_HOST_PATTERNS} patterns")
+    for pattern in patterns:
+        if not _PATTERN.fullmatch(pattern):
+            raise ConfigError(
+                "--render-hosts must be comma-separated host patterns such as '*.shop.test'"
+                f" (letters, digits, '.-:' and '*?[]'), got {_clip(pattern)}"
+            )
+    return patterns
+
+
+def renders(host: str, *, render: bool, hosts: str | None) -> bool:
+    """Whether a page of ``host`` is rendered by the crawl's settings (``--render``,
+    ``--render-hosts``), whatever its request asks."""
+    if render:
+        return True
+    return any(fnmatch.fnmatchcase(host.lower(), pattern) for pattern in host_patterns(hosts))
 
 
 def _text(value: Any, data: Any) -> str:
