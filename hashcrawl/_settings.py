@@ -332,6 +332,9 @@ class Settings:
         check=_positive, parse=_whole, metavar="N")  # fmt: skip
     render_timeout: float = _setting(30.0, "seconds one rendered page may take, steps included; "
         "past it its tab is closed and the fetch fails", check=_positive, metavar="S")  # fmt: skip
+    browser_max_mib: float | None = _setting(2048.0, "restart the browser (once the pages in it "
+        "end) when its processes' memory (PSS) passes so many MiB; 'none': never",
+        check=_positive, parse=_or_none(_number), metavar="MIB")  # fmt: skip
     browser_upload_dir: str | None = _setting(None, "the directory a set_input_files step "
         "uploads from (paths inside it only; unset, a request that uploads is dead-lettered)",
         parse=_or_none(_text), metavar="DIR")  # fmt: skip

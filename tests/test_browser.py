@@ -28,7 +28,7 @@ import trio
 import hashcrawl
 from hashcrawl import BrowserError, HttpxFetcher, Request
 from hashcrawl._browser._pace import HostPace
-from hashcrawl._browser._process import NAMES, Seal, available_seal
+from hashcrawl._browser._process import NAMES, Seal, available_seal, group_pss_mib
 from hashcrawl._browser._reach import Reach
 from hashcrawl._browser._render import Renderer
 from hashcrawl._cli._server import RedisServer
@@ -334,6 +334,41 @@ async def test_a_page_whose_load_never_ends_is_cut_at_the_timeout_and_frees_its_
     await fetcher.aclose()
     assert after.css("li.item::text").getall() == PAGES["/script"]
     assert starts == 1
+
+
+async def test_a_browser_over_its_memory_bound_is_drained_and_restarted_losing_no_page() -> None:
+    """A page keeps 300 MiB alive: the browser's PSS passes --browser-max-mib, so no new
+    page goes to it, the pages in it end, and a new browser renders the next ones; every
+    page, before and after, is rendered whole."""
+    fetcher = HttpxFetcher(allow_nets=["127.0.0.2/32"], timeout=5)
+    rendered: list[list[str]] = []
+    with JsSite() as site:
+        async with Renderer.open(fetcher, tabs=2, render_timeout=30) as renderer:
+
+            async def render(path: str) -> None:
+                page = await renderer.fetch(Request(site.root + path, render=True))
+                rendered.append(page.css("li.item::text").getall() or page.css("p::text").getall())
+
+            await render("/script")
+            browser = renderer.tabs.browser
+            assert browser is not None
+            baseline = await trio.to_thread.run_sync(group_pss_mib, browser.pid)
+            renderer.tabs.max_mib = baseline + 150
+            async with trio.open_nursery() as nursery:
+                for path in ("/grow?mib=300", "/script", "/script"):
+                    nursery.start_soon(render, path)
+            with trio.fail_after(30):
+                await renderer.tabs.over.wait()
+            async with trio.open_nursery() as nursery:
+                for _ in range(3):
+                    nursery.start_soon(render, "/script")
+            tabs = renderer.tabs
+            assert tabs.browser is not None
+            after = await trio.to_thread.run_sync(group_pss_mib, tabs.browser.pid)
+    await fetcher.aclose()
+    assert sorted(map(tuple, rendered)) == sorted([("300",), *[tuple(PAGES["/script"])] * 6])
+    assert (tabs.starts, tabs.memory_restarts) == (2, 1)
+    assert after < baseline + 150  # the new browser, three pages in, is under the bound
 
 
 KILLED = """

@@ -196,6 +196,37 @@ class BrowserProcess:
             )
 
 
+def group_pss_mib(group: int) -> float:
+    """The proportional set size (PSS, MiB) of the processes in process group ``group``:
+    a browser's whole tree, each shared page counted once across its processes (RSS
+    summed would count it in each, several times the truth)."""
+    total_kib = 0
+    for entry in os.scandir("/proc"):
+        if entry.name.isdigit() and _group_of(entry.name) == group:
+            total_kib += _pss_kib(entry.name)
+    return total_kib / 1024
+
+
+def _group_of(pid: str) -> int | None:
+    try:
+        with open(f"/proc/{pid}/stat", "rb") as stat:
+            fields = stat.read().rpartition(b")")[2].split()
+    except OSError:
+        return None
+    return int(fields[2]) if len(fields) > 2 else None  # state, ppid, pgrp
+
+
+def _pss_kib(pid: str) -> int:
+    try:
+        with open(f"/proc/{pid}/smaps_rollup", "rb") as rollup:
+            for line in rollup:
+                if line.startswith(b"Pss:"):
+                    return int(line.split()[1])
+    except (OSError, ValueError, IndexError):
+        pass  # ended meanwhile, or not ours to read
+    return 0
+
+
 def _in_child(to_browser: int, from_browser: int) -> None:
     """In the child before exec: its own process group, SIGKILL when the worker dies,
     and the pipe's ends on fds 3 (commands in) and 4 (answers out)."""

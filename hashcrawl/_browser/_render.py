@@ -81,6 +81,7 @@ class Renderer:
         tabs: int = 4,
         seal: Seal | None = None,
         heap_mib: int = 512,
+        max_mib: float | None = None,
         **options: Any,
     ) -> AsyncIterator[Renderer]:
         """A renderer over ``fetcher`` whose browser (started by the first page
@@ -93,7 +94,8 @@ class Renderer:
         """
         path = find_chromium(chromium) if chromium or options.get("render_all") else None
         async with trio.open_nursery() as nursery:
-            pool = Tabs(nursery, path, tabs=tabs, seal=seal, heap_mib=heap_mib)
+            pool = Tabs(nursery, path, tabs=tabs, seal=seal, heap_mib=heap_mib, max_mib=max_mib)
+            nursery.start_soon(pool.watch_memory)
             try:
                 yield cls(pool, fetcher, **options)
             finally:

@@ -274,6 +274,7 @@ class Worker:
             chromium=find_chromium(s.chromium) if renders_some else None,
             tabs=s.browser_tabs,
             render_timeout=s.render_timeout,
+            max_mib=s.browser_max_mib,
             chosen=self._rendered,
             reach=Reach(upload_dir=s.browser_upload_dir, method=self._step_method),
         )
