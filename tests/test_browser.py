@@ -15,6 +15,7 @@ import shutil
 import signal
 import subprocess
 import sys
+import tempfile
 import textwrap
 import uuid
 from collections.abc import AsyncIterator, Iterator
@@ -28,7 +29,14 @@ import trio
 import hashcrawl
 from hashcrawl import BrowserError, HttpxFetcher, Request
 from hashcrawl._browser._pace import HostPace
-from hashcrawl._browser._process import NAMES, Seal, available_seal, group_pss_mib
+from hashcrawl._browser._process import (
+    NAMES,
+    PROFILE_PREFIX,
+    Seal,
+    available_seal,
+    group_pss_mib,
+    sweep_leftovers,
+)
 from hashcrawl._browser._reach import Reach
 from hashcrawl._browser._render import Renderer
 from hashcrawl._cli._server import RedisServer
@@ -388,7 +396,8 @@ trio.run(main)
 
 
 async def test_a_sigkilled_worker_leaves_no_browser() -> None:
-    """The worker's death ends its browser (the death signal), with nothing to clean up."""
+    """The worker's death ends its browser and all its helpers (the death signal); the
+    profile it leaves is removed by the next start."""
     with JsSite() as site:
         child = subprocess.Popen(
             [sys.executable, "-c", textwrap.dedent(KILLED), site.root + "/script"],
@@ -404,3 +413,8 @@ async def test_a_sigkilled_worker_leaves_no_browser() -> None:
         child.stdout.close()
     assert browser in before
     assert await ended(before) == set()
+    # Its profile outlived it; the next start (any worker's) removes it.
+    left = list(Path(tempfile.gettempdir()).glob(f"{PROFILE_PREFIX}{child.pid}-*"))
+    assert len(left) == 1
+    assert str(left[0]) in sweep_leftovers()
+    assert not left[0].exists()
