@@ -379,6 +379,26 @@ async def test_a_browser_over_its_memory_bound_is_drained_and_restarted_losing_n
     assert after < baseline + 150  # the new browser, three pages in, is under the bound
 
 
+async def test_pages_in_background_tabs_scroll_as_the_one_in_front_does() -> None:
+    """Four infinite scrolls at once, one per tab, each grown by its two scrolls (a
+    background tab, given no animation frames, would fire no scroll event)."""
+    fetcher = HttpxFetcher(allow_nets=["127.0.0.2/32"], timeout=5)
+    found: list[list[str]] = []
+    with JsSite() as site:
+        async with Renderer.open(fetcher, tabs=4, render_timeout=20) as renderer:
+
+            async def scroll() -> None:
+                request = Request(site.root + "/scroll", render=True, steps=STEPS["/scroll"])
+                found.append((await renderer.fetch(request)).css("li.item::text").getall())
+
+            for _ in range(2):  # new tabs, then the same tabs reused
+                async with trio.open_nursery() as nursery:
+                    for _ in range(4):
+                        nursery.start_soon(scroll)
+    await fetcher.aclose()
+    assert found == [PAGES["/scroll"]] * 8
+
+
 KILLED = """
 import sys, trio
 from hashcrawl import HttpxFetcher, Request

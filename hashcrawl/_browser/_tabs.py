@@ -28,6 +28,7 @@ from hashcrawl._exceptions import BrowserError, ConfigError, Refused
 log = logging.getLogger("hashcrawl")
 #: Every request of a tab and its frames is paused, at the request stage.
 PAUSE_ALL = {"patterns": [{"urlPattern": "*", "requestStage": "Request"}]}
+FOCUSED = {"enabled": True}
 AUTO_ATTACH = {"autoAttach": True, "waitForDebuggerOnStart": True, "flatten": True}
 
 
@@ -244,6 +245,9 @@ class Tabs:
         tab = Tab(target=target, session=attached["sessionId"], browser=browser)
         try:
             await connection.send("Page.enable", {}, tab.session)
+            # Every tab behaves as the one in front: a background tab gets no animation
+            # frames, so its scroll events never fire (an infinite scroll never grows).
+            await connection.send("Emulation.setFocusEmulationEnabled", FOCUSED, tab.session)
             await prepare_target(connection, tab.session)
         except BaseException:
             await self._close(tab)
