@@ -116,8 +116,13 @@ SERVER_ITEMS = {
 }
 STEPS: dict[str, list[dict[str, Any]]] = {
     "/more": [{"click": "#more"}, {"wait_for": "#items li:nth-child(4)", "timeout": 10}],
+    # Each scroll awaits its item: a scroll step waits at most a second for the page to
+    # grow, which a loaded machine's fetch can outlast (then the next scroll, at the
+    # end already, fires no scroll event).
     "/scroll": [
-        {"scroll": "end", "times": 2},
+        {"scroll": "end"},
+        {"wait_for": "#items li:nth-child(2)", "timeout": 10},
+        {"scroll": "end"},
         {"wait_for": "#items li:nth-child(3)", "timeout": 10},
     ],
 }
