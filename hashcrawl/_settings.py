@@ -20,6 +20,7 @@ import attrs
 
 from ._core._due import DEFAULT_PAGES
 from ._core._revisit import DEFAULT_MAX_S, DEFAULT_MIN_S, Policy
+from ._core._steps import host_patterns
 from ._exceptions import ConfigError
 from ._flags import (
     HEADERS_ENV_VAR,
@@ -73,13 +74,8 @@ class Settings:
     (:data:`CRAWL`) are the crawl's, stored in Redis: a worker takes them from there.
     """
 
-    delay: float = _setting(
-        1.0,
-        "least seconds between two requests to one host, fleet-wide",
-        check=_not_negative,
-        metavar="S",
-        crawl=True,
-    )
+    delay: float = _setting(1.0, "least seconds between two requests to one host, fleet-wide",
+        check=_not_negative, metavar="S", crawl=True)  # fmt: skip
     per_host: int = _setting(
         1,
         "most requests in flight to one host",
@@ -89,13 +85,8 @@ class Settings:
         crawl=True,
         fixed=True,
     )
-    concurrency: int = _setting(
-        16,
-        "most requests in flight from this worker",
-        check=_positive,
-        parse=_whole,
-        metavar="N",
-    )
+    concurrency: int = _setting(16, "most requests in flight from this worker",
+        check=_positive, parse=_whole, metavar="N")  # fmt: skip
     idle: float | None = _setting(
         30.0,
         "end once the whole crawl has been idle this many seconds (it idles only once a "
@@ -112,12 +103,8 @@ class Settings:
         crawl=True,
         fixed=True,
     )
-    grace: float = _setting(
-        30.0,
-        "seconds a stopping worker gives requests in flight",
-        check=_not_negative,
-        metavar="S",
-    )
+    grace: float = _setting(30.0, "seconds a stopping worker gives requests in flight",
+        check=_not_negative, metavar="S")  # fmt: skip
     user_agent: str = _setting(
         DEFAULT_USER_AGENT,
         "the User-Agent header, and the agent robots.txt is matched for",
@@ -332,14 +319,24 @@ class Settings:
         parse=_or_none(_whole), metavar="PORT")  # fmt: skip
     metrics_addr: str = _setting("127.0.0.1", "the address --metrics-port listens on",
         parse=_text, metavar="ADDR")  # fmt: skip
-    render: bool = _setting(False, "render every page in the worker's browser (a request "
-        "may also ask with render=True)", parse=None)  # fmt: skip
+    render: bool = _setting(False, "render every page of the crawl in its workers' browsers "
+        "(a request may also ask with render=True)", parse=None, crawl=True)  # fmt: skip
+    render_hosts: str | None = _setting(None, "render every page of the hosts these "
+        "comma-separated patterns match, e.g. '*.shop.test,app.test'", crawl=True,
+        check=lambda _, __, value: host_patterns(value), parse=_or_none(_text),
+        metavar="PATTERN")  # fmt: skip
     chromium: str | None = _setting(None, "the Chromium to render with (default: chromium "
         "on PATH)", parse=_or_none(_text), metavar="PATH")  # fmt: skip
     browser_tabs: int = _setting(4, "most pages rendered at once (tabs of the browser)",
         check=_positive, parse=_whole, metavar="N")  # fmt: skip
     render_timeout: float = _setting(30.0, "seconds one rendered page may take, steps included; "
         "past it its tab is closed and the fetch fails", check=_positive, metavar="S")  # fmt: skip
+    browser_max_mib: float | None = _setting(2048.0, "restart the browser (once the pages in it "
+        "end) when its processes' memory (PSS) passes so many MiB; 'none': never",
+        check=_positive, parse=_or_none(_number), metavar="MIB")  # fmt: skip
+    browser_upload_dir: str | None = _setting(None, "the directory a set_input_files step "
+        "uploads from (paths inside it only; unset, a request that uploads is dead-lettered)",
+        parse=_or_none(_text), metavar="DIR")  # fmt: skip
 
     def __attrs_post_init__(self) -> None:
         if self.delay * 2 > self.lease:

@@ -11,6 +11,9 @@ sends without a browser):
 - ``/links``: links added by script to ``/p/1`` ... ``/p/3``.
 - ``/hostile``: a page that tries every way out to the :class:`Listener`'s address.
 - ``/spin``: ``while (true) {}``; ``/bomb``: a script that takes memory until it dies.
+- ``/never``: a page whose script never arrives (its load never ends).
+- ``/form``: a field that answers Enter, a file input that shows the file it got.
+- ``/grow?mib=N``: a page whose script keeps N MiB alive in its heap.
 
 Every request is logged as the server saw it (path, and the time it arrived).
 """
@@ -85,6 +88,19 @@ window.open("http://{out}/popup");
 const a = document.createElement("a"); a.href = "/download"; a.download = "x.bin"; a.click();
 alert("hostile");
 </script></body></html>"""
+NEVER = """<!doctype html><html><body><p id="n">never</p><script src="/never.js"></script>
+</body></html>"""
+FORM = """<!doctype html><html><head><title>form</title></head><body>
+<input id="q"><p id="typed"></p><input id="f" type="file"><p id="file"></p><script>
+document.getElementById("q").addEventListener("keydown", e => { if (e.key === "Enter")
+  document.getElementById("typed").textContent = e.target.value + " entered"; });
+document.getElementById("f").addEventListener("change", e => { const f = e.target.files[0];
+  f.text().then(t => { document.getElementById("file").textContent = f.name + ":" + t; }); });
+</script></body></html>"""
+GROW = """<!doctype html><html><body><p id="grown"></p><script>
+window.kept = []; for (let i = 0; i < %d; i++) window.kept.push(new Float64Array(131072).fill(i));
+document.getElementById("grown").textContent = String(window.kept.length);
+</script></body></html>"""
 #: What each page holds once rendered with its steps (``STEPS``).
 PAGES = {
     "/": ["server-0"],
@@ -100,8 +116,13 @@ SERVER_ITEMS = {
 }
 STEPS: dict[str, list[dict[str, Any]]] = {
     "/more": [{"click": "#more"}, {"wait_for": "#items li:nth-child(4)", "timeout": 10}],
+    # Each scroll awaits its item: a scroll step waits at most a second for the page to
+    # grow, which a loaded machine's fetch can outlast (then the next scroll, at the
+    # end already, fires no scroll event).
     "/scroll": [
-        {"scroll": "end", "times": 2},
+        {"scroll": "end"},
+        {"wait_for": "#items li:nth-child(2)", "timeout": 10},
+        {"scroll": "end"},
         {"wait_for": "#items li:nth-child(3)", "timeout": 10},
     ],
 }
@@ -123,6 +144,7 @@ class JsSite:
     def __init__(self, host: str = "127.0.0.2", out: str = "127.0.0.3:9") -> None:
         self.log: list[Seen] = []
         self.lock = threading.Lock()
+        self.closing = threading.Event()  # ends what /never.js holds
         self.out = out
         owner = self
 
@@ -147,6 +169,7 @@ class JsSite:
         return self
 
     def __exit__(self, *exc: object) -> None:
+        self.closing.set()
         self.server.shutdown()
         self.server.server_close()
 
@@ -195,6 +218,15 @@ class _Handler(http.server.BaseHTTPRequestHandler):
             return BOMB, html
         if path == "/hostile":
             return HOSTILE.format(out=self.site.out), html
+        if path == "/never":
+            return NEVER, html
+        if path == "/never.js":
+            self.site.closing.wait(120)
+            return "", "text/javascript"
+        if path == "/form":
+            return FORM, html
+        if path == "/grow":
+            return GROW % min(int(query.partition("=")[2] or 0), 1024), html
         if path == "/download":
             return "binary", "application/octet-stream"
         return None, html

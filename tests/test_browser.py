@@ -15,6 +15,7 @@ import shutil
 import signal
 import subprocess
 import sys
+import tempfile
 import textwrap
 import uuid
 from collections.abc import AsyncIterator, Iterator
@@ -28,7 +29,15 @@ import trio
 import hashcrawl
 from hashcrawl import BrowserError, HttpxFetcher, Request
 from hashcrawl._browser._pace import HostPace
-from hashcrawl._browser._process import NAMES, Seal, available_seal
+from hashcrawl._browser._process import (
+    NAMES,
+    PROFILE_PREFIX,
+    Seal,
+    available_seal,
+    group_pss_mib,
+    sweep_leftovers,
+)
+from hashcrawl._browser._reach import Reach
 from hashcrawl._browser._render import Renderer
 from hashcrawl._cli._server import RedisServer
 from testing.fleet import Crew, crawl_in_process, fast_settings, new_crawl_name
@@ -285,9 +294,115 @@ async def test_a_page_that_does_not_ask_is_fetched_without_the_browser(renderer:
     assert renderer.tabs.starts == 0
 
 
+async def test_form_steps_upload_capture_and_call_act_in_the_real_page(tmp_path: Path) -> None:
+    """fill and press reach the page's own key handler, an upload from the upload
+    directory reaches its file input, a screenshot is a PNG and a pdf a PDF, and a
+    call's method read the live page: all in ``response.render.results``, in order."""
+    (tmp_path / "cv.txt").write_text("my cv")
+
+    def title_of(page: Any) -> str:
+        page.wait_for("#typed:not(:empty)")
+        return str(page.evaluate("document.title")) + " at " + page.url.rsplit("/", 1)[1]
+
+    fetcher = HttpxFetcher(allow_nets=["127.0.0.2/32"], timeout=5)
+    reach = Reach(upload_dir=str(tmp_path), method={"title_of": title_of}.get)
+    steps = [
+        {"fill": "#q", "value": 'shoes"<b>'},
+        {"press": "Enter", "selector": "#q"},
+        {"set_input_files": "#f", "files": ["cv.txt"]},
+        {"wait_for": "#file:not(:empty)", "timeout": 5},
+        {"screenshot": "viewport"},
+        {"pdf": "a4"},
+        {"call": "title_of"},
+    ]
+    with JsSite() as site:
+        async with Renderer.open(fetcher, render_timeout=20, reach=reach) as renderer:
+            page = await renderer.fetch(Request(site.root + "/form", render=True, steps=steps))
+    await fetcher.aclose()
+    assert page.css("#typed::text").get() == 'shoes"<b> entered'
+    assert page.css("#file::text").get() == "cv.txt:my cv"
+    assert page.render is not None
+    shot, pdf, called = page.render.results
+    assert shot.startswith(b"\x89PNG\r\n") and pdf.startswith(b"%PDF-")
+    assert called == "form at form"
+
+
+async def test_a_page_whose_load_never_ends_is_cut_at_the_timeout_and_frees_its_slot() -> None:
+    """A script that never arrives keeps the load from ending: the render timeout closes
+    its tab, and with one tab the next page still renders (the slot came back)."""
+    fetcher = HttpxFetcher(allow_nets=["127.0.0.2/32"], timeout=60)
+    with JsSite() as site:
+        async with Renderer.open(fetcher, tabs=1, render_timeout=2) as renderer:
+            with pytest.raises(BrowserError, match="render timeout"):
+                await renderer.fetch(Request(site.root + "/never", render=True))
+            with pytest.raises(BrowserError, match="render timeout"):
+                await renderer.fetch(Request(site.root + "/spin", render=True))
+            after = await renderer.fetch(Request(site.root + "/script", render=True))
+            starts = renderer.tabs.starts
+    await fetcher.aclose()
+    assert after.css("li.item::text").getall() == PAGES["/script"]
+    assert starts == 1
+
+
+async def test_a_browser_over_its_memory_bound_is_drained_and_restarted_losing_no_page() -> None:
+    """A page keeps 300 MiB alive: the browser's PSS passes --browser-max-mib, so no new
+    page goes to it, the pages in it end, and a new browser renders the next ones; every
+    page, before and after, is rendered whole."""
+    fetcher = HttpxFetcher(allow_nets=["127.0.0.2/32"], timeout=5)
+    rendered: list[list[str]] = []
+    with JsSite() as site:
+        async with Renderer.open(fetcher, tabs=2, render_timeout=30) as renderer:
+
+            async def render(path: str) -> None:
+                page = await renderer.fetch(Request(site.root + path, render=True))
+                rendered.append(page.css("li.item::text").getall() or page.css("p::text").getall())
+
+            await render("/script")
+            browser = renderer.tabs.browser
+            assert browser is not None
+            baseline = await trio.to_thread.run_sync(group_pss_mib, browser.pid)
+            renderer.tabs.max_mib = baseline + 150
+            async with trio.open_nursery() as nursery:
+                for path in ("/grow?mib=300", "/script", "/script"):
+                    nursery.start_soon(render, path)
+            with trio.fail_after(30):
+                await renderer.tabs.over.wait()
+            async with trio.open_nursery() as nursery:
+                for _ in range(3):
+                    nursery.start_soon(render, "/script")
+            tabs = renderer.tabs
+            assert tabs.browser is not None
+            after = await trio.to_thread.run_sync(group_pss_mib, tabs.browser.pid)
+    await fetcher.aclose()
+    assert sorted(map(tuple, rendered)) == sorted([("300",), *[tuple(PAGES["/script"])] * 6])
+    assert (tabs.starts, tabs.memory_restarts) == (2, 1)
+    assert after < baseline + 150  # the new browser, three pages in, is under the bound
+
+
+async def test_pages_in_background_tabs_scroll_as_the_one_in_front_does() -> None:
+    """Four infinite scrolls at once, one per tab, each grown by its two scrolls (a
+    background tab, given no animation frames, would fire no scroll event)."""
+    fetcher = HttpxFetcher(allow_nets=["127.0.0.2/32"], timeout=5)
+    found: list[list[str]] = []
+    with JsSite() as site:
+        async with Renderer.open(fetcher, tabs=4, render_timeout=20) as renderer:
+
+            async def scroll() -> None:
+                request = Request(site.root + "/scroll", render=True, steps=STEPS["/scroll"])
+                found.append((await renderer.fetch(request)).css("li.item::text").getall())
+
+            for _ in range(2):  # new tabs, then the same tabs reused
+                async with trio.open_nursery() as nursery:
+                    for _ in range(4):
+                        nursery.start_soon(scroll)
+    await fetcher.aclose()
+    assert found == [PAGES["/scroll"]] * 8
+
+
 KILLED = """
 import sys, trio
 from hashcrawl import HttpxFetcher, Request
+from hashcrawl._browser._reach import Reach
 from hashcrawl._browser._render import Renderer
 
 async def main():
@@ -301,7 +416,8 @@ trio.run(main)
 
 
 async def test_a_sigkilled_worker_leaves_no_browser() -> None:
-    """The worker's death ends its browser (the death signal), with nothing to clean up."""
+    """The worker's death ends its browser and all its helpers (the death signal); the
+    profile it leaves is removed by the next start."""
     with JsSite() as site:
         child = subprocess.Popen(
             [sys.executable, "-c", textwrap.dedent(KILLED), site.root + "/script"],
@@ -317,3 +433,8 @@ async def test_a_sigkilled_worker_leaves_no_browser() -> None:
         child.stdout.close()
     assert browser in before
     assert await ended(before) == set()
+    # Its profile outlived it; the next start (any worker's) removes it.
+    left = list(Path(tempfile.gettempdir()).glob(f"{PROFILE_PREFIX}{child.pid}-*"))
+    assert len(left) == 1
+    assert str(left[0]) in sweep_leftovers()
+    assert not left[0].exists()

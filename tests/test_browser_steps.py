@@ -6,12 +6,18 @@ from __future__ import annotations
 
 from typing import Any
 
+import attrs
 import pytest
 
+import hashcrawl
 from hashcrawl import ConfigError, Request
 from hashcrawl._core._entry import BadEntry, Entry
 from hashcrawl._core._frontier import Frontier, Held
-from hashcrawl._core._steps import MAX_STEPS, Action, BadStep, Step, steps_of
+from hashcrawl._core._steps import MAX_STEPS, Action, BadStep, Step, renders, steps_of
+from hashcrawl._run._handling import Handler
+from hashcrawl._run._worker import Worker
+from hashcrawl._settings import Settings
+from hashcrawl._web._spider import Calls
 from tests.test_core import session_of
 
 GOOD = [
@@ -20,6 +26,12 @@ GOOD = [
     {"scroll": "end", "times": 3},
     {"wait": 0.5},
     {"evaluate": "document.title"},
+    {"fill": "input[name=q]", "value": "shoes"},
+    {"press": "Enter", "selector": "input[name=q]"},
+    {"set_input_files": "input[type=file]", "files": ["cv.pdf", "sub/photo.png"]},
+    {"screenshot": "full"},
+    {"pdf": "a4"},
+    {"call": "log_in"},
 ]
 
 
@@ -33,7 +45,24 @@ def test_every_step_of_the_closed_list_reads_back_as_written() -> None:
 @pytest.mark.parametrize(
     ("data", "said"),
     [
-        ({"call": "login"}, "exactly one action"),
+        ({"steal": "login"}, "exactly one action"),
+        ({"fill": "#q"}, "fill's value is text"),
+        ({"fill": "#q", "value": 3}, "fill's value is text"),
+        ({"press": "F13"}, "one character or a key"),
+        ({"press": "ab"}, "one character or a key"),
+        ({"press": "Enter", "selector": ""}, "text of 1 to 4096"),
+        ({"set_input_files": "#f", "files": ["../etc/passwd"]}, "relative, no '..'"),
+        ({"set_input_files": "#f", "files": ["a/../../b"]}, "relative, no '..'"),
+        ({"set_input_files": "#f", "files": ["/etc/passwd"]}, "relative, no '..'"),
+        ({"set_input_files": "#f", "files": ["a\0b"]}, "relative, no '..'"),
+        ({"set_input_files": "#f", "files": []}, "list of 1 to 10 paths"),
+        ({"set_input_files": "#f", "files": ["a"] * 11}, "list of 1 to 10 paths"),
+        ({"set_input_files": "#f", "files": "cv.pdf"}, "list of 1 to 10 paths"),
+        ({"screenshot": "huge"}, "one of ['viewport', 'full']"),
+        ({"pdf": "a3"}, "one of ['a4', 'letter']"),
+        ({"call": "__init__"}, "a public method"),
+        ({"call": "os.system"}, "a public method"),
+        ({"call": 7}, "a public method"),
         ({"click": "a", "wait": 1}, "exactly one action"),
         ({"click": "a", "force": True}, "unknown options ['force']"),
         ({"click": ""}, "text of 1 to 4096"),
@@ -82,7 +111,7 @@ def test_a_plain_requests_entry_is_unchanged_by_rendering() -> None:
 @pytest.mark.parametrize(
     ("text", "said"),
     [
-        ('{"u":"http://a.test/","b":1,"W":[{"call":"steal"}]}', "entry steps: a step names"),
+        ('{"u":"http://a.test/","b":1,"W":[{"steal":"x"}]}', "entry steps: a step names"),
         ('{"u":"http://a.test/","b":1,"W":{"click":"a"}}', "entry steps: steps are a list"),
         ('{"u":"http://a.test/","W":[{"click":"a"}]}', "steps need render=True"),
     ],
@@ -107,10 +136,85 @@ def test_the_owner_dead_letters_an_entry_with_an_unknown_step_with_its_reason() 
     """Taken in by its host's owner, the entry goes to the dead letters, never fetched."""
 
     session = session_of()
-    session.take_in([("1-0", b'{"u":"http://a.test/","b":1,"W":[{"call":"steal"}]}')])
+    session.take_in([("1-0", b'{"u":"http://a.test/","b":1,"W":[{"steal":"x"}]}')])
     batch = session.commit_batch(session.next_commit(), 0.0)
     assert any("entry steps: a step names exactly one action" in str(r) for r in batch.dead)
     assert session.frontier.size == 0
+
+
+class LoginSpider(hashcrawl.Spider):
+    def log_in(self, page: Any) -> None:
+        page.fill("#user", "me")
+
+
+@pytest.mark.parametrize(
+    ("step", "upload_dir", "said"),
+    [
+        ({"call": "closed"}, None, "call 'closed' names no method of the spider's own"),
+        ({"call": "start_requests"}, None, "names no method of the spider's own"),
+        ({"call": "parse"}, None, "names no method of the spider's own"),
+        ({"call": "missing"}, None, "names no method of the spider's own"),
+        ({"set_input_files": "#f", "files": ["a"]}, None, "needs --browser-upload-dir"),
+        ({"call": "log_in"}, None, None),
+        ({"set_input_files": "#f", "files": ["a"]}, "/srv/up", None),
+    ],
+)
+def test_the_owner_refuses_a_call_of_no_own_method_and_an_upload_without_a_directory(
+    step: dict[str, Any], upload_dir: str | None, said: str | None
+) -> None:
+    """Read from the queue, a call must name a method of the spider's own classes (not
+    hashcrawl's, not parse), and an upload needs --browser-upload-dir."""
+    handler = Handler(
+        spider=Calls(LoginSpider()),
+        settings=Settings(browser_upload_dir=upload_dir),
+        name="LoginSpider",
+    )
+    entry = Request("http://a.test/", render=True, steps=[step]).to_entry("http://a.test/", 0)
+    assert entry is not None
+    why = handler.refusal(Entry.decode(entry.encode()))
+    assert (why is None) if said is None else (why is not None and said in why)
+
+
+def test_without_a_spider_every_call_step_is_refused() -> None:
+    """A crawl with a parse function (or none) has no method a call could name."""
+    entry = Request("http://a.test/", render=True, steps=[{"call": "log_in"}])
+    why = Handler().refusal(Entry.decode(entry.to_entry("http://a.test/", 0).encode()))  # type: ignore[union-attr]
+    assert why is not None and "names no method" in why
+
+
+@pytest.mark.parametrize(
+    ("host", "render", "hosts", "rendered"),
+    [
+        ("a.shop.test", False, "*.shop.test", True),
+        ("A.Shop.Test", False, "*.shop.test,app.test", True),
+        ("app.test", False, "*.shop.test, app.test", True),
+        ("shop.test", False, "*.shop.test", False),
+        ("other.test", False, None, False),
+        ("other.test", True, None, True),
+    ],
+)
+def test_the_crawls_settings_choose_the_hosts_whose_pages_are_rendered(
+    host: str, render: bool, hosts: str | None, rendered: bool
+) -> None:
+    """--render renders every page, --render-hosts those of the hosts its globs match."""
+    assert renders(host, render=render, hosts=hosts) is rendered
+
+
+@pytest.mark.parametrize("hosts", ["", "a.test,", "a b.test", "a.test/x", ",".join("a" * 101)])
+def test_a_render_hosts_pattern_that_is_no_host_glob_is_refused_in_one_line(hosts: str) -> None:
+    """Empty patterns, spaces, slashes or more than 100 patterns: a ConfigError naming
+    the flag."""
+    with pytest.raises(ConfigError, match="--render-hosts ") as raised:
+        Settings(render_hosts=hosts)
+    assert "\n" not in str(raised.value)
+
+
+def test_a_workers_render_choice_follows_the_crawls_settings_as_they_change() -> None:
+    """Configure turns --render-hosts on under a running worker: its next page is chosen."""
+    worker = Worker("redis://127.0.0.1:1", "c", render_hosts="a.test")
+    assert worker._rendered("http://a.test/x") and not worker._rendered("http://b.test/x")
+    worker.take_settings(attrs.evolve(worker.settings, render_hosts="b.test"))
+    assert worker._rendered("http://b.test/x") and not worker._rendered("http://a.test/x")
 
 
 def held(url: str) -> Held:

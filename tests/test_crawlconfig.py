@@ -61,6 +61,7 @@ def test_crawl_settings_are_the_fields_marked_in_the_declaration() -> None:
         "sitemaps", "max_depth", "max_attempts", "obey_robots", "cookies",
         "max_pages_per_host", "revisit", "revisit_min", "revisit_max", "revisit_pages",
         "accept_regex", "reject_regex", "max_pages_total",
+        "render", "render_hosts",
     }  # fmt: skip
     assert set(FIXED) == {
         "per_host", "lease", "user_agent", "revisit", "revisit_min", "revisit_max",
@@ -243,6 +244,8 @@ def test_configure_and_status_show_the_crawls_settings(
         ({"user_agent": "x" * 20_000}, "--user-agent is longer than 10000 characters"),
         ({"max_depth": "9" * 5000}, "--max-depth"),
         ({"version": "two"}, "its version must be a whole number"),
+        ({"render": "yes"}, "--render: expected true or false"),
+        ({"render_hosts": "*.shop.test, a b"}, "--render-hosts must be comma-separated host"),
     ],
 )
 def test_a_worker_reading_a_bad_record_says_so_in_one_line_and_exits_2(
@@ -344,6 +347,19 @@ async def test_a_fixed_setting_changed_under_a_running_worker_stops_it(
     assert isinstance(raised, ConfigError) and "--lease changed while this worker ran" in str(
         raised
     )
+
+
+def test_render_hosts_recorded_by_the_first_worker_is_the_next_ones(
+    redis_url: str, crawl_name: str
+) -> None:
+    """--render-hosts is the crawl's, as --delay is: stored, and taken by a later worker
+    that gives none (so every owner renders the hosts it matches)."""
+    with opened(redis_url, crawl_name) as store:
+        given = {"render_hosts": "*.shop.test,app.test"}
+        adopt(store, Settings(**given), given)
+        settings, _ = adopt(store, Settings(), {})
+    assert record(redis_url, crawl_name)["render_hosts"] == "*.shop.test,app.test"
+    assert settings.render_hosts == "*.shop.test,app.test" and not settings.render
 
 
 def test_crawl_settings_parse_back_what_they_store() -> None:

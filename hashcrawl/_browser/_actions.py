@@ -1,8 +1,11 @@
 """A rendered request's steps, acted out in its tab through the DevTools protocol.
 
-Each step is one ``Runtime.evaluate`` (a wait is a sleep): a selector or script goes
-in as a JSON string literal, never spliced into code, and what a script throws is the
-step's failure, a :class:`~hashcrawl.BrowserError` naming the step.
+The DOM steps are each one ``Runtime.evaluate`` (a wait is a sleep, a press two key
+events): a selector, script or text goes in as a JSON string literal, never spliced
+into code, and what a script throws is the step's failure, a
+:class:`~hashcrawl.BrowserError` naming the step. The steps that reach beyond the page
+(uploads, captures, a spider's method) are in ``_reach``; every step's time is bounded
+by the page's render timeout.
 """
 
 from __future__ import annotations
@@ -13,7 +16,8 @@ from typing import Any
 import trio
 
 from hashcrawl._browser._cdp import Connection, Session
-from hashcrawl._core._steps import Action, Step
+from hashcrawl._browser._reach import NO_REACH, Reach, reach
+from hashcrawl._core._steps import KEPT, Action, Step
 from hashcrawl._exceptions import BrowserError
 
 _WAIT_FOR = """new Promise((resolve, reject) => {
@@ -38,6 +42,39 @@ _SCROLL = """new Promise(resolve => {
   grown.observe(document, {childList: true, subtree: true});
   setTimeout(() => { grown.disconnect(); resolve(false); }, 1000);
 })"""
+# The value property's own setter, so frameworks that watch it (React) see the change.
+_FILL = """(() => {
+  const el = document.querySelector(%s);
+  if (el === null) throw new Error("nothing matches");
+  const own = Object.getOwnPropertyDescriptor(Object.getPrototypeOf(el), "value");
+  el.focus();
+  if (own && own.set) own.set.call(el, %s); else el.value = %s;
+  el.dispatchEvent(new Event("input", {bubbles: true}));
+  el.dispatchEvent(new Event("change", {bubbles: true}));
+  return true;
+})()"""
+_FOCUS = """(() => {
+  const el = document.querySelector(%s);
+  if (el === null) throw new Error("nothing matches");
+  el.focus(); return true;
+})()"""
+#: key -> (code, Windows virtual key code, text typed)
+_KEYS = {
+    "Enter": ("Enter", 13, "\r"),
+    "Tab": ("Tab", 9, ""),
+    "Escape": ("Escape", 27, ""),
+    "Backspace": ("Backspace", 8, ""),
+    "Delete": ("Delete", 46, ""),
+    "Space": ("Space", 32, " "),
+    "ArrowUp": ("ArrowUp", 38, ""),
+    "ArrowDown": ("ArrowDown", 40, ""),
+    "ArrowLeft": ("ArrowLeft", 37, ""),
+    "ArrowRight": ("ArrowRight", 39, ""),
+    "PageUp": ("PageUp", 33, ""),
+    "PageDown": ("PageDown", 34, ""),
+    "Home": ("Home", 36, ""),
+    "End": ("End", 35, ""),
+}
 DOCUMENT = """[location.href, (document.doctype ?
   new XMLSerializer().serializeToString(document.doctype) + "\\n" : "") +
   document.documentElement.outerHTML]"""
@@ -61,8 +98,8 @@ async def evaluate(connection: Connection, session: Session, expression: str, st
     return answer.get("result", {}).get("value")
 
 
-async def act(connection: Connection, session: Session, step: Step) -> Any:
-    """Do one step; an evaluate step's value is returned, every other's None."""
+async def act(connection: Connection, session: Session, step: Step, means: Reach = NO_REACH) -> Any:
+    """Do one step; the value of a step whose value is kept (``KEPT``), else None."""
     literal = json.dumps(step.text)
     named = f"{step.action.value} {step.text[:80]!r}" if step.text else step.action.value
     if step.action is Action.WAIT:
@@ -76,16 +113,37 @@ async def act(connection: Connection, session: Session, step: Step) -> Any:
             await evaluate(connection, session, _SCROLL, named)
     elif step.action is Action.EVALUATE:
         return await evaluate(connection, session, step.text, named)
+    elif step.action is Action.FILL:
+        typed = json.dumps(step.value)
+        await evaluate(connection, session, _FILL % (literal, typed, typed), named)
+    elif step.action is Action.PRESS:
+        await _press(connection, session, step, named)
+    else:
+        return await reach(connection, session, step, means, act)
     return None
 
 
+async def _press(connection: Connection, session: Session, step: Step, named: str) -> None:
+    """A key down and up, on the element ``step`` selects (focused first) if it names one."""
+    if step.text:
+        await evaluate(connection, session, _FOCUS % json.dumps(step.text), named)
+    code, virtual, text = _KEYS.get(step.value, (f"Key{step.value.upper()}", 0, step.value))
+    key = " " if step.value == "Space" else step.value
+    down = {"type": "keyDown", "key": key, "code": code, "windowsVirtualKeyCode": virtual}
+    if text:
+        down["text"] = text
+    await connection.send("Input.dispatchKeyEvent", down, session)
+    up = {"type": "keyUp", "key": key, "code": code, "windowsVirtualKeyCode": virtual}
+    await connection.send("Input.dispatchKeyEvent", up, session)
+
+
 async def act_all(
-    connection: Connection, session: Session, steps: tuple[Step, ...]
+    connection: Connection, session: Session, steps: tuple[Step, ...], means: Reach = NO_REACH
 ) -> tuple[Any, ...]:
-    """Do ``steps`` in order; the values of the evaluate steps, in order."""
+    """Do ``steps`` in order; the values of the steps whose value is kept, in order."""
     values = []
     for step in steps:
-        value = await act(connection, session, step)
-        if step.action is Action.EVALUATE:
+        value = await act(connection, session, step, means)
+        if step.action in KEPT:
             values.append(value)
     return tuple(values)

@@ -12,7 +12,10 @@ for another process on the machine to drive it.
 
 Reaped: the browser gets ``PR_SET_PDEATHSIG`` (SIGKILL when the worker dies, SIGKILL of
 the worker included) and a process group of its own, which :meth:`BrowserProcess.aclose`
-kills whole; its helpers end with it.
+kills whole; its helpers end with it. A worker killed outright leaves its browser's
+profile behind (and a browser, should the death signal ever miss): each profile is
+named after its worker's pid, and the next start ends what a dead worker's profile
+still holds and removes it (:func:`sweep_leftovers`).
 """
 
 from __future__ import annotations
@@ -23,6 +26,7 @@ import enum
 import fcntl
 import functools
 import os
+import re
 import shutil
 import signal
 import subprocess
@@ -57,6 +61,64 @@ FLAGS = (
     "--deny-permission-prompts",
     "--disable-features=Translate,MediaRouter,OptimizationHints,InterestFeedContentSuggestions",
 )
+
+
+#: A browser's profile directory, in the temporary directory: the prefix, its worker's pid.
+PROFILE_PREFIX = "hashcrawl-chromium-"
+_PROFILE = re.compile(re.escape(PROFILE_PREFIX) + r"([0-9]+)-[A-Za-z0-9_]+")
+
+
+def sweep_leftovers(directory: str | None = None) -> list[str]:
+    """End the browsers of workers that died without ending them, and remove their
+    profiles: each profile in ``directory`` (the temporary directory) whose worker's pid
+    is gone. A live pid's profile is left alone (a reused pid only delays its sweep).
+    Returns the profiles removed."""
+    directory = directory or tempfile.gettempdir()
+    try:
+        names = os.listdir(directory)
+    except OSError:
+        return []
+    removed = []
+    for name in names:
+        found = _PROFILE.fullmatch(name)
+        if found is None or _alive(int(found.group(1))):
+            continue
+        profile = os.path.join(directory, name)
+        for pid in _using(profile):
+            with contextlib.suppress(ProcessLookupError, PermissionError):
+                group = os.getpgid(pid)
+                if group != os.getpgrp():  # its own group, as every browser has: end it whole
+                    os.killpg(group, signal.SIGKILL)
+                os.kill(pid, signal.SIGKILL)
+        shutil.rmtree(profile, ignore_errors=True)
+        removed.append(profile)
+    return removed
+
+
+def _alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True  # another user's: alive, and not ours to judge
+    return True
+
+
+def _using(profile: str) -> list[int]:
+    """The pids whose command line names ``profile`` as their ``--user-data-dir``."""
+    flag = f"--user-data-dir={profile}".encode()
+    pids = []
+    for entry in os.scandir("/proc"):
+        if not entry.name.isdigit():
+            continue
+        try:
+            with open(f"/proc/{entry.name}/cmdline", "rb") as cmdline:
+                if flag in cmdline.read().split(b"\0"):
+                    pids.append(int(entry.name))
+        except OSError:
+            continue
+    return pids
 
 
 class Seal(enum.Enum):
@@ -149,7 +211,8 @@ class BrowserProcess:
         tied to the thread that started the child, and trio's worker threads come and go.
         """
         seal = seal or available_seal()
-        profile = tempfile.mkdtemp(prefix="hashcrawl-chromium-")
+        sweep_leftovers()
+        profile = tempfile.mkdtemp(prefix=f"{PROFILE_PREFIX}{os.getpid()}-")
         to_browser_r, to_browser_w = os.pipe()
         from_browser_r, from_browser_w = os.pipe()
         try:
@@ -194,6 +257,37 @@ class BrowserProcess:
             await trio.to_thread.run_sync(
                 functools.partial(shutil.rmtree, self.profile, ignore_errors=True)
             )
+
+
+def group_pss_mib(group: int) -> float:
+    """The proportional set size (PSS, MiB) of the processes in process group ``group``:
+    a browser's whole tree, each shared page counted once across its processes (RSS
+    summed would count it in each, several times the truth)."""
+    total_kib = 0
+    for entry in os.scandir("/proc"):
+        if entry.name.isdigit() and _group_of(entry.name) == group:
+            total_kib += _pss_kib(entry.name)
+    return total_kib / 1024
+
+
+def _group_of(pid: str) -> int | None:
+    try:
+        with open(f"/proc/{pid}/stat", "rb") as stat:
+            fields = stat.read().rpartition(b")")[2].split()
+    except OSError:
+        return None
+    return int(fields[2]) if len(fields) > 2 else None  # state, ppid, pgrp
+
+
+def _pss_kib(pid: str) -> int:
+    try:
+        with open(f"/proc/{pid}/smaps_rollup", "rb") as rollup:
+            for line in rollup:
+                if line.startswith(b"Pss:"):
+                    return int(line.split()[1])
+    except (OSError, ValueError, IndexError):
+        pass  # ended meanwhile, or not ours to read
+    return 0
 
 
 def _in_child(to_browser: int, from_browser: int) -> None:

@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import contextlib
 import email.utils
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Callable
 from typing import Any
 from urllib.parse import urlsplit
 
@@ -25,6 +25,7 @@ from hashcrawl._browser._cdp import Connection, Event
 from hashcrawl._browser._intercept import BLOCKED_TYPES, Interceptor, header_items
 from hashcrawl._browser._pace import CURRENT, HostPace, Pace
 from hashcrawl._browser._process import Seal, find_chromium
+from hashcrawl._browser._reach import NO_REACH, Reach
 from hashcrawl._browser._tabs import Tab, Tabs, prepare_target
 from hashcrawl._core._steps import Rendered
 from hashcrawl._exceptions import BrowserError, BrowserGone, FetchError, Refused
@@ -47,6 +48,10 @@ class Renderer:
             worker's own, set with ``_pace.paced_by``, comes first).
         blocked: resource types a page may not fetch (see ``_intercept.BLOCKED_TYPES``).
         render_all: render every request, not only those that ask.
+        chosen: whether the crawl's settings render a request's URL whatever it asks
+            (``--render``, ``--render-hosts``: a worker's, read anew for every request).
+        reach: what steps may use beyond the page (the upload directory, the spider's
+            methods for call steps); by default, nothing.
     """
 
     def __init__(
@@ -58,8 +63,11 @@ class Renderer:
         pace: Pace | None = None,
         blocked: frozenset[str] = BLOCKED_TYPES,
         render_all: bool = False,
+        chosen: Callable[[str], bool] = lambda url: False,
+        reach: Reach = NO_REACH,
     ) -> None:
-        self.tabs, self.fetcher = tabs, fetcher
+        self.chosen = chosen
+        self.tabs, self.fetcher, self.reach = tabs, fetcher, reach
         self.render_timeout, self.blocked, self.render_all = render_timeout, blocked, render_all
         self.pace: Pace = pace or HostPace()
 
@@ -73,6 +81,7 @@ class Renderer:
         tabs: int = 4,
         seal: Seal | None = None,
         heap_mib: int = 512,
+        max_mib: float | None = None,
         **options: Any,
     ) -> AsyncIterator[Renderer]:
         """A renderer over ``fetcher`` whose browser (started by the first page
@@ -85,7 +94,8 @@ class Renderer:
         """
         path = find_chromium(chromium) if chromium or options.get("render_all") else None
         async with trio.open_nursery() as nursery:
-            pool = Tabs(nursery, path, tabs=tabs, seal=seal, heap_mib=heap_mib)
+            pool = Tabs(nursery, path, tabs=tabs, seal=seal, heap_mib=heap_mib, max_mib=max_mib)
+            nursery.start_soon(pool.watch_memory)
             try:
                 yield cls(pool, fetcher, **options)
             finally:
@@ -95,7 +105,7 @@ class Renderer:
     async def fetch(self, request: Request) -> Response:
         """The request's response: rendered if it asks (and is an HTML page), else as
         the fetcher got it."""
-        if not (request.render or self.render_all):
+        if not (request.render or self.render_all or self.chosen(request.url)):
             return await self.fetcher.fetch(request)
         if urlsplit(request.url).scheme not in ("http", "https"):
             raise Refused(f"only http(s) pages are rendered, not {request.url:.100}")
@@ -142,7 +152,7 @@ class Renderer:
                 if navigated.get("errorText"):
                     raise BrowserError(f"{request.url:.100} did not open: {navigated['errorText']}")
                 await loaded.wait()
-                results = await act_all(connection, session, request.steps)
+                results = await act_all(connection, session, request.steps, self.reach)
                 location, dom = await evaluate(connection, session, DOCUMENT, "reading the DOM")
                 cookies = await _page_cookies(connection, session, str(location))
                 nursery.cancel_scope.cancel()

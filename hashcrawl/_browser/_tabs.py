@@ -1,9 +1,15 @@
 """The browser a renderer keeps, and its pool of tabs.
 
-One browser at a time, started on first use and again when it dies or has rendered
-``browser_pages`` pages; at most ``tabs`` tabs, each reused until it has rendered
+One browser at a time, started on first use and again when it dies, has rendered
+``browser_pages`` pages, or its process tree's memory (PSS, measured every second)
+passed ``max_mib``; at most ``tabs`` tabs, each reused until it has rendered
 ``tab_pages`` pages or a page in it failed (then it is closed, and a new one opened
 when next needed). A tab of a browser that is gone is dropped, not reused.
+
+A worn browser (pages or memory) is drained, not killed: no new page goes to it, the
+pages in it end as they would have (each within the render timeout), and then the
+next page starts a new one. So a restart fails no page; a browser that dies fails only
+the pages in it, which are retried as any failed fetch.
 """
 
 from __future__ import annotations
@@ -16,12 +22,13 @@ import attrs
 import trio
 
 from hashcrawl._browser._cdp import Connection
-from hashcrawl._browser._process import BrowserProcess, Seal, find_chromium
+from hashcrawl._browser._process import BrowserProcess, Seal, find_chromium, group_pss_mib
 from hashcrawl._exceptions import BrowserError, ConfigError, Refused
 
 log = logging.getLogger("hashcrawl")
 #: Every request of a tab and its frames is paused, at the request stage.
 PAUSE_ALL = {"patterns": [{"urlPattern": "*", "requestStage": "Request"}]}
+FOCUSED = {"enabled": True}
 AUTO_ATTACH = {"autoAttach": True, "waitForDebuggerOnStart": True, "flatten": True}
 
 
@@ -57,8 +64,13 @@ class Tabs:
         tab_pages: pages a tab renders before it is closed for a new one.
         browser_pages: pages a browser renders before it is restarted.
         heap_mib: the most JavaScript heap one page may take (``--max-old-space-size``).
+        max_mib: the browser's memory (PSS of its process tree, MiB) past which it is
+            drained and restarted; None, no bound.
         seal: how the browser is kept off the network (default: the best available).
     """
+
+    #: Seconds between two measures of the browser's memory.
+    MEASURE_EVERY = 1.0
 
     def __init__(
         self,
@@ -69,6 +81,7 @@ class Tabs:
         tab_pages: int = 100,
         browser_pages: int = 1000,
         heap_mib: int = 512,
+        max_mib: float | None = None,
         seal: Seal | None = None,
     ) -> None:
         self._nursery, self._chromium = nursery, chromium
@@ -79,38 +92,50 @@ class Tabs:
             heap_mib,
             seal,
         )
+        self.max_mib = max_mib
         self._idle: list[Tab] = []
+        self._out: list[Tab] = []  # tabs rendering a page now
+        self._returned = trio.Event()  # set (and replaced) whenever a tab comes back
         self._start_lock = trio.Lock()
         self.browser: BrowserProcess | None = None
         self.starts = 0  # browsers started so far
         self._pages = 0  # pages rendered by the current browser
+        self.pss_mib = 0.0  # the current browser's memory when last measured
+        self.over = trio.Event()  # set the first time a browser is found over max_mib
+        self._over_budget: BrowserProcess | None = None  # the browser found over it
+        self.memory_restarts = 0
 
     async def take(self) -> Tab:
         """A tab to render one page in (waits for a free slot); give it back with
         :meth:`give_back` or :meth:`discard`, in a ``finally``."""
         await self._slots.acquire()
         try:
-            browser = await self._current()
-            while self._idle:
-                tab = self._idle.pop()
-                if tab.browser is browser:
-                    return tab
-            return await self._open(browser)
+            tab = await self._tab(await self._current())
         except BaseException:
             self._slots.release()
             raise
+        self._out.append(tab)
+        return tab
+
+    async def _tab(self, browser: BrowserProcess) -> Tab:
+        while self._idle:
+            tab = self._idle.pop()
+            if tab.browser is browser:
+                return tab
+        return await self._open(browser)
 
     async def give_back(self, tab: Tab) -> None:
-        """Return a tab whose page went well (closed instead once it has done its pages)."""
+        """Return a tab whose page went well (closed instead once it has done its pages,
+        or when its browser is being drained)."""
         tab.pages += 1
         self._pages += 1
         try:
-            if tab.pages >= self._tab_pages or tab.browser is not self.browser:
+            if tab.pages >= self._tab_pages or tab.browser is not self.browser or self._worn():
                 await self._close(tab)
             else:
                 self._idle.append(tab)
         finally:
-            self._slots.release()
+            self._returned_tab(tab)
 
     async def discard(self, tab: Tab) -> None:
         """Close a tab whose page failed or ran past its time (a stuck script ends with it)."""
@@ -118,7 +143,26 @@ class Tabs:
         try:
             await self._close(tab)
         finally:
-            self._slots.release()
+            self._returned_tab(tab)
+
+    def _returned_tab(self, tab: Tab) -> None:
+        if tab in self._out:
+            self._out.remove(tab)
+        self._returned.set()
+        self._returned = trio.Event()
+        self._slots.release()
+
+    def _worn(self) -> bool:
+        """Whether the browser is to be drained: it did its pages, or passed max_mib."""
+        browser = self.browser
+        return browser is not None and (
+            self._pages >= self._browser_pages or self._over_budget is browser
+        )
+
+    async def _drained(self, browser: BrowserProcess) -> None:
+        """Wait until no page renders in ``browser`` (each ends within its timeout)."""
+        while any(tab.browser is browser for tab in self._out) and browser.alive:
+            await self._returned.wait()
 
     async def _close(self, tab: Tab) -> None:
         with trio.move_on_after(5) as scope:
@@ -127,21 +171,37 @@ class Tabs:
                 await tab.connection.send("Target.closeTarget", {"targetId": tab.target})
 
     async def _current(self) -> BrowserProcess:
-        async with self._start_lock:
+        async with self._start_lock:  # the takers behind wait: no page for a worn browser
             browser = self.browser
-            worn = self._pages >= self._browser_pages and not self._busy_elsewhere()
-            if browser is not None and browser.alive and not worn:
+            if browser is not None and browser.alive and not self._worn():
                 return browser
             if browser is not None:
-                log.info("restarting the browser (%s)", browser.connection.closed or "worn")
+                why = browser.connection.closed or self._wear(browser)
+                await self._drained(browser)
+                log.info("restarting the browser (%s)", why)
+                self._idle = [tab for tab in self._idle if tab.browser is not browser]
                 await browser.aclose()
             self.browser = browser = await self._start()
             self._pages = 0
             return browser
 
-    def _busy_elsewhere(self) -> bool:
-        # Restarting for wear waits until no other page is open in this browser.
-        return self._slots.value + 1 < self._tab_count
+    def _wear(self, browser: BrowserProcess) -> str:
+        if self._over_budget is browser:
+            self.memory_restarts += 1
+            return f"{self.pss_mib:.0f} MiB, over --browser-max-mib {self.max_mib:g}"
+        return f"{self._pages} pages rendered"
+
+    async def watch_memory(self) -> None:
+        """Measure the browser's memory every ``MEASURE_EVERY`` seconds; mark it to be
+        drained once it is over ``max_mib`` (run in the nursery, for as long as it)."""
+        while True:
+            browser = self.browser
+            if browser is not None and browser.alive:
+                self.pss_mib = await trio.to_thread.run_sync(group_pss_mib, browser.pid)
+                if self.max_mib is not None and self.pss_mib > self.max_mib:
+                    self._over_budget = browser
+                    self.over.set()
+            await trio.sleep(self.MEASURE_EVERY)
 
     async def _start(self) -> BrowserProcess:
         try:
@@ -185,6 +245,9 @@ class Tabs:
         tab = Tab(target=target, session=attached["sessionId"], browser=browser)
         try:
             await connection.send("Page.enable", {}, tab.session)
+            # Every tab behaves as the one in front: a background tab gets no animation
+            # frames, so its scroll events never fire (an infinite scroll never grows).
+            await connection.send("Emulation.setFocusEmulationEnabled", FOCUSED, tab.session)
             await prepare_target(connection, tab.session)
         except BaseException:
             await self._close(tab)

@@ -34,6 +34,7 @@ from hashcrawl._core._outcome import Origin as Origin
 from hashcrawl._core._patterns import Patterns, Screen
 from hashcrawl._core._respond import Act, Decision, Facts, Reader, respond
 from hashcrawl._core._revisit import Policy, Verdict
+from hashcrawl._core._steps import steps_refusal
 from hashcrawl._exceptions import HttpError
 from hashcrawl._run._callbacks import (
     Caller,
@@ -224,11 +225,12 @@ class Handler:
 
     def refusal(self, entry: Entry) -> str | None:
         """Why this handler cannot take an entry read from Redis (a callback, errback or
-        rule its spider lacks, unusable cb_kwargs), or None."""
+        rule its spider lacks, unusable cb_kwargs, steps it may not do), or None."""
+        steps = _steps_refusal(entry, self.spider, self.settings, self.name)
         if self.spider is not None:
-            return self.spider.refusal(entry)
+            return self.spider.refusal(entry) or steps
         why = self._unknown(entry)
-        return None if why is None else f"spider {self.name} has {why}"
+        return steps if why is None else f"spider {self.name} has {why}"
 
     def _unknown(self, request: Request | Entry) -> str | None:
         if self.spider is not None:
@@ -256,3 +258,15 @@ class Handler:
         kept = origin.kept(wanted, held, s.max_depth, self.denied)
         kept.refused = refused
         return kept
+
+
+
+def _steps_refusal(entry: Entry, spider: Calls | None, settings: Settings, name: str) -> str | None:
+    """Why the entry's steps reach what this worker does not let them: a call of what is
+    not the spider's own method, an upload with no upload directory."""
+    why = steps_refusal(
+        entry.steps,
+        methods=lambda method: spider is not None and spider.step_method(method) is not None,
+        uploads=settings.browser_upload_dir is not None,
+    )
+    return None if why is None else f"spider {name}: {why}"

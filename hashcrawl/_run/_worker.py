@@ -15,14 +15,18 @@ import secrets
 import socket
 from collections.abc import Awaitable, Callable, Sequence
 from typing import Any, TypeVar
+from urllib.parse import urlsplit
 
 import trio
 
+from hashcrawl._browser._process import find_chromium
+from hashcrawl._browser._reach import Reach
 from hashcrawl._browser._render import Renderer
 from hashcrawl._core._faults import NO_FAULTS, Faults
 from hashcrawl._core._names import check_name, incarnation
 from hashcrawl._core._patterns import Patterns
 from hashcrawl._core._session import Session
+from hashcrawl._core._steps import renders
 from hashcrawl._core._urls import canonicalize
 from hashcrawl._exceptions import ConfigError, Fenced, ShardsChanged, StateLost
 from hashcrawl._flags import header_pairs
@@ -260,16 +264,35 @@ class Worker:
             store.close()
 
     def _renderer(self, fetcher: Fetcher) -> contextlib.AbstractAsyncContextManager[Renderer]:
-        """The worker's fetcher: ``fetcher``, with pages that ask rendered (all of them
-        with --render) in a browser started when the first one comes."""
+        """The worker's fetcher: ``fetcher``, with pages that ask rendered (and those the
+        crawl's --render or --render-hosts choose) in a browser started when the first
+        one comes.
+
+        Raises:
+            ConfigError: the crawl renders, and this worker has no Chromium.
+        """
         s = self.settings
+        renders_some = s.chromium or s.render or s.render_hosts
         return Renderer.open(
             fetcher,
-            chromium=s.chromium,
+            chromium=find_chromium(s.chromium) if renders_some else None,
             tabs=s.browser_tabs,
             render_timeout=s.render_timeout,
-            render_all=s.render,
+            max_mib=s.browser_max_mib,
+            chosen=self._rendered,
+            reach=Reach(upload_dir=s.browser_upload_dir, method=self._step_method),
         )
+
+    def _rendered(self, url: str) -> bool:
+        """Whether the crawl's settings, as they are now, render ``url``'s page."""
+        s = self.settings
+        host = urlsplit(url).hostname or ""
+        return renders(host, render=s.render, hosts=s.render_hosts)
+
+    def _step_method(self, name: str) -> Any:
+        """The spider's method a call step names, if one of its own classes has it."""
+        calls = self.handler.spider
+        return calls.step_method(name) if calls is not None else None
 
     _shards_open: Shards | None = None
 

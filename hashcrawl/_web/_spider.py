@@ -227,6 +227,10 @@ class Calls:
             return f"cb_kwargs are not a JSON object of at most {MAX_CB_KWARGS} bytes: {shown}"
         return None
 
+    def step_method(self, name: str) -> Callable[[Any], Any] | None:
+        """The method a call step names, if it is one of the spider's own classes'."""
+        return getattr(self.spider, name) if name in self.methods and name != "parse" else None
+
     def callback(self, entry: Entry) -> Callable[[Response], Any]:
         """The callback for ``entry``'s response, its cb_kwargs bound."""
         kwargs = dict(entry.cb_kwargs or {})
