@@ -62,9 +62,8 @@ class Handler:
     """Turns a response into an outcome, through an optional parse callback.
 
     The callback takes a :class:`Response` and returns (or yields) items (dicts or attrs
-    instances) and things to follow (:class:`Request` objects or URL strings). It may be
-    a plain function, a generator, or async. Without one, each page gives one item and
-    every link is followed.
+    instances) and things to follow (:class:`Request` objects or URL strings): a function,
+    a generator, or async. Without one, each page gives one item and every link is followed.
     """
 
     def __init__(
