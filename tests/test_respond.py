@@ -91,7 +91,15 @@ TABLE = [
     (
         "307 to a spider: followed",
         facts(307, headers={"location": "http://b.test/"}, reader=Reader.SPIDER),
-        Decision(Act.FOLLOW, redirect=target("http://b.test/"), widen=("b.test",)),
+        Decision(
+            Act.FOLLOW,
+            redirect=target(
+                "http://b.test/",
+                depth=0,  # Scrapy's depth: a redirect is no level
+                meta={"redirect_urls": [PAGE], "redirect_reasons": [307]},
+            ),
+            widen=("b.test",),
+        ),
     ),
     (
         "308 a spider lists goes to its callback, not followed",

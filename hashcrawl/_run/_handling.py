@@ -239,8 +239,9 @@ class Handler:
 
     def _name_of(self, held: Held) -> str:
         """The callback ``held``'s page went to, as its author knows it."""
-        parse = self._callback_for(held)
-        return str(getattr(parse, "__qualname__", None) or held.entry.callback or "parse")
+        if self.spider is not None:
+            return self.spider.callback_name(held.entry)
+        return str(getattr(self.parse, "__qualname__", None) or "parse")
 
     def _callback_for(self, held: Held) -> Parse | None:
         if self.spider is not None:

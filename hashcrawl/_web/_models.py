@@ -6,7 +6,7 @@ import datetime
 import inspect
 import json
 from collections.abc import Iterable, Mapping
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Protocol
 
 import attrs
 import httpx
@@ -41,6 +41,13 @@ def _json_meta(_: object, attribute: attrs.Attribute[Any], value: Any) -> None:
 
 
 Headers = tuple[tuple[str, str], ...]
+
+
+class Linked(Protocol):
+    """A found link: a LinkExtractor's :class:`~hashcrawl.Link` (its ``url``)."""
+
+    @property
+    def url(self) -> str: ...
 
 
 def _headers(value: Mapping[str, str] | Iterable[tuple[str, str]] | None) -> Headers:
@@ -267,7 +274,8 @@ class Response:
     ``truncated`` says the body is only the first part of what the server had: the
     default fetcher keeps at most ``max_body`` bytes (after decoding) and reads no more.
     ``exchange`` is the exchange as it went over the wire, when the fetcher kept it (the
-    default one does when the worker writes an archive).
+    default one does when the worker writes an archive). ``latency`` is how many seconds
+    the fetch took, as the worker timed it (Scrapy's ``download_latency``).
     """
 
     url: str
@@ -279,13 +287,27 @@ class Response:
     truncated: bool = attrs.field(default=False, kw_only=True)
     exchange: Exchange | None = attrs.field(default=None, kw_only=True, eq=False, repr=False)
     render: Rendered | None = attrs.field(default=None, kw_only=True, eq=False, repr=False)
+    latency: float | None = attrs.field(default=None, kw_only=True, eq=False, repr=False)
     _parsed: list[Page | None] = attrs.field(factory=list, init=False, eq=False, repr=False)
     _cache: dict[str, Any] = attrs.field(factory=dict, init=False, eq=False, repr=False)
 
     @property
-    def meta(self) -> Any:
-        """The request's ``meta``, as Scrapy's ``response.meta``."""
-        return self.request.meta
+    def meta(self) -> dict[str, Any]:
+        """The request's ``meta`` as a dict, as Scrapy's ``response.meta``: what the
+        request carried, with what Scrapy's middlewares put there that spiders read:
+        ``depth``, ``download_latency`` (seconds the fetch took, when the worker timed
+        it), ``redirect_urls`` and ``redirect_reasons`` after a redirect, ``link_text``
+        for a page a CrawlSpider rule led to. The same dict on every read, so a callback
+        may add to it and pass it on (``meta=response.meta``). A ``meta`` that is not a
+        dict (hashcrawl takes any JSON) is on ``response.request.meta`` only."""
+        if "meta" not in self._cache:
+            given = self.request.meta
+            meta = dict(given) if isinstance(given, dict) else {}
+            meta["depth"] = self.request.depth
+            if self.latency is not None:
+                meta["download_latency"] = self.latency
+            self._cache["meta"] = meta
+        return self._cache["meta"]  # type: ignore[no-any-return]
 
     @property
     def cb_kwargs(self) -> dict[str, Any]:
@@ -379,25 +401,28 @@ class Response:
         base = page.base if page is not None and page.base else self.url
         return request_url(base, href)
 
-    def follow(self, href: str | Selector, **request: Any) -> Request:
+    def follow(self, url: str | Selector | Linked, callback: Any = None, **request: Any) -> Request:
         """A :class:`Request` for a link of this page, as Scrapy's ``response.follow``.
 
-        ``href`` is a URL (relative or not) or a selector of an ``<a>``/``<link>``
-        element or of an attribute; ``request`` holds the Request's other arguments
-        (``callback=``, ``meta=``, ``method=``...).
+        ``url`` is a URL (relative or not), a :class:`~hashcrawl.Link`, or a selector
+        of an ``<a>``/``<link>`` element or of an attribute; ``callback`` the spider
+        method (or its name) that parses the page, given by position or by name as in
+        Scrapy; ``request`` holds the Request's other arguments (``meta=``,
+        ``errback=``, ``cb_kwargs=``...).
 
         Raises:
             ValueError: the link leads nowhere crawlable (mailto:, javascript:, empty).
         """
-        written = _href(href)
-        url = self.urljoin(written)
-        if url is None:
+        written = _href(url)
+        joined = self.urljoin(written)
+        if joined is None:
             raise ValueError(f"response.follow: nothing to crawl at {written!r:.200}")
-        return Request(url, **request)
+        return Request(joined, callback, **request)
 
     def follow_all(
         self,
-        urls: Iterable[str | Selector] | None = None,
+        urls: Iterable[str | Selector | Linked] | None = None,
+        callback: Any = None,
         *,
         css: str | None = None,
         xpath: str | None = None,
@@ -405,11 +430,12 @@ class Response:
     ) -> list[Request]:
         """Requests for many links, as Scrapy's ``response.follow_all``: of ``urls``, or
         of the elements ``css`` or ``xpath`` select (``<a>`` and ``<link>`` give their
-        href). Links that lead nowhere crawlable are left out.
+        href); ``callback`` by position or by name, as in :meth:`follow`. Links that
+        lead nowhere crawlable are left out.
         """
         if sum(x is not None for x in (urls, css, xpath)) != 1:
             raise ValueError("response.follow_all takes exactly one of urls, css and xpath")
-        found: Iterable[str | Selector]
+        found: Iterable[str | Selector | Linked]
         if css is not None:
             found = self.css(css)
         elif xpath is not None:
@@ -421,7 +447,7 @@ class Response:
         for href in found:
             url = self.urljoin(_href(href))
             if url is not None:
-                requests.append(Request(url, **request))
+                requests.append(Request(url, callback, **request))
         return requests
 
     def _page(self) -> Page | None:
@@ -438,11 +464,17 @@ class Response:
         return self._parsed[0]
 
 
-def _href(href: str | Selector) -> str:
-    """What a link (a URL, or a selector of an element or of an attribute) points to."""
+def _href(href: str | Selector | Linked) -> str:
+    """What a link (a URL, a link extractor's Link, or a selector of an element or of an
+    attribute) points to."""
     if isinstance(href, str):
         return href
-    root = href.root
+    root = getattr(href, "root", None)
+    if root is None:  # a LinkExtractor's Link, as Scrapy's follow takes
+        url = getattr(href, "url", None)
+        if not isinstance(url, str):
+            raise ValueError(f"cannot follow {href!r:.80}: not a URL, Link or selector")
+        return url
     if isinstance(root, str):
         return root
     tag = getattr(root, "tag", None)
