@@ -5,7 +5,9 @@ As h11 turns bytes into events, :func:`respond` turns one response's :class:`Fac
 the page, ``now``) into a :class:`Decision`: retry after a wait, give up (the dead
 letters), follow a redirect, read a sitemap, hand the page to its errback, or parse it.
 The caller (``_run._handling.Handler``) does the rest: it reads the sitemap in a thread,
-runs the callbacks and collects what they give.
+runs the callbacks and collects what they give; a callback that raised is the
+caller's to report, and :func:`parse_failed` says what follows (no backoff: the server
+did nothing wrong).
 
 A spider's callback sees 2xx responses and the statuses it or the request lists
 (:func:`takes`); a redirect is followed, never passed to it; any other status goes to
@@ -123,6 +125,15 @@ def respond(facts: Facts) -> Decision:
     if facts.reader is Reader.SPIDER and not listed:
         return _ERRBACK
     return _PARSE if redirect is None else Decision(Act.PARSE, redirect=redirect, widen=widen)
+
+
+def parse_failed(entry: Entry, max_attempts: int, error: str) -> Decision:
+    """What follows a parse callback (or the spider's) raising ``error`` on ``entry``'s
+    page: retried, then dead-lettered with ``error`` on its last attempt, and never a
+    wait for its host. The server answered; the bug is ours, and backing off (meant for
+    429, 5xx, timeouts and resets) would slow every other page of the host for it."""
+    last = is_last_attempt(entry, max_attempts)
+    return Decision(Act.GIVE_UP if last else Act.RETRY, error)
 
 
 def takes(entry: Entry, status: int, statuses: frozenset[int]) -> bool:

@@ -27,11 +27,10 @@ from hashcrawl._core._outcome import (
     Follows,
     Kind,
     Outcome,
-    failure_wait,
     is_last_attempt,
 )
 from hashcrawl._core._outcome import Origin as Origin
-from hashcrawl._core._respond import Act, Decision, Facts, Reader, respond
+from hashcrawl._core._respond import Act, Decision, Facts, Reader, parse_failed, respond
 from hashcrawl._core._revisit import Policy, Verdict
 from hashcrawl._exceptions import HttpError
 from hashcrawl._run._callbacks import (
@@ -164,13 +163,14 @@ class Handler:
         except Exception as exc:  # a callback's bug fails its page, not the worker
             error = f"the parse callback {self._name_of(held)} {failure(exc)}"
             log.error("parsing %s failed: %s\n%s", held.entry.url, error, spider_frames(exc))
-            wait = failure_wait(held.entry.attempts)
-            if not is_last_attempt(held.entry, settings.max_attempts):
-                # The retry produces them again.
-                return Outcome.retry(held, error, backoff=wait, fault=PARSE_FAULT)
+            failed = parse_failed(held.entry, settings.max_attempts, error)
+            if failed.act is Act.RETRY:  # the retry produces them again
+                return Outcome.retry(held, error, backoff=failed.wait, fault=PARSE_FAULT)
             # The page goes to the dead letters: what came before the exception is kept.
             kept = self._allowed(produced.follows, held, origin)
-            return Outcome.retry(held, error, produced.items, kept, backoff=wait, fault=PARSE_FAULT)
+            return Outcome.retry(
+                held, error, produced.items, kept, backoff=failed.wait, fault=PARSE_FAULT
+            )
         follows = produced.follows + ([] if decision.redirect is None else [decision.redirect])
         kept = self._allowed(follows, held, origin)
         return Outcome.done(
