@@ -58,7 +58,7 @@ QUOTES = tuple(
         AUTHORS[(n * 3) % len(AUTHORS)],
         tuple(TAGS[t] for t in range(len(TAGS)) if (n + t) % 3 == 0),
     )
-    for n in range(34)
+    for n in range(64)
 )
 PAGES = (len(QUOTES) + PER_PAGE - 1) // PER_PAGE
 CATEGORIES = {1: (1, 2, 3), 2: (4, 5)}  # category id: its items' ids
@@ -130,7 +130,7 @@ class QuoteSite:
         class Handler(_Handler):
             site = owner
 
-        self.server = http.server.ThreadingHTTPServer((host, 0), Handler)
+        self.server = _Server((host, 0), Handler)
         self.server.daemon_threads = True
         self.thread = threading.Thread(target=self.server.serve_forever, daemon=True)
 
@@ -236,6 +236,11 @@ class Arrival(NamedTuple):
     path: str
     status: int
     at: float
+
+
+class _Server(http.server.ThreadingHTTPServer):
+    def handle_error(self, *_: Any) -> None:
+        pass  # a client killed mid-request (scrapy_parity's SIGKILL): nothing to report
 
 
 class _Handler(http.server.BaseHTTPRequestHandler):

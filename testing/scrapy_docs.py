@@ -13,14 +13,18 @@ given (``scripts/scrapy_parity --docs DIR``; never copied into this repository):
 
 from __future__ import annotations
 
+import json
 import re
+import signal
 import subprocess
+import sys
 import textwrap
 from pathlib import Path
-from typing import Any
+from typing import Any, NamedTuple
 
 from hashcrawl._web._spider import Spider, load_spider
 from testing import quotesite
+from testing.fleet import DEADLINE, REPO, Process, Processes, new_crawl_name, wait_until
 
 SCRAPY_COMMIT = "11079cb1c85b9e75a39a7269943c69d1a975d485"  # scrapy/scrapy, 2026-08-21
 
@@ -78,10 +82,11 @@ def load(source: str, directory: Path, name: str) -> type[Spider]:
 
 def documented(checkout: Path, name: str) -> str:
     """Spider ``name``'s code block in Scrapy's docs at :data:`SCRAPY_COMMIT`, read from
-    the git repository ``checkout`` (or its work tree, if it is not one).
+    the git repository ``checkout``.
 
     Raises:
-        ValueError: no Python code block holds a ``class`` at the line named.
+        ValueError: no Python code block holds a ``class`` at the line named, or the
+            repository lacks the commit.
     """
     path, line = DOCUMENTED[name]
     text = _read(checkout, path).splitlines()
@@ -99,12 +104,86 @@ def documented(checkout: Path, name: str) -> str:
 
 
 def _read(checkout: Path, path: str) -> str:
+    """``path`` at :data:`SCRAPY_COMMIT` in the repository ``checkout`` (a clone, or a
+    bare repository).
+
+    Raises:
+        ValueError: the repository lacks that commit (or that file in it).
+    """
     done = subprocess.run(
-        ["git", f"--git-dir={checkout}", "show", f"{SCRAPY_COMMIT}:{path}"],
+        ["git", "-C", str(checkout), "show", f"{SCRAPY_COMMIT}:{path}"],
         capture_output=True,
         text=True,
         check=False,
     )
-    if done.returncode == 0:
-        return done.stdout
-    return (checkout / path).read_text()
+    if done.returncode != 0:
+        raise ValueError(f"{checkout} has no {path} at {SCRAPY_COMMIT}: {done.stderr.strip()}")
+    return done.stdout
+
+
+def fleet_items(
+    redis_url: str, directory: Path, spider_file: Path, site: quotesite.QuoteSite, total: int
+) -> Fleet:
+    """``spider_file`` crawled by three ``hashcrawl join`` workers: once the site has
+    answered a third of the ``total`` requests the crawl makes, the one writing items is
+    stopped (SIGINT); at two thirds the next one writing is SIGKILLed; the third
+    finishes. The items of every file, a line cut by the kill left out."""
+    crawl = new_crawl_name()
+    flags = ["--spider", str(spider_file), "--allow-net", site.host, "--delay", "0.2",
+             "--lease", "3", "--grace", "2", "--idle", "3", "-q"]  # fmt: skip
+    with Processes(redis_url, crawl, directory) as workers:
+        started = [workers.join(*flags) for _ in range(3)]
+        stopped = _when_answered(site, max(2, total // 3), started, workers.outputs)
+        stopped.signal(signal.SIGINT)
+        rest = [p for p in started if p is not stopped]
+        killed = _when_answered(
+            site, max(3, 2 * total // 3), rest, [workers.outputs[started.index(p)] for p in rest]
+        )
+        killed.signal(signal.SIGKILL)
+        codes = [p.wait() for p in started]
+        items = [item for path in workers.outputs for item in _lines(path)]
+    return Fleet(items, codes, stopped.label, killed.label)
+
+
+class Fleet(NamedTuple):
+    items: list[dict[str, Any]]
+    codes: list[int]
+    stopped: str
+    killed: str
+
+
+def _when_answered(
+    site: quotesite.QuoteSite, count: int, among: list[Process], outputs: list[Path]
+) -> Process:
+    """The process of ``among`` that has written items (else the first), once the site
+    answered ``count`` requests (or the crawl ended)."""
+    wait_until(lambda: len(site.seen()) >= count or not any(p.running() for p in among),
+               what=f"{count} requests")  # fmt: skip
+    writing = [
+        p for p, path in zip(among, outputs, strict=True) if path.exists() and path.stat().st_size
+    ]
+    return (writing or among)[0]
+
+
+def _lines(path: Path) -> list[dict[str, Any]]:
+    items = []
+    for line in path.read_text().splitlines() if path.exists() else ():
+        try:
+            items.append(json.loads(line))
+        except ValueError:  # the line a SIGKILL cut
+            continue
+    return items
+
+
+def crawl_items(
+    directory: Path, spider_file: Path, site: quotesite.QuoteSite
+) -> list[dict[str, Any]]:
+    """``hashcrawl crawl --spider spider_file`` on ``site``: its items."""
+    output = directory / f"crawl-{spider_file.stem}.jsonl"
+    subprocess.run(
+        [sys.executable, "-m", "hashcrawl", "crawl", "--spider", str(spider_file), "-o",
+         str(output), "--allow-net", site.host, "--delay", "0", "--state-dir",
+         str(directory / f"state-{spider_file.stem}"), "-q"],
+        cwd=REPO, check=True, timeout=DEADLINE, stdin=subprocess.DEVNULL,
+    )  # fmt: skip
+    return _lines(output)
