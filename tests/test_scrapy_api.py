@@ -12,10 +12,10 @@ import trio
 
 from hashcrawl import CrawlSpider, Link, LinkExtractor, Request, Response, Rule, Spider
 from hashcrawl._cli._workers import _starts_itself
-from hashcrawl._core._entry import Entry
+from hashcrawl._core._entry import MAX_ENTRY_BYTES, Entry
 from hashcrawl._core._respond import REDIRECT_URLS_BYTES, Facts, Reader, redirect_of
 from hashcrawl._exceptions import ConfigError
-from hashcrawl._web._spider import Calls
+from hashcrawl._web._spider import MAX_LINK_TEXT, Calls
 from tests.test_scrapy_names import SITE, handle, handler_of, held, response
 
 QUOTES = """<html><body>
@@ -89,6 +89,15 @@ def test_a_rules_request_carries_its_link_text_to_the_callbacks_meta() -> None:
     [follow] = start.follows
     assert follow.meta == {"link_text": "(about)"}
     assert handle(handler, follow, 200, QUOTES).items == [{"link_text": "(about)", "depth": 1}]
+
+
+def test_a_hostile_anchor_text_is_cut_before_it_travels() -> None:
+    """A megabyte of link text reaches meta as its first MAX_LINK_TEXT characters, so
+    the request's entry stays within what a reader takes."""
+    page = f'<div class="quote"><a href="/x">{"w " * 500_000}</a></div>'
+    [follow] = handle(handler_of(Catalogue()), Entry(url=SITE), 200, page).follows
+    assert follow.meta == {"link_text": " ".join(["w"] * 500_000)[:MAX_LINK_TEXT]}
+    assert len(follow.encode()) < MAX_ENTRY_BYTES
 
 
 class Broken(CrawlSpider):

@@ -36,6 +36,8 @@ from hashcrawl._web._rules import Rule
 
 log = logging.getLogger("hashcrawl")
 
+MAX_LINK_TEXT = 1024  # characters of a link's text a CrawlSpider's request carries in meta
+
 
 class Spider:
     """Subclass to crawl with your own callbacks, the way a Scrapy spider is written.
@@ -150,7 +152,9 @@ class CrawlSpider(Spider):
                 links = list(getattr(self, rule.process_links)(links))
             for link in links:
                 seen.add(link.url)
-                meta = {"link_text": link.text}  # as Scrapy's rules put it there
+                # As Scrapy's rules put it there; cut, since a page's anchor text is
+                # the page's to make as long as it likes and the entry holds 64 KiB.
+                meta = {"link_text": link.text[:MAX_LINK_TEXT]}
                 request: Request | None = Request(
                     link.url, rule=index, errback=rule.errback, meta=meta
                 )
