@@ -20,12 +20,12 @@ from hashcrawl._core._epochs import Epochs
 from hashcrawl._core._faults import Faults
 from hashcrawl._core._ledger import Commit, Ledger
 from hashcrawl._core._outcome import Router, SeenCache
-from hashcrawl._core._pace import Carry
+from hashcrawl._core._pace import Carry, PaceRecord
 from hashcrawl._core._parts import Clock
 from hashcrawl._core._ring import Ring
 from hashcrawl._core._scope import Scope
 from hashcrawl._core._scope import members as scope_members
-from hashcrawl._core._seams import Tally
+from hashcrawl._core._seams import CookieJars, Tally
 from hashcrawl._core._urls import fingerprint
 from hashcrawl._exceptions import Fenced
 from hashcrawl._settings import Settings
@@ -47,6 +47,9 @@ class Committing(Protocol):
     carry: Carry
     ledger: Ledger
     tally: Tally
+    jars: CookieJars
+
+    def durable_cookies(self, now: float) -> list[str]: ...
 
 
 class Commits:
@@ -82,6 +85,7 @@ class Commits:
         batch = Batch(worker=s.id, epoch=ring.epoch, src=s.stream, scope=s.scope.version)
         batch.widen = sorted(scope_members(hosts=hosts))
         batch.unpace = [x for pair in sorted(s.carry.read.items()) for x in pair]
+        batch.pace = s.durable_cookies(now)  # HSET after the unpace's HDEL (commit.lua)
         router = self.router(ring, now)
         for outcome in commit.outcomes:
             router.add(batch, outcome)
@@ -121,6 +125,8 @@ class Commits:
         s.scope = attrs.evolve(s.scope, version=result.scope)
         s.ledger.committed(commit)
         s.carry.committed(batch.unpace)
+        for name, record in zip(batch.pace[::2], batch.pace[1::2], strict=True):
+            s.jars.stored(name, PaceRecord.from_text(record).cookies)
         s.seen.remember(batch.add)  # the follows and ``carried`` that went through the filter
         return Status.OK
 

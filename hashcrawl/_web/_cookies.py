@@ -30,6 +30,7 @@ class Jars:
 
     def __init__(self) -> None:
         self._jars: OrderedDict[str, httpx.Cookies] = OrderedDict()
+        self._changed: set[str] = set()  # hosts whose cookies Redis does not hold yet
         self.dropped = 0  # cookies left out to keep a jar within MAX_JAR_BYTES
 
     def __contains__(self, host: str) -> bool:
@@ -56,6 +57,12 @@ class Jars:
         """Keep what a response's ``Set-Cookie`` headers set (as its URL allows)."""
         if not set_cookies:
             return
+        before = self.record(host)
+        self._take(host, method, url, set_cookies)
+        if self.record(host) != before:
+            self._changed.add(host)
+
+    def _take(self, host: str, method: str, url: str, set_cookies: list[str]) -> None:
         jar = self._jars.get(host)
         fresh = jar is None
         if jar is None:
@@ -82,12 +89,23 @@ class Jars:
         """Forget a host's cookies (it moves to another owner); return them as written
         in its pace record ('' for none)."""
         jar = self._jars.pop(host, None)
+        self._changed.discard(host)
         return _encode(jar.jar) if jar is not None else ""
 
     def record(self, host: str) -> str:
         """A host's cookies as written in its pace record ('' for none)."""
         jar = self._jars.get(host)
         return _encode(jar.jar) if jar is not None else ""
+
+    def changed(self) -> list[str]:
+        """Hosts whose cookies changed since Redis last stored them (``stored``)."""
+        return sorted(self._changed)
+
+    def stored(self, host: str, text: str) -> None:
+        """A commit made ``text`` durable as ``host``'s cookies: changed no more, unless
+        they changed again meanwhile."""
+        if self.record(host) == text:
+            self._changed.discard(host)
 
     def adopt(self, host: str, text: str) -> None:
         """Take a host's cookies from its previous owner's record; bad text gives none."""
