@@ -450,7 +450,7 @@ def test_cookies_of_a_host_whose_last_owners_record_is_unread_wait() -> None:
     session = session_of()
     session.take_in([("1-0", Entry(url="http://a.test/").encode().encode())])
     session.jars.take("a.test", "GET", "http://a.test/", ["s=1"])
-    assert session.durable_cookies(0.0) == []
+    assert session.commits.durable_cookies(0.0) == []
     session.beat_answered(beat(settled=1), sent=0.0, received=0.0)
     session.pace_loaded(session.take_due_pace(), {}, session.epochs.release)
-    assert session.durable_cookies(0.0)[::2] == ["a.test"]
+    assert session.commits.durable_cookies(0.0)[::2] == ["a.test"]

@@ -18,6 +18,7 @@ from hashcrawl._core._batch import Batch, Committed, Status
 from hashcrawl._core._entry import Entry
 from hashcrawl._core._epochs import Epochs
 from hashcrawl._core._faults import Faults
+from hashcrawl._core._frontier import Frontier
 from hashcrawl._core._ledger import Commit, Ledger
 from hashcrawl._core._outcome import Router, SeenCache
 from hashcrawl._core._pace import Carry, PaceRecord
@@ -48,8 +49,9 @@ class Committing(Protocol):
     ledger: Ledger
     tally: Tally
     jars: CookieJars
+    frontier: Frontier
 
-    def durable_cookies(self, now: float) -> list[str]: ...
+    def pace_records(self, names: list[str], now: float) -> dict[str, str]: ...
 
 
 class Commits:
@@ -85,12 +87,26 @@ class Commits:
         batch = Batch(worker=s.id, epoch=ring.epoch, src=s.stream, scope=s.scope.version)
         batch.widen = sorted(scope_members(hosts=hosts))
         batch.unpace = [x for pair in sorted(s.carry.read.items()) for x in pair]
-        batch.pace = s.durable_cookies(now)  # HSET after the unpace's HDEL (commit.lua)
+        batch.pace = self.durable_cookies(now)  # HSET after the unpace's HDEL (commit.lua)
         router = self.router(ring, now)
         for outcome in commit.outcomes:
             router.add(batch, outcome)
         _add_links(batch, router if misroute is None else self.router(misroute, now), carried)
         return batch
+
+    def durable_cookies(self, now: float) -> list[str]:
+        """``[host, record, ...]``: the pace records of hosts this worker owns whose
+        cookies changed since a commit stored them, for the next commit to store (so a
+        new owner after a kill carries on with the session). A host whose previous
+        owner's record is not read yet waits: writing would lose that owner's cookies."""
+        s, ring = self.s, self.s.epochs.latest
+        names = [
+            name
+            for name in s.jars.changed()
+            if ring.owner_of(name) == s.id
+            and (name not in s.frontier.hosts or s.frontier.hosts[name].paced)
+        ]
+        return [x for pair in s.pace_records(names, now).items() for x in pair]
 
     def delivery(self, entries: Iterable[Entry], now: float, ring: Ring | None = None) -> Batch:
         """A batch that only adds ``entries`` (links found in another shard, of hosts in

@@ -267,21 +267,6 @@ class Session:
         taken, cookies = self.taken.get(name, 0), self.jars.record(name)
         return PaceRecord.of(host, delay, now, self.clock, taken=taken, cookies=cookies)
 
-    def durable_cookies(self, now: float) -> list[str]:
-        """``[host, record, ...]``: the pace records of hosts this worker owns whose
-        cookies changed since a commit stored them, for the next commit to store (so a
-        new owner after a kill carries on with the session). A host whose previous
-        owner's record is not read yet waits: writing would lose that owner's cookies."""
-        ring, records = self.epochs.latest, []
-        for name in self.jars.changed():
-            host = self.frontier.hosts.get(name)
-            if ring.owner_of(name) != self.id or (host is not None and not host.paced):
-                continue
-            record = self._pace_record(name, now)
-            if record is not None:
-                records += [name, record.to_text()]
-        return records
-
     def leaving_hosts(self) -> list[str]:
         """Every host a leaving worker writes a pace record for, if it has one."""
         return list({**self.frontier.hosts, **self.taken, **dict.fromkeys(self.jars.hosts())})

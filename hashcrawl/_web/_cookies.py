@@ -5,9 +5,10 @@ only, never to another, even in the same domain. The rules of which cookie goes 
 which request (path, expiry, ``Secure``, ``Max-Age``) are the standard library's
 ``http.cookiejar``, through ``httpx.Cookies``; no jar is shared, so no state is.
 
-Every bound is fixed: a host's jar holds at most :data:`MAX_JAR_BYTES` of cookies as
-handed over (the largest cookies go first when a response would overflow it), and an
-owner keeps the jars of at most :data:`MAX_JARS` hosts (the least recently used go).
+Every bound is fixed: a host's jar holds at most ``max_bytes`` (:data:`MAX_JAR_BYTES`
+unless given) of cookies as handed over (the largest cookies go
+first when a response would overflow it), and an owner keeps the jars of at most
+:data:`MAX_JARS` hosts (the least recently used go).
 """
 
 from __future__ import annotations
@@ -28,7 +29,8 @@ _FIELDS = 6  # name, value, domain, path, expires, secure
 class Jars:
     """The cookie jars of the hosts one worker owns."""
 
-    def __init__(self) -> None:
+    def __init__(self, max_bytes: int = MAX_JAR_BYTES) -> None:
+        self.max_bytes = max_bytes
         self._jars: OrderedDict[str, httpx.Cookies] = OrderedDict()
         self._changed: set[str] = set()  # hosts whose cookies Redis does not hold yet
         self.dropped = 0  # cookies left out to keep a jar within MAX_JAR_BYTES
@@ -121,7 +123,7 @@ class Jars:
 
     def _fit(self, jar: httpx.Cookies) -> None:
         jar.jar.clear_expired_cookies()
-        while len(_encode(jar.jar)) > MAX_JAR_BYTES:
+        while len(_encode(jar.jar)) > self.max_bytes:
             largest = max(jar.jar, key=lambda c: len(c.name) + len(c.value or ""))
             jar.jar.clear(largest.domain, largest.path, largest.name)
             self.dropped += 1
@@ -142,7 +144,7 @@ def _decode(text: str) -> list[Cookie]:
         return []
     try:
         rows: Any = json.loads(text)
-    except ValueError:
+    except (ValueError, RecursionError):  # "[[[[..." nested past the parser's depth
         return []
     if not isinstance(rows, list):
         return []
