@@ -419,3 +419,38 @@ def test_a_request_put_back_unsent_leaves_its_hosts_pacing_as_it_was() -> None:
     session.frontier.drop("a.test")  # handed over while the request waited
     outcome = session.put_back(held, 1.5)
     assert outcome is not None and outcome.kind is Kind.FORWARD
+
+
+def test_changed_cookies_are_made_durable_by_the_next_commit_and_only_once() -> None:
+    """A host's jar that a response changed goes into the next commit's pace records
+    (its new owner after a kill reads them); once stored, a commit writes it no more,
+    and a Set-Cookie that changes nothing writes nothing."""
+    from hashcrawl._core._pace import PaceRecord
+
+    session = session_of()
+    ready(session, "http://a.test/", "http://b.test/")
+    held = session.next_fetch(0.0)
+    assert isinstance(held, Held)
+    session.jars.take(held.host, "GET", held.entry.url, ["session=abc; Path=/"])
+    session.fetch_ended(held, Outcome.done(held, [], []), 0.1)
+    commit = session.next_commit()
+    batch = session.commit_batch(commit, 0.1)
+    assert batch.pace[::2] == [held.host]
+    assert "session" in PaceRecord.from_text(batch.pace[1]).cookies
+    assert session.committed(commit, batch, Committed(status="ok"), 0.0) == "ok"
+    session.jars.take(held.host, "GET", held.entry.url, ["session=abc; Path=/"])
+    other = session.next_fetch(1.0)
+    assert isinstance(other, Held)
+    session.fetch_ended(other, Outcome.done(other, [], []), 1.1)
+    assert session.commit_batch(session.next_commit(), 1.1).pace == []
+
+
+def test_cookies_of_a_host_whose_last_owners_record_is_unread_wait() -> None:
+    """Writing before the previous owner's record is read would lose its cookies."""
+    session = session_of()
+    session.take_in([("1-0", Entry(url="http://a.test/").encode().encode())])
+    session.jars.take("a.test", "GET", "http://a.test/", ["s=1"])
+    assert session.commits.durable_cookies(0.0) == []
+    session.beat_answered(beat(settled=1), sent=0.0, received=0.0)
+    session.pace_loaded(session.take_due_pace(), {}, session.epochs.release)
+    assert session.commits.durable_cookies(0.0)[::2] == ["a.test"]

@@ -20,6 +20,7 @@ from hashcrawl._core._respond import (
     Decision,
     Facts,
     Reader,
+    parse_failed,
     parse_retry_after,
     respond,
     retry_wait,
@@ -91,7 +92,15 @@ TABLE = [
     (
         "307 to a spider: followed",
         facts(307, headers={"location": "http://b.test/"}, reader=Reader.SPIDER),
-        Decision(Act.FOLLOW, redirect=target("http://b.test/"), widen=("b.test",)),
+        Decision(
+            Act.FOLLOW,
+            redirect=target(
+                "http://b.test/",
+                depth=0,  # Scrapy's depth: a redirect is no level
+                meta={"redirect_urls": [PAGE], "redirect_reasons": [307]},
+            ),
+            widen=("b.test",),
+        ),
     ),
     (
         "308 a spider lists goes to its callback, not followed",
@@ -335,3 +344,24 @@ def test_without_a_seen_cache_every_link_is_an_entry() -> None:
 
 def fingerprint_of(url: str) -> tuple[int, int]:
     return fingerprint(canonicalize(url))
+
+
+# -- a callback that raised -----------------------------------------------------------------
+
+
+@pytest.mark.parametrize("attempts", [0, 1, 2, 10_000])
+def test_a_callback_that_raised_is_retried_then_given_up_and_its_host_never_waits(
+    attempts: int,
+) -> None:
+    """The server answered: no wait for its host, whatever the attempts (even a hostile
+    count); retried until the last attempt, then given up with the callback's error."""
+    error = "the parse callback Q.parse_item raised KeyError: 'x'"
+    decision = parse_failed(Entry(url=PAGE, attempts=attempts), 3, error)
+    act = Act.GIVE_UP if attempts >= 2 else Act.RETRY
+    assert decision == Decision(act, error, wait=None)
+
+
+def test_an_overloaded_answer_still_makes_the_host_wait() -> None:
+    """Backoff stays for what the server signals: a 503 on a first try waits."""
+    decision = respond(facts(503, reader=Reader.SPIDER))
+    assert (decision.act, decision.wait) == (Act.RETRY, failure_wait(0))

@@ -199,7 +199,9 @@ def test_cb_kwargs_reach_the_callback_as_keyword_arguments() -> None:
     spider = Recording()
     entry = Entry(url=SITE + "d", callback="detail", cb_kwargs={"n": 3, "tag": "x"}, meta={"m": 1})
     outcome = handle(handler_of(spider), entry)
-    assert outcome.items == [{"n": 3, "tag": "x", "meta": {"m": 1}, "kwargs": {"n": 3, "tag": "x"}}]
+    assert outcome.items == [
+        {"n": 3, "tag": "x", "meta": {"m": 1, "depth": 0}, "kwargs": {"n": 3, "tag": "x"}}
+    ]
 
 
 def test_a_request_and_its_entry_carry_the_same_fields_both_ways() -> None:
@@ -654,4 +656,4 @@ def test_a_start_request_naming_what_the_spider_lacks_stops_the_start() -> None:
     with pytest.raises(
         ConfigError, match=r"start_requests gave .*/a': spider .*Starts has no callback 'missing'"
     ):
-        submit_start_requests(no_store, Calls(Starts()))
+        submit_start_requests(no_store, Calls(Starts()), list(Starts().start_requests()))

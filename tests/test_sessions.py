@@ -170,3 +170,10 @@ def test_no_cookie_record_makes_adopting_it_raise(record: str) -> None:
     jars = Jars()
     jars.adopt("h", record)
     jars.header("h", "GET", "http://h.example/")
+
+
+def test_a_jar_takes_the_bound_it_is_given() -> None:
+    """A jar made with a smaller bound keeps to it, the largest cookies first out."""
+    jars = Jars(max_bytes=200)
+    jars.take("h", "GET", "http://h.example/", ["s=abc", f"big={'x' * 300}"])
+    assert len(jars.record("h")) <= 200 and jars.header("h", "GET", "http://h.example/") == "s=abc"

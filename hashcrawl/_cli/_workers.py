@@ -244,10 +244,13 @@ def cmd_crawl(args: argparse.Namespace) -> int:
 
 
 def _starts_itself(spider: Any) -> bool:
-    """Whether a --spider gives its own start_requests() (each worker submits them)."""
+    """Whether a --spider gives its own start() or start_requests() (each worker
+    submits what they give)."""
     from hashcrawl._web._spider import Spider
 
-    return spider is not None and spider.start_requests is not Spider.start_requests
+    if spider is None:
+        return False
+    return spider.start is not Spider.start or spider.start_requests is not Spider.start_requests
 
 
 def _crawl_on(

@@ -18,14 +18,15 @@ from hashcrawl._core._batch import Batch, Committed, Status
 from hashcrawl._core._entry import Entry
 from hashcrawl._core._epochs import Epochs
 from hashcrawl._core._faults import Faults
+from hashcrawl._core._frontier import Frontier
 from hashcrawl._core._ledger import Commit, Ledger
 from hashcrawl._core._outcome import Router, SeenCache
-from hashcrawl._core._pace import Carry
+from hashcrawl._core._pace import Carry, PaceRecord
 from hashcrawl._core._parts import Clock
 from hashcrawl._core._ring import Ring
 from hashcrawl._core._scope import Scope
 from hashcrawl._core._scope import members as scope_members
-from hashcrawl._core._seams import Tally
+from hashcrawl._core._seams import CookieJars, Tally
 from hashcrawl._core._urls import fingerprint
 from hashcrawl._exceptions import Fenced
 from hashcrawl._settings import Settings
@@ -47,6 +48,10 @@ class Committing(Protocol):
     carry: Carry
     ledger: Ledger
     tally: Tally
+    jars: CookieJars
+    frontier: Frontier
+
+    def pace_records(self, names: list[str], now: float) -> dict[str, str]: ...
 
 
 class Commits:
@@ -82,11 +87,26 @@ class Commits:
         batch = Batch(worker=s.id, epoch=ring.epoch, src=s.stream, scope=s.scope.version)
         batch.widen = sorted(scope_members(hosts=hosts))
         batch.unpace = [x for pair in sorted(s.carry.read.items()) for x in pair]
+        batch.pace = self.durable_cookies(now)  # HSET after the unpace's HDEL (commit.lua)
         router = self.router(ring, now)
         for outcome in commit.outcomes:
             router.add(batch, outcome)
         _add_links(batch, router if misroute is None else self.router(misroute, now), carried)
         return batch
+
+    def durable_cookies(self, now: float) -> list[str]:
+        """``[host, record, ...]``: the pace records of hosts this worker owns whose
+        cookies changed since a commit stored them, for the next commit to store (so a
+        new owner after a kill carries on with the session). A host whose previous
+        owner's record is not read yet waits: writing would lose that owner's cookies."""
+        s, ring = self.s, self.s.epochs.latest
+        names = [
+            name
+            for name in s.jars.changed()
+            if ring.owner_of(name) == s.id
+            and (name not in s.frontier.hosts or s.frontier.hosts[name].paced)
+        ]
+        return [x for pair in s.pace_records(names, now).items() for x in pair]
 
     def delivery(self, entries: Iterable[Entry], now: float, ring: Ring | None = None) -> Batch:
         """A batch that only adds ``entries`` (links found in another shard, of hosts in
@@ -121,6 +141,8 @@ class Commits:
         s.scope = attrs.evolve(s.scope, version=result.scope)
         s.ledger.committed(commit)
         s.carry.committed(batch.unpace)
+        for name, record in zip(batch.pace[::2], batch.pace[1::2], strict=True):
+            s.jars.stored(name, PaceRecord.from_text(record).cookies)
         s.seen.remember(batch.add)  # the follows and ``carried`` that went through the filter
         return Status.OK
 

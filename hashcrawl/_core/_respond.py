@@ -5,7 +5,9 @@ As h11 turns bytes into events, :func:`respond` turns one response's :class:`Fac
 the page, ``now``) into a :class:`Decision`: retry after a wait, give up (the dead
 letters), follow a redirect, read a sitemap, hand the page to its errback, or parse it.
 The caller (``_run._handling.Handler``) does the rest: it reads the sitemap in a thread,
-runs the callbacks and collects what they give.
+runs the callbacks and collects what they give; a callback that raised is the
+caller's to report, and :func:`parse_failed` says what follows (no backoff: the server
+did nothing wrong).
 
 A spider's callback sees 2xx responses and the statuses it or the request lists
 (:func:`takes`); a redirect is followed, never passed to it; any other status goes to
@@ -31,6 +33,7 @@ from hashcrawl._core._outcome import failure_wait, is_last_attempt
 from hashcrawl._core._urls import canonical_parts
 
 MAX_REDIRECTS = 5  # hops in one chain, as RFC 9309 asks of robots.txt and browsers allow
+REDIRECT_URLS_BYTES = 16384  # a spider's redirect_urls keeps its last hops within this
 RETRY_AFTER_CAP = 600.0  # a server's Retry-After is honoured up to ten minutes
 _MAX_RETRY_AFTER = 86400.0  # the most a Retry-After is read as (robots.txt's own cap)
 _DELTA_SECONDS = re.compile(r"[+-]?[0-9]+")
@@ -115,12 +118,22 @@ def respond(facts: Facts) -> Decision:
         return Decision(Act.SITEMAP, redirect=redirect, read=200 <= status < 300)
     # A submitted URL that redirects (http to https, a bare domain to www.) brings its
     # target's host into the scope, as wget takes the start URL's redirect.
+    # (A spider's redirect keeps its depth: a start URL's whole chain is taken in.)
     widen = (redirect.host,) if redirect is not None and entry.depth == 0 else ()
     if redirect is not None and facts.reader is not Reader.DEFAULT:
         return Decision(Act.FOLLOW, redirect=redirect, widen=widen)
     if facts.reader is Reader.SPIDER and not listed:
         return _ERRBACK
     return _PARSE if redirect is None else Decision(Act.PARSE, redirect=redirect, widen=widen)
+
+
+def parse_failed(entry: Entry, max_attempts: int, error: str) -> Decision:
+    """What follows a parse callback (or the spider's) raising ``error`` on ``entry``'s
+    page: retried, then dead-lettered with ``error`` on its last attempt, and never a
+    wait for its host. The server answered; the bug is ours, and backing off (meant for
+    429, 5xx, timeouts and resets) would slow every other page of the host for it."""
+    last = is_last_attempt(entry, max_attempts)
+    return Decision(Act.GIVE_UP if last else Act.RETRY, error)
 
 
 def takes(entry: Entry, status: int, statuses: frozenset[int]) -> bool:
@@ -137,8 +150,10 @@ def takes(entry: Entry, status: int, statuses: frozenset[int]) -> bool:
 
 
 def redirect_of(facts: Facts) -> Entry | None:
-    """A redirect's target, one hop and one level deeper; it never inherits
-    ``dont_filter``, so a loop of redirects ends at the seen filter.
+    """A redirect's target, one hop deeper (and one level deeper, but for a spider's
+    page: Scrapy's depth counts links, not redirects; a spider's target carries the
+    chain in its meta, ``redirect_meta``); it never inherits ``dont_filter``, so a loop
+    of redirects ends at the seen filter.
 
     As browsers do, a 301, 302 or 303 turns a request other than GET or HEAD into a
     GET without a body (307 and 308 keep both), and a request's headers do not
@@ -158,18 +173,39 @@ def redirect_of(facts: Facts) -> Entry | None:
         same_host = canonical_parts(target)[1] == facts.held.host
     except ValueError:
         same_host = False
+    spider = facts.reader is Reader.SPIDER
     return attrs.evolve(
         entry,
         url=target,
         attempts=0,
         suspect=False,
         dont_filter=False,
-        depth=entry.depth + 1,
+        depth=entry.depth + (not spider),  # Scrapy's DEPTH_LIMIT: a redirect is no level
         hops=entry.hops + 1,
         method=method,
         body=body,
         headers=headers if same_host else (),
+        meta=redirect_meta(entry, facts.status) if spider else entry.meta,
     )
+
+
+def redirect_meta(entry: Entry, status: int) -> object:
+    """``entry``'s meta with its URL and ``status`` added to Scrapy's ``redirect_urls``
+    and ``redirect_reasons``; a meta that is not a dict (or None) is left as it was. The
+    oldest hops are forgotten past ``REDIRECT_URLS_BYTES`` of URLs (the last is always
+    kept), so the entry stays within its size."""
+    meta = entry.meta
+    if meta is not None and not isinstance(meta, dict):
+        return meta
+    given = dict(meta or {})
+    urls, reasons = given.get("redirect_urls"), given.get("redirect_reasons")
+    urls = [*(u for u in urls if isinstance(u, str))] if isinstance(urls, list) else []
+    reasons = reasons if isinstance(reasons, list) else []
+    urls, reasons = [*urls, entry.url], [*reasons, status][-len(urls) - 1 :]
+    while len(urls) > 1 and sum(len(u) for u in urls) > REDIRECT_URLS_BYTES:
+        del urls[0]
+    given["redirect_urls"], given["redirect_reasons"] = urls, reasons[-len(urls) :]
+    return given
 
 
 def is_overloaded(status: int) -> bool:

@@ -55,6 +55,10 @@ class CookieJars(Protocol):
 
     def adopt(self, host: str, text: str) -> None: ...
 
+    def changed(self) -> list[str]: ...
+
+    def stored(self, host: str, text: str) -> None: ...
+
 
 class Reply(Protocol):
     """What the core reads of a response: its status, body and final URL."""

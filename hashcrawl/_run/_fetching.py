@@ -7,6 +7,7 @@ import functools
 import logging
 import time
 
+import attrs
 import trio
 
 from hashcrawl._browser._pace import paced_by
@@ -243,7 +244,9 @@ class Dispatcher:
             NotSent: the check said no; nothing reached the host.
         """
         with sending_only_while(lambda: self.may_send(held)), paced_by(self.pace):
+            started = time.monotonic()
             response = await self.fetcher.fetch(request)
+            response = attrs.evolve(response, latency=time.monotonic() - started)
         archive = self.m.worker.archive
         if archive is not None:  # records built here, before the page's outcome exists
             archive.archive(response)  # the commit's flush writes them, before the ack

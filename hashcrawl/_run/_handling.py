@@ -27,12 +27,11 @@ from hashcrawl._core._outcome import (
     Follows,
     Kind,
     Outcome,
-    failure_wait,
     is_last_attempt,
 )
 from hashcrawl._core._outcome import Origin as Origin
 from hashcrawl._core._patterns import Patterns, Screen
-from hashcrawl._core._respond import Act, Decision, Facts, Reader, respond
+from hashcrawl._core._respond import Act, Decision, Facts, Reader, parse_failed, respond
 from hashcrawl._core._revisit import Policy, Verdict
 from hashcrawl._core._steps import steps_refusal
 from hashcrawl._exceptions import HttpError
@@ -166,13 +165,12 @@ class Handler:
         except Exception as exc:  # a callback's bug fails its page, not the worker
             error = f"the parse callback {self._name_of(held)} {failure(exc)}"
             log.error("parsing %s failed: %s\n%s", held.entry.url, error, spider_frames(exc))
-            wait = failure_wait(held.entry.attempts)
-            if not is_last_attempt(held.entry, settings.max_attempts):
-                # The retry produces them again.
-                return Outcome.retry(held, error, backoff=wait, fault=PARSE_FAULT)
-            # The page goes to the dead letters: what came before the exception is kept.
-            kept = self._allowed(produced.follows, held, origin)
-            return Outcome.retry(held, error, produced.items, kept, backoff=wait, fault=PARSE_FAULT)
+            failed = parse_failed(held.entry, settings.max_attempts, error)
+            if failed.act is Act.RETRY:  # the retry produces them again
+                return Outcome.retry(held, error, backoff=failed.wait, fault=PARSE_FAULT)
+            kept = self._allowed(produced.follows, held, origin)  # dead, with what came first
+            items, wait = produced.items, failed.wait
+            return Outcome.retry(held, error, items, kept, backoff=wait, fault=PARSE_FAULT)
         follows = produced.follows + ([] if decision.redirect is None else [decision.redirect])
         kept = self._allowed(follows, held, origin)
         return Outcome.done(
@@ -241,8 +239,9 @@ class Handler:
 
     def _name_of(self, held: Held) -> str:
         """The callback ``held``'s page went to, as its author knows it."""
-        parse = self._callback_for(held)
-        return str(getattr(parse, "__qualname__", None) or held.entry.callback or "parse")
+        if self.spider is not None:
+            return self.spider.callback_name(held.entry)
+        return str(getattr(self.parse, "__qualname__", None) or "parse")
 
     def _callback_for(self, held: Held) -> Parse | None:
         if self.spider is not None:
@@ -257,7 +256,6 @@ class Handler:
         kept = origin.kept(wanted, held, s.max_depth, self.denied)
         kept.refused = refused
         return kept
-
 
 
 def _steps_refusal(entry: Entry, spider: Calls | None, settings: Settings, name: str) -> str | None:

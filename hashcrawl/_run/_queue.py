@@ -258,14 +258,15 @@ def submit_entries(store: Target, entries: list[Entry]) -> int:
     return added
 
 
-def submit_start_requests(store: Target, spider: Calls) -> int:
-    """The spider's ``start_requests()`` in the queue (those seen before left out).
+def submit_start_requests(store: Target, spider: Calls, starts: list[Request | str]) -> int:
+    """The spider's first requests (``starts``, what ``Calls.first_requests`` gave) in
+    the queue (those seen before left out).
 
     Raises:
         ConfigError: a start request names what the spider lacks, or is no http(s) URL.
     """
     entries = []
-    for thing in spider.spider.start_requests() or ():
+    for thing in starts:
         request = thing if isinstance(thing, Request) else Request(_to_request(thing))
         entry = request.to_entry(_to_request(request.url), 0)
         why = spider.refusal(entry) if entry is not None else "a URL that cannot be fetched"

@@ -211,7 +211,10 @@ class Worker:
             if self.handler.spider is not None:
                 await trio.to_thread.run_sync(self.handler.spider.opened)
                 into = store if shards is None else shards
-                await trio.to_thread.run_sync(submit_start_requests, into, self.handler.spider)
+                starts = await self.handler.spider.first_requests()  # the spider's code
+                await trio.to_thread.run_sync(
+                    submit_start_requests, into, self.handler.spider, starts
+                )
             while True:
                 # The crawl's --revisit is known only once the driver has joined: the
                 # records are always at hand, and only used while the policy says so.

@@ -5,9 +5,10 @@ only, never to another, even in the same domain. The rules of which cookie goes 
 which request (path, expiry, ``Secure``, ``Max-Age``) are the standard library's
 ``http.cookiejar``, through ``httpx.Cookies``; no jar is shared, so no state is.
 
-Every bound is fixed: a host's jar holds at most :data:`MAX_JAR_BYTES` of cookies as
-handed over (the largest cookies go first when a response would overflow it), and an
-owner keeps the jars of at most :data:`MAX_JARS` hosts (the least recently used go).
+Every bound is fixed: a host's jar holds at most ``max_bytes`` (:data:`MAX_JAR_BYTES`
+unless given) of cookies as handed over (the largest cookies go
+first when a response would overflow it), and an owner keeps the jars of at most
+:data:`MAX_JARS` hosts (the least recently used go).
 """
 
 from __future__ import annotations
@@ -28,8 +29,10 @@ _FIELDS = 6  # name, value, domain, path, expires, secure
 class Jars:
     """The cookie jars of the hosts one worker owns."""
 
-    def __init__(self) -> None:
+    def __init__(self, max_bytes: int = MAX_JAR_BYTES) -> None:
+        self.max_bytes = max_bytes
         self._jars: OrderedDict[str, httpx.Cookies] = OrderedDict()
+        self._changed: set[str] = set()  # hosts whose cookies Redis does not hold yet
         self.dropped = 0  # cookies left out to keep a jar within MAX_JAR_BYTES
 
     def __contains__(self, host: str) -> bool:
@@ -56,6 +59,12 @@ class Jars:
         """Keep what a response's ``Set-Cookie`` headers set (as its URL allows)."""
         if not set_cookies:
             return
+        before = self.record(host)
+        self._take(host, method, url, set_cookies)
+        if self.record(host) != before:
+            self._changed.add(host)
+
+    def _take(self, host: str, method: str, url: str, set_cookies: list[str]) -> None:
         jar = self._jars.get(host)
         fresh = jar is None
         if jar is None:
@@ -82,12 +91,23 @@ class Jars:
         """Forget a host's cookies (it moves to another owner); return them as written
         in its pace record ('' for none)."""
         jar = self._jars.pop(host, None)
+        self._changed.discard(host)
         return _encode(jar.jar) if jar is not None else ""
 
     def record(self, host: str) -> str:
         """A host's cookies as written in its pace record ('' for none)."""
         jar = self._jars.get(host)
         return _encode(jar.jar) if jar is not None else ""
+
+    def changed(self) -> list[str]:
+        """Hosts whose cookies changed since Redis last stored them (``stored``)."""
+        return sorted(self._changed)
+
+    def stored(self, host: str, text: str) -> None:
+        """A commit made ``text`` durable as ``host``'s cookies: changed no more, unless
+        they changed again meanwhile."""
+        if self.record(host) == text:
+            self._changed.discard(host)
 
     def adopt(self, host: str, text: str) -> None:
         """Take a host's cookies from its previous owner's record; bad text gives none."""
@@ -103,7 +123,7 @@ class Jars:
 
     def _fit(self, jar: httpx.Cookies) -> None:
         jar.jar.clear_expired_cookies()
-        while len(_encode(jar.jar)) > MAX_JAR_BYTES:
+        while len(_encode(jar.jar)) > self.max_bytes:
             largest = max(jar.jar, key=lambda c: len(c.name) + len(c.value or ""))
             jar.jar.clear(largest.domain, largest.path, largest.name)
             self.dropped += 1
@@ -124,7 +144,7 @@ def _decode(text: str) -> list[Cookie]:
         return []
     try:
         rows: Any = json.loads(text)
-    except ValueError:
+    except (ValueError, RecursionError):  # "[[[[..." nested past the parser's depth
         return []
     if not isinstance(rows, list):
         return []

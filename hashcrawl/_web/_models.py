@@ -3,30 +3,34 @@
 from __future__ import annotations
 
 import datetime
-import inspect
 import json
 from collections.abc import Iterable, Mapping
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Protocol
 
 import attrs
 import httpx
 
 from hashcrawl._core._entry import (
     GROWTH,
-    HEADER_VALUE,
-    MAX_CB_KWARGS,
     MAX_ENTRY_BYTES,
-    MAX_HEADERS,
-    MAX_REDIRECTS,
-    MAX_STATUSES,
-    MAX_TIMEOUT,
-    TOKEN,
     Entry,
 )
 from hashcrawl._core._links import request_url
 from hashcrawl._core._proxies import Proxy
 from hashcrawl._core._steps import Rendered, Step, steps_of
 from hashcrawl._exceptions import ConfigError
+from hashcrawl._web._fields import (
+    Headers,
+    _body,
+    _callback_name,
+    _cb_kwargs,
+    _headers,
+    _json_meta,
+    _method,
+    _redirects,
+    _statuses,
+    _timeout,
+)
 
 if TYPE_CHECKING:
     from parsel import Selector, SelectorList
@@ -34,97 +38,11 @@ if TYPE_CHECKING:
     from hashcrawl._web._html import Page
 
 
-def _json_meta(_: object, attribute: attrs.Attribute[Any], value: Any) -> None:
-    try:
-        json.dumps(value)
-    except (TypeError, ValueError):
-        raise ConfigError(f"Request.meta must be JSON-serialisable, got {value!r:.80}") from None
+class Linked(Protocol):
+    """A found link: a LinkExtractor's :class:`~hashcrawl.Link` (its ``url``)."""
 
-
-Headers = tuple[tuple[str, str], ...]
-
-
-def _headers(value: Mapping[str, str] | Iterable[tuple[str, str]] | None) -> Headers:
-    """Headers as (name, value) pairs, each checked: they travel in a queue entry."""
-    pairs = list(value.items() if isinstance(value, Mapping) else value or ())
-    if len(pairs) > MAX_HEADERS:
-        raise ConfigError(f"Request.headers: {len(pairs)} headers, over {MAX_HEADERS}")
-    checked = []
-    for pair in pairs:
-        name, text = pair
-        if not (isinstance(name, str) and TOKEN.fullmatch(name)):
-            raise ConfigError(f"Request.headers: {name!r:.80} is not a header name")
-        if not (isinstance(text, str) and HEADER_VALUE.fullmatch(text)):
-            raise ConfigError(
-                f"Request.headers: the value of {name} is not one line of ASCII text up to 8 KiB"
-            )
-        checked.append((name, text))
-    return tuple(checked)
-
-
-def _body(value: bytes | str | None) -> bytes:
-    body = value.encode("utf-8") if isinstance(value, str) else bytes(value or b"")
-    if len(body) > MAX_ENTRY_BYTES:
-        raise ConfigError(
-            f"Request.body is {len(body)} bytes; a request travels in a queue entry of at "
-            f"most {MAX_ENTRY_BYTES} bytes"
-        )
-    return body
-
-
-def _callback_name(value: Any) -> str | None:
-    """A callback's (or errback's) name: given as a name, or as the spider's bound method
-    (Scrapy's ``callback=self.parse_item``), since only a name can travel through Redis."""
-    if value is None or isinstance(value, str):
-        return value
-    if inspect.ismethod(value):
-        return value.__name__
-    raise ConfigError(f"Request.callback must be a spider method or its name, got {value!r:.80}")
-
-
-def _cb_kwargs(_: object, attribute: attrs.Attribute[Any], value: Any) -> None:
-    if value is None:
-        return
-    if not isinstance(value, dict) or not all(isinstance(k, str) for k in value):
-        raise ConfigError(f"Request.cb_kwargs must be a dict of names to values, got {value!r:.80}")
-    try:
-        size = len(json.dumps(value, separators=(",", ":")).encode("utf-8"))
-    except (TypeError, ValueError):
-        raise ConfigError(
-            f"Request.cb_kwargs must be JSON-serialisable, got {value!r:.80}"
-        ) from None
-    if size > MAX_CB_KWARGS:
-        raise ConfigError(
-            f"Request.cb_kwargs is {size} bytes as JSON, over the {MAX_CB_KWARGS} a request "
-            "carries: pass an id and look the rest up"
-        )
-
-
-def _statuses(value: Iterable[int] | None) -> tuple[int, ...]:
-    statuses = tuple(value or ())
-    if len(statuses) > MAX_STATUSES or not all(
-        type(s) is int and 100 <= s <= 599 for s in statuses
-    ):
-        raise ConfigError(
-            f"Request.handle_httpstatus_list must be up to {MAX_STATUSES} HTTP statuses "
-            f"(100-599), got {value!r:.80}"
-        )
-    return statuses
-
-
-def _method(_: object, attribute: attrs.Attribute[Any], value: str) -> None:
-    if not (isinstance(value, str) and TOKEN.fullmatch(value) and value.isupper()):
-        raise ConfigError(f"Request.method must be an upper-case HTTP method, got {value!r:.40}")
-
-
-def _timeout(_: object, attribute: attrs.Attribute[Any], value: float | None) -> None:
-    if value is not None and not 0 < value <= MAX_TIMEOUT:
-        raise ConfigError(f"Request.timeout must be in (0, {MAX_TIMEOUT:g}] seconds, got {value}")
-
-
-def _redirects(_: object, attribute: attrs.Attribute[Any], value: int | None) -> None:
-    if value is not None and not (type(value) is int and 0 <= value <= MAX_REDIRECTS):
-        raise ConfigError(f"Request.max_redirects must be in [0, {MAX_REDIRECTS}], got {value!r}")
+    @property
+    def url(self) -> str: ...
 
 
 @attrs.frozen
@@ -298,7 +216,8 @@ class Response:
     ``truncated`` says the body is only the first part of what the server had: the
     default fetcher keeps at most ``max_body`` bytes (after decoding) and reads no more.
     ``exchange`` is the exchange as it went over the wire, when the fetcher kept it (the
-    default one does when the worker writes an archive).
+    default one does when the worker writes an archive). ``latency`` is how many seconds
+    the fetch took, as the worker timed it (Scrapy's ``download_latency``).
     """
 
     url: str
@@ -310,13 +229,27 @@ class Response:
     truncated: bool = attrs.field(default=False, kw_only=True)
     exchange: Exchange | None = attrs.field(default=None, kw_only=True, eq=False, repr=False)
     render: Rendered | None = attrs.field(default=None, kw_only=True, eq=False, repr=False)
+    latency: float | None = attrs.field(default=None, kw_only=True, eq=False, repr=False)
     _parsed: list[Page | None] = attrs.field(factory=list, init=False, eq=False, repr=False)
     _cache: dict[str, Any] = attrs.field(factory=dict, init=False, eq=False, repr=False)
 
     @property
-    def meta(self) -> Any:
-        """The request's ``meta``, as Scrapy's ``response.meta``."""
-        return self.request.meta
+    def meta(self) -> dict[str, Any]:
+        """The request's ``meta`` as a dict, as Scrapy's ``response.meta``: what the
+        request carried, with what Scrapy's middlewares put there that spiders read:
+        ``depth``, ``download_latency`` (seconds the fetch took, when the worker timed
+        it), ``redirect_urls`` and ``redirect_reasons`` after a redirect, ``link_text``
+        for a page a CrawlSpider rule led to. The same dict on every read, so a callback
+        may add to it and pass it on (``meta=response.meta``). A ``meta`` that is not a
+        dict (hashcrawl takes any JSON) is on ``response.request.meta`` only."""
+        if "meta" not in self._cache:
+            given = self.request.meta
+            meta = dict(given) if isinstance(given, dict) else {}
+            meta["depth"] = self.request.depth
+            if self.latency is not None:
+                meta["download_latency"] = self.latency
+            self._cache["meta"] = meta
+        return self._cache["meta"]  # type: ignore[no-any-return]
 
     @property
     def cb_kwargs(self) -> dict[str, Any]:
@@ -410,25 +343,28 @@ class Response:
         base = page.base if page is not None and page.base else self.url
         return request_url(base, href)
 
-    def follow(self, href: str | Selector, **request: Any) -> Request:
+    def follow(self, url: str | Selector | Linked, callback: Any = None, **request: Any) -> Request:
         """A :class:`Request` for a link of this page, as Scrapy's ``response.follow``.
 
-        ``href`` is a URL (relative or not) or a selector of an ``<a>``/``<link>``
-        element or of an attribute; ``request`` holds the Request's other arguments
-        (``callback=``, ``meta=``, ``method=``...).
+        ``url`` is a URL (relative or not), a :class:`~hashcrawl.Link`, or a selector
+        of an ``<a>``/``<link>`` element or of an attribute; ``callback`` the spider
+        method (or its name) that parses the page, given by position or by name as in
+        Scrapy; ``request`` holds the Request's other arguments (``meta=``,
+        ``errback=``, ``cb_kwargs=``...).
 
         Raises:
             ValueError: the link leads nowhere crawlable (mailto:, javascript:, empty).
         """
-        written = _href(href)
-        url = self.urljoin(written)
-        if url is None:
+        written = _href(url)
+        joined = self.urljoin(written)
+        if joined is None:
             raise ValueError(f"response.follow: nothing to crawl at {written!r:.200}")
-        return Request(url, **request)
+        return Request(joined, callback, **request)
 
     def follow_all(
         self,
-        urls: Iterable[str | Selector] | None = None,
+        urls: Iterable[str | Selector | Linked] | None = None,
+        callback: Any = None,
         *,
         css: str | None = None,
         xpath: str | None = None,
@@ -436,11 +372,12 @@ class Response:
     ) -> list[Request]:
         """Requests for many links, as Scrapy's ``response.follow_all``: of ``urls``, or
         of the elements ``css`` or ``xpath`` select (``<a>`` and ``<link>`` give their
-        href). Links that lead nowhere crawlable are left out.
+        href); ``callback`` by position or by name, as in :meth:`follow`. Links that
+        lead nowhere crawlable are left out.
         """
         if sum(x is not None for x in (urls, css, xpath)) != 1:
             raise ValueError("response.follow_all takes exactly one of urls, css and xpath")
-        found: Iterable[str | Selector]
+        found: Iterable[str | Selector | Linked]
         if css is not None:
             found = self.css(css)
         elif xpath is not None:
@@ -452,7 +389,7 @@ class Response:
         for href in found:
             url = self.urljoin(_href(href))
             if url is not None:
-                requests.append(Request(url, **request))
+                requests.append(Request(url, callback, **request))
         return requests
 
     def _page(self) -> Page | None:
@@ -469,11 +406,17 @@ class Response:
         return self._parsed[0]
 
 
-def _href(href: str | Selector) -> str:
-    """What a link (a URL, or a selector of an element or of an attribute) points to."""
+def _href(href: str | Selector | Linked) -> str:
+    """What a link (a URL, a link extractor's Link, or a selector of an element or of an
+    attribute) points to."""
     if isinstance(href, str):
         return href
-    root = href.root
+    root = getattr(href, "root", None)
+    if root is None:  # a LinkExtractor's Link, as Scrapy's follow takes
+        url = getattr(href, "url", None)
+        if not isinstance(url, str):
+            raise ValueError(f"cannot follow {href!r:.80}: not a URL, Link or selector")
+        return url
     if isinstance(root, str):
         return root
     tag = getattr(root, "tag", None)

@@ -4,6 +4,7 @@ requests name; and :class:`Calls`, what the worker's handler calls on one."""
 from __future__ import annotations
 
 import builtins
+import contextlib
 import functools
 import importlib
 import importlib.util
@@ -12,11 +13,20 @@ import json
 import logging
 import sys
 import traceback
-from collections.abc import Awaitable, Callable, Iterable, Iterator, Mapping, Sequence
+from collections.abc import (
+    AsyncGenerator,
+    Awaitable,
+    Callable,
+    Iterable,
+    Iterator,
+    Mapping,
+    Sequence,
+)
 from pathlib import Path
 from typing import Any, ClassVar
 
 import attrs
+import trio
 
 from hashcrawl._core._entry import MAX_CB_KWARGS, Entry
 from hashcrawl._exceptions import ConfigError, DropItem
@@ -26,12 +36,15 @@ from hashcrawl._web._rules import Rule
 
 log = logging.getLogger("hashcrawl")
 
+MAX_LINK_TEXT = 1024  # characters of a link's text a CrawlSpider's request carries in meta
+
 
 class Spider:
     """Subclass to crawl with your own callbacks, the way a Scrapy spider is written.
 
-    ``start_requests()`` gives the first requests (by default one per ``start_urls``);
-    every worker calls it when it starts, and requests seen before are left out.
+    ``start()`` (an async generator, as in Scrapy 2.13) or ``start_requests()`` gives
+    the first requests (by default one per ``start_urls``); every worker asks for them
+    when it starts, and requests seen before are left out.
     ``parse`` handles every response whose request names no callback; a request may
     name another method of the subclass with ``Request(url, callback="parse_item")``,
     and an ``errback`` for when it fails. Only methods the subclass defines itself can
@@ -60,6 +73,12 @@ class Spider:
     custom_settings: ClassVar[Mapping[str, Any] | None] = None
     handle_httpstatus_list: ClassVar[Sequence[int]] = ()
 
+    async def start(self) -> AsyncGenerator[Request | str, None]:
+        """The first requests, as Scrapy 2.13's ``start()``: an async generator; by
+        default what ``start_requests()`` gives."""
+        for request in self.start_requests() or ():
+            yield request
+
     def start_requests(self) -> Iterable[Request | str]:
         """The first requests: by default a GET of each of ``start_urls``."""
         return list(self.start_urls)
@@ -71,6 +90,10 @@ class Spider:
 
     def closed(self, reason: str) -> None:
         """Called once when this worker stops; ``reason`` says why."""
+
+    def log(self, message: Any, level: int = logging.DEBUG, **kw: Any) -> None:
+        """Log ``message`` with the spider's logger, as Scrapy's (deprecated) ``log()``."""
+        self.logger.log(level, message, **kw)
 
     @property
     def logger(self) -> logging.Logger:
@@ -129,11 +152,20 @@ class CrawlSpider(Spider):
                 links = list(getattr(self, rule.process_links)(links))
             for link in links:
                 seen.add(link.url)
-                request: Request | None = Request(link.url, rule=index, errback=rule.errback)
+                # As Scrapy's rules put it there; cut, since a page's anchor text is
+                # the page's to make as long as it likes and the entry holds 64 KiB.
+                meta = {"link_text": link.text[:MAX_LINK_TEXT]}
+                request: Request | None = Request(
+                    link.url, rule=index, errback=rule.errback, meta=meta
+                )
                 if rule.process_request:
                     request = getattr(self, rule.process_request)(request, response)
                 if request is not None:
                     yield request
+
+
+def _listed(start_requests: Callable[[], Iterable[Request | str] | None]) -> list[Any]:
+    return list(start_requests() or ())
 
 
 def _own_methods(cls: type) -> set[str]:
@@ -242,6 +274,36 @@ class Calls:
         else:
             method = self.spider.parse
         return functools.partial(method, **kwargs) if kwargs else method
+
+    def callback_name(self, entry: Entry) -> str:
+        """The method ``entry``'s response goes to, as its author wrote it
+        (``Spider.parse_item``): a CrawlSpider rule's callback, not the rule's plumbing."""
+        if entry.callback:
+            method = entry.callback
+        elif entry.rule is not None:
+            method = self.rules[entry.rule].callback or "parse"
+        else:
+            method = "parse"
+        return f"{type(self.spider).__qualname__}.{method}"
+
+    async def first_requests(self) -> list[Request | str]:
+        """What the spider's ``start()`` yields (its ``start_requests()`` by default).
+
+        Raises:
+            ConfigError: it yielded an item, which hashcrawl does not take there.
+        """
+        requests: list[Request | str] = []
+        if type(self.spider).start is Spider.start:  # start_requests() may block: a thread
+            return list(await trio.to_thread.run_sync(_listed, self.spider.start_requests))
+        async with contextlib.aclosing(self.spider.start()) as starts:
+            async for thing in starts:
+                if not isinstance(thing, Request | str):
+                    raise ConfigError(
+                        f"{self.name}.start() gave {thing!r:.80}: hashcrawl takes requests "
+                        "and URLs there, not items"
+                    )
+                requests.append(thing)
+        return requests
 
     def errback(self, entry: Entry) -> Callable[[Failure], Any] | None:
         return getattr(self.spider, entry.errback) if entry.errback else None
