@@ -1346,7 +1346,8 @@ def test_a_crawl_killed_outright_takes_its_private_redis_with_it(tmp_path: Path)
     """SIGKILL to ``crawl`` (no handler runs): its Redis server and workers exit too."""
     site = generate_site(pages=40, hosts=2, seed=12, port=0)
     with SiteServer(site) as server:
-        with _start_crawl(server.site, tmp_path / "state", "--idle", "none") as process:
+        flags = ("--idle", "none", "--workers", "2")  # two, though one host is reached
+        with _start_crawl(server.site, tmp_path / "state", *flags) as process:
             assert server.wait_for_requests(2, timeout=DEADLINE)
             children = _children(process.pid)
             (redis_pid,) = [pid for pid, cmd in children.items() if "redis-server" in cmd]
