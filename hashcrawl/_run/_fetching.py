@@ -245,7 +245,12 @@ class Dispatcher:
         """
         with sending_only_while(lambda: self.may_send(held)), paced_by(self.pace):
             started = time.monotonic()
-            response = await self.fetcher.fetch(request)
+            try:
+                response = await self.fetcher.fetch(request)
+            except BaseExceptionGroup as group:
+                if not_sent_in(group):
+                    raise NotSent("this worker may no longer fetch the host") from group
+                raise
             response = attrs.evolve(response, latency=time.monotonic() - started)
         archive = self.m.worker.archive
         if archive is not None:  # records built here, before the page's outcome exists
@@ -288,3 +293,10 @@ class Dispatcher:
         if not robots.heavy:
             return robots.allowed(url)
         return await self.m.offload(robots.allowed, url, limiter=self.robots_limiter)  # type: ignore[no-any-return]
+
+
+def not_sent_in(group: BaseExceptionGroup[BaseException]) -> bool:
+    """Whether a fetch that failed as a group is not sent: a renderer's requests run side
+    by side, and one the worker may no longer send (``NotSent``: its host moved, or the
+    worker went stale) means the page goes back untried, whatever else failed with it."""
+    return group.subgroup(NotSent) is not None
