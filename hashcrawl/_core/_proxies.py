@@ -59,6 +59,24 @@ class Proxy:
             username=user, password=password,
         )  # fmt: skip
 
+    @classmethod
+    def of_request(cls, url: str) -> Proxy:
+        """A request's own proxy (``Request(proxy=...)``, ``meta["proxy"]``): as
+        :meth:`parse`, and without credentials, since a request's proxy goes to Redis
+        (they belong in ``--proxy``, whose credentials a request naming the same host
+        and port is sent with).
+
+        Raises:
+            ConfigError: malformed, or it carries credentials.
+        """
+        proxy = cls.parse(url)
+        if proxy.username or proxy.password:
+            raise ConfigError(
+                f"its proxy {proxy.shown} carries credentials, which a request's proxy (kept "
+                f"in Redis) may not; give them with --proxy {proxy.shown} (the worker's pool)"
+            )
+        return proxy
+
     @property
     def shown(self) -> str:
         """The proxy as messages and logs show it: no credentials."""

@@ -154,18 +154,11 @@ class Request:
 
 
 def _check_proxy(url: str, asked: str) -> None:
-    """Refuse a request's proxy that is malformed or carries credentials (Redis would
-    hold them: they belong in ``--proxy``, whose credentials a request naming the same
-    host and port is sent with)."""
+    """Refuse a request's proxy that is malformed or carries credentials."""
     try:
-        proxy = Proxy.parse(asked)
+        Proxy.of_request(asked)
     except ConfigError as exc:
         raise ConfigError(f"Request {url:.100}: {exc}") from None
-    if proxy.username or proxy.password:
-        raise ConfigError(
-            f"Request {url:.100}: a request's proxy goes to Redis, so it may not carry "
-            f"credentials; give them with --proxy {proxy.shown} (the worker's pool)"
-        )
 
 
 #: The fields a Request and an Entry both declare, copied as they are either way (the

@@ -143,15 +143,9 @@ def _request_proxy(asked: str, url: str, allowed: bool) -> Proxy:
             f"proxy only with {ALLOW_FLAG}"
         )
     try:
-        proxy = Proxy.parse(asked)
+        return Proxy.of_request(asked)
     except ConfigError as exc:
         raise Refused(f"request {url:.100}: {exc}") from None
-    if proxy.username or proxy.password:
-        raise Refused(
-            f"request {url:.100}: its proxy {proxy.shown} carries credentials, which a "
-            "queue entry may not; give them with --proxy"
-        )
-    return proxy
 
 
 def _host_of(url: str) -> tuple[str, str]:
