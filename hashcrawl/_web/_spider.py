@@ -202,7 +202,7 @@ class Failure:
         """The first of ``kinds`` the exception is an instance of, or None."""
         return next((kind for kind in kinds if isinstance(self.value, kind)), None)
 
-    def getErrorMessage(self) -> str:  # noqa: N802 (Twisted's name, which ports call)
+    def getErrorMessage(self) -> str:  # Twisted's name, which ports call
         return str(self.value)
 
     def __repr__(self) -> str:
