@@ -185,6 +185,12 @@ def _positive(_: object, field: attrs.Attribute[Any], value: float | None) -> No
         raise ConfigError(f"{flag_name(field)} must be above 0, got {value}")
 
 
+def _cookie_bytes(_: object, field: attrs.Attribute[Any], value: int) -> None:
+    """A host's cookie jar: at least one byte, at most 64 KiB (an owner keeps 10,000)."""
+    if not 1 <= value <= 65_536:
+        raise ConfigError(f"{flag_name(field)} must be 1 to 65536, got {value}")
+
+
 def _not_negative(_: object, field: attrs.Attribute[Any], value: float | None) -> None:
     if value is not None and value < 0:
         raise ConfigError(f"{flag_name(field)} must be 0 or more, got {value}")

@@ -27,6 +27,7 @@ from ._flags import (
     NONE,
     PROXIES_ENV_VAR,
     Flag,
+    _cookie_bytes,
     _header_line,
     _header_lines,
     _networks,
@@ -234,6 +235,9 @@ class Settings:
         negate=True,
         crawl=True,
     )
+    max_cookie_bytes: int = _setting(4096, "most bytes of cookies a host's jar keeps (the "
+        "largest go first); its owner keeps at most 10,000 jars, and hands a jar over in "
+        "Redis", check=_cookie_bytes, parse=_whole, metavar="N")  # fmt: skip
     fsync: bool = _setting(
         True,
         "do not fsync the output before acknowledging pages: faster, but a power loss "

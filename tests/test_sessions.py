@@ -15,7 +15,9 @@ from hypothesis import strategies as st
 import hashcrawl
 from hashcrawl._cli._server import RedisServer
 from hashcrawl._core._ring import Ring
+from hashcrawl._exceptions import ConfigError
 from hashcrawl._run._worker import new_worker_id
+from hashcrawl._settings import Settings
 from hashcrawl._web._cookies import MAX_JAR_BYTES, Jars
 from testing.fleet import (
     DEADLINE,
@@ -177,3 +179,27 @@ def test_a_jar_takes_the_bound_it_is_given() -> None:
     jars = Jars(max_bytes=200)
     jars.take("h", "GET", "http://h.example/", ["s=abc", f"big={'x' * 300}"])
     assert len(jars.record("h")) <= 200 and jars.header("h", "GET", "http://h.example/") == "s=abc"
+
+
+def test_max_cookie_bytes_bounds_a_jar_and_its_handover() -> None:
+    """--max-cookie-bytes bounds what a host's jar keeps (the largest cookies go first),
+    and a jar allowed more reads back a record larger than the default bound."""
+    url = "http://a.test/"
+    big = [f"c{n}={'v' * 1500}; Path=/" for n in range(6)]  # about 9 KB of cookies
+    small, large = Jars(), Jars(max_bytes=16_384)
+    small.take("a.test", "GET", url, big)
+    large.take("a.test", "GET", url, big)
+    assert 0 < len(small.record("a.test")) <= 4096 < len(large.record("a.test")) <= 16_384
+    moved = Jars(max_bytes=16_384)
+    moved.adopt("a.test", large.record("a.test"))
+    assert moved.record("a.test") == large.record("a.test")
+    default = Jars()
+    default.adopt("a.test", large.record("a.test"))  # past its bound: read as none
+    assert default.record("a.test") == ""
+
+
+def test_max_cookie_bytes_is_refused_outside_its_range() -> None:
+    """A jar bound of 0 or over 64 KiB is refused with one line naming the flag."""
+    for bad in (0, 65_537):
+        with pytest.raises(ConfigError, match="--max-cookie-bytes must be 1 to 65536"):
+            Settings(max_cookie_bytes=bad)

@@ -142,7 +142,7 @@ class Membership:
             refuses=worker.handler.refusal,
             spider_name=worker.spider_name,
             tally=worker.tally,
-            jars=Jars(),
+            jars=Jars(worker.settings.max_cookie_bytes),
             now=self.now(),
             faults=worker.faults,
         )

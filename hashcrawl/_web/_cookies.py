@@ -5,8 +5,8 @@ only, never to another, even in the same domain. The rules of which cookie goes 
 which request (path, expiry, ``Secure``, ``Max-Age``) are the standard library's
 ``http.cookiejar``, through ``httpx.Cookies``; no jar is shared, so no state is.
 
-Every bound is fixed: a host's jar holds at most ``max_bytes`` (:data:`MAX_JAR_BYTES`
-unless given) of cookies as handed over (the largest cookies go
+Every bound is fixed: a host's jar holds at most ``max_bytes`` (``--max-cookie-bytes``,
+:data:`MAX_JAR_BYTES` by default) of cookies as handed over (the largest cookies go
 first when a response would overflow it), and an owner keeps the jars of at most
 :data:`MAX_JARS` hosts (the least recently used go).
 """
@@ -111,7 +111,7 @@ class Jars:
 
     def adopt(self, host: str, text: str) -> None:
         """Take a host's cookies from its previous owner's record; bad text gives none."""
-        cookies = _decode(text)
+        cookies = _decode(text, 2 * self.max_bytes)
         if not cookies:
             return
         jar = self._jars.setdefault(host, httpx.Cookies())
@@ -138,9 +138,10 @@ def _encode(cookies: Iterable[Cookie]) -> str:
     return json.dumps(rows, separators=(",", ":"), ensure_ascii=False) if rows else ""
 
 
-def _decode(text: str) -> list[Cookie]:
-    """Cookies from a record; anything malformed is left out (records are outside input)."""
-    if not text or len(text) > 2 * MAX_JAR_BYTES:
+def _decode(text: str, limit: int = 2 * MAX_JAR_BYTES) -> list[Cookie]:
+    """Cookies from a record of at most ``limit`` characters; anything malformed is left
+    out (records are outside input)."""
+    if not text or len(text) > limit:
         return []
     try:
         rows: Any = json.loads(text)
