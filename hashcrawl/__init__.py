@@ -35,7 +35,7 @@ _HOMES = {
     "Request": "_web._models",
     "Response": "_web._models",
     "Queue": "_run._queue",
-    "Settings": "_settings",
+    "Settings": "_core._settings",
     "CsvSink": "_web._documents",
     "JsonLinesSink": "_web._sinks",
     "JsonSink": "_web._documents",
@@ -70,6 +70,7 @@ if TYPE_CHECKING:
     from hashcrawl._web._spider import CrawlSpider, Failure, Spider
     from hashcrawl._web._warc import WarcSink
 
+    from ._core._settings import Settings
     from ._exceptions import (
         BrowserError,
         BrowserGone,
@@ -84,7 +85,6 @@ if TYPE_CHECKING:
         Refused,
         StateLost,
     )
-    from ._settings import Settings
 else:
 
     def __getattr__(name: str) -> Any:

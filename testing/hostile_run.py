@@ -39,7 +39,7 @@ CRAWL = "hostile"
 
 def fetch_layer_hardened() -> bool:
     """Whether the fetch layer refuses private addresses (hostile-fetch's work is in)."""
-    from hashcrawl._settings import Settings
+    from hashcrawl._core._settings import Settings
 
     return "allow_nets" in attrs.fields_dict(Settings)
 

@@ -14,9 +14,9 @@ from hashcrawl._core._outcome import Kind, Outcome
 from hashcrawl._core._page import Page, Step
 from hashcrawl._core._ring import Ring
 from hashcrawl._core._session import COMMIT_MAX, Session
+from hashcrawl._core._settings import Settings
 from hashcrawl._exceptions import Fenced, QueueError
 from hashcrawl._run._metrics import Tally
-from hashcrawl._settings import Settings
 from hashcrawl._store._store import Beat, Committed
 from hashcrawl._web._cookies import Jars
 

@@ -222,8 +222,8 @@ async def test_a_redirects_target_is_one_level_deeper_and_none_is_followed_past_
     followed, one above it is, at the next depth."""
     from hashcrawl._core._entry import Entry
     from hashcrawl._core._frontier import Held
+    from hashcrawl._core._settings import Settings
     from hashcrawl._run._handling import Handler, Origin
-    from hashcrawl._settings import Settings
     from hashcrawl._web._models import Request, Response
 
     def moved(depth: int) -> Held:
@@ -305,8 +305,8 @@ async def test_links_the_worker_queued_already_are_counted_but_not_followed_agai
     from hashcrawl._core._ring import Ring
     from hashcrawl._core._rules import Robots
     from hashcrawl._core._scope import Scope
+    from hashcrawl._core._settings import Settings
     from hashcrawl._run._handling import Handler, Origin
-    from hashcrawl._settings import Settings
     from hashcrawl._web._models import Request, Response
 
     queued = ["http://a.test/a", "http://a.test/private/c", "http://b.test/x"]

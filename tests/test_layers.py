@@ -11,11 +11,11 @@ from pathlib import Path
 
 PACKAGE = Path(__file__).resolve().parent.parent / "hashcrawl"
 IO = ("redis", "trio", "httpx", "lxml")
-ROOT = "root"  # the package's own top-level modules: _exceptions, _version, _settings, _flags
+ROOT = "root"  # the package's own top-level modules: _exceptions and _version, the ground floor
 # Which layers each layer may import (itself always). hashcrawl/__init__.py and
 # __main__.py are the entrances: they may import anything.
 MAY_IMPORT = {
-    ROOT: {"_core"},
+    ROOT: set(),
     "_core": {ROOT},
     "_store": {ROOT, "_core"},
     "_web": {ROOT, "_core"},

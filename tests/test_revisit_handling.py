@@ -15,9 +15,9 @@ from hashcrawl._core._frontier import Held
 from hashcrawl._core._outcome import Kind
 from hashcrawl._core._parts import Clock
 from hashcrawl._core._revisit import Record, Verdict, digest_of
+from hashcrawl._core._settings import Settings, revisit_policy
 from hashcrawl._run._callbacks import unix_now
 from hashcrawl._run._handling import Handler, Origin
-from hashcrawl._settings import Settings, revisit_policy
 from hashcrawl._web._models import Request, Response
 
 SETTINGS = Settings(revisit="adaptive", revisit_min=60, revisit_max=86_400)

@@ -12,8 +12,8 @@ from hashcrawl._core._faults import Faults
 from hashcrawl._core._frontier import Frontier
 from hashcrawl._core._parts import Clock
 from hashcrawl._core._seams import Tally
+from hashcrawl._core._settings import Settings
 from hashcrawl._exceptions import Fenced, QueueError, StateLost
-from hashcrawl._settings import Settings
 
 
 class Beating(Protocol):

@@ -27,9 +27,9 @@ from hashcrawl._core._ring import Ring
 from hashcrawl._core._scope import Scope
 from hashcrawl._core._scope import members as scope_members
 from hashcrawl._core._seams import CookieJars, Tally
+from hashcrawl._core._settings import Settings
 from hashcrawl._core._urls import fingerprint
 from hashcrawl._exceptions import Fenced
-from hashcrawl._settings import Settings
 
 
 class Committing(Protocol):

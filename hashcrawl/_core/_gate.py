@@ -18,7 +18,7 @@ from hashcrawl._core._faults import Faults
 from hashcrawl._core._frontier import Frontier, Held, Host
 from hashcrawl._core._ledger import Ledger
 from hashcrawl._core._parts import Suspects
-from hashcrawl._settings import Settings
+from hashcrawl._core._settings import Settings
 
 
 class Dispatching(Protocol):

@@ -42,8 +42,8 @@ from hashcrawl._core._ring import Ring
 from hashcrawl._core._scope import Scope
 from hashcrawl._core._scope import members as scope_members
 from hashcrawl._core._seams import CookieJars, Tally
+from hashcrawl._core._settings import Settings
 from hashcrawl._exceptions import QueueError
-from hashcrawl._settings import Settings
 
 log = logging.getLogger("hashcrawl")
 # A commit costs ~10 Redis commands however few pages it carries, so waiting 200 ms

@@ -13,13 +13,13 @@ import trio
 
 from hashcrawl._core._faults import Faults
 from hashcrawl._core._session import COMMIT_EVERY, COMMIT_MAX, Session
+from hashcrawl._core._settings import Settings
 from hashcrawl._exceptions import ConfigError, Fenced, QueueError
 from hashcrawl._run._calls import Call, Signal, StoreCaller, Wakeup
 from hashcrawl._run._handling import Handler
 from hashcrawl._run._inbound import Inbound, Parcel
 from hashcrawl._run._metrics import Tally
 from hashcrawl._run._notices import Notices
-from hashcrawl._settings import Settings
 from hashcrawl._store._base import RevisitStore, WorkerStore
 from hashcrawl._store._crawlconfig import CrawlSettings
 from hashcrawl._web._cookies import Jars

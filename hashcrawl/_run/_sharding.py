@@ -37,13 +37,13 @@ from hashcrawl._core._gate import Pool
 from hashcrawl._core._outcome import Outcome
 from hashcrawl._core._scope import members as scope_members
 from hashcrawl._core._session import COMMIT_MAX
+from hashcrawl._core._settings import Settings
 from hashcrawl._core._shards import Ends, Report, shard_of
 from hashcrawl._exceptions import QueueError
 from hashcrawl._run._calls import Signal
 from hashcrawl._run._driver import Driver
 from hashcrawl._run._inbound import Parcel
 from hashcrawl._run._membership import Member, unwrapped
-from hashcrawl._settings import Settings
 from hashcrawl._store._revisits import Revisits
 from hashcrawl._store._shards import Shards, queued_any
 from hashcrawl._web._fetch import Fetcher

@@ -23,13 +23,14 @@ from hashcrawl._browser._process import find_chromium
 from hashcrawl._browser._reach import Reach
 from hashcrawl._browser._render import Renderer
 from hashcrawl._core._faults import NO_FAULTS, Faults
+from hashcrawl._core._flags import header_pairs
 from hashcrawl._core._names import check_name, incarnation
 from hashcrawl._core._patterns import Patterns
 from hashcrawl._core._session import Session
+from hashcrawl._core._settings import CRAWL, Settings
 from hashcrawl._core._steps import renders
 from hashcrawl._core._urls import canonicalize
 from hashcrawl._exceptions import ConfigError, Fenced, ShardsChanged, StateLost
-from hashcrawl._flags import header_pairs
 from hashcrawl._run._calls import StoreCaller
 from hashcrawl._run._driver import Driver as Driver
 from hashcrawl._run._handling import Handler, Parse
@@ -39,7 +40,6 @@ from hashcrawl._run._metrics import Tally
 from hashcrawl._run._notices import Notices
 from hashcrawl._run._queue import submit_start_requests, unwanted_start
 from hashcrawl._run._sharding import Sharded
-from hashcrawl._settings import CRAWL, Settings
 from hashcrawl._store import _crawlconfig
 from hashcrawl._store._base import WorkerStore
 from hashcrawl._store._crawlconfig import CrawlSettings

@@ -35,7 +35,7 @@ import attrs
 
 from hashcrawl._cli._server import RedisServer
 from hashcrawl._core._revisit import Policy
-from hashcrawl._settings import Settings
+from hashcrawl._core._settings import Settings
 from testing.fleet import Processes, flags, status_of, submit, wait_until
 from testing.revisitjudge import RESOLUTION, Bound, judge
 from testing.revisitsite import Page, RevisitSite
