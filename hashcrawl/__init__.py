@@ -47,9 +47,9 @@ _HOMES = {
     "CrawlSpider": "_web._spider",
     "Failure": "_web._spider",
     "FormRequest": "_web._forms",
-    "Link": "_web._rules",
-    "LinkExtractor": "_web._rules",
-    "Rule": "_web._rules",
+    "Link": "_web._linkrules",
+    "LinkExtractor": "_web._linkrules",
+    "Rule": "_web._linkrules",
     "WarcSink": "_web._warc",
     "Worker": "_run._worker",
 }
@@ -63,9 +63,9 @@ if TYPE_CHECKING:
     from hashcrawl._web._fakes import MemorySink, MockFetcher
     from hashcrawl._web._fetch import Fetcher, HttpxFetcher
     from hashcrawl._web._forms import FormRequest
+    from hashcrawl._web._linkrules import Link, LinkExtractor, Rule
     from hashcrawl._web._models import Request, Response
     from hashcrawl._web._parquet import ParquetSink
-    from hashcrawl._web._rules import Link, LinkExtractor, Rule
     from hashcrawl._web._sinks import JsonLinesSink, Sink, sink_for
     from hashcrawl._web._spider import CrawlSpider, Failure, Spider
     from hashcrawl._web._warc import WarcSink

@@ -37,7 +37,7 @@ from hashcrawl._core._ring import INCARNATION, name_of
 from hashcrawl._exceptions import QueueError
 from hashcrawl._run._driver import Driver
 from hashcrawl._run._naming import Place
-from hashcrawl._run._revisiting import Taker
+from hashcrawl._run._taker import Taker
 from hashcrawl._run._worker import Worker
 from hashcrawl._store import _crawlconfig
 from hashcrawl._store._redisurl import RedisURL

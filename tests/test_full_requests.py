@@ -12,9 +12,9 @@ import trio
 
 import hashcrawl
 from hashcrawl._cli._flagset import read_flags, write_flags
-from hashcrawl._cli._server import RedisServer
 from hashcrawl._core._entry import MAX_ENTRY_BYTES
 from hashcrawl._exceptions import ConfigError
+from hashcrawl._store._server import RedisServer
 from testing.fleet import Crew, crawl_in_process, fast_settings, new_crawl_name
 from testing.formsite import PASSWORD, TOKEN, USER, FormSite, Seen
 

@@ -198,7 +198,7 @@ MODULE_LINES = 500
 CLASS_LINES = 350
 # Under 300: the session is a facade; under 200: the handler does what the core's
 # response policy decides (_core/_respond.py) and runs the callbacks, nothing more.
-FACADE_LINES = {"hashcrawl._core._session.Session": 299, "hashcrawl._run._handling.Handler": 199}
+FACADE_LINES = {"hashcrawl._core._session.Session": 299, "hashcrawl._run._handler.Handler": 199}
 
 
 def sizes() -> Iterator[tuple[str, int, int]]:

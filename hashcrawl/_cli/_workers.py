@@ -217,7 +217,7 @@ async def _stop_on_signals(
 
 
 def cmd_crawl(args: argparse.Namespace) -> int:
-    from hashcrawl._cli._server import RedisServer
+    from hashcrawl._store._server import RedisServer
 
     check_crawl_name(args.crawl)
     settings = settings_from(args)  # check the flags before starting anything

@@ -182,7 +182,7 @@ def _networks(_: object, field: attrs.Attribute[Any], value: tuple[str, ...]) ->
 def _user_agent(_: object, field: attrs.Attribute[Any], value: str) -> None:
     """One line of ASCII text that starts with a product token (robots.txt matches it)."""
     from hashcrawl._core._entry import HEADER_VALUE
-    from hashcrawl._core._rules import product_token
+    from hashcrawl._core._robotsrules import product_token
 
     if not HEADER_VALUE.fullmatch(value):
         raise ConfigError(f"{flag_name(field)} must be one line of ASCII text up to 8 KiB")

@@ -16,7 +16,7 @@ from typing import TYPE_CHECKING
 
 from hashcrawl._core._frontier import Held
 from hashcrawl._core._outcome import Origin, Outcome
-from hashcrawl._core._rules import Robots, Unreachable
+from hashcrawl._core._robotsrules import Robots, Unreachable
 from hashcrawl._core._seams import Reply
 from hashcrawl._core._settings import Settings
 from hashcrawl._exceptions import FetchError, Refused

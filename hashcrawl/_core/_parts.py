@@ -8,7 +8,7 @@ import attrs
 
 from hashcrawl._core._entry import Entry
 from hashcrawl._core._frontier import Frontier, Held, Host
-from hashcrawl._core._rules import RULES_TTL, Robots, Unreachable, first_sitemaps
+from hashcrawl._core._robotsrules import RULES_TTL, Robots, Unreachable, first_sitemaps
 
 
 @attrs.define

@@ -37,8 +37,8 @@ from hashcrawl._core._names import Holder, HolderBehind
 from hashcrawl._core._session import FORGET_EVERY
 from hashcrawl._exceptions import ConfigError, InvalidURL, QueueError
 from hashcrawl._run._calls import Call
-from hashcrawl._run._committing import Committer
-from hashcrawl._run._fetching import Dispatcher
+from hashcrawl._run._committer import Committer
+from hashcrawl._run._dispatcher import Dispatcher
 from hashcrawl._run._handoffs import Handoffs
 from hashcrawl._run._membership import (
     Member,
@@ -49,7 +49,7 @@ from hashcrawl._run._membership import (
     unwrapped,
 )
 from hashcrawl._run._naming import Place, claim
-from hashcrawl._run._revisiting import Taker
+from hashcrawl._run._taker import Taker
 from hashcrawl._store import _crawlconfig
 from hashcrawl._store._base import RevisitStore, WorkerStore
 from hashcrawl._store._store import Beat

@@ -16,7 +16,7 @@ from hashcrawl._core._session import COMMIT_EVERY, COMMIT_MAX, Session
 from hashcrawl._core._settings import Settings
 from hashcrawl._exceptions import ConfigError, Fenced, QueueError
 from hashcrawl._run._calls import Call, Signal, StoreCaller, Wakeup
-from hashcrawl._run._handling import Handler
+from hashcrawl._run._handler import Handler
 from hashcrawl._run._inbound import Inbound, Parcel
 from hashcrawl._run._metrics import Tally
 from hashcrawl._run._notices import Notices

@@ -33,7 +33,7 @@ from hashcrawl._core._urls import canonicalize
 from hashcrawl._exceptions import ConfigError, Fenced, ShardsChanged, StateLost
 from hashcrawl._run._calls import StoreCaller
 from hashcrawl._run._driver import Driver as Driver
-from hashcrawl._run._handling import Handler, Parse
+from hashcrawl._run._handler import Handler, Parse
 from hashcrawl._run._membership import _in_worker_thread
 from hashcrawl._run._membership import unwrapped as unwrapped
 from hashcrawl._run._metrics import Tally

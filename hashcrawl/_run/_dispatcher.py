@@ -17,9 +17,9 @@ from hashcrawl._core._outcome import Outcome
 from hashcrawl._core._page import Page, Step
 from hashcrawl._core._revisit import Record
 from hashcrawl._exceptions import FetchError, Refused
+from hashcrawl._run._frontierpace import FrontierPace
 from hashcrawl._run._membership import Membership
 from hashcrawl._run._metrics import error_kind
-from hashcrawl._run._rendering import FrontierPace
 from hashcrawl._web._fetch import Fetcher
 from hashcrawl._web._models import Request, Response
 from hashcrawl._web._pools import NotSent, sending_only_while
