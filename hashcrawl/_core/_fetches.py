@@ -23,7 +23,9 @@ from hashcrawl._core._settings import Settings
 class Ending(Protocol):
     """What the fetches' ends read of their session (named here: the session makes them)."""
 
-    settings: Settings
+    @property
+    def settings(self) -> Settings: ...
+
     frontier: Frontier
     ledger: Ledger
     suspects: Suspects

@@ -384,3 +384,11 @@ ADDRESSES = ("allow_nets", "allow_private")  # and these, to check start URLs
 
 #: The crawl settings: one value fleet-wide, stored with the crawl (see ``_crawlconfig``).
 CRAWL = tuple(f.name for f in attrs.fields(Settings) if f.metadata["flag"].crawl)
+
+
+@attrs.define
+class Current:
+    """The settings a membership decides by now: one holder that its parts read, so
+    that a change of the crawl's settings (``configure``) reaches them all at once."""
+
+    settings: Settings
