@@ -20,6 +20,7 @@ from hashcrawl._core._frontier import Frontier, Held, Host
 from hashcrawl._core._ledger import Ledger
 from hashcrawl._core._parts import RobotsCache, Suspects
 from hashcrawl._core._settings import Settings
+from hashcrawl._exceptions import InvalidURL
 
 
 class Dispatching(Protocol):
@@ -160,7 +161,11 @@ class Gate:
         """When a rendered page's sub-request to ``url`` may start (its host's turn,
         counted as the host's last start at once: see ``Frontier.sub_request_turn``),
         or why it may not: robots.txt disallows it, or the host is not this worker's."""
-        s, host = self.s, Entry(url=url).host
+        s = self.s
+        try:
+            host = Entry(url=url).host
+        except InvalidURL:
+            return f"not a URL to fetch: {url:.100}"
         rules = s.robots.rules.get(host) if s.settings.obey_robots else None
         if rules is not None and not rules.allowed(url):
             return f"robots.txt disallows {url:.100}"
@@ -171,3 +176,13 @@ class Gate:
 
     def sub_request_ended(self, url: str, now: float) -> None:
         self.s.frontier.sub_request_ended(Entry(url=url).host, now)
+
+    def hop_turn(self, url: str, now: float) -> float:
+        """When a robots.txt redirect's next hop, to ``url``, may start: at its host's
+        turn when this worker owns the host (counted as a start, as a sub-request's), or
+        --delay from now when another owner paces the host's pages."""
+        try:
+            turn = self.s.frontier.sub_request_turn(Entry(url=url).host, now)
+        except InvalidURL:
+            turn = None
+        return turn if turn is not None else now + self.s.settings.delay

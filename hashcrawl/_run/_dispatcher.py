@@ -270,10 +270,12 @@ class Dispatcher:
         fetch = RobotsFetch(held.entry.url, self.m.settings.user_agent)
         got: str | Robots | Unreachable = fetch.url
         while isinstance(got, str):
-            if fetch.hops:  # a redirect: its target waits the delay, as any request would
-                await trio.sleep(self.m.settings.delay)
+            if fetch.hops:  # a redirect: its target waits its host's turn, as any request
+                turn = self.m.session.gate.hop_turn(got, self.m.now())
+                await trio.sleep(max(0.0, turn - self.m.now()))
             try:
                 response = await self.send(held, Request(got))
+                self.m.session.gate.sub_request_ended(got, self.m.now())
                 # Parsing 500 KiB of rules takes a good part of a second: not on the loop.
                 answered = functools.partial(fetch.answered, truncated=response.truncated)
                 got = await self.m.offload(
