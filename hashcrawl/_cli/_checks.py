@@ -14,7 +14,6 @@ from typing import TYPE_CHECKING, Any
 
 from hashcrawl._exceptions import ConfigError, QueueError
 from hashcrawl._store._redisurl import RedisURL
-from hashcrawl._web._addresses import AddressPolicy, SubmitCheck
 from hashcrawl._web._documents import foreign_document
 from hashcrawl._web._parquet import parquet_module
 from hashcrawl._web._sinks import format_of
@@ -63,21 +62,6 @@ def _check_directory(path: str, ending: str) -> None:
     if not (os.path.isdir(where) and os.access(where, os.W_OK | os.X_OK)):
         kind = "Parquet" if ending == ".parquet" else "WARC"
         raise ConfigError(f"-o cannot write {kind} files in {where!r}: not a writable directory")
-
-
-def check_start_urls(urls: list[str], policy: AddressPolicy) -> None:
-    """Refuse bad URLs, and those the workers would refuse to connect to.
-
-    Raises:
-        ConfigError: the first such URL, with the rule it breaks.
-    """
-    from hashcrawl._core._urls import canonicalize
-
-    check = SubmitCheck(policy)  # as Queue.submit judges them, in the flags' words
-    for url in urls:
-        refusal = check.refusal(canonicalize(url))
-        if refusal is not None:
-            raise ConfigError(refusal)
 
 
 def spider_of(args: argparse.Namespace) -> Any:

@@ -17,22 +17,21 @@ from typing import Any
 
 import attrs
 
-from hashcrawl._cli._checks import check_start_urls
 from hashcrawl._cli._flagset import given_flags
 from hashcrawl._cli._local import plural
 from hashcrawl._cli._parser import USAGE
 from hashcrawl._cli._statedir import opened_queue, redis_of
 from hashcrawl._core._settings import CRAWL, Settings
 from hashcrawl._exceptions import ConfigError
-from hashcrawl._run._queue import Queue
+from hashcrawl._run._queue import Queue, check_start_urls
 from hashcrawl._store._crawlconfig import view_lines
-from hashcrawl._web._addresses import AddressPolicy, SubmitCheck
+from hashcrawl._web._addresses import ALLOW_HINT, AddressPolicy, SubmitCheck
 
 
 def cmd_submit(args: argparse.Namespace) -> int:
     policy = _policy(args)
     if args.urls != ["-"]:
-        check_start_urls(args.urls, policy)  # every URL is checked before any goes in
+        check_start_urls(args.urls, policy, hint=ALLOW_HINT)  # all, before any goes in
     with Queue(redis_of(args), args.crawl, shards=args.shards) as queue:
         if not args.new:
             _check_exists(args, queue, hint="; submit --new starts a crawl of that name")

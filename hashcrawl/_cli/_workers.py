@@ -24,12 +24,11 @@ from typing import TYPE_CHECKING, Any
 import attrs
 import trio
 
-from hashcrawl._cli._checks import check_reachable, check_start_urls, checked_output, spider_of
+from hashcrawl._cli._checks import check_reachable, checked_output, spider_of
 from hashcrawl._cli._flagset import given_flags, write_flags
 from hashcrawl._cli._local import (
     Children,
     already_complete,
-    check_start_patterns,
     cores,
     expire_previous_members,
     interrupts_held,
@@ -46,9 +45,10 @@ from hashcrawl._core._patterns import Patterns
 from hashcrawl._core._scope import Scope
 from hashcrawl._core._settings import CRAWL, Settings
 from hashcrawl._exceptions import ConfigError
+from hashcrawl._run._queue import check_start_urls
 from hashcrawl._store._redisurl import ENV_VAR as REDIS_ENV_VAR
 from hashcrawl._store._redisurl import RedisURL, check_crawl_name
-from hashcrawl._web._addresses import AddressPolicy
+from hashcrawl._web._addresses import ALLOW_HINT, AddressPolicy
 from hashcrawl._web._sinks import sinks_for
 from hashcrawl._web._spider import scrapy_settings
 
@@ -60,8 +60,6 @@ if TYPE_CHECKING:
 
 
 def cmd_join(args: argparse.Namespace) -> int:
-    from hashcrawl._run._worker import check_start_urls
-    from hashcrawl._web._addresses import ALLOW_HINT
 
     early_stop: list[int] = []
     # A SIGTERM before trio takes over the signals must still mean "stop", not death.
@@ -74,7 +72,10 @@ def cmd_join(args: argparse.Namespace) -> int:
     spider = spider_of(args)
     # The Worker checks them too, in Python's words: here, in the flags', before the -o
     # file or anything in Redis is made.
-    check_start_urls(list(getattr(spider, "start_urls", None) or ()), settings, ALLOW_HINT)
+    starts = list(getattr(spider, "start_urls", None) or ())
+    policy = AddressPolicy.of(settings.allow_nets, settings.allow_private)
+    patterns = Patterns(settings.accept_regex, settings.reject_regex)
+    check_start_urls(starts, policy, patterns, ALLOW_HINT)
     made = [p for p in args.output or () if p != "-" and not os.path.lexists(p)]
     checked_output(args.output)
     try:
@@ -225,9 +226,10 @@ def cmd_crawl(args: argparse.Namespace) -> int:
     urls = list(args.urls) or list(getattr(spider, "start_urls", None) or ())
     if not urls and not _starts_itself(spider):
         raise ConfigError("crawl needs a start URL (or a --spider with start_urls)")
-    check_start_urls(urls, AddressPolicy.of(settings.allow_nets, settings.allow_private))
-    # A start URL the patterns given keep out is refused before anything is written.
-    check_start_patterns(urls, Patterns(settings.accept_regex, settings.reject_regex))
+    # A start URL no worker would fetch is refused before anything is written.
+    policy = AddressPolicy.of(settings.allow_nets, settings.allow_private)
+    patterns = Patterns(settings.accept_regex, settings.reject_regex)
+    check_start_urls(urls, policy, patterns, ALLOW_HINT)
     made = [p for p in args.output or () if p != "-" and not os.path.lexists(p)]
     checked_output(args.output)
     state = _state_dir(args)

@@ -28,6 +28,9 @@ from hashcrawl._web._spider import Calls
 BATCH = 1000
 
 
+NO_PATTERNS = Patterns(None, None)  # a crawl with no --accept-regex or --reject-regex
+
+
 class Queue:
     """A crawl's shared queue: ``submit`` URLs into it, read its ``status``, ``clear`` it.
 
@@ -189,16 +192,36 @@ class Queue:
 Target = WorkerStore | Shards  # one store, or a sharded crawl's shards
 
 
+def check_start_urls(
+    urls: Iterable[str],
+    policy: AddressPolicy,
+    patterns: Patterns = NO_PATTERNS,
+    hint: str = PYTHON_ALLOW_HINT,
+) -> None:
+    """Refuse, before anything goes in, a start URL no worker would fetch: one the
+    address rule ``policy`` refuses to connect to (left to the fetcher, it would show only
+    as a dead letter after a crawl of nothing) or the crawl's ``patterns`` keep out.
+
+    Raises:
+        ConfigError: the first such URL, naming the settings that would allow it
+            (``hint``: Python's names by default, the flags' from the command line).
+    """
+    for _ in _allowed(urls, SubmitCheck(policy, hint), patterns):
+        pass
+
+
 def _allowed(urls: Iterable[str], check: SubmitCheck, patterns: Patterns) -> Iterator[str]:
     """``urls``, each checked against the address rule and the crawl's patterns as it
-    is read.
+    is read (see :func:`check_start_urls`).
 
     Raises:
         ConfigError: the first URL refused.
     """
     for url in urls:
         canonical = canonicalize(url)
-        why = check.refusal(canonical) or unwanted_start(url, canonical, patterns)
+        refused = check.refusal(canonical)
+        why = f"start URL {url:.200}: {refused}" if refused else None
+        why = why or unwanted_start(url, canonical, patterns)
         if why is not None:
             raise ConfigError(why)
         yield url

@@ -29,7 +29,6 @@ from hashcrawl._core._patterns import Patterns
 from hashcrawl._core._session import Session
 from hashcrawl._core._settings import CRAWL, Settings
 from hashcrawl._core._steps import renders
-from hashcrawl._core._urls import canonicalize
 from hashcrawl._exceptions import ConfigError, Fenced, ShardsChanged, StateLost
 from hashcrawl._run._calls import StoreCaller
 from hashcrawl._run._driver import Driver as Driver
@@ -38,7 +37,7 @@ from hashcrawl._run._membership import _in_worker_thread
 from hashcrawl._run._membership import unwrapped as unwrapped
 from hashcrawl._run._metrics import Tally
 from hashcrawl._run._notices import Notices
-from hashcrawl._run._queue import submit_start_requests, unwanted_start
+from hashcrawl._run._queue import check_start_urls, submit_start_requests
 from hashcrawl._run._sharding import Sharded
 from hashcrawl._store import _crawlconfig
 from hashcrawl._store._base import WorkerStore
@@ -47,7 +46,7 @@ from hashcrawl._store._redisurl import RedisURL, check_crawl_name
 from hashcrawl._store._revisits import Revisits
 from hashcrawl._store._shards import Shards, shard_tags, still_one_shard
 from hashcrawl._store._store import LOST, Store
-from hashcrawl._web._addresses import PYTHON_ALLOW_HINT, AddressPolicy, SubmitCheck
+from hashcrawl._web._addresses import AddressPolicy
 from hashcrawl._web._fetch import Fetcher, HttpxFetcher
 from hashcrawl._web._sinks import Sink, archive_of, one_sink, sink_for
 from hashcrawl._web._spider import Calls, Spider, scrapy_settings
@@ -194,7 +193,9 @@ class Worker:
         """
         if self.spider is not None:  # refused before anything is recorded in Redis
             urls = list(getattr(self.spider, "start_urls", None) or ())
-            await trio.to_thread.run_sync(check_start_urls, urls, self.settings)
+            policy = AddressPolicy.of(self.settings.allow_nets, self.settings.allow_private)
+            patterns = Patterns(self.settings.accept_regex, self.settings.reject_regex)
+            await trio.to_thread.run_sync(check_start_urls, urls, policy, patterns)
         # Take the crawl's settings (or record these) before they are used.
         settings, self.crawl_settings = await trio.to_thread.run_sync(
             _crawlconfig.adopt_at, self.url, self.crawl, self.settings, self.given_crawl
@@ -361,26 +362,6 @@ class Worker:
             for name, value in store.fleet_counters().items():
                 totals[name] = totals.get(name, 0) + value
         return totals
-
-
-def check_start_urls(urls: list[str], settings: Settings, hint: str = PYTHON_ALLOW_HINT) -> None:
-    """Refuse a spider's start URL that this worker would refuse to connect to: left
-    to the fetcher, it would only show as a dead letter after a crawl of nothing.
-
-    Raises:
-        ConfigError: the first such URL, naming the settings that would allow it
-            (``hint``: Python's names by default).
-    """
-    check = SubmitCheck(AddressPolicy.of(settings.allow_nets, settings.allow_private), hint)
-    patterns = Patterns(settings.accept_regex, settings.reject_regex)
-    for url in urls:
-        canonical = canonicalize(url)
-        refusal = check.refusal(canonical)
-        if refusal is not None:
-            raise ConfigError(f"start URL {url}: {refusal}")
-        unwanted = unwanted_start(url, canonical, patterns)
-        if unwanted is not None:
-            raise ConfigError(unwanted)
 
 
 def _spider_name(spider: Spider | None, parse: Parse | None) -> str:
