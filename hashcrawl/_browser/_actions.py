@@ -35,14 +35,18 @@ _CLICK = """(() => {
   if (el === null) throw new Error("nothing matches");
   el.scrollIntoView(); el.click(); return true;
 })()"""
-# Scroll to the end; the height before, once two frames have passed (the page's scroll
-# handlers have run and begun their requests), or 100 ms in a page given no frames.
+# Scroll to the end; the height before, once the scroll event has been handled (the
+# page's own handlers, added before ours, have run and begun their requests): a busy
+# machine may deliver it a second late. Nothing moved, no event comes: at once.
 _SCROLL = """new Promise(resolve => {
-  const height = document.documentElement.scrollHeight;
+  const height = document.documentElement.scrollHeight, before = window.scrollY;
+  const handled = () => setTimeout(() => resolve(height), 0);
+  window.addEventListener("scroll", handled, {once: true});
   window.scrollTo(0, height);
-  const done = () => resolve(height);
-  requestAnimationFrame(() => requestAnimationFrame(done));
-  setTimeout(done, 100);
+  if (window.scrollY === before) {
+    window.removeEventListener("scroll", handled);
+    resolve(height);
+  }
 })"""
 # "grew" as soon as the page is taller than the height given, "quiet" once its DOM has
 # not changed for the first wait or, after a change, for the quiet time; "busy" at the
@@ -65,9 +69,11 @@ _SETTLE = """new Promise(resolve => {
 })"""
 #: Seconds one scroll waits at most for what it set off (the render timeout bounds it too).
 SCROLL_WITHIN = 10.0
-#: Milliseconds without a change to its DOM after which a page that did not grow is
-#: taken as done (the scroll set nothing off, or what it set off changed no height).
-QUIET_MS = 200
+#: Milliseconds without a request or a change to its DOM after which a page that did not
+#: grow is taken as done (the scroll set nothing off, or what it set off changed no
+#: height). As Playwright's "networkidle": long enough for a request a loaded machine
+#: begins late, paid only by a scroll that sets nothing off.
+QUIET_MS = 500
 #: Milliseconds a page may take to change once the requests a scroll set off are all
 #: answered (its scripts read the answers first; a loaded machine is slow at it).
 ANSWERED_MS = 1000
@@ -163,13 +169,14 @@ async def act(
 
 
 async def _scroll(connection: Connection, session: Session, traffic: Traffic, named: str) -> None:
-    """Scroll to the end, then wait until what that set off is done: every request begun
-    since answered, and then the page grown, or its DOM quiet (``QUIET_MS`` if the
-    scroll set nothing off; else up to ``ANSWERED_MS`` for a first change, ``QUIET_MS``
-    after the last). At most ``SCROLL_WITHIN`` seconds: then the steps go on."""
+    """Scroll to the end, then wait until what that set off is done: the scroll event
+    handled, every request begun since answered, and then the page grown or its DOM
+    quiet (``QUIET_MS`` if the scroll set nothing off; else up to ``ANSWERED_MS`` for a
+    first change, ``QUIET_MS`` after the last). At most ``SCROLL_WITHIN`` seconds: then
+    the steps go on."""
     mark = traffic.begun
-    height = _whole(await evaluate(connection, session, _SCROLL, named))
     with trio.move_on_after(SCROLL_WITHIN):
+        height = _whole(await evaluate(connection, session, _SCROLL, named))
         while True:
             await traffic.quiet_since(mark)
             begun = traffic.begun
