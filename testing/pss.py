@@ -7,10 +7,18 @@ block of the helpers it forks from its zygote (their ``/proc/PID/environ`` no lo
 shows the mark: renderers, the GPU process, utilities), while its crash handler is
 re-parented to init (outside the tree, mark intact). Standard library only: the peer's
 virtualenv has no hashcrawl dependencies.
+
+Two figures per process. PSS, the proportional set size, splits each shared page among
+every process that maps it, on the whole machine: Chromium's executable and libraries
+(``Pss_File``) are shared with any other Chromium running there, so the same browser
+reads 255 or 360 MiB as other browsers start and end. "Own" memory is PSS without
+those file pages (``Pss_Anon`` + ``Pss_Shmem``): what the browser allocated, shared
+only within its own tree, and what a leak grows.
 """
 
 from __future__ import annotations
 
+import dataclasses
 import os
 from pathlib import Path
 
@@ -46,15 +54,27 @@ def run_processes(root: int, mark: str) -> set[int]:
     return found
 
 
-def pss_kib(pid: int) -> int:
-    """A process's proportional set size (0 once it has ended)."""
+@dataclasses.dataclass(frozen=True)
+class Memory:
+    """A run's memory in MiB: the browser's PSS and own memory, and the PSS of the rest
+    (a driver such as Playwright's node)."""
+
+    browser: float
+    browser_own: float
+    other: float
+
+
+def memory_kib(pid: int) -> tuple[int, int]:
+    """A process's (PSS, own memory) in KiB (zeros once it has ended)."""
+    fields: dict[str, int] = {}
     try:
         for line in Path(f"/proc/{pid}/smaps_rollup").read_text().splitlines():
-            if line.startswith("Pss:"):
-                return int(line.split()[1])
+            name, _, rest = line.partition(":")
+            if name in ("Pss", "Pss_Anon", "Pss_Shmem"):
+                fields[name] = int(rest.split()[0])
     except (OSError, ValueError, IndexError):
-        pass
-    return 0
+        return 0, 0
+    return fields.get("Pss", 0), fields.get("Pss_Anon", 0) + fields.get("Pss_Shmem", 0)
 
 
 def is_browser(pid: int) -> bool:
@@ -66,12 +86,13 @@ def is_browser(pid: int) -> bool:
     return name.startswith(BROWSER_NAMES)
 
 
-def run_pss_mib(root: int, mark: str) -> tuple[float, float]:
-    """(the browser's PSS, every other process's PSS) in MiB, for the run of ``root``."""
-    browser = other = 0
+def run_memory(root: int, mark: str) -> Memory:
+    """The memory of the run of ``root`` (see :func:`run_processes`)."""
+    browser = own = other = 0
     for pid in run_processes(root, mark):
+        pss, private = memory_kib(pid)
         if is_browser(pid):
-            browser += pss_kib(pid)
+            browser, own = browser + pss, own + private
         else:
-            other += pss_kib(pid)
-    return browser / 1024, other / 1024
+            other += pss
+    return Memory(browser=browser / 1024, browser_own=own / 1024, other=other / 1024)
