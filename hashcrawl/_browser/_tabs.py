@@ -37,6 +37,7 @@ PAUSE_ALL = {"patterns": [{"urlPattern": "*", "requestStage": "Request"}]}
 FOCUSED = {"enabled": True}
 BLANK = {"url": "about:blank"}
 REFUSED = {"errorReason": "BlockedByClient"}
+LEAVE = {"accept": True}
 AUTO_ATTACH = {"autoAttach": True, "waitForDebuggerOnStart": True, "flatten": True}
 
 
@@ -159,7 +160,8 @@ class Tabs:
 
     async def _cleared(self, tab: Tab) -> bool:
         """Whether ``tab`` left its page for about:blank within ``CLEAR_WITHIN`` (what
-        the leaving page asks to fetch meanwhile, a beacon say, is refused)."""
+        the leaving page asks to fetch meanwhile, a beacon say, is refused; a dialog it
+        opens is accepted)."""
         connection = tab.connection
         with trio.move_on_after(self.CLEAR_WITHIN):
             with contextlib.suppress(BrowserError), connection.listen(tab.session) as events:
@@ -173,6 +175,14 @@ class Tabs:
                         refused = {"requestId": event.params.get("requestId"), **REFUSED}
                         self._nursery.start_soon(
                             self._send, connection, "Fetch.failRequest", refused, tab.session
+                        )
+                    elif event.method == "Page.javascriptDialogOpening":  # "leave the page?"
+                        self._nursery.start_soon(
+                            self._send,
+                            connection,
+                            "Page.handleJavaScriptDialog",
+                            LEAVE,
+                            tab.session,
                         )
         return False
 
