@@ -8,6 +8,7 @@ sends without a browser):
 - ``/script``: items written by an inline script and by ``/app.js``.
 - ``/more``: two items, and a "Load more" button that appends two more by ``fetch``.
 - ``/scroll``: one item; each scroll to the end appends one more by ``fetch``.
+- ``/slow-scroll``: the same, its ``fetch`` answered after ``SLOW`` seconds.
 - ``/links``: links added by script to ``/p/1`` ... ``/p/3``.
 - ``/hostile``: a page that tries every way out to the :class:`Listener`'s address.
 - ``/spin``: ``while (true) {}``; ``/bomb``: a script that takes memory until it dies.
@@ -52,7 +53,7 @@ SCROLL = """<!doctype html><html><head><title>scroll</title></head><body>
 <ul id="items"><li class="item" style="height:2000px">scroll-0</li></ul><script>
 let n = 0; window.addEventListener("scroll", () => {
   if (window.innerHeight + window.scrollY < document.body.offsetHeight - 10) return;
-  fetch("/api/scroll?n=" + (++n)).then(r => r.text()).then(name => {
+  fetch("/api/scroll?n=" + (++n) + "%s").then(r => r.text()).then(name => {
     const li = document.createElement("li"); li.className = "item"; li.style.height = "2000px";
     li.textContent = name; document.getElementById("items").appendChild(li); });
 });</script></body></html>"""
@@ -116,16 +117,10 @@ SERVER_ITEMS = {
 }
 STEPS: dict[str, list[dict[str, Any]]] = {
     "/more": [{"click": "#more"}, {"wait_for": "#items li:nth-child(4)", "timeout": 10}],
-    # Each scroll awaits its item: a scroll step waits at most a second for the page to
-    # grow, which a loaded machine's fetch can outlast (then the next scroll, at the
-    # end already, fires no scroll event).
-    "/scroll": [
-        {"scroll": "end"},
-        {"wait_for": "#items li:nth-child(2)", "timeout": 10},
-        {"scroll": "end"},
-        {"wait_for": "#items li:nth-child(3)", "timeout": 10},
-    ],
+    # A scroll waits for the requests it set off: no wait_for needed between two.
+    "/scroll": [{"scroll": "end", "times": 2}],
 }
+SLOW = 1.5  # seconds /slow-scroll's fetch takes (longer than a fixed one-second wait)
 
 
 @attrs.frozen
@@ -197,7 +192,14 @@ class _Handler(http.server.BaseHTTPRequestHandler):
     def _page(self) -> tuple[str | None, str]:
         path, _, query = self.path.partition("?")
         html = "text/html; charset=utf-8"
-        fixed = {"/": INDEX, "/script": SCRIPT, "/more": MORE, "/scroll": SCROLL, "/links": LINKS}
+        fixed = {
+            "/": INDEX,
+            "/script": SCRIPT,
+            "/more": MORE,
+            "/scroll": SCROLL % "",
+            "/slow-scroll": SCROLL % "&slow=1",
+            "/links": LINKS,
+        }
         if path in fixed:
             return fixed[path], html
         if path == "/app.js":
@@ -205,7 +207,10 @@ class _Handler(http.server.BaseHTTPRequestHandler):
         if path == "/api/more":
             return json.dumps(["more-3", "more-4"]), "application/json"
         if path == "/api/scroll":
-            return f"scroll-{query.partition('=')[2]}", "text/plain"
+            n, _, slow = query.removeprefix("n=").partition("&")
+            if slow and self.site.closing.wait(SLOW):  # the server's answer is slow
+                return None, "text/plain"
+            return f"scroll-{n}", "text/plain"
         if path.startswith("/p/"):
             return f"<!doctype html><html><body><p>{path}</p></body></html>", html
         if path == "/login":
@@ -226,7 +231,7 @@ class _Handler(http.server.BaseHTTPRequestHandler):
         if path == "/form":
             return FORM, html
         if path == "/grow":
-            return GROW % min(int(query.partition("=")[2] or 0), 1024), html
+            return GROW % min(int(query.partition("=")[2].partition("&")[0] or 0), 1024), html
         if path == "/download":
             return "binary", "application/octet-stream"
         return None, html

@@ -399,6 +399,42 @@ async def test_pages_in_background_tabs_scroll_as_the_one_in_front_does() -> Non
     assert found == [PAGES["/scroll"]] * 8
 
 
+async def test_a_scroll_waits_for_the_request_it_set_off_however_slow_it_is() -> None:
+    """Each of two scrolls sets off a fetch the server answers after 1.5 s: each scroll
+    waits for it (no fixed wait, no wait_for), so the page holds both new items."""
+    fetcher = HttpxFetcher(allow_nets=["127.0.0.2/32"], timeout=10)
+    with JsSite() as site:
+        async with Renderer.open(fetcher, tabs=1, render_timeout=20) as renderer:
+            request = Request(site.root + "/slow-scroll", render=True, steps=STEPS["/scroll"])
+            page = await renderer.fetch(request)
+    await fetcher.aclose()
+    assert STEPS["/scroll"] == [{"scroll": "end", "times": 2}]
+    assert page.css("li.item::text").getall() == PAGES["/scroll"]
+
+
+async def test_a_tab_given_back_is_left_on_a_blank_page_with_its_memory_freed() -> None:
+    """Once a page is rendered its tab leaves it for about:blank before the next page may
+    take it: the page's scripts and heap (64 MiB kept alive by script) are gone."""
+    fetcher = HttpxFetcher(allow_nets=["127.0.0.2/32"], timeout=10)
+    with JsSite() as site:
+        async with Renderer.open(fetcher, tabs=1, render_timeout=20) as renderer:
+            page = await renderer.fetch(Request(site.root + "/grow?mib=64", render=True))
+            tab = await renderer.tabs.take()  # the one tab: free once it was cleared
+            try:
+                left = await tab.connection.send(
+                    "Runtime.evaluate",
+                    {"expression": "[location.href, typeof window.kept]", "returnByValue": True},
+                    tab.session,
+                )
+                heap = await tab.connection.send("Runtime.getHeapUsage", {}, tab.session)
+            finally:
+                await renderer.tabs.give_back(tab)
+    await fetcher.aclose()
+    assert page.css("#grown::text").get() == "64"
+    assert left["result"]["value"] == ["about:blank", "undefined"]
+    assert heap["usedSize"] < 16 * 1024 * 1024
+
+
 KILLED = """
 import sys, trio
 from hashcrawl import HttpxFetcher, Request

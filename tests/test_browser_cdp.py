@@ -6,11 +6,13 @@ from typing import Any
 
 import pytest
 import trio
+import trio.testing
 
 from hashcrawl import BrowserError, BrowserGone, FetchError
 from hashcrawl._browser._actions import act, act_all
 from hashcrawl._browser._cdp import MAX_UNREAD_EVENTS, Connection
 from hashcrawl._browser._fake import FakeBrowser, FakeError
+from hashcrawl._browser._intercept import Traffic
 from hashcrawl._core._steps import Step
 
 
@@ -207,3 +209,52 @@ async def test_evaluate_steps_give_their_values_in_order() -> None:
         values = await act_all(fake.connection, "S", steps)
         nursery.cancel_scope.cancel()
     assert values == ("1", "2")
+
+
+async def test_a_scroll_waits_for_the_request_it_set_off_before_judging_the_page() -> None:
+    """The page begins a request when scrolled: the step asks whether the page settled
+    only once that request is answered, and ends when it has grown."""
+    traffic = Traffic()
+    order: list[str] = []
+    answered = trio.Event()
+
+    def handler(method: str, params: dict[str, Any], session: str | None) -> dict[str, Any]:
+        if "scrollTo" in params["expression"]:
+            order.append("scrolled")
+            number = traffic.begin()  # the page's scroll handler fetches
+            nursery.start_soon(answer, number)
+            return {"result": {"value": 100}}
+        order.append("settled?")
+        return {"result": {"value": "grew"}}
+
+    async def answer(number: int) -> None:
+        await trio.testing.wait_all_tasks_blocked()
+        order.append("answered")
+        traffic.end(number)
+        answered.set()
+
+    fake = FakeBrowser(handler)
+    async with trio.open_nursery() as nursery:
+        nursery.start_soon(fake.serve)
+        nursery.start_soon(fake.connection.run)
+        await act(fake.connection, "S1", Step.of({"scroll": "end"}), traffic=traffic)
+        nursery.cancel_scope.cancel()
+    assert order == ["scrolled", "answered", "settled?"]
+    assert "height = 100, first = 1000, quiet = 500" in fake.received[-1][1]["expression"]
+
+
+async def test_a_scroll_whose_page_answers_no_height_still_ends() -> None:
+    """A hostile page's answer to the scroll (not a number) is read as height 0."""
+
+    def handler(method: str, params: dict[str, Any], session: str | None) -> dict[str, Any]:
+        value = {"no": "height"} if "scrollTo" in params["expression"] else "quiet"
+        return {"result": {"value": value}}
+
+    fake = FakeBrowser(handler)
+    async with trio.open_nursery() as nursery:
+        nursery.start_soon(fake.serve)
+        nursery.start_soon(fake.connection.run)
+        await act(fake.connection, "S1", Step.of({"scroll": "end", "times": 2}))
+        nursery.cancel_scope.cancel()
+    assert fake.methods() == ["Runtime.evaluate"] * 4
+    assert "height = 0, first = 500" in fake.received[-1][1]["expression"]

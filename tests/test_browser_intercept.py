@@ -9,10 +9,11 @@ from typing import Any
 
 import pytest
 import trio
+import trio.testing
 
 from hashcrawl import Refused, Request, Response
 from hashcrawl._browser._fake import FakeBrowser
-from hashcrawl._browser._intercept import BLOCKED_TYPES, Interceptor, Verdict, verdict
+from hashcrawl._browser._intercept import BLOCKED_TYPES, Interceptor, Traffic, Verdict, verdict
 from hashcrawl._browser._pace import HostPace
 from hashcrawl._web._models import Exchange
 
@@ -184,3 +185,27 @@ async def test_a_pages_requests_fetched_with_their_exchange_are_kept_for_the_arc
         Recorder(exchange=wire),
     )
     assert [response.url for response in interceptor.archived] == ["http://a.test/api"]
+
+
+async def test_a_wait_for_quiet_traffic_waits_only_for_requests_begun_after_its_mark() -> None:
+    """A request begun before the mark (a long poll) is not waited for; one begun after
+    is, until it is answered."""
+    traffic = Traffic()
+    long_poll = traffic.begin()
+    mark = traffic.begun
+    answered: list[str] = []
+
+    async def wait() -> None:
+        await traffic.quiet_since(mark)
+        answered.append("quiet")
+
+    async with trio.open_nursery() as nursery:
+        scrolled = traffic.begin()
+        nursery.start_soon(wait)
+        await trio.testing.wait_all_tasks_blocked()
+        assert answered == []
+        traffic.end(scrolled)
+    assert answered == ["quiet"]
+    assert traffic.open_since(0) == 1  # the long poll, still open
+    traffic.end(long_poll)
+    assert traffic.open_since(0) == 0

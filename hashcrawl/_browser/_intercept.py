@@ -73,6 +73,41 @@ def verdict(url: str, resource_type: str, page_host: str, blocked: frozenset[str
     return Verdict.FETCH
 
 
+class Traffic:
+    """A page's requests in flight, numbered as they are paused: what a step waiting for
+    the network to go quiet reads (a scroll waits for the requests it set off)."""
+
+    def __init__(self) -> None:
+        self.begun = 0  # requests paused so far; a mark for :meth:`open_since`
+        self._open: set[int] = set()
+        self._changed = trio.Event()
+
+    def begin(self) -> int:
+        """Count a request paused; its number, for :meth:`end`."""
+        self.begun += 1
+        self._open.add(self.begun)
+        self._signal()
+        return self.begun
+
+    def end(self, number: int) -> None:
+        """Count request ``number`` answered (fulfilled, failed or abandoned)."""
+        self._open.discard(number)
+        self._signal()
+
+    def open_since(self, mark: int) -> int:
+        """The requests begun after ``mark`` (a value of :attr:`begun`) not yet answered."""
+        return sum(1 for number in self._open if number > mark)
+
+    async def quiet_since(self, mark: int) -> None:
+        """Wait until every request begun after ``mark`` is answered."""
+        while self.open_since(mark):
+            await self._changed.wait()
+
+    def _signal(self) -> None:
+        self._changed.set()
+        self._changed = trio.Event()
+
+
 @attrs.define(kw_only=True)
 class Interceptor:
     """Answers one page's paused requests (from the page and its frames).

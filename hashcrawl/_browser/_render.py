@@ -22,7 +22,7 @@ import trio
 
 from hashcrawl._browser._actions import DOCUMENT, act_all, evaluate
 from hashcrawl._browser._cdp import Connection, Event
-from hashcrawl._browser._intercept import BLOCKED_TYPES, Interceptor, header_items
+from hashcrawl._browser._intercept import BLOCKED_TYPES, Interceptor, Traffic, header_items
 from hashcrawl._browser._pace import CURRENT, HostPace, Pace
 from hashcrawl._browser._process import Seal, find_chromium
 from hashcrawl._browser._reach import NO_REACH, Reach
@@ -152,7 +152,9 @@ class Renderer:
                 if navigated.get("errorText"):
                     raise BrowserError(f"{request.url:.100} did not open: {navigated['errorText']}")
                 await loaded.wait()
-                results = await act_all(connection, session, request.steps, self.reach)
+                results = await act_all(
+                    connection, session, request.steps, self.reach, traffic=page.traffic
+                )
                 location, dom = await evaluate(connection, session, DOCUMENT, "reading the DOM")
                 cookies = await _page_cookies(connection, session, str(location))
                 nursery.cancel_scope.cancel()
@@ -195,6 +197,7 @@ class _Page:
     ) -> None:
         self.connection, self.nursery, self.interceptor = connection, nursery, interceptor
         self.session, self.loaded = session, loaded
+        self.traffic = Traffic()
 
     async def follow(self, events: trio.MemoryReceiveChannel[Event]) -> None:
         async for event in events:
@@ -203,8 +206,8 @@ class _Page:
 
     def on(self, event: Event) -> None:
         method, params = event.method, event.params
-        if method == "Fetch.requestPaused":
-            self.nursery.start_soon(self.interceptor.answer, params, event.session)
+        if method == "Fetch.requestPaused":  # counted at once: a step may be waiting
+            self.nursery.start_soon(self._answer, params, event.session, self.traffic.begin())
         elif method == "Page.loadEventFired" and event.session == self.session:
             self.loaded.set()
         elif method == "Page.javascriptDialogOpening":
@@ -216,6 +219,12 @@ class _Page:
             self.nursery.start_soon(self._child, params.get("sessionId"))
         elif method == "Inspector.targetCrashed" and event.session == self.session:
             raise BrowserError("the page's renderer crashed (out of memory?)")
+
+    async def _answer(self, params: dict[str, Any], session: str | None, number: int) -> None:
+        try:
+            await self.interceptor.answer(params, session)
+        finally:
+            self.traffic.end(number)
 
     async def _child(self, child: str | None) -> None:
         if child is None:

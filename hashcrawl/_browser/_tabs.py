@@ -6,6 +6,12 @@ passed ``max_mib``; at most ``tabs`` tabs, each reused until it has rendered
 ``tab_pages`` pages or a page in it failed (then it is closed, and a new one opened
 when next needed). A tab of a browser that is gone is dropped, not reused.
 
+A tab given back leaves its page for ``about:blank`` before another page may take it:
+an idle tab runs no page's scripts or timers, holds none of its requests paused, and
+its renderer frees the page's memory once its garbage is collected, which is asked for
+then (4 tabs idle on pages of 100 MiB each: 741 MiB of PSS cleared but not collected,
+335 MiB collected). A tab that cannot be cleared in time is closed.
+
 A worn browser (pages or memory) is drained, not killed: no new page goes to it, the
 pages in it end as they would have (each within the render timeout), and then the
 next page starts a new one. So a restart fails no page; a browser that dies fails only
@@ -29,6 +35,9 @@ log = logging.getLogger("hashcrawl")
 #: Every request of a tab and its frames is paused, at the request stage.
 PAUSE_ALL = {"patterns": [{"urlPattern": "*", "requestStage": "Request"}]}
 FOCUSED = {"enabled": True}
+BLANK = {"url": "about:blank"}
+REFUSED = {"errorReason": "BlockedByClient"}
+LEAVE = {"accept": True}
 AUTO_ATTACH = {"autoAttach": True, "waitForDebuggerOnStart": True, "flatten": True}
 
 
@@ -71,6 +80,8 @@ class Tabs:
 
     #: Seconds between two measures of the browser's memory.
     MEASURE_EVERY = 1.0
+    #: Seconds a tab given back may take to leave its page (past them it is closed).
+    CLEAR_WITHIN = 5.0
 
     def __init__(
         self,
@@ -125,17 +136,61 @@ class Tabs:
         return await self._open(browser)
 
     async def give_back(self, tab: Tab) -> None:
-        """Return a tab whose page went well (closed instead once it has done its pages,
-        or when its browser is being drained)."""
+        """Return a tab whose page went well: it is cleared in the background (its slot
+        comes free once it is), or closed once it has done its pages, when its browser
+        is being drained, or when it cannot be cleared."""
         tab.pages += 1
         self._pages += 1
+        if tab.pages < self._tab_pages and tab.browser is self.browser and not self._worn():
+            self._nursery.start_soon(self._clear_and_keep, tab)
+            return
         try:
-            if tab.pages >= self._tab_pages or tab.browser is not self.browser or self._worn():
-                await self._close(tab)
-            else:
-                self._idle.append(tab)
+            await self._close(tab)
         finally:
             self._returned_tab(tab)
+
+    async def _clear_and_keep(self, tab: Tab) -> None:
+        try:
+            if await self._cleared(tab):
+                self._idle.append(tab)
+            else:
+                await self._close(tab)
+        finally:
+            self._returned_tab(tab)
+
+    async def _cleared(self, tab: Tab) -> bool:
+        """Whether ``tab`` left its page for about:blank within ``CLEAR_WITHIN`` (what
+        the leaving page asks to fetch meanwhile, a beacon say, is refused; a dialog it
+        opens is accepted)."""
+        connection = tab.connection
+        with trio.move_on_after(self.CLEAR_WITHIN):
+            with contextlib.suppress(BrowserError), connection.listen(tab.session) as events:
+                await connection.send("Page.navigate", BLANK, tab.session)
+                async for event in events:
+                    if event.method == "Page.loadEventFired":
+                        # The page's heap is garbage now, but V8 may keep it for long.
+                        await connection.send("HeapProfiler.collectGarbage", {}, tab.session)
+                        return True
+                    if event.method == "Fetch.requestPaused":
+                        refused = {"requestId": event.params.get("requestId"), **REFUSED}
+                        self._nursery.start_soon(
+                            self._send, connection, "Fetch.failRequest", refused, tab.session
+                        )
+                    elif event.method == "Page.javascriptDialogOpening":  # "leave the page?"
+                        self._nursery.start_soon(
+                            self._send,
+                            connection,
+                            "Page.handleJavaScriptDialog",
+                            LEAVE,
+                            tab.session,
+                        )
+        return False
+
+    async def _send(
+        self, connection: Connection, method: str, params: dict[str, Any], session: str | None
+    ) -> None:
+        with contextlib.suppress(BrowserError):
+            await connection.send(method, params, session)
 
     async def discard(self, tab: Tab) -> None:
         """Close a tab whose page failed or ran past its time (a stuck script ends with it)."""
@@ -233,8 +288,7 @@ class Tabs:
                     self._nursery.start_soon(self._close_target, browser, info.get("targetId"))
 
     async def _close_target(self, browser: BrowserProcess, target: Any) -> None:
-        with contextlib.suppress(BrowserError):
-            await browser.connection.send("Target.closeTarget", {"targetId": target})
+        await self._send(browser.connection, "Target.closeTarget", {"targetId": target}, None)
 
     async def _open(self, browser: BrowserProcess) -> Tab:
         connection = browser.connection
