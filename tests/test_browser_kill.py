@@ -22,7 +22,7 @@ import pytest
 import trio
 
 from hashcrawl._browser._process import NAMES, PROFILE_PREFIX
-from hashcrawl._cli._server import RedisServer
+from hashcrawl._store._server import RedisServer
 from hashcrawl._core._ring import Ring
 from hashcrawl._core._urls import canonicalize, host_key
 from testing.fleet import Processes, new_crawl_name, wait_until
