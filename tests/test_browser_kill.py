@@ -22,9 +22,9 @@ import pytest
 import trio
 
 from hashcrawl._browser._process import NAMES, PROFILE_PREFIX
-from hashcrawl._store._server import RedisServer
 from hashcrawl._core._ring import Ring
 from hashcrawl._core._urls import canonicalize, host_key
+from hashcrawl._store._server import RedisServer
 from testing.fleet import Processes, new_crawl_name, wait_until
 from testing.jssite import PAGES, JsSite
 from testing.pss import run_processes
