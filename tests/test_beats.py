@@ -45,8 +45,8 @@ def test_a_beat_redis_ran_before_this_workers_own_take_does_not_end_the_crawl() 
     beat a second or more after the take may end it."""
     session = session_of(idle=2.0)
     session.heartbeat.took(9)
-    assert not session.finished(beat(idle_since=0, now_ms=9500))
-    assert not session.finished(beat(idle_since=0, now_ms=10_000))
-    assert session.finished(beat(idle_since=0, now_ms=10_001))
+    assert not session.heartbeat.finished(beat(idle_since=0, now_ms=9500))
+    assert not session.heartbeat.finished(beat(idle_since=0, now_ms=10_000))
+    assert session.heartbeat.finished(beat(idle_since=0, now_ms=10_001))
     session.heartbeat.took(5)  # an older take reported late moves nothing back
-    assert session.finished(beat(idle_since=0, now_ms=10_001))
+    assert session.heartbeat.finished(beat(idle_since=0, now_ms=10_001))

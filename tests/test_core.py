@@ -52,7 +52,7 @@ def beat(epoch: int = 1, settled: int = 1, **fields: Any) -> Beat:
 def ready(session: Session, *urls: str, at: float = 0.0) -> None:
     """Read ``urls`` into ``session`` and let it fetch their hosts (settled, paced)."""
     session.take_in([(f"{n}-0", Entry(url=u).encode().encode()) for n, u in enumerate(urls, 1)])
-    session.beat_answered(beat(epoch=session.latest.epoch), sent=at, received=at)
+    session.heartbeat.answered(beat(epoch=session.latest.epoch), sent=at, received=at)
     session.pacing.loaded(*session.pacing.take_due()[:1], {}, session.epochs.release)
 
 
@@ -65,7 +65,7 @@ def test_a_joined_worker_fetches_only_once_the_fleet_settles_and_pace_is_read() 
     session = session_of()
     session.take_in([("1-0", Entry(url="http://a.test/").encode().encode())])
     assert not isinstance(session.next_fetch(0.0), Held)
-    session.beat_answered(beat(settled=1), sent=0.0, received=0.0)
+    session.heartbeat.answered(beat(settled=1), sent=0.0, received=0.0)
     assert session.pacing.take_due()[0] == ["a.test"]
     assert not isinstance(session.next_fetch(0.0), Held)  # its pace record is not read yet
     session.pacing.loaded(["a.test"], {}, Release(settled=1))
@@ -141,9 +141,9 @@ def test_a_lone_page_waits_for_the_timer_unless_nothing_else_can_move() -> None:
     pool = Pool(4, lambda: [session, other])
     session.gate.pool = other.gate.pool = pool
     other.ledger.uncommitted = 3  # with this shard's one page, the pool is full
-    assert session.commit_due()
+    assert session.gate.commit_due()
     other.ledger.uncommitted = 2
-    assert not session.commit_due()
+    assert not session.gate.commit_due()
 
 
 def test_uncommitted_pages_count_against_concurrency() -> None:
@@ -279,7 +279,7 @@ def test_a_pace_record_carries_the_last_request_to_the_next_owner() -> None:
     new.members_read(3, ("w2",))
     Handover(new).begin(new.take_epoch())  # type: ignore[arg-type]
     new.take_in([("2-0", Entry(url=f"http://{name}/2").encode().encode())])
-    new.beat_answered(beat(epoch=3, settled=3, now_ms=10_000), sent=15.0, received=15.0)
+    new.heartbeat.answered(beat(epoch=3, settled=3, now_ms=10_000), sent=15.0, received=15.0)
     # Its clock runs 5 s ahead of the server's (the heartbeat sent at 15 s came back at 10 s).
     new.pacing.loaded(new.pacing.take_due()[0], {name: record}, Release(settled=3))
     assert new.next_fetch(15.0) == pytest.approx(16.005, abs=0.01)
@@ -304,25 +304,25 @@ def test_a_pace_record_counts_only_the_pages_the_host_was_sent() -> None:
 def test_heartbeat_failures_give_up_after_a_lease() -> None:
     """A failed heartbeat is tolerated until a lease has passed since the last answered."""
     session = session_of()
-    session.beat_failed(LEASE - 0.1, QueueError("down"))
+    session.heartbeat.failed(LEASE - 0.1, QueueError("down"))
     with pytest.raises(QueueError, match="without a heartbeat"):
-        session.beat_failed(LEASE + 0.1, QueueError("down"))
+        session.heartbeat.failed(LEASE + 0.1, QueueError("down"))
 
 
 def test_a_heartbeat_saying_not_alive_fences_the_worker() -> None:
     """Expired by the fleet: the membership is over."""
     session = session_of()
     with pytest.raises(Fenced):
-        session.beat_answered(Beat(alive=False, now_ms=0), sent=0.0, received=0.0)
+        session.heartbeat.answered(Beat(alive=False, now_ms=0), sent=0.0, received=0.0)
 
 
 def test_the_crawl_is_finished_only_when_idle_long_enough_and_nothing_is_held() -> None:
     """--idle seconds of a quiet fleet end the crawl, unless this worker still holds pages."""
     session = session_of(idle=2.0)
-    assert not session.finished(beat(idle_since=0, now_ms=1999))
-    assert session.finished(beat(idle_since=0, now_ms=2000))
+    assert not session.heartbeat.finished(beat(idle_since=0, now_ms=1999))
+    assert session.heartbeat.finished(beat(idle_since=0, now_ms=2000))
     session.take_in([("1-0", Entry(url="http://a.test/").encode().encode())])
-    assert not session.finished(beat(idle_since=0, now_ms=5000))
+    assert not session.heartbeat.finished(beat(idle_since=0, now_ms=5000))
 
 
 def test_max_pages_stops_this_worker_once() -> None:
@@ -349,7 +349,7 @@ def test_heartbeat_reports_this_memberships_counts_only() -> None:
         now=0.0,
     )
     tally.fetched += 2
-    assert session.beat_request(0.0, resident_kib=0)["stats"]["fetched"] == 2
+    assert session.heartbeat.request(0.0, resident_kib=0)["stats"]["fetched"] == 2
 
 
 def test_a_read_that_failed_is_followed_by_rereading_pending_entries() -> None:
@@ -451,6 +451,6 @@ def test_cookies_of_a_host_whose_last_owners_record_is_unread_wait() -> None:
     session.take_in([("1-0", Entry(url="http://a.test/").encode().encode())])
     session.jars.take("a.test", "GET", "http://a.test/", ["s=1"])
     assert session.commits.durable_cookies(0.0) == []
-    session.beat_answered(beat(settled=1), sent=0.0, received=0.0)
+    session.heartbeat.answered(beat(settled=1), sent=0.0, received=0.0)
     session.pacing.loaded(*session.pacing.take_due()[:1], {}, session.epochs.release)
     assert session.commits.durable_cookies(0.0)[::2] == ["a.test"]

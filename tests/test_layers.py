@@ -196,10 +196,10 @@ def test_every_module_belongs_to_a_layer() -> None:
 
 MODULE_LINES = 500
 CLASS_LINES = 350
-# Under 290 (going down; the aim is 150): the session is a facade; under 200: the handler
+# Under 266 (going down; the aim is 150): the session is a facade; under 200: the handler
 # does what the core's response policy decides (_core/_respond.py) and runs the
 # callbacks, nothing more.
-FACADE_LINES = {"hashcrawl._core._session.Session": 289, "hashcrawl._run._handler.Handler": 199}
+FACADE_LINES = {"hashcrawl._core._session.Session": 265, "hashcrawl._run._handler.Handler": 199}
 
 
 def sizes() -> Iterator[tuple[str, int, int]]:

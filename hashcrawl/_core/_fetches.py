@@ -13,6 +13,7 @@ from typing import Protocol
 
 from hashcrawl._core._entry import Entry
 from hashcrawl._core._frontier import Frontier, Held
+from hashcrawl._core._gate import Gate
 from hashcrawl._core._ledger import Ledger
 from hashcrawl._core._outcome import Kind, Outcome, failure_wait
 from hashcrawl._core._parts import RobotsCache, Suspects
@@ -34,7 +35,7 @@ class Ending(Protocol):
     fetching: dict[str, str]  # requests under way: entry id -> host
     in_flight: int
 
-    def commit_due(self) -> bool: ...
+    gate: Gate
 
 
 class Fetches:
@@ -76,7 +77,7 @@ class Fetches:
     def ended(self, held: Held, outcome: Outcome | None, now: float) -> bool:
         """``held``'s fetch is over, with ``outcome`` to commit (None: put back).
 
-        Returns whether a commit is due at once (``Session.commit_due``).
+        Returns whether a commit is due at once (``Gate.commit_due``).
         """
         tally = self.s.tally
         if outcome is not None and outcome.fault:
@@ -96,7 +97,7 @@ class Fetches:
         if outcome.backoff is not None:
             self.s.frontier.back_off(held.host, now + outcome.backoff)
         self.s.ledger.add_fetched(outcome)
-        return self.s.commit_due()
+        return self.s.gate.commit_due()
 
     def sitemaps_of(self, held: Held) -> list[Entry]:
         """With --sitemaps, the sitemaps of a host this session has not queued yet."""

@@ -9,7 +9,7 @@ The driver in ``_worker`` does the IO it asks for; the simulations drive the sam
 driver turn by turn, so they run these decisions and no copy of them.
 
 Each exchange with Redis is two calls here, one as it goes out and one with its reply,
-each with its own time (``beat_request``/``beat_answered``, ``read_request``/
+each with its own time (``heartbeat.request``/``answered``, ``read_request``/
 ``read_answered``, ``commit_batch``/``committed``), and whether a request may still be
 sent is asked separately (:meth:`Session.may_send`), right before it leaves.
 """
@@ -18,9 +18,8 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Callable, Iterable, Iterator, Sequence
-from typing import Any
 
-from hashcrawl._core._batch import Batch, Beat, Committed, Status
+from hashcrawl._core._batch import Batch, Committed, Status
 from hashcrawl._core._beats import Heartbeat
 from hashcrawl._core._commits import Commits
 from hashcrawl._core._entry import Entry
@@ -43,12 +42,11 @@ from hashcrawl._core._scope import Scope
 from hashcrawl._core._scope import members as scope_members
 from hashcrawl._core._seams import CookieJars, Tally
 from hashcrawl._core._settings import Current, Settings
-from hashcrawl._exceptions import QueueError
 
 log = logging.getLogger("hashcrawl")
 # A commit costs ~10 Redis commands however few pages it carries, so waiting 200 ms
 # keeps a worker with few hosts near 1 command per page; one whose --concurrency fills
-# up commits at once anyway (commit_due() below), so the fetcher never waits on this.
+# up commits at once anyway (``Gate.commit_due``), so the fetcher never waits on this.
 COMMIT_EVERY = 0.2
 HANDOFF_WAIT = 1.0  # seconds a handoff waits for requests out to the hosts it gives away
 # A host with nothing queued or in flight is forgotten after this long idle, and beyond
@@ -122,11 +120,6 @@ class Session:
         """The newest ring this worker knows (see ``Epochs``)."""
         return self.epochs.latest
 
-    # -- time ----------------------------------------------------------------------------
-
-    def server_ms(self, local: float) -> int:
-        return self.clock.server_ms(local)
-
     # -- joining -------------------------------------------------------------------------
 
     def own_scope(self) -> set[str]:
@@ -164,18 +157,6 @@ class Session:
         self.intake.parked_read(hosts, self.epochs.latest, self.id)
 
     # -- heartbeat -------------------------------------------------------------------------
-
-    def beat_request(self, now: float, *, resident_kib: int) -> dict[str, Any]:
-        return self.heartbeat.request(now, resident_kib=resident_kib)
-
-    def beat_failed(self, sent: float, exc: QueueError) -> None:
-        self.heartbeat.failed(sent, exc)
-
-    def beat_answered(self, beat: Beat, sent: float, received: float) -> None:
-        self.heartbeat.answered(beat, sent, received)
-
-    def finished(self, beat: Beat) -> bool:
-        return self.heartbeat.finished(beat)
 
     def take_settings(self, settings: Settings) -> None:
         """Decide by ``settings`` from now on (the crawl's changed); a host's next
@@ -270,9 +251,6 @@ class Session:
     def saturated(self) -> bool:
         return self.gate.saturated()
 
-    def commit_due(self) -> bool:
-        return self.gate.commit_due()
-
     # -- one fetch, start to end --------------------------------------------------------------
 
     def fetch_started(self, held: Held) -> tuple[int, list[str]] | None:
@@ -294,9 +272,6 @@ class Session:
     def fetch_ended(self, held: Held, outcome: Outcome | None, now: float) -> bool:
         """``held``'s fetch is over; returns whether a commit is due at once."""
         return self.fetches.ended(held, outcome, now)
-
-    def sitemaps_of(self, held: Held) -> list[Entry]:
-        return self.fetches.sitemaps_of(held)
 
     # -- committing ----------------------------------------------------------------------------
 

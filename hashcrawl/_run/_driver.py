@@ -248,7 +248,7 @@ class Driver(Membership):
         session = self.session
         flushed = session.flushed()
         self.check_limits()
-        return session.finished(beat) or flushed
+        return session.heartbeat.finished(beat) or flushed
 
     async def beat_once(self) -> Beat | None:
         """One heartbeat: renew membership and learn the fleet's state; None on failure.
@@ -259,16 +259,16 @@ class Driver(Membership):
         """
         session = self.session
         sent = self.now()
-        asked = session.beat_request(sent, resident_kib=int(_resident_mib() * 1024))
+        asked = session.heartbeat.request(sent, resident_kib=int(_resident_mib() * 1024))
         try:
             beat: Beat = await self.call(
                 self.store.heartbeat, session.id, **asked, instance=self.worker.instance
             )
         except QueueError as exc:
-            session.beat_failed(sent, exc)
+            session.heartbeat.failed(sent, exc)
             log.info("heartbeat failed: %s", exc)
             return None
-        session.beat_answered(beat, sent, self.now())
+        session.heartbeat.answered(beat, sent, self.now())
         if _crawlconfig.newer(self.worker.crawl_settings, beat):
             self.settings_due.set()
         self.wake()

@@ -170,7 +170,7 @@ class ShardDriver(Driver):
                 except QueueError:
                     begun = True
                 marker = None if begun else "unbegun"
-        quiet = marker == "unbegun" or session.finished(beat)
+        quiet = marker == "unbegun" or session.heartbeat.finished(beat)
         report = Report(marker, quiet, self.beat_sent, self.now())
         return self.sharded.ends.report(self.shard, report)
 
