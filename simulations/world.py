@@ -24,6 +24,8 @@ from collections.abc import Awaitable, Callable
 from pathlib import Path
 from typing import Any
 
+import attrs
+
 from hashcrawl._cli._server import RedisServer
 from hashcrawl._core._faults import NO_FAULTS, Faults
 from hashcrawl._core._ring import Ring, name_of
@@ -32,10 +34,10 @@ from hashcrawl._run._naming import Place
 from hashcrawl._run._queue import Queue
 from hashcrawl._run._revisiting import TAKE_EVERY
 from simulations import revisits
+from simulations.changes import changes_of
 from simulations.crew import SimulatedCrash, SimWorker
 from simulations.loop import Loop, settle
 from simulations.observe import Observer
-from simulations.reach import Reach, delay_at
 from simulations.web import Fetch, Site, Web
 
 SETTINGS: dict[str, Any] = {
@@ -52,6 +54,56 @@ SETTINGS: dict[str, Any] = {
 }
 BEAT = min(1.0, SETTINGS["lease"] / 10)
 QUIET = ("epoch ", "nothing new in its stream", "no answer has arrived", "nothing it may fetch")
+
+PARK_AT = 2  # a host with this many queued parks the rest, once memory is full
+UNPARK_BELOW = 1  # and takes some back once it has none left
+SEEN_LAYER = 4  # URLs in the seen filter's first layer (c0); each next one doubles
+# A worker learns of a change at its next heartbeat and takes it at its next turn; one paused
+# or cut off short of its lease, or holding requests taken before (up to two leases, as
+# lose_beat_after_expiry holds them), may send by the old delay until then: three leases.
+FOLLOW_WITHIN = 24.0
+
+
+@attrs.frozen
+class Reach:
+    """Which mechanisms a site of at most 40 pages never reaches its crawl is given
+    (``simulations/reach.py``): parking from ``PARK_AT`` queued, and a seen filter whose
+    first layer holds ``SEEN_LAYER`` URLs; drawn from the site's seed alone."""
+
+    park: bool = False
+    seen_layer: int | None = None
+
+    @classmethod
+    def of(cls, seed: int) -> Reach:
+        rng = random.Random(f"reach {seed}")
+        park = rng.random() < 1 / 2
+        seen = SEEN_LAYER if rng.random() < 1 / 2 else None
+        return cls(park=park, seen_layer=seen)
+
+    def prepare(self, world: World) -> None:
+        """Before the crawl's first commit: shape the seen filter."""
+        if self.seen_layer is not None:
+            world.observer.r.hset(world.observer.prefix + "seenmeta", "c0", self.seen_layer)
+
+    def fit(self, w: SimWorker) -> None:
+        """A new worker session: its park threshold."""
+        if self.park:
+            w.session.intake.park_at = PARK_AT
+            w.session.intake.unpark_below = UNPARK_BELOW
+
+
+def delay_at(world: World, start: float) -> float:
+    """The delay a request starting at ``start`` must keep: the least of those in force
+    from ``FOLLOW_WITHIN`` before it up to it (``reach.configure`` changes them)."""
+    kept = [
+        delay
+        for (since, delay), (until, _) in zip(
+            world.delays, [*world.delays[1:], (math.inf, 0.0)], strict=True
+        )
+        if since <= start and until > start - FOLLOW_WITHIN
+    ]
+    return min(kept)
+
 
 _server: RedisServer | None = None
 
@@ -103,10 +155,10 @@ class World:
         self.web = Web.of(site)
         self.revisit = revisits.Plan.of(self.settings)  # None: this crawl revisits nothing
         if self.revisit is not None:
-            self.web.changes = revisits.changes_of(site.seed, revisits.revisited(self.web))
+            self.web.changes = changes_of(site.seed, revisits.revisited(self.web))
         self.loop = Loop()
         self.observer = Observer(self.url, self.crawl)
-        self.reach = Reach.of(site.seed)  # parking, seen-filter rollover (simulations.reach)
+        self.reach = Reach.of(site.seed)  # parking, seen-filter rollover
         self.reach.prepare(self)
         self.planted = 0  # unreadable entries written into streams by hand
         self.planted_good: list[str] = []  # URLs of good ones written by hand (reach.plant)
