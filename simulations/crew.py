@@ -45,7 +45,7 @@ from hashcrawl._store import _crawlconfig
 from hashcrawl._store._redisurl import RedisURL
 from hashcrawl._store._revisits import TAKE_MOST, Revisits
 from hashcrawl._store._store import Store
-from simulations.loop import SERVER_EPOCH_MS, Loop, inline
+from simulations.loop import PATIENCE, SERVER_EPOCH_MS, Loop, environment_failure, inline
 from simulations.observe import Observer
 from simulations.revisits import Plan
 from simulations.web import Fetch, SimFetcher, Web
@@ -278,7 +278,12 @@ class FaultyStore:
                 raise SimulatedCrash(f"died before calling {name}")
         if link.cut:
             raise QueueError(f"cut off from Redis (calling {name})")
-        result = method(*args, **kwargs)
+        try:
+            result = method(*args, **kwargs)
+        except QueueError as exc:  # a Redis slow past PATIENCE, or gone: not hashcrawl's
+            if (failure := environment_failure(exc)) is not None:
+                raise failure from exc
+            raise
         self.ran(name, result)
         if crash and at == "ack" and getattr(result, "status", "ok") != "ok":
             # Refused (stale, rescope): it acknowledged nothing; the crash waits for one
@@ -412,7 +417,7 @@ class SimWorker:
         self.store = Store(
             RedisURL.parse(env.url),
             env.crawl,
-            timeout=10.0,
+            timeout=PATIENCE,
             clock=env.loop.server_ms,
             faults=env.faults,
         )

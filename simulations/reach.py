@@ -48,6 +48,7 @@ from hashcrawl._store._redisurl import RedisURL
 from hashcrawl._store._store import Store
 from simulations import planted
 from simulations.crew import SimWorker
+from simulations.loop import PATIENCE
 from simulations.world import BEAT, World
 
 UNREADABLE = ("not an entry", '{"u": 5}', None)  # what a revisiting example plants
@@ -154,7 +155,7 @@ def configure(world: World, delay: float) -> str:
     """The operator changes the crawl's ``--delay`` while it runs."""
     if delay == float(world.settings["delay"]):
         return f"configure --delay {delay:g}: the delay already"
-    store = Store(RedisURL.parse(world.url), world.crawl, timeout=10.0)
+    store = Store(RedisURL.parse(world.url), world.crawl, timeout=PATIENCE)
     try:
         _, lines = _crawlconfig.change(store, {"delay": delay})
     finally:

@@ -36,7 +36,7 @@ from hashcrawl._run._revisiting import TAKE_EVERY
 from simulations import revisits
 from simulations.changes import changes_of
 from simulations.crew import SimulatedCrash, SimWorker
-from simulations.loop import Loop, settle
+from simulations.loop import PATIENCE, Loop, found_in, settle
 from simulations.observe import Observer
 from simulations.web import Fetch, Site, Web
 
@@ -117,7 +117,7 @@ def server() -> RedisServer:
         _server = RedisServer(
             directory=directory, appendonly=True, appendfsync="always", extra={"hz": "100"}
         )
-        _server.start()
+        _server.start(timeout=PATIENCE)
         atexit.register(_remove, _server, directory)
     return _server
 
@@ -164,7 +164,7 @@ class World:
         self.planted_good: list[str] = []  # URLs of good ones written by hand (reach.plant)
         self.changes = 0  # crawl settings changed with configure (reach.configure)
         self.delays = [(float("-inf"), float(self.settings["delay"]))]  # (since, delay)
-        self.queue = Queue(self.url, self.crawl)
+        self.queue = Queue(self.url, self.crawl, timeout=PATIENCE)
         self.workers: dict[str, SimWorker] = {}
         self.fetches: list[Fetch] = []
         self.done: list[tuple[str, str]] = []
@@ -575,6 +575,8 @@ class World:
     async def _ended(self, w: SimWorker, kind: str, error: BaseException | None) -> bool:
         if error is None:
             return False
+        if (failure := found_in(error)) is not None:
+            raise failure  # the machine's, not the worker's: the run ends
         if isinstance(error, SimulatedCrash):
             self._excuse(w)
             w.state = "crashed"
