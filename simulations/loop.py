@@ -77,9 +77,10 @@ def environment_failure(exc: BaseException) -> EnvironmentFailure | None:
     return None
 
 
-# How hashcrawl words a Redis error of real time (``_store._connection._reason``, and
-# redis-py's own texts for a refused connection and a server that did not start).
-_REAL_TIME_SIGNS = ("no answer in time", "Connection refused", "did not answer PING in time")
+# How hashcrawl words a Redis error of real time (``_store._connection._reason``), and
+# redis-py's text for a connection that could not be made (refused: the server is gone;
+# while it runs, a connection never fails to open).
+_REAL_TIME_SIGNS = ("no answer in time", "connecting to")
 
 
 def found_in(error: BaseException) -> EnvironmentFailure | None:

@@ -29,7 +29,7 @@ from hashcrawl._core._faults import NO_FAULTS, Faults
 from hashcrawl._exceptions import QueueError
 from simulations import names, reach, revisits, verdict
 from simulations.crew import SimWorker
-from simulations.loop import PATIENCE, environment_failure
+from simulations.loop import PATIENCE, EnvironmentFailure
 from simulations.web import Site
 from simulations.world import SETTINGS, World
 
@@ -398,8 +398,8 @@ class CrawlModel(RuleBasedStateMachine):
             self.w.redis.kill()
         try:  # a start the machine makes slow waits for it (PATIENCE), never fails for it
             self.w.redis.restart(timeout=PATIENCE)
-        except QueueError as exc:
-            raise environment_failure(exc) or exc from exc
+        except QueueError as exc:  # the server, not hashcrawl: every later example would fail
+            raise EnvironmentFailure(f"the simulation's Redis did not start again: {exc}") from exc
         self._say("redis", "killed and restarted" if kill else "restarted")
 
     @precondition(lambda self: self.world is not None and self.world.changes < MAX_CHANGES)

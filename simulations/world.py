@@ -36,7 +36,7 @@ from hashcrawl._run._revisiting import TAKE_EVERY
 from simulations import revisits
 from simulations.changes import changes_of
 from simulations.crew import SimulatedCrash, SimWorker
-from simulations.loop import PATIENCE, Loop, found_in, settle
+from simulations.loop import PATIENCE, Loop, environment_failure, found_in, settle
 from simulations.observe import Observer
 from simulations.web import Fetch, Site, Web
 
@@ -242,7 +242,9 @@ class World:
             try:
                 added = self.queue.submit(urls)
                 break
-            except ConnectionError:
+            except ConnectionError as exc:
+                if (failure := environment_failure(exc)) is not None:
+                    raise failure from exc  # the server is gone: no retry brings it back
                 continue
         else:
             return "could not reach Redis"

@@ -37,7 +37,7 @@ def test_a_step_that_waits_for_nothing_is_hung_at_once() -> None:
 def test_redis_errors_of_real_time_are_the_environments_and_others_are_not() -> None:
     """No answer in time and a refused connection are the machine's; a connection the
     server closed (after a restart the model made) and a fenced call are the model's."""
-    refused = QueueError("Redis at redis://x: Error 111 connecting to x. Connection refused.")
+    refused = QueueError("Redis at redis://x: Error 111 connecting to x:1. Connection refused.")
     late = QueueError("Redis at redis://x: no answer in time (Timeout reading from socket)")
     closed = QueueError("Redis at redis://x: Connection closed by server.")
     assert isinstance(environment_failure(refused), EnvironmentFailure)
