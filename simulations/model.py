@@ -592,7 +592,11 @@ class CrawlModel(RuleBasedStateMachine):
                 if self.w.revisit is not None:
                     watched = revisits.revisited(self.w.web)
                     self.report.revisits.update(revisits.figures(self.w.fetches, watched))
-            self.world.close()
+            try:
+                self.world.close()
+            except BaseException:
+                if failing is None:
+                    raise  # else the error in flight is the one to report, not its aftermath
 
     def _failed(self, error: BaseException) -> None:
         """A rule or check raised ``error``: remember it in ``FAILURES`` (once: a broken

@@ -46,7 +46,9 @@ class _PatientPipeline(redis.client.Pipeline):
 
 
 def _failure(exc: redis.RedisError) -> EnvironmentFailure:
-    return EnvironmentFailure(f"the simulation's Redis, read by the observer: {exc!r}")
+    return EnvironmentFailure(
+        f"the simulation's Redis, read by the observer: {type(exc).__name__}: {exc}"
+    )
 
 
 @attrs.frozen
