@@ -399,6 +399,7 @@ class CrawlModel(RuleBasedStateMachine):
         try:  # a start the machine makes slow waits for it (PATIENCE), never fails for it
             self.w.redis.restart(timeout=PATIENCE)
         except QueueError as exc:  # the server, not hashcrawl: every later example would fail
+            self.broken = True  # teardown only cleans up
             raise EnvironmentFailure(f"the simulation's Redis did not start again: {exc}") from exc
         self._say("redis", "killed and restarted" if kill else "restarted")
 
@@ -568,16 +569,16 @@ class CrawlModel(RuleBasedStateMachine):
             self.broken = True
             trace = "\n".join(self.w.trace[-TRACE_SHOWN:])
             failure = AssertionError("\n".join(problems[:10]) + "\n-- last steps --\n" + trace)
-            self._failed(failure)
+            self._remember(failure)
             raise failure
 
     def teardown(self) -> None:
         if self.world is None:
             return
-        failing = sys.exc_info()[1]  # a rule or check raised: only clean up, keep its error
+        failing = _failure_in_flight()
         try:
             if failing is not None:
-                self._failed(failing)
+                self._remember(failing)
             if not self.broken:
                 self.broken = True
                 self._judged(self.w.do(verdict.finish, self.w) + verdict.violations(self.w))
@@ -598,10 +599,9 @@ class CrawlModel(RuleBasedStateMachine):
                 if failing is None:
                     raise  # else the error in flight is the one to report, not its aftermath
 
-    def _failed(self, error: BaseException) -> None:
+    def _remember(self, error: BaseException) -> None:
         """A rule or check raised ``error``: remember it in ``FAILURES`` (once: a broken
         invariant is remembered as it is judged, and seen again at teardown)."""
-        self.broken = True
         if error is self._remembered:
             return
         self._remembered = error
@@ -609,3 +609,12 @@ class CrawlModel(RuleBasedStateMachine):
         if "-- last steps --" not in text:
             text += "\n-- last steps --\n" + "\n".join(self.w.trace[-TRACE_SHOWN:])
         FAILURES.append(text)
+
+
+def _failure_in_flight() -> BaseException | None:
+    """The failure propagating through ``teardown`` (Hypothesis runs it in a ``finally``):
+    an error of a rule or check, or the machine's; not Hypothesis's own control flow (its
+    ``StopTest`` ends an example that drew all it may, and that example's end is run and
+    judged as any other)."""
+    error = sys.exc_info()[1]
+    return error if isinstance(error, Exception | EnvironmentFailure) else None
