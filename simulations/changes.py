@@ -31,9 +31,11 @@ class Change:
 
 
 def changes_of(seed: int, urls: Iterable[str]) -> dict[str, Change]:
-    """Each page's changes, from draws of their own (no other page of the site moves)."""
+    """Each page's changes, from draws of their own (no other page of the site moves),
+    drawn in the URLs' order: ``urls`` is often a set, whose order changes with the
+    process's hash seed, and a seed must draw the same changes in every process."""
     rng = random.Random(f"changes {seed}")
-    return {url: Change(rng.choice(CHANGE_EVERY), rng.choice(VALIDATORS)) for url in urls}
+    return {url: Change(rng.choice(CHANGE_EVERY), rng.choice(VALIDATORS)) for url in sorted(urls)}
 
 
 def revised(change: Change, html: bytes, asked: Mapping[str, str], now: float) -> Answered:
