@@ -35,7 +35,7 @@ _HOMES = {
     "Request": "_web._models",
     "Response": "_web._models",
     "Queue": "_run._queue",
-    "Settings": "_settings",
+    "Settings": "_core._settings",
     "CsvSink": "_web._documents",
     "JsonLinesSink": "_web._sinks",
     "JsonSink": "_web._documents",
@@ -47,9 +47,9 @@ _HOMES = {
     "CrawlSpider": "_web._spider",
     "Failure": "_web._spider",
     "FormRequest": "_web._forms",
-    "Link": "_web._rules",
-    "LinkExtractor": "_web._rules",
-    "Rule": "_web._rules",
+    "Link": "_web._linkrules",
+    "LinkExtractor": "_web._linkrules",
+    "Rule": "_web._linkrules",
     "WarcSink": "_web._warc",
     "Worker": "_run._worker",
 }
@@ -63,13 +63,14 @@ if TYPE_CHECKING:
     from hashcrawl._web._fakes import MemorySink, MockFetcher
     from hashcrawl._web._fetch import Fetcher, HttpxFetcher
     from hashcrawl._web._forms import FormRequest
+    from hashcrawl._web._linkrules import Link, LinkExtractor, Rule
     from hashcrawl._web._models import Request, Response
     from hashcrawl._web._parquet import ParquetSink
-    from hashcrawl._web._rules import Link, LinkExtractor, Rule
     from hashcrawl._web._sinks import JsonLinesSink, Sink, sink_for
     from hashcrawl._web._spider import CrawlSpider, Failure, Spider
     from hashcrawl._web._warc import WarcSink
 
+    from ._core._settings import Settings
     from ._exceptions import (
         BrowserError,
         BrowserGone,
@@ -84,7 +85,6 @@ if TYPE_CHECKING:
         Refused,
         StateLost,
     )
-    from ._settings import Settings
 else:
 
     def __getattr__(name: str) -> Any:

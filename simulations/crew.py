@@ -37,9 +37,8 @@ from hashcrawl._core._frontier import Held
 from hashcrawl._core._names import Holder
 from hashcrawl._core._ring import INCARNATION, name_of
 from hashcrawl._exceptions import QueueError
-from hashcrawl._run._driver import Driver
 from hashcrawl._run._naming import Place
-from hashcrawl._run._revisiting import Taker
+from hashcrawl._run._taker import Taker
 from hashcrawl._run._worker import Worker
 from hashcrawl._store import _crawlconfig
 from hashcrawl._store._redisurl import RedisURL
@@ -445,8 +444,7 @@ class SimWorker:
         worker.take_settings(taken)
         store = FaultyStore(self.store, self.link, ran=self._ran)
         revisits = FaultyRevisits(Revisits.of(self.store), store)
-        self.driver = Driver(
-            worker,
+        self.driver = worker.membership(  # new settings and a stop reach it, as in Worker.run
             store,
             self.fetcher,
             call=self._call,
@@ -455,7 +453,6 @@ class SimWorker:
             revisits=revisits,
             place=place,
         )
-        worker._driver = self.driver  # as Worker.run sets it: new settings reach the session
         self.taker = Taker(self.driver, revisits)
         self.last_take = float("-inf")
         self.session = self.driver.session
@@ -641,9 +638,9 @@ class SimWorker:
             return False
         return {
             "commit": bool(session.outcomes),
-            "apply": session.epochs.waiting,
-            "drain": session.epochs.orphans_waiting,
-            "load_pace": bool(session.carry.due),
+            "apply": (due := session.due()).apply,
+            "drain": due.drain,
+            "load_pace": due.pace,
             "unpark": bool(session.intake.parked),
             "settings": self.driver.settings_due.is_set(),
         }.get(kind, True)

@@ -33,12 +33,12 @@ from typing import Any
 import trio
 import trio.testing
 
-from hashcrawl._cli._server import RedisServer
 from hashcrawl._core._ring import Ring
 from hashcrawl._run._driver import Driver
 from hashcrawl._run._queue import submit_urls
 from hashcrawl._run._worker import Worker
 from hashcrawl._store._redisurl import RedisURL
+from hashcrawl._store._server import RedisServer
 from hashcrawl._store._store import Store
 from simulations.figures import Figures
 from simulations.loop import inline

@@ -88,7 +88,7 @@ state.teardown()
         ),
         fixed=(
             "A gained host's pace record is read only once every member has applied the "
-            "epoch it came with (Session.pace_hosts, on a heartbeat's 'settled')."
+            "epoch it came with (Pacing.want, on a heartbeat's 'settled')."
         ),
         replay="""\
 state = CrawlModel()

@@ -280,7 +280,7 @@ def lua_invalid(mutants: Sequence[Mutant], workdir: Path) -> set[str]:
     """The ids of Lua mutants Redis would refuse to load (``SCRIPT LOAD`` fails)."""
     import redis
 
-    from hashcrawl._cli._server import RedisServer
+    from hashcrawl._store._server import RedisServer
 
     lua = [m for m in mutants if m.path.endswith(".lua")]
     if not lua:

@@ -29,7 +29,7 @@ import trio
 
 from hashcrawl._core._shards import shard_name
 from hashcrawl._exceptions import QueueError
-from hashcrawl._run._sharding import ShardDriver, Sharded
+from hashcrawl._run._sharding import ShardDriver
 from hashcrawl._run._worker import Worker
 from hashcrawl._store import _crawlconfig
 from hashcrawl._store._redisurl import RedisURL
@@ -214,15 +214,13 @@ class ShardWorker:
             ShardStore(store, link, primary)
             for store, link, primary in zip(self.stores, self.links, env.primaries, strict=True)
         ]
-        self.sharded = Sharded(
-            worker,
+        self.sharded = worker.sharded_membership(  # new settings and a stop reach it
             cast(Any, ShardSet(faulty)),
             self.fetcher,
             call=_call,
             spawn=self._spawn,
             offload=inline,
         )
-        worker._driver = self.sharded
         self.drivers: list[ShardDriver] = self.sharded.drivers
         self.tasks: dict[str, Task] = {}
         self.state = "joining"
@@ -337,9 +335,9 @@ class ShardWorker:
             return False
         return {
             "commit": bool(session.outcomes or driver.inbound),
-            "apply": session.epochs.waiting,
-            "drain": session.epochs.orphans_waiting,
-            "load_pace": bool(session.carry.due),
+            "apply": (due := session.due()).apply,
+            "drain": due.drain,
+            "load_pace": due.pace,
             "unpark": bool(session.intake.parked),
         }.get(kind, True)
 

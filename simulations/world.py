@@ -26,13 +26,13 @@ from typing import Any
 
 import attrs
 
-from hashcrawl._cli._server import RedisServer
 from hashcrawl._core._faults import NO_FAULTS, Faults
 from hashcrawl._core._ring import Ring, name_of
 from hashcrawl._exceptions import Fenced, NameTaken, QueueError
 from hashcrawl._run._naming import Place
 from hashcrawl._run._queue import Queue
-from hashcrawl._run._revisiting import TAKE_EVERY
+from hashcrawl._run._taker import TAKE_EVERY
+from hashcrawl._store._server import RedisServer
 from simulations import revisits
 from simulations.changes import changes_of
 from simulations.crew import SimulatedCrash, SimWorker

@@ -13,8 +13,8 @@ from typing import Any
 
 import attrs
 
-from hashcrawl._flags import Flag, flag_name
-from hashcrawl._settings import Settings
+from hashcrawl._core._flags import Flag, flag_name
+from hashcrawl._core._settings import Settings
 from hashcrawl._version import __version__
 
 API = Path(__file__).resolve().parent.parent / "docs" / "api.md"

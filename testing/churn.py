@@ -30,7 +30,7 @@ from pathlib import Path
 import attrs
 import redis as redis_py
 
-from hashcrawl._cli._server import RedisServer
+from hashcrawl._store._server import RedisServer
 from testing.fleet import is_report
 from testing.practice import (
     CRAWL,

@@ -23,8 +23,8 @@ from typing import Any
 
 import redis
 
-from hashcrawl._cli._server import HOST, RedisServer, _free_port
 from hashcrawl._exceptions import QueueError
+from hashcrawl._store._server import HOST, RedisServer, _free_port
 
 NODE_TIMEOUT_MS = 1000  # a dead primary is failed over in a few of these
 READY_TIMEOUT = 60.0  # seconds the whole cluster may take to form or to fail over

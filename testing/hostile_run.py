@@ -20,8 +20,8 @@ from typing import Any
 import attrs
 import redis as redis_py
 
-from hashcrawl._cli._server import RedisServer
 from hashcrawl._run._queue import Queue
+from hashcrawl._store._server import RedisServer
 from testing.fleet import DEADLINE, Process, Processes, status_of, wait_until
 from testing.hostile import (
     Case,
@@ -39,7 +39,7 @@ CRAWL = "hostile"
 
 def fetch_layer_hardened() -> bool:
     """Whether the fetch layer refuses private addresses (hostile-fetch's work is in)."""
-    from hashcrawl._settings import Settings
+    from hashcrawl._core._settings import Settings
 
     return "allow_nets" in attrs.fields_dict(Settings)
 

@@ -25,9 +25,9 @@ from urllib.parse import urlsplit
 import attrs
 from redis import Redis
 
-from hashcrawl._cli._server import RedisServer
 from hashcrawl._core._ring import Ring
 from hashcrawl._core._shards import shard_name
+from hashcrawl._store._server import RedisServer
 from testing.cluster import Cluster
 from testing.sentinel import Sentinels
 from testing.takeover import takeover_line

@@ -35,7 +35,7 @@ class Bound:
     the log) and its request, in seconds, part by part."""
 
     ceil_s: float = 1.0  # the due time is rounded up to the server's next whole second
-    take_s: float = 1.0  # takes run once a second (_run/_revisiting.TAKE_EVERY)
+    take_s: float = 1.0  # takes run once a second (_run/_taker.TAKE_EVERY)
     beat_s: float  # the heartbeat that reports the inbox (Settings.beat_interval)
     calls_s: float = 0.5  # the answer's handling, the take, drain and read round trips
     delay_s: float  # --delay: the host's pace

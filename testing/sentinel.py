@@ -24,9 +24,9 @@ from urllib.parse import quote
 
 import redis
 
-from hashcrawl._cli._binary import find_server_binary
-from hashcrawl._cli._server import HOST, RedisServer, _free_port
 from hashcrawl._exceptions import QueueError
+from hashcrawl._store._binary import find_server_binary
+from hashcrawl._store._server import HOST, RedisServer, _free_port
 
 SERVICE = "hashcrawl"
 DOWN_AFTER_MS = 2000  # a primary silent this long is down for a sentinel

@@ -19,7 +19,7 @@ from pathlib import Path
 
 import pytest
 
-from hashcrawl._cli._server import RedisServer
+from hashcrawl._store._server import RedisServer
 from testing.cluster import Cluster
 from testing.sentinel import Sentinels
 

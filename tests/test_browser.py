@@ -39,7 +39,7 @@ from hashcrawl._browser._process import (
 )
 from hashcrawl._browser._reach import Reach
 from hashcrawl._browser._render import Renderer
-from hashcrawl._cli._server import RedisServer
+from hashcrawl._store._server import RedisServer
 from testing.fleet import Crew, crawl_in_process, fast_settings, new_crawl_name
 from testing.jssite import PAGES, SERVER_ITEMS, STEPS, JsSite, Listener
 

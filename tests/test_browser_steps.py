@@ -13,10 +13,10 @@ import hashcrawl
 from hashcrawl import ConfigError, Request
 from hashcrawl._core._entry import BadEntry, Entry
 from hashcrawl._core._frontier import Frontier, Held
+from hashcrawl._core._settings import Settings
 from hashcrawl._core._steps import MAX_STEPS, Action, BadStep, Step, renders, steps_of
-from hashcrawl._run._handling import Handler
+from hashcrawl._run._handler import Handler
 from hashcrawl._run._worker import Worker
-from hashcrawl._settings import Settings
 from hashcrawl._web._spider import Calls
 from tests.test_core import session_of
 

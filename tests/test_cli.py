@@ -29,8 +29,8 @@ import redis
 
 from hashcrawl import Queue
 from hashcrawl._cli._parser import build_parser
-from hashcrawl._cli._server import RedisServer
 from hashcrawl._store._redisurl import RedisURL
+from hashcrawl._store._server import RedisServer
 from hashcrawl._store._store import Store
 from testing.fleet import DEADLINE, wait_until
 from testing.testsite import SITE_FLAGS, Resource, Site, SiteServer, generate_site, judge

@@ -16,7 +16,7 @@ from pathlib import Path
 
 import pytest
 
-from hashcrawl._cli._server import RedisServer
+from hashcrawl._store._server import RedisServer
 from testing.fleet import DEADLINE
 from testing.testsite import SITE_FLAGS, SiteServer, generate_site
 from tests.test_cli import COMMAND_TIMEOUT, Result, _read_until, assert_ok

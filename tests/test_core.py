@@ -14,9 +14,9 @@ from hashcrawl._core._outcome import Kind, Outcome
 from hashcrawl._core._page import Page, Step
 from hashcrawl._core._ring import Ring
 from hashcrawl._core._session import COMMIT_MAX, Session
+from hashcrawl._core._settings import Settings
 from hashcrawl._exceptions import Fenced, QueueError
 from hashcrawl._run._metrics import Tally
-from hashcrawl._settings import Settings
 from hashcrawl._store._store import Beat, Committed
 from hashcrawl._web._cookies import Jars
 
@@ -53,7 +53,7 @@ def ready(session: Session, *urls: str, at: float = 0.0) -> None:
     """Read ``urls`` into ``session`` and let it fetch their hosts (settled, paced)."""
     session.take_in([(f"{n}-0", Entry(url=u).encode().encode()) for n, u in enumerate(urls, 1)])
     session.beat_answered(beat(epoch=session.latest.epoch), sent=at, received=at)
-    session.pace_loaded(session.take_due_pace(), {}, session.epochs.release)
+    session.pacing.loaded(*session.pacing.take_due()[:1], {}, session.epochs.release)
 
 
 def host_owned_by(ring: Ring, worker: str) -> str:
@@ -66,9 +66,9 @@ def test_a_joined_worker_fetches_only_once_the_fleet_settles_and_pace_is_read() 
     session.take_in([("1-0", Entry(url="http://a.test/").encode().encode())])
     assert not isinstance(session.next_fetch(0.0), Held)
     session.beat_answered(beat(settled=1), sent=0.0, received=0.0)
-    assert session.take_due_pace() == ["a.test"]
+    assert session.pacing.take_due()[0] == ["a.test"]
     assert not isinstance(session.next_fetch(0.0), Held)  # its pace record is not read yet
-    session.pace_loaded(["a.test"], {}, Release(settled=1))
+    session.pacing.loaded(["a.test"], {}, Release(settled=1))
     got = session.next_fetch(0.0)
     assert isinstance(got, Held) and got.host == "a.test"
     assert session.in_flight == 1
@@ -274,14 +274,14 @@ def test_a_pace_record_carries_the_last_request_to_the_next_owner() -> None:
     held = old.next_fetch(0.0)
     assert isinstance(held, Held)
     old.fetch_ended(held, None, 10.0)
-    record = old.pace_records([name], now=10.0)[name]
+    record = old.pacing.records([name], now=10.0)[name]
     new = session_of(worker="w2", members=("w1", "w2"), delay=1.0)
     new.members_read(3, ("w2",))
     Handover(new).begin(new.take_epoch())  # type: ignore[arg-type]
     new.take_in([("2-0", Entry(url=f"http://{name}/2").encode().encode())])
     new.beat_answered(beat(epoch=3, settled=3, now_ms=10_000), sent=15.0, received=15.0)
     # Its clock runs 5 s ahead of the server's (the heartbeat sent at 15 s came back at 10 s).
-    new.pace_loaded(new.take_due_pace(), {name: record}, Release(settled=3))
+    new.pacing.loaded(new.pacing.take_due()[0], {name: record}, Release(settled=3))
     assert new.next_fetch(15.0) == pytest.approx(16.005, abs=0.01)
 
 
@@ -296,9 +296,9 @@ def test_a_pace_record_counts_only_the_pages_the_host_was_sent() -> None:
     held = old.next_fetch(0.0)
     assert isinstance(held, Held)
     old.fetch_ended(held, None, 10.0)  # put back unsent
-    record = PaceRecord.from_text(old.pace_records([name], now=10.0)[name])
+    record = PaceRecord.from_text(old.pacing.records([name], now=10.0)[name])
     assert record.readable and record.taken == 0
-    assert old.pace_records([f"never-{name}"], now=10.0) == {}  # nothing known: no record
+    assert old.pacing.records([f"never-{name}"], now=10.0) == {}  # nothing known: no record
 
 
 def test_heartbeat_failures_give_up_after_a_lease() -> None:
@@ -452,5 +452,5 @@ def test_cookies_of_a_host_whose_last_owners_record_is_unread_wait() -> None:
     session.jars.take("a.test", "GET", "http://a.test/", ["s=1"])
     assert session.commits.durable_cookies(0.0) == []
     session.beat_answered(beat(settled=1), sent=0.0, received=0.0)
-    session.pace_loaded(session.take_due_pace(), {}, session.epochs.release)
+    session.pacing.loaded(*session.pacing.take_due()[:1], {}, session.epochs.release)
     assert session.commits.durable_cookies(0.0)[::2] == ["a.test"]

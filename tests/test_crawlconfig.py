@@ -13,9 +13,9 @@ import trio
 from hashcrawl._cli._commands import main
 from hashcrawl._cli._parser import build_parser
 from hashcrawl._cli._workers import _child_command
+from hashcrawl._core._settings import CRAWL, Settings
 from hashcrawl._exceptions import ConfigError
 from hashcrawl._run._worker import Worker
-from hashcrawl._settings import CRAWL, Settings
 from hashcrawl._store._crawlconfig import FIXED, RECORDED, CrawlSettings, adopt, change, view
 from hashcrawl._store._redisurl import RedisURL
 from hashcrawl._store._store import Store
@@ -72,7 +72,7 @@ def test_crawl_settings_are_the_fields_marked_in_the_declaration() -> None:
 
 def test_only_the_crawl_flags_given_count_as_given() -> None:
     """A crawl flag left out is not given (the crawl's value is taken), one given is."""
-    from hashcrawl._settings import given_flags
+    from hashcrawl._cli._flagset import given_flags
 
     args = build_parser().parse_args(["join", "--delay", "1.0", "--allow-domain", "A.test"])
     assert given_flags(args) == {"delay": 1.0, "allow_domains": ("A.test",)}

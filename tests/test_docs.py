@@ -35,7 +35,7 @@ from pathlib import Path
 import attrs
 import pytest
 
-from hashcrawl._cli._server import RedisServer
+from hashcrawl._store._server import RedisServer
 from testing import apidocs
 from testing.fleet import host, href, make_site, page, request_counts
 from testing.testsite import SiteServer

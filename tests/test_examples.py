@@ -17,7 +17,7 @@ import pytest
 
 import hashcrawl
 from hashcrawl._cli._parser import build_parser
-from hashcrawl._cli._server import RedisServer
+from hashcrawl._store._server import RedisServer
 from testing.testsite import SITE_NETS
 
 EXAMPLES = Path(__file__).resolve().parent.parent / "docs" / "examples"

@@ -12,7 +12,7 @@ import redis as redis_py
 import trio
 
 import hashcrawl
-from hashcrawl._cli._server import RedisServer
+from hashcrawl._store._server import RedisServer
 from testing.fleet import (
     DEADLINE,
     Crew,

@@ -539,7 +539,7 @@ async def test_a_connection_the_server_closed_while_idle_is_not_reused():
 def test_a_renderers_group_with_a_request_not_sent_is_not_sent() -> None:
     """A rendered page's requests fail together: one the worker may no longer send makes
     the page go back untried (NotSent), not a failed attempt; a group without one stays."""
-    from hashcrawl._run._fetching import not_sent_in
+    from hashcrawl._run._dispatcher import not_sent_in
 
     assert not_sent_in(BaseExceptionGroup("render", [ValueError("x"), NotSent("moved")]))
     assert not not_sent_in(BaseExceptionGroup("render", [ValueError("x")]))

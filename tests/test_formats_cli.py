@@ -10,7 +10,7 @@ import attrs
 import pytest
 import redis
 
-from hashcrawl._cli._server import RedisServer
+from hashcrawl._store._server import RedisServer
 from testing.formats import FORMATS, read_items
 from testing.testsite import SITE_FLAGS, Site, SiteServer, generate_site
 

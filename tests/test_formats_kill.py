@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from hashcrawl._cli._server import RedisServer
+from hashcrawl._store._server import RedisServer
 from testing.fleet import (
     Gated,
     Process,

@@ -11,9 +11,10 @@ import redis
 import trio
 
 import hashcrawl
-from hashcrawl._cli._server import RedisServer
+from hashcrawl._cli._flagset import read_flags, write_flags
 from hashcrawl._core._entry import MAX_ENTRY_BYTES
 from hashcrawl._exceptions import ConfigError
+from hashcrawl._store._server import RedisServer
 from testing.fleet import Crew, crawl_in_process, fast_settings, new_crawl_name
 from testing.formsite import PASSWORD, TOKEN, USER, FormSite, Seen
 
@@ -178,18 +179,18 @@ def test_a_request_with_a_header_that_could_split_the_request_is_refused() -> No
 def test_header_settings_reach_a_crawls_children_through_the_environment_only(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
-    """to_flags leaves --header out (argv shows in ps); $HASHCRAWL_HEADERS brings it back."""
+    """write_flags leaves --header out (argv shows in ps); $HASHCRAWL_HEADERS brings it back."""
     import argparse
     import json
 
-    from hashcrawl._settings import HEADERS_ENV_VAR, add_flags
+    from hashcrawl._cli._flagset import HEADERS_ENV_VAR, add_flags
 
     settings = hashcrawl.Settings.of({"headers": {"Authorization": "Bearer sekrit"}, "delay": 2})
-    assert "sekrit" not in " ".join(settings.to_flags())
+    assert "sekrit" not in " ".join(write_flags(settings))
     parser = argparse.ArgumentParser()
     add_flags(parser)
     monkeypatch.setenv(HEADERS_ENV_VAR, json.dumps(list(settings.headers)))
-    child = hashcrawl.Settings.from_flags(parser.parse_args(settings.to_flags()))
+    child = read_flags(parser.parse_args(write_flags(settings)))
     assert child == settings
 
 

@@ -67,3 +67,26 @@ def test_a_sharded_workers_shards_share_twice_the_concurrency_of_unacknowledged_
     other.ledger.uncommitted = 2  # a commit freed one
     assert pool.released() and not pool.released()  # once, to wake the others' dispatchers
     assert not any(s.gate.saturated() for s in shards)
+
+
+def test_a_robots_txt_redirects_hop_waits_its_hosts_turn_when_the_host_is_this_workers() -> None:
+    """The hop to this worker's host is paced by the frontier and counted as a start;
+    to another owner's host, or to no URL, it waits --delay from now."""
+    session = session_of(delay=2.0)
+    ready(session, "http://a.test/page")
+    gate = session.gate
+    held = gate.next_fetch(0.0)  # the page, whose robots.txt is fetched first
+    assert isinstance(held, Held)
+    assert gate.hop_turn("http://a.test/robots.txt", 0.5) == 2.0  # its last start + delay
+    assert gate.hop_turn("http://a.test/robots2.txt", 2.1) == 4.0  # the hop counted too
+    assert gate.hop_turn("http://elsewhere.test/robots.txt", 3.0) == 5.0
+    assert gate.hop_turn("not a url", 3.0) == 5.0
+
+
+def test_a_sub_request_is_refused_with_a_reason_not_raised() -> None:
+    """A URL that is none, a host not this worker's: a reason, not an exception."""
+    session = session_of()
+    ready(session, "http://a.test/page")
+    assert "not a URL" in str(session.gate.sub_request("::nonsense::", 0.0))
+    assert "no longer this worker's host" in str(session.gate.sub_request("http://b.test/", 0.0))
+    assert session.gate.sub_request("http://a.test/x.js", 0.0) == 0.0

@@ -10,8 +10,8 @@ import pytest
 import trio
 
 import hashcrawl
-from hashcrawl._cli._server import RedisServer
 from hashcrawl._run import _callbacks
+from hashcrawl._store._server import RedisServer
 from testing.fleet import (
     Crawled,
     Scenarios,
@@ -152,7 +152,7 @@ async def test_a_redirect_within_the_limit_is_followed_and_one_past_it_dead_lett
     from hashcrawl._core._entry import Entry
     from hashcrawl._core._frontier import Held
     from hashcrawl._core._outcome import Kind
-    from hashcrawl._run._handling import Handler, Origin
+    from hashcrawl._run._handler import Handler, Origin
     from hashcrawl._web._models import Request, Response
 
     def moved(hops: int) -> Held:
@@ -175,7 +175,7 @@ async def test_every_3xx_with_a_location_is_followed_as_wget_follows_it(status: 
     is the server's preferred choice, and wget follows it); a 2xx or 4xx with one is not."""
     from hashcrawl._core._entry import Entry
     from hashcrawl._core._frontier import Held
-    from hashcrawl._run._handling import Handler, Origin
+    from hashcrawl._run._handler import Handler, Origin
     from hashcrawl._web._models import Request, Response
 
     async def answer(code: int) -> list[str]:
@@ -195,7 +195,7 @@ async def test_a_redirects_item_says_where_it_went_and_has_no_title() -> None:
     location the header as sent, and no title; a 200's item has location null."""
     from hashcrawl._core._entry import Entry
     from hashcrawl._core._frontier import Held
-    from hashcrawl._run._handling import Handler, Origin
+    from hashcrawl._run._handler import Handler, Origin
     from hashcrawl._web._models import Request, Response
 
     held = Held("1-0", Entry(url="http://a.test/old"), "a.test")
@@ -222,8 +222,8 @@ async def test_a_redirects_target_is_one_level_deeper_and_none_is_followed_past_
     followed, one above it is, at the next depth."""
     from hashcrawl._core._entry import Entry
     from hashcrawl._core._frontier import Held
-    from hashcrawl._run._handling import Handler, Origin
-    from hashcrawl._settings import Settings
+    from hashcrawl._core._settings import Settings
+    from hashcrawl._run._handler import Handler, Origin
     from hashcrawl._web._models import Request, Response
 
     def moved(depth: int) -> Held:
@@ -244,7 +244,7 @@ async def test_a_page_whose_callback_never_asks_for_links_counts_none_dropped() 
     from hashcrawl._core._entry import Entry
     from hashcrawl._core._frontier import Held
     from hashcrawl._core._outcome import Kind
-    from hashcrawl._run._handling import Handler, Origin
+    from hashcrawl._run._handler import Handler, Origin
     from hashcrawl._web._models import Request, Response
 
     def items_only(response: hashcrawl.Response) -> Iterator[Any]:
@@ -303,10 +303,10 @@ async def test_links_the_worker_queued_already_are_counted_but_not_followed_agai
     from hashcrawl._core._frontier import Held
     from hashcrawl._core._outcome import Router, SeenCache
     from hashcrawl._core._ring import Ring
-    from hashcrawl._core._rules import Robots
+    from hashcrawl._core._robotsrules import Robots
     from hashcrawl._core._scope import Scope
-    from hashcrawl._run._handling import Handler, Origin
-    from hashcrawl._settings import Settings
+    from hashcrawl._core._settings import Settings
+    from hashcrawl._run._handler import Handler, Origin
     from hashcrawl._web._models import Request, Response
 
     queued = ["http://a.test/a", "http://a.test/private/c", "http://b.test/x"]

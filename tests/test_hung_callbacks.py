@@ -14,8 +14,8 @@ import pytest
 import trio
 
 import hashcrawl
-from hashcrawl._cli._server import RedisServer
 from hashcrawl._run import _callbacks
+from hashcrawl._store._server import RedisServer
 from testing.fleet import crawl_site, fast_settings, host, request_counts, root_and_two_pages
 
 MAX_ATTEMPTS = 2

@@ -13,7 +13,7 @@ from typing import Any
 import attrs
 import pytest
 
-from hashcrawl._cli._server import RedisServer
+from hashcrawl._store._server import RedisServer
 from testing.fleet import (
     Gated,
     Process,

@@ -6,7 +6,7 @@ from pathlib import Path
 
 import pytest
 
-from hashcrawl._cli._server import RedisServer
+from hashcrawl._store._server import RedisServer
 from testing.testsite import SiteServer, generate_site
 from tests.test_cli import (
     SECRET,

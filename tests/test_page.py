@@ -10,7 +10,7 @@ import attrs
 from hashcrawl._core._frontier import Held
 from hashcrawl._core._outcome import Kind, Outcome
 from hashcrawl._core._page import Page, Step
-from hashcrawl._core._rules import Robots, Unreachable
+from hashcrawl._core._robotsrules import Robots, Unreachable
 from hashcrawl._core._session import Session
 from hashcrawl._exceptions import FetchError, Refused
 from tests.test_core import ready, session_of

@@ -6,7 +6,7 @@ from __future__ import annotations
 from hashcrawl._core._entry import Entry
 from hashcrawl._core._frontier import Frontier, Held
 from hashcrawl._core._parts import Clock, RobotsCache, Suspects, limit_reached
-from hashcrawl._core._rules import RULES_TTL, Robots, Unreachable
+from hashcrawl._core._robotsrules import RULES_TTL, Robots, Unreachable
 
 
 def held(n: int = 1, host: str = "a.test", **entry: object) -> Held:

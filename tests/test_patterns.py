@@ -11,11 +11,11 @@ import threading
 import pytest
 
 from hashcrawl._core._entry import Entry
+from hashcrawl._core._flags import _pattern
 from hashcrawl._core._page import Page, Step
 from hashcrawl._core._patterns import MAX_PATTERN, Patterns, Refusal, Screen
+from hashcrawl._core._settings import CRAWL, Settings
 from hashcrawl._exceptions import ConfigError
-from hashcrawl._flags import _pattern
-from hashcrawl._settings import CRAWL, Settings
 from hashcrawl._store._crawlconfig import adopt, from_text, to_text
 from hashcrawl._store._redisurl import RedisURL
 from hashcrawl._store._store import Store

@@ -9,10 +9,10 @@ import pytest
 import trio
 
 from hashcrawl import HttpxFetcher, JsonLinesSink, QueueError, Request, Response
-from hashcrawl._cli._server import RedisServer
 from hashcrawl._core._faults import NO_FAULTS, Faults
 from hashcrawl._core._urls import host_key
 from hashcrawl._run._worker import Worker
+from hashcrawl._store._server import RedisServer
 from testing.fleet import (
     DEADLINE,
     BusyOnce,

@@ -17,11 +17,12 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from hashcrawl import ConfigError, FetchError, HttpxFetcher, Request, Response
+from hashcrawl._cli._flagset import read_flags, write_flags
 from hashcrawl._core._entry import BadEntry, Entry
 from hashcrawl._core._proxies import Proxy, ProxyChoice, stable_index
+from hashcrawl._core._settings import Settings
 from hashcrawl._exceptions import Refused
 from hashcrawl._run._queue import submit_entries
-from hashcrawl._settings import Settings
 from hashcrawl._store._redisurl import RedisURL
 from hashcrawl._store._store import Store
 from testing.fleet import Crew, fast_settings, host, make_site, page, status_of
@@ -90,7 +91,7 @@ def test_proxy_credentials_stay_out_of_reprs_and_child_command_lines() -> None:
     """Like --header, a proxy's URL is in no repr and no child's argv."""
     settings = Settings(proxies=[f"http://user:{PASSWORD}@proxy.example:3128"])
     assert PASSWORD not in repr(settings)
-    assert PASSWORD not in " ".join(settings.to_flags())
+    assert PASSWORD not in " ".join(write_flags(settings))
     assert PASSWORD not in repr(Proxy.parse(settings.proxies[0]))
 
 
@@ -101,16 +102,16 @@ def test_a_crawls_children_get_the_proxies_through_the_environment(
     reads back the same settings."""
     import argparse
 
+    from hashcrawl._cli._flagset import add_flags
     from hashcrawl._cli._workers import _headers_env
-    from hashcrawl._settings import add_flags
 
     settings = Settings(proxies=[f"http://u:{PASSWORD}@p.example:3128"], proxy_retry_status=[429])
     parser = argparse.ArgumentParser()
     add_flags(parser)
     for name, value in _headers_env(settings).items():
         monkeypatch.setenv(name, value)
-    assert PASSWORD not in " ".join(settings.to_flags())
-    assert Settings.from_flags(parser.parse_args(settings.to_flags())) == settings
+    assert PASSWORD not in " ".join(write_flags(settings))
+    assert read_flags(parser.parse_args(write_flags(settings))) == settings
 
 
 def test_a_requests_proxy_with_credentials_never_reaches_the_queue() -> None:

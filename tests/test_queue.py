@@ -10,10 +10,10 @@ import pytest
 import redis
 
 from hashcrawl import ConfigError, InvalidURL, QueueError
-from hashcrawl._cli._server import RedisServer
 from hashcrawl._core._entry import Entry
 from hashcrawl._run._queue import Queue
 from hashcrawl._store._redisurl import RedisURL
+from hashcrawl._store._server import RedisServer
 
 STATUS_KEYS = {
     "crawl",

@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 import trio
 
-from hashcrawl._cli._server import RedisServer
+from hashcrawl._store._server import RedisServer
 from testing.fleet import Crew, crawl_in_process, fast_settings, host, new_crawl_name, read_items
 from testing.pagesets import FileServer, Logged, compare, expected_pages, written_links
 

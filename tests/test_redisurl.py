@@ -11,10 +11,10 @@ import pytest
 import trustme
 from hypothesis import given, settings
 
-from hashcrawl._cli._server import RedisServer
 from hashcrawl._exceptions import ConfigError, InvalidURL, QueueError
 from hashcrawl._run._queue import Queue
 from hashcrawl._store._redisurl import RedisURL, check_crawl_name, masked
+from hashcrawl._store._server import RedisServer
 from tests.strategies import passwords
 
 SECRET = "pw-secret"

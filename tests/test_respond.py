@@ -26,7 +26,7 @@ from hashcrawl._core._respond import (
     retry_wait,
     takes,
 )
-from hashcrawl._core._rules import Robots, Unreachable
+from hashcrawl._core._robotsrules import Robots, Unreachable
 from hashcrawl._core._urls import canonicalize, fingerprint
 from hashcrawl._web._robots import RobotsFetch
 

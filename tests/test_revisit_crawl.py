@@ -15,8 +15,8 @@ from typing import Any
 import pytest
 import trio
 
-from hashcrawl._cli._server import RedisServer
 from hashcrawl._run._worker import Worker
+from hashcrawl._store._server import RedisServer
 from hashcrawl._web._sinks import JsonLinesSink
 from testing.fleet import (
     DEADLINE,

@@ -1,4 +1,4 @@
-"""A worker's handler with --revisit (hashcrawl/_run/_handling.py): what a revisit's
+"""A worker's handler with --revisit (hashcrawl/_run/_handler.py): what a revisit's
 response comes to, and the conditional request an owner sends for it."""
 
 from __future__ import annotations
@@ -15,9 +15,9 @@ from hashcrawl._core._frontier import Held
 from hashcrawl._core._outcome import Kind
 from hashcrawl._core._parts import Clock
 from hashcrawl._core._revisit import Record, Verdict, digest_of
+from hashcrawl._core._settings import Settings, revisit_policy
 from hashcrawl._run._callbacks import unix_now
-from hashcrawl._run._handling import Handler, Origin
-from hashcrawl._settings import Settings, revisit_policy
+from hashcrawl._run._handler import Handler, Origin
 from hashcrawl._web._models import Request, Response
 
 SETTINGS = Settings(revisit="adaptive", revisit_min=60, revisit_max=86_400)

@@ -133,7 +133,7 @@ def test_rules_from_the_same_text_and_agent_are_equal_and_hashable() -> None:
 def test_remembered_verdicts_are_each_rules_own_and_bounded() -> None:
     """Verdicts are remembered per rules: two hosts' rules (and rules read again) asked
     the same URLs answer as their own text says, and the memory stays bounded."""
-    from hashcrawl._core import _rules
+    from hashcrawl._core import _robotsrules as _rules
 
     urls = [f"http://h/{d}/{i}" for d in ("a", "b") for i in range(3)] + ["http://h/a/" + "x" * 600]
     hosts = [robots("User-agent: *\nDisallow: /a/\n"), robots("User-agent: *\nDisallow: /b/\n")]

@@ -12,10 +12,10 @@ from typing import Any
 import pytest
 import trio
 
-from hashcrawl._cli._server import RedisServer
 from hashcrawl._core._scope import Scope, members
 from hashcrawl._run._queue import Queue
 from hashcrawl._store._redisurl import RedisURL
+from hashcrawl._store._server import RedisServer
 from hashcrawl._store._store import Batch, Store
 from testing.fleet import (
     DEADLINE,

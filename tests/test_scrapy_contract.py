@@ -26,8 +26,8 @@ import pytest
 import trio
 
 import hashcrawl
-from hashcrawl._cli._server import RedisServer
 from hashcrawl._core._outcome import failure_wait
+from hashcrawl._store._server import RedisServer
 from testing.fleet import Crew, Scenarios, crawl_in_process, fast_settings, new_crawl_name
 from testing.quotesite import AUTHORS, PAGES, QuoteSite
 from testing.scrapy_docs import DOCUMENTED, expected, load, port

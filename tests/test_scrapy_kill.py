@@ -10,9 +10,9 @@ from pathlib import Path
 
 import pytest
 
-from hashcrawl._cli._server import RedisServer
 from hashcrawl._core._ring import Ring
 from hashcrawl._core._urls import canonicalize, host_key
+from hashcrawl._store._server import RedisServer
 from testing.fleet import Processes, new_crawl_name, wait_until
 from testing.ports import DEFAULT_SITE, EXAMPLES
 from testing.scrapysite import MEMBER_PAGES, ScrapySite

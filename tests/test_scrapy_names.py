@@ -25,13 +25,14 @@ from hashcrawl import (
     Rule,
     Spider,
 )
+from hashcrawl._cli._flagset import read_flags
 from hashcrawl._core._entry import MAX_CB_KWARGS, BadEntry, Entry
 from hashcrawl._core._frontier import Held
 from hashcrawl._core._outcome import Kind, Outcome
+from hashcrawl._core._settings import Settings
 from hashcrawl._core._urls import canonicalize, host_key
 from hashcrawl._exceptions import ConfigError
-from hashcrawl._run._handling import Handler, Origin
-from hashcrawl._settings import Settings
+from hashcrawl._run._handler import Handler, Origin
 from hashcrawl._web._spider import Calls, scrapy_settings
 
 SITE = "http://shop.example/"
@@ -597,7 +598,7 @@ def test_a_flag_given_wins_over_custom_settings_and_a_default_does_not(tmp_path:
     parser = build_parser()
     for flags, concurrency in ((["--concurrency", "3"], 3), ([], 4)):
         args = parser.parse_args(["join", "--crawl", "c", "--spider", str(path), *flags])
-        got = _worker_settings(args, Settings.from_flags(args), spider_of(args))
+        got = _worker_settings(args, read_flags(args), spider_of(args))
         assert (got["concurrency"], got["delay"]) == (concurrency, 0.3)
 
 

@@ -15,7 +15,7 @@ import redis as redis_py
 import trio
 
 import hashcrawl
-from hashcrawl._cli._server import RedisServer
+from hashcrawl._store._server import RedisServer
 from testing.fleet import Crew, crawl_in_process, fast_settings, new_crawl_name
 from testing.formsite import Seen
 from testing.ports import PORTS, as_set, crawl_with_a_stop, original_of, port_of

@@ -13,10 +13,10 @@ import pytest
 import redis as redis_py
 
 import hashcrawl._store
-from hashcrawl._cli._server import RedisServer
 from hashcrawl._core._urls import fingerprint
 from hashcrawl._exceptions import Fenced, StateLost
 from hashcrawl._store._redisurl import RedisURL
+from hashcrawl._store._server import RedisServer
 from hashcrawl._store._store import Batch, Store
 
 LEASE = 8_000

@@ -10,8 +10,8 @@ import pytest
 import trio
 
 import hashcrawl
-from hashcrawl._cli._server import RedisServer
 from hashcrawl._exceptions import ConfigError
+from hashcrawl._store._server import RedisServer
 from testing.fleet import crawl_site, fast_settings, host, href, make_site, page, request_counts
 from testing.testsite import Resource
 

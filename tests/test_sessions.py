@@ -13,11 +13,11 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 import hashcrawl
-from hashcrawl._cli._server import RedisServer
 from hashcrawl._core._ring import Ring
+from hashcrawl._core._settings import Settings
 from hashcrawl._exceptions import ConfigError
 from hashcrawl._run._worker import new_worker_id
-from hashcrawl._settings import Settings
+from hashcrawl._store._server import RedisServer
 from hashcrawl._web._cookies import MAX_JAR_BYTES, Jars
 from testing.fleet import (
     DEADLINE,

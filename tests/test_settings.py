@@ -9,16 +9,17 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
+from hashcrawl._cli._flagset import add_flags, read_flags, write_flags
 from hashcrawl._cli._parser import build_parser
+from hashcrawl._core._flags import flag_name
+from hashcrawl._core._settings import Settings
 from hashcrawl._exceptions import ConfigError
-from hashcrawl._flags import flag_name
-from hashcrawl._settings import Settings, add_flags
 
 
 def _parse(flags: list[str]) -> Settings:
     parser = argparse.ArgumentParser()
     add_flags(parser)
-    return Settings.from_flags(parser.parse_args(flags))
+    return read_flags(parser.parse_args(flags))
 
 
 def test_no_flags_give_the_default_settings() -> None:
@@ -46,7 +47,7 @@ def test_a_child_worker_gets_the_same_settings(
     span: bool,
     sitemaps: bool,
 ) -> None:
-    """Settings.to_flags parses back to equal settings, whatever the values."""
+    """write_flags' command line parses back to equal settings, whatever the values."""
     settings = Settings(
         delay=delay,
         per_host=per_host,
@@ -57,7 +58,7 @@ def test_a_child_worker_gets_the_same_settings(
         span_hosts=span,
         sitemaps=sitemaps,
     )
-    assert _parse(settings.to_flags()) == settings
+    assert _parse(write_flags(settings)) == settings
 
 
 def test_join_and_crawl_have_a_flag_for_every_setting_with_its_default() -> None:

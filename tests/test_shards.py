@@ -15,13 +15,13 @@ import trio
 from hypothesis import given
 from hypothesis import strategies as st
 
+from hashcrawl._core._settings import Settings
 from hashcrawl._core._shards import Ends, Report, choose_tags, shard_name, shard_of
 from hashcrawl._core._urls import host_key
 from hashcrawl._exceptions import ConfigError, ShardsChanged
 from hashcrawl._run._queue import Queue
 from hashcrawl._run._sharding import Sharded, share
 from hashcrawl._run._worker import Worker
-from hashcrawl._settings import Settings
 from hashcrawl._store._crawlconfig import change
 from hashcrawl._store._redisurl import RedisURL
 from hashcrawl._store._shards import (

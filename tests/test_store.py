@@ -9,13 +9,13 @@ import pytest
 import redis as redis_py
 
 from hashcrawl import Queue
-from hashcrawl._cli._server import RedisServer
 from hashcrawl._core._batch import SPLIT_AT
 from hashcrawl._core._entry import Entry
 from hashcrawl._core._outcome import dead_letter
 from hashcrawl._core._urls import fingerprint
 from hashcrawl._exceptions import StateLost
 from hashcrawl._store._redisurl import RedisURL
+from hashcrawl._store._server import RedisServer
 from hashcrawl._store._store import Batch, Store
 
 LEASE_MS = 60_000

@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 import redis as redis_py
 
-from hashcrawl._cli._server import RedisServer
+from hashcrawl._store._server import RedisServer
 from testing.fleet import wait_until
 from testing.practice import CRAWL, _hashcrawl, _run, practice_failures, run_practice
 

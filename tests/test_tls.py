@@ -18,11 +18,11 @@ import attrs
 import pytest
 import trustme
 
-from hashcrawl._cli._binary import find_server_binary
-from hashcrawl._cli._server import RedisServer
 from hashcrawl._exceptions import QueueError
 from hashcrawl._run._queue import Queue
+from hashcrawl._store._binary import find_server_binary
 from hashcrawl._store._redisurl import RedisURL
+from hashcrawl._store._server import RedisServer
 from testing.fleet import DEADLINE
 
 SECRET = "tls-secret#/?@"

@@ -11,7 +11,7 @@ from typing import Any
 import trio
 
 from hashcrawl import Queue, Worker
-from hashcrawl._run._handling import Parse
+from hashcrawl._run._handler import Parse
 from hashcrawl._run._metrics import status_class
 from hashcrawl._web._sinks import JsonLinesSink
 from testing.fleet import DEADLINE, await_until, fast_settings, page_requests

@@ -18,12 +18,13 @@ from typing import Any
 import attrs
 
 from hashcrawl._cli._checks import check_start_urls
+from hashcrawl._cli._flagset import given_flags
 from hashcrawl._cli._local import plural
 from hashcrawl._cli._parser import USAGE
 from hashcrawl._cli._statedir import opened_queue, redis_of
+from hashcrawl._core._settings import CRAWL, Settings
 from hashcrawl._exceptions import ConfigError
 from hashcrawl._run._queue import Queue
-from hashcrawl._settings import CRAWL, Settings, given_flags
 from hashcrawl._store._crawlconfig import view_lines
 from hashcrawl._web._addresses import AddressPolicy, SubmitCheck
 
@@ -197,7 +198,7 @@ def _reset_names(flags: Sequence[str]) -> list[str]:
     Raises:
         ConfigError: not a crawl setting, or one of the scope's (it only grows).
     """
-    from hashcrawl._flags import flag_name
+    from hashcrawl._core._flags import flag_name
 
     by_flag = {flag_name(getattr(attrs.fields(Settings), n)): n for n in CRAWL}
     names = []

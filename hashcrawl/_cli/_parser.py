@@ -13,10 +13,11 @@ import sys
 from collections.abc import Sequence
 from typing import Any, NoReturn
 
+from hashcrawl._cli._flagset import add_flags, read_flags
 from hashcrawl._cli._statedir import add_state_dir
+from hashcrawl._core._flags import _number
+from hashcrawl._core._settings import ADDRESSES, CRAWL, SCOPE, Settings
 from hashcrawl._exceptions import ConfigError
-from hashcrawl._flags import _number
-from hashcrawl._settings import ADDRESSES, CRAWL, SCOPE, Settings, add_flags
 from hashcrawl._store._redisurl import ENV_VAR as REDIS_ENV_VAR
 from hashcrawl._version import __version__
 
@@ -259,4 +260,4 @@ def _subparser(parser: _Parser, command: str) -> _Parser:
 
 
 def settings_from(args: argparse.Namespace) -> Settings:
-    return Settings.from_flags(args)
+    return read_flags(args)

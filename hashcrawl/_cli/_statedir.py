@@ -67,7 +67,7 @@ def redis_of(args: argparse.Namespace) -> RedisURL:
 
 @contextlib.contextmanager
 def _private_server(state_dir: Path, crawl: str) -> Iterator[str]:
-    from hashcrawl._cli._server import RedisServer
+    from hashcrawl._store._server import RedisServer
 
     directory = state_dir / crawl
     if not (directory / "appendonlydir").is_dir():

@@ -25,6 +25,7 @@ import attrs
 import trio
 
 from hashcrawl._cli._checks import check_reachable, check_start_urls, checked_output, spider_of
+from hashcrawl._cli._flagset import given_flags, write_flags
 from hashcrawl._cli._local import (
     Children,
     already_complete,
@@ -43,8 +44,8 @@ from hashcrawl._cli._statedir import redis_of
 from hashcrawl._core._names import check_name
 from hashcrawl._core._patterns import Patterns
 from hashcrawl._core._scope import Scope
+from hashcrawl._core._settings import CRAWL, Settings
 from hashcrawl._exceptions import ConfigError
-from hashcrawl._settings import CRAWL, Settings, given_flags
 from hashcrawl._store._redisurl import ENV_VAR as REDIS_ENV_VAR
 from hashcrawl._store._redisurl import RedisURL, check_crawl_name
 from hashcrawl._web._addresses import AddressPolicy
@@ -216,7 +217,7 @@ async def _stop_on_signals(
 
 
 def cmd_crawl(args: argparse.Namespace) -> int:
-    from hashcrawl._cli._server import RedisServer
+    from hashcrawl._store._server import RedisServer
 
     check_crawl_name(args.crawl)
     settings = settings_from(args)  # check the flags before starting anything
@@ -329,7 +330,7 @@ def _headers_env(settings: Settings) -> dict[str, str]:
     argv shows in ps."""
     import json
 
-    from hashcrawl._flags import HEADERS_ENV_VAR, PROXIES_ENV_VAR
+    from hashcrawl._core._flags import HEADERS_ENV_VAR, PROXIES_ENV_VAR
 
     env = {HEADERS_ENV_VAR: json.dumps(list(settings.headers))} if settings.headers else {}
     if settings.proxies:
@@ -339,7 +340,7 @@ def _headers_env(settings: Settings) -> dict[str, str]:
 
 def _child_command(args: argparse.Namespace) -> list[str]:
     command = [sys.executable, "-m", "hashcrawl", "join", "--child", "--crawl", args.crawl]
-    command += settings_from(args).to_flags(worker_only=True)  # crawl settings: in Redis
+    command += write_flags(settings_from(args), worker_only=True)  # crawl settings: in Redis
     for path in args.output or ():
         command += ["-o", path]
     if args.log_file:

@@ -10,17 +10,21 @@ from hashcrawl._core._batch import LOST, Beat
 from hashcrawl._core._epochs import Epochs
 from hashcrawl._core._faults import Faults
 from hashcrawl._core._frontier import Frontier
+from hashcrawl._core._pacing import Pacing
 from hashcrawl._core._parts import Clock
 from hashcrawl._core._seams import Tally
+from hashcrawl._core._settings import Settings
 from hashcrawl._exceptions import Fenced, QueueError, StateLost
-from hashcrawl._settings import Settings
 
 
 class Beating(Protocol):
     """What the heartbeat reads of its session (named here: the session makes it)."""
 
     id: str
-    settings: Settings
+
+    @property
+    def settings(self) -> Settings: ...
+
     faults: Faults
     epochs: Epochs
     clock: Clock
@@ -31,7 +35,7 @@ class Beating(Protocol):
 
     def members_read(self, epoch: int, members: Iterable[str], *, first: bool = False) -> None: ...
 
-    def pace_hosts(self, names: Iterable[str]) -> None: ...
+    pacing: Pacing
 
     def busy(self) -> bool: ...
 
@@ -96,7 +100,7 @@ class Heartbeat:
         # Without the rings every member behind holds up every host: the old, slower rule.
         rings = {} if "release_by_settled" in self.s.faults else beat.rings
         if self.s.epochs.released(beat.epoch, settled, behind, rings):
-            self.s.pace_hosts(())
+            self.s.pacing.want(())
         if beat.orphans:
             self.s.epochs.orphans_waiting = True
 

@@ -22,21 +22,25 @@ from hashcrawl._core._frontier import Frontier
 from hashcrawl._core._ledger import Commit, Ledger
 from hashcrawl._core._outcome import Router, SeenCache
 from hashcrawl._core._pace import Carry, PaceRecord
+from hashcrawl._core._pacing import Pacing
 from hashcrawl._core._parts import Clock
 from hashcrawl._core._ring import Ring
 from hashcrawl._core._scope import Scope
 from hashcrawl._core._scope import members as scope_members
 from hashcrawl._core._seams import CookieJars, Tally
+from hashcrawl._core._settings import Settings
 from hashcrawl._core._urls import fingerprint
 from hashcrawl._exceptions import Fenced
-from hashcrawl._settings import Settings
 
 
 class Committing(Protocol):
     """What the commits read of their session (named here: the session makes them)."""
 
     id: str
-    settings: Settings
+
+    @property
+    def settings(self) -> Settings: ...
+
     faults: Faults
     stream: str
     inbox: str
@@ -51,16 +55,16 @@ class Committing(Protocol):
     jars: CookieJars
     frontier: Frontier
 
-    def pace_records(self, names: list[str], now: float) -> dict[str, str]: ...
+    pacing: Pacing
 
 
 class Commits:
     """The commit decisions of one session."""
 
-    def __init__(self, session: Committing) -> None:
+    def __init__(self, session: Committing, foreign: Callable[[str], bool] | None = None) -> None:
         self.s = session
         #: A sharded crawl's test of a host being another shard's (None: one shard).
-        self.foreign: Callable[[str], bool] | None = None
+        self.foreign = foreign
 
     def router(self, ring: Ring, now: float) -> Router:
         """Where entries go at ``ring``'s epoch; dead letters dated by the server's clock."""
@@ -106,7 +110,7 @@ class Commits:
             if ring.owner_of(name) == s.id
             and (name not in s.frontier.hosts or s.frontier.hosts[name].paced)
         ]
-        return [x for pair in s.pace_records(names, now).items() for x in pair]
+        return [x for pair in s.pacing.records(names, now).items() for x in pair]
 
     def delivery(self, entries: Iterable[Entry], now: float, ring: Ring | None = None) -> Batch:
         """A batch that only adds ``entries`` (links found in another shard, of hosts in

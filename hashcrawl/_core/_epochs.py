@@ -88,6 +88,11 @@ class Epochs:
         self.settled, self.release = settled, release
         return changed
 
+    def take_orphans(self) -> bool:
+        """Whether departed workers' streams wait (a heartbeat said so); now taken."""
+        waiting, self.orphans_waiting = self.orphans_waiting, False
+        return waiting
+
     def take(self) -> Ring | None:
         """The newest epoch, if it waits to be applied."""
         if not self.waiting:

@@ -17,13 +17,15 @@ from hashcrawl._core._ledger import Ledger
 from hashcrawl._core._outcome import Kind, Outcome, failure_wait
 from hashcrawl._core._parts import RobotsCache, Suspects
 from hashcrawl._core._seams import Tally
-from hashcrawl._settings import Settings
+from hashcrawl._core._settings import Settings
 
 
 class Ending(Protocol):
     """What the fetches' ends read of their session (named here: the session makes them)."""
 
-    settings: Settings
+    @property
+    def settings(self) -> Settings: ...
+
     frontier: Frontier
     ledger: Ledger
     suspects: Suspects

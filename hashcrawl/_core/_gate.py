@@ -13,24 +13,30 @@ import math
 from collections.abc import Callable, Iterable
 from typing import Protocol
 
+from hashcrawl._core._entry import Entry
 from hashcrawl._core._epochs import Epochs
 from hashcrawl._core._faults import Faults
 from hashcrawl._core._frontier import Frontier, Held, Host
 from hashcrawl._core._ledger import Ledger
-from hashcrawl._core._parts import Suspects
-from hashcrawl._settings import Settings
+from hashcrawl._core._parts import RobotsCache, Suspects
+from hashcrawl._core._settings import Settings
+from hashcrawl._exceptions import InvalidURL
 
 
 class Dispatching(Protocol):
     """What the gate reads of its session (named here: the session makes the gate)."""
 
     id: str
-    settings: Settings
+
+    @property
+    def settings(self) -> Settings: ...
+
     faults: Faults
     epochs: Epochs
     frontier: Frontier
     ledger: Ledger
     suspects: Suspects
+    robots: RobotsCache
     fetching: dict[str, str]  # requests under way: entry id -> host
     in_flight: int
     stopping: bool
@@ -79,9 +85,9 @@ class Pool:
 class Gate:
     """The dispatch decisions of one session."""
 
-    def __init__(self, session: Dispatching) -> None:
+    def __init__(self, session: Dispatching, pool: Pool | None = None) -> None:
         self.s = session
-        self.pool: Pool | None = None  # a sharded worker's shared slots
+        self.pool = pool  # a sharded worker's shared slots
 
     def fresh(self, now: float) -> bool:
         """Whether a heartbeat Redis answered was sent recently enough to fetch."""
@@ -150,3 +156,33 @@ class Gate:
         the request may have waited (a pause, a slow Redis) since it was dispatched."""
         fresh = "send_stale" in self.s.faults or self.fresh(now)  # off: a deliberate bug to catch
         return fresh and self.s.epochs.latest.owner_of(held.host) == self.s.id
+
+    def sub_request(self, url: str, now: float) -> float | str:
+        """When a rendered page's sub-request to ``url`` may start (its host's turn,
+        counted as the host's last start at once: see ``Frontier.sub_request_turn``),
+        or why it may not: robots.txt disallows it, or the host is not this worker's."""
+        s = self.s
+        try:
+            host = Entry(url=url).host
+        except InvalidURL:
+            return f"not a URL to fetch: {url:.100}"
+        rules = s.robots.rules.get(host) if s.settings.obey_robots else None
+        if rules is not None and not rules.allowed(url):
+            return f"robots.txt disallows {url:.100}"
+        turn = s.frontier.sub_request_turn(host, now)
+        if turn is None:
+            return f"{host} is no longer this worker's host: {url:.100} not fetched"
+        return turn
+
+    def sub_request_ended(self, url: str, now: float) -> None:
+        self.s.frontier.sub_request_ended(Entry(url=url).host, now)
+
+    def hop_turn(self, url: str, now: float) -> float:
+        """When a robots.txt redirect's next hop, to ``url``, may start: at its host's
+        turn when this worker owns the host (counted as a start, as a sub-request's), or
+        --delay from now when another owner paces the host's pages."""
+        try:
+            turn = self.s.frontier.sub_request_turn(Entry(url=url).host, now)
+        except InvalidURL:
+            turn = None
+        return turn if turn is not None else now + self.s.settings.delay

@@ -91,7 +91,7 @@ class Handover:
         counted = handoff.counted = self._lost_counts(ring)
         batch = Batch(worker=self.s.id, epoch=ring.epoch, src=self.s.stream, applied=ring.epoch)
         others = dict.fromkeys(h for h in counted if h not in lost)
-        records = self.s.pace_records([*lost, *others], now)
+        records = self.s.pacing.records([*lost, *others], now)
         batch.pace = [x for pair in records.items() for x in pair]
         router = self.s.router(ring, now)
         for name in lost:
@@ -130,7 +130,7 @@ class Handover:
     def done(self, handoff: Handoff) -> None:
         """The handoff went through, and the parked hosts are read again."""
         self.s.epochs.applied = handoff.ring.epoch
-        self.s.pace_hosts(())
+        self.s.pacing.want(())
         log.info(
             "%s applied epoch %d: handed over %d hosts",
             self.s.id,

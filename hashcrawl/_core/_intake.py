@@ -9,7 +9,7 @@ and only then reads new ones again.
 from __future__ import annotations
 
 import logging
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Iterator
 
 import attrs
 
@@ -43,6 +43,17 @@ class Mine:
 
     worker: str
     refuses: Callable[[Entry], str | None]
+
+
+@attrs.frozen
+class Unpark:
+    """One unpark to send: ``count`` of ``host``'s parked entries back into its owner's
+    stream at ``epoch``, with the ``guard`` that lets its answer drop the host."""
+
+    host: str
+    epoch: int
+    count: int
+    guard: int | None
 
 
 @attrs.define
@@ -93,6 +104,18 @@ class Intake:
         one unpark, which finds it empty and drops it.
         """
         self.parked = {h for h in self.parked.union(hosts) if ring.owner_of(h) == worker}
+
+    def unparks(
+        self, frontier: Frontier, max_buffer: int, ledger: Ledger, epoch: Callable[[], int]
+    ) -> Iterator[Unpark]:
+        """The unparks to send, one at a time: each decided when the one before it is
+        answered (memory may have filled meanwhile), at the ``epoch()`` of then."""
+        for name in self.unpark_wanted():
+            wanted = self.may_unpark(name, frontier, max_buffer)
+            if wanted is None:
+                return
+            if wanted:
+                yield Unpark(name, epoch(), self.unpark_count, self.unpark_guard(name, ledger))
 
     def unpark_wanted(self) -> list[str]:
         """Parked hosts, in the order their entries are asked back."""

@@ -22,7 +22,7 @@ from hashcrawl._core._entry import MAX_ENTRY_BYTES, BadEntry, Entry, too_long
 from hashcrawl._core._faults import NO_FAULTS, Faults
 from hashcrawl._core._frontier import Held
 from hashcrawl._core._ring import Ring
-from hashcrawl._core._rules import Robots
+from hashcrawl._core._robotsrules import Robots
 from hashcrawl._core._scope import Scope
 from hashcrawl._core._urls import canonical_parts, fingerprint
 from hashcrawl._exceptions import InvalidURL

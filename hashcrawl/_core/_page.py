@@ -16,10 +16,10 @@ from typing import TYPE_CHECKING
 
 from hashcrawl._core._frontier import Held
 from hashcrawl._core._outcome import Origin, Outcome
-from hashcrawl._core._rules import Robots, Unreachable
+from hashcrawl._core._robotsrules import Robots, Unreachable
 from hashcrawl._core._seams import Reply
+from hashcrawl._core._settings import Settings
 from hashcrawl._exceptions import FetchError, Refused
-from hashcrawl._settings import Settings
 
 if TYPE_CHECKING:
     from hashcrawl._core._session import Session

@@ -8,7 +8,9 @@ import attrs
 
 from hashcrawl._core._entry import Entry
 from hashcrawl._core._frontier import Frontier, Held, Host
-from hashcrawl._core._rules import RULES_TTL, Robots, Unreachable, first_sitemaps
+from hashcrawl._core._robotsrules import RULES_TTL, Robots, Unreachable, first_sitemaps
+from hashcrawl._core._seams import Tally
+from hashcrawl._core._settings import Settings
 
 
 @attrs.define
@@ -71,6 +73,40 @@ class Suspects:
         if not entry.suspect:
             return True
         return not self.isolating and not (entry.attempts and self.out)
+
+
+@attrs.frozen
+class Figures:
+    """What one membership holds now, as its metrics read it."""
+
+    in_flight: int  # requests out now
+    held: int  # entries read and not yet committed: queued, in flight, or to commit
+    hosts: int  # hosts this worker owns and knows of
+    queued: int  # entries waiting in the frontier
+    members: int  # live members of the crawl, as this worker knows
+
+
+@attrs.frozen
+class Due:
+    """Which of a driver's turns the session's state asks for now."""
+
+    apply: bool  # a new epoch waits to be applied
+    drain: bool  # departed workers' streams wait to be drained
+    pace: bool  # previous owners' pace records wait to be read
+
+
+def limits(
+    settings: Settings, counts: Tally, took: float, items_pending: int, resident_mib: float
+) -> tuple[tuple[str, float | None, float], ...]:
+    """Each --max-* limit as ``(flag, limit, value)``: by ``counts``, ``took`` seconds
+    since the membership began, items not yet written, and the resident memory."""
+    return (
+        ("--max-pages", settings.max_pages, counts.fetched),
+        ("--max-items", settings.max_items, counts.items + items_pending),
+        ("--max-errors", settings.max_errors, counts.failed),
+        ("--max-time", settings.max_time, took),
+        ("--max-memory", settings.max_memory, resident_mib),
+    )
 
 
 def limit_reached(checks: tuple[tuple[str, float | None, float], ...]) -> tuple[str, float] | None:

@@ -4,7 +4,7 @@ As h11 turns bytes into events, :func:`respond` turns one response's :class:`Fac
 (its status, its Location and Retry-After, the request's entry and attempts, who reads
 the page, ``now``) into a :class:`Decision`: retry after a wait, give up (the dead
 letters), follow a redirect, read a sitemap, hand the page to its errback, or parse it.
-The caller (``_run._handling.Handler``) does the rest: it reads the sitemap in a thread,
+The caller (``_run._handler.Handler``) does the rest: it reads the sitemap in a thread,
 runs the callbacks and collects what they give; a callback that raised is the
 caller's to report, and :func:`parse_failed` says what follows (no backoff: the server
 did nothing wrong).

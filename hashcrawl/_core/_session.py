@@ -17,33 +17,33 @@ sent is asked separately (:meth:`Session.may_send`), right before it leaves.
 from __future__ import annotations
 
 import logging
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from typing import Any
 
 from hashcrawl._core._batch import Batch, Beat, Committed, Status
 from hashcrawl._core._beats import Heartbeat
 from hashcrawl._core._commits import Commits
 from hashcrawl._core._entry import Entry
-from hashcrawl._core._epochs import Epochs, Release
+from hashcrawl._core._epochs import Epochs
 from hashcrawl._core._faults import NO_FAULTS, Faults
 from hashcrawl._core._fetches import Fetches
-from hashcrawl._core._frontier import Frontier, Held, Host
-from hashcrawl._core._gate import Gate
+from hashcrawl._core._frontier import Frontier, Held
+from hashcrawl._core._gate import Gate, Pool
 from hashcrawl._core._intake import PARK_AT as PARK_AT
 from hashcrawl._core._intake import UNPARK_BELOW as UNPARK_BELOW
-from hashcrawl._core._intake import Intake, Mine, Read
+from hashcrawl._core._intake import Intake, Mine, Read, Unpark
 from hashcrawl._core._ledger import COMMIT_MAX as COMMIT_MAX
 from hashcrawl._core._ledger import Commit as Commit
 from hashcrawl._core._ledger import Ledger
 from hashcrawl._core._outcome import Outcome, Router, SeenCache
-from hashcrawl._core._pace import Carry, PaceRecord
-from hashcrawl._core._parts import Clock, RobotsCache, Suspects, limit_reached
+from hashcrawl._core._pacing import Pacing
+from hashcrawl._core._parts import Clock, Due, Figures, RobotsCache, Suspects, limit_reached, limits
 from hashcrawl._core._ring import Ring
 from hashcrawl._core._scope import Scope
 from hashcrawl._core._scope import members as scope_members
 from hashcrawl._core._seams import CookieJars, Tally
+from hashcrawl._core._settings import Current, Settings
 from hashcrawl._exceptions import QueueError
-from hashcrawl._settings import Settings
 
 log = logging.getLogger("hashcrawl")
 # A commit costs ~10 Redis commands however few pages it carries, so waiting 200 ms
@@ -75,9 +75,11 @@ class Session:
         jars: CookieJars,
         now: float,
         faults: Faults = NO_FAULTS,
+        pool: Pool | None = None,
+        foreign: Callable[[str], bool] | None = None,
     ) -> None:
         self.id = worker
-        self.settings = settings
+        self.current = Current(settings)  # what every part reads: one step to change
         self.stream_of = stream_of
         self.inbox = inbox
         self.stream = stream_of(worker)
@@ -99,13 +101,21 @@ class Session:
         self.in_flight = 0
         self.stopping = False
         self.intake = Intake()  # reading the stream, and the hosts parked
-        self.carry = Carry()  # previous owners' pace records still to read
         self.jars = jars  # the cookies of the hosts this worker owns
         self.suspects = Suspects()
-        self.gate = Gate(self)
+        self.pacing = Pacing(
+            current=self.current, frontier=self.frontier, epochs=self.epochs, clock=self.clock,
+            jars=jars, taken=self.taken, faults=faults,
+        )  # fmt: skip
+        self.carry = self.pacing.carry  # previous owners' pace records still to read
+        self.gate = Gate(self, pool)  # a sharded worker's slots, shared by its shards
         self.heartbeat = Heartbeat(self)
         self.fetches = Fetches(self)
-        self.commits = Commits(self)
+        self.commits = Commits(self, foreign)  # a sharded crawl's: a host of another shard
+
+    @property
+    def settings(self) -> Settings:
+        return self.current.settings
 
     @property
     def latest(self) -> Ring:
@@ -126,10 +136,20 @@ class Session:
     def scope_read(self, stored: Iterable[str]) -> None:
         self.scope = Scope.from_members(stored)
 
-    def joined(self, sent: float, received: float, now_ms: int) -> None:
+    def joined(
+        self, sent: float, received: float, now_ms: int, in_hand: set[str] | None = None
+    ) -> None:
+        """Joined at the server's ``now_ms``; ``in_hand``, when it took a predecessor's
+        place by name: the hosts of the pages that one had in hand. That one wrote no pace
+        records, so every host is paced from now, and those from now plus --timeout (a
+        request of one may still run at the server)."""
         self.clock.sample(sent, received, now_ms)
         self.epochs.joined_ms = now_ms
         self.epochs.confirmed_at = sent
+        if in_hand is not None:
+            self.carry.floor_ms = now_ms
+            late = now_ms + int(self.settings.timeout * 1000)
+            self.carry.floors = dict.fromkeys(in_hand, late)
 
     def members_read(self, epoch: int, members: Iterable[str], *, first: bool = False) -> None:
         """Learn the fleet's membership; a new epoch waits to be applied.
@@ -160,7 +180,7 @@ class Session:
     def take_settings(self, settings: Settings) -> None:
         """Decide by ``settings`` from now on (the crawl's changed); a host's next
         request is paced by the new delay, from its last request's time."""
-        self.settings = settings
+        self.current.settings = settings
         self.frontier.delay = settings.delay
 
     def busy(self) -> bool:
@@ -174,19 +194,20 @@ class Session:
         """Entries read from this worker's stream and not yet committed."""
         return self.frontier.size + self.in_flight + len(self.outcomes)
 
+    def figures(self) -> Figures:
+        queued, hosts, members = self.frontier.size, self.frontier.hosts, self.latest.members
+        return Figures(self.in_flight, self.held(), len(hosts), queued, len(members))
+
+    def due(self) -> Due:
+        epochs = self.epochs
+        return Due(epochs.waiting, epochs.orphans_waiting, bool(self.carry.due))
+
     def check_limits(self, now: float, resident_mib: float) -> bool:
         """Whether a --max-* limit is reached: then this worker (not the crawl) stops."""
         if self.stopping:
             return False
-        counts, settings = self.tally, self.settings
-        reached = (
-            ("--max-pages", settings.max_pages, counts.fetched),
-            ("--max-items", settings.max_items, counts.items + self.ledger.items_pending),
-            ("--max-errors", settings.max_errors, counts.failed),
-            ("--max-time", settings.max_time, now - self.started),
-            ("--max-memory", settings.max_memory, resident_mib),
-        )
-        hit = limit_reached(reached)
+        took, items = now - self.started, self.ledger.items_pending
+        hit = limit_reached(limits(self.settings, self.tally, took, items, resident_mib))
         if hit is not None:
             log.warning("stopping: %s %g reached; handing hosts back", *hit)
             self.stopping = True
@@ -214,7 +235,15 @@ class Session:
         """Queue what was read (see ``Intake.take_in``); hosts new here get their pacing."""
         ring, frontier = self.epochs.latest, self.frontier
         mine = Mine(self.id, self.refuses)
-        self.pace_hosts(self.intake.take_in(got, parking, frontier, ring, mine, self.ledger))
+        self.pacing.want(self.intake.take_in(got, parking, frontier, ring, mine, self.ledger))
+
+    def unparks(self) -> Iterator[Unpark]:
+        """The unparks to send now, one at a time (see ``Intake.unparks``)."""
+        epoch = lambda: self.epochs.latest.epoch  # noqa: E731
+        return self.intake.unparks(self.frontier, self.settings.max_buffer, self.ledger, epoch)
+
+    def unparked(self, unpark: Unpark, status: str, left: int) -> None:
+        self.intake.unparked(unpark.host, status, left, self.id, unpark.guard)
 
     # -- idle hosts --------------------------------------------------------------
 
@@ -227,49 +256,6 @@ class Session:
         for name in gone:
             self.robots.forget(name)
         return gone
-
-    # -- pacing carried over -----------------------------------------------------------------
-
-    def pace_hosts(self, names: Iterable[str]) -> None:
-        """Have the pacing state of hosts new to this owner read, once it is there to
-        read (see ``Carry``); the hosts due go to ``carry.due``, for the driver to read."""
-        self.carry.want(names, self.frontier, self.epochs.release)
-
-    def take_due_pace(self) -> list[str]:
-        return self.carry.take_due()
-
-    def pace_loaded(self, hosts: list[str], records: dict[str, str], released: Release) -> None:
-        """The pace records of ``hosts`` came, asked when the fleet had ``released`` them."""
-        later = self.carry.loaded(hosts, records, released, self.frontier, self.apply_pace)
-        self.pace_hosts(later)  # at once if the fleet has settled while this read was out
-
-    def apply_pace(self, host: Host, record: PaceRecord) -> None:
-        """Adopt a previous owner's record of ``host``: its cookies, count and pacing."""
-        if record.cookies and self.settings.cookies:
-            self.jars.adopt(host.name, record.cookies)
-        if record.readable and record.taken:
-            self.taken[host.name] = max(self.taken.get(host.name, 0), record.taken)
-        record.pace(host, self.clock)
-
-    def pace_records(self, names: list[str], now: float) -> dict[str, str]:
-        """The pace records of hosts this worker hands over, as text."""
-        records: dict[str, str] = {}
-        if "drop_pace" in self.faults:  # a deliberate bug to catch: the pacing stays behind
-            return records
-        for name in names:
-            record = self._pace_record(name, now)
-            if record is not None:
-                records[name] = record.to_text()
-        return records
-
-    def _pace_record(self, name: str, now: float) -> PaceRecord | None:
-        host, delay = self.frontier.hosts.get(name), self.settings.delay
-        taken, cookies = self.taken.get(name, 0), self.jars.record(name)
-        return PaceRecord.of(host, delay, now, self.clock, taken=taken, cookies=cookies)
-
-    def leaving_hosts(self) -> list[str]:
-        """Every host a leaving worker writes a pace record for, if it has one."""
-        return list({**self.frontier.hosts, **self.taken, **dict.fromkeys(self.jars.hosts())})
 
     # -- dispatching ---------------------------------------------------------------------------
 
@@ -357,3 +343,7 @@ class Session:
     def take_epoch(self) -> Ring | None:
         """The newest epoch, if it waits to be applied."""
         return self.epochs.take()
+
+    def take_orphans(self) -> bool:
+        """Whether departed workers' streams wait to be drained (then they are taken)."""
+        return self.epochs.take_orphans()

@@ -1,6 +1,6 @@
 """The pieces of running a parse callback: its steps, its failures, what it is given.
 
-:class:`~hashcrawl._run._handling.Handler` runs a callback or errback through a
+:class:`~hashcrawl._run._handler.Handler` runs a callback or errback through a
 :class:`Caller`, which drives it through :class:`Steps` and sorts what it gives into a
 :class:`Produced`; the rest are pure helpers it and its tests share.
 """

@@ -33,12 +33,13 @@ from typing import Any
 import trio
 
 from hashcrawl._core._entry import BadEntry, Entry
+from hashcrawl._core._gate import Pool
 from hashcrawl._core._names import Holder, HolderBehind
 from hashcrawl._core._session import FORGET_EVERY
 from hashcrawl._exceptions import ConfigError, InvalidURL, QueueError
 from hashcrawl._run._calls import Call
-from hashcrawl._run._committing import Committer
-from hashcrawl._run._fetching import Dispatcher
+from hashcrawl._run._committer import Committer
+from hashcrawl._run._dispatcher import Dispatcher
 from hashcrawl._run._handoffs import Handoffs
 from hashcrawl._run._membership import (
     Member,
@@ -49,7 +50,7 @@ from hashcrawl._run._membership import (
     unwrapped,
 )
 from hashcrawl._run._naming import Place, claim
-from hashcrawl._run._revisiting import Taker
+from hashcrawl._run._taker import Taker
 from hashcrawl._store import _crawlconfig
 from hashcrawl._store._base import RevisitStore, WorkerStore
 from hashcrawl._store._store import Beat
@@ -89,6 +90,8 @@ class Driver(Membership):
             ``ConfigError`` it raises makes the driver leave again and raise it.
         place: where the worker runs, recorded at join so that a successor of its name
             can tell it has stopped (default: this machine and process).
+        pool, foreign: a sharded crawl's shared slots and test of another shard's host
+            (see :class:`Membership`).
     """
 
     read_block_ms = 500
@@ -105,8 +108,13 @@ class Driver(Membership):
         revisits: RevisitStore | None = None,
         after_join: Callable[[Driver], Awaitable[None]] | None = None,
         place: Place | None = None,
+        pool: Pool | None = None,
+        foreign: Callable[[str], bool] | None = None,
     ) -> None:
-        super().__init__(worker, store, call=call, spawn=spawn, offload=offload, revisits=revisits)
+        super().__init__(
+            worker, store, call=call, spawn=spawn, offload=offload, revisits=revisits,
+            pool=pool, foreign=foreign,
+        )  # fmt: skip
         self.after_join = after_join
         self.place = place if place is not None else Place.here()
         self.dispatcher = Dispatcher(self, fetcher)
@@ -176,11 +184,7 @@ class Driver(Membership):
                 break
             except HolderBehind:  # an epoch began between the look and the join
                 continue
-        session.joined(sent, self.now(), now_ms)
-        if replaces is not None:  # it wrote no pace records: every host is paced from now
-            session.carry.floor_ms = now_ms
-            late = now_ms + int(self.settings.timeout * 1000)  # or from its requests' end
-            session.carry.floors = dict.fromkeys(in_hand, late)
+        session.joined(sent, self.now(), now_ms, in_hand if replaces is not None else None)
         if self.after_join is not None:
             try:
                 await self.after_join(self)
@@ -281,7 +285,7 @@ class Driver(Membership):
         try:
             with trio.fail_after(lease):
                 await self.flush_now()
-                pace = session.pace_records(session.leaving_hosts(), self.now())
+                pace = session.pacing.records(session.pacing.leaving(), self.now())
                 await self.persist(self.store.leave, session.id, pace)
                 await self.drain(session.stream)
         except trio.TooSlowError:
@@ -343,20 +347,13 @@ class Driver(Membership):
     async def unpark_turn(self) -> list[str]:
         """One pass over the parked hosts; returns the hosts that took entries back."""
         session, took = self.session, []
-        intake, most = session.intake, self.settings.max_buffer
-        for name in intake.unpark_wanted():
-            wanted = intake.may_unpark(name, session.frontier, most)
-            if wanted is None:
-                break
-            if not wanted:
-                continue
-            guard = intake.unpark_guard(name, session.ledger)
+        for unpark in session.unparks():
             status, moved, left = await self.persist(
-                self.store.unpark, session.id, session.latest.epoch, name, intake.unpark_count
+                self.store.unpark, session.id, unpark.epoch, unpark.host, unpark.count
             )
-            intake.unparked(name, status, left, session.id, guard)
+            session.unparked(unpark, status, left)
             if moved:
-                took.append(name)
+                took.append(unpark.host)
         return took
 
     async def forget_loop(self) -> None:
@@ -371,10 +368,9 @@ class Driver(Membership):
     async def pace_turn(self) -> list[str]:
         """Read the previous owners' pacing state for the hosts whose turn it is."""
         session = self.session
-        hosts = session.take_due_pace()
+        hosts, released = session.pacing.take_due()
         if hosts:
-            released = session.epochs.release
             records = await self.persist(self.store.pace, hosts)
-            session.pace_loaded(hosts, records, released)
+            session.pacing.loaded(hosts, records, released)
             self.wake()
         return hosts

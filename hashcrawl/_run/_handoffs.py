@@ -74,9 +74,8 @@ class Handoffs:
     async def drain_turn(self) -> list[str]:
         """Drain every departed worker's stream there is; returns the streams drained."""
         drained: list[str] = []
-        if not self.m.session.epochs.orphans_waiting:
+        if not self.m.session.take_orphans():
             return drained
-        self.m.session.epochs.orphans_waiting = False
         while (stream := await self.m.persist(self.m.store.orphan)) is not None:
             await self.drain(stream)
             drained.append(stream)

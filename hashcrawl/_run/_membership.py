@@ -12,14 +12,15 @@ from typing import Any, Protocol, TypeVar
 import trio
 
 from hashcrawl._core._faults import Faults
+from hashcrawl._core._gate import Pool
 from hashcrawl._core._session import COMMIT_EVERY, COMMIT_MAX, Session
+from hashcrawl._core._settings import Settings
 from hashcrawl._exceptions import ConfigError, Fenced, QueueError
 from hashcrawl._run._calls import Call, Signal, StoreCaller, Wakeup
-from hashcrawl._run._handling import Handler
+from hashcrawl._run._handler import Handler
 from hashcrawl._run._inbound import Inbound, Parcel
 from hashcrawl._run._metrics import Tally
 from hashcrawl._run._notices import Notices
-from hashcrawl._settings import Settings
 from hashcrawl._store._base import RevisitStore, WorkerStore
 from hashcrawl._store._crawlconfig import CrawlSettings
 from hashcrawl._web._cookies import Jars
@@ -111,6 +112,8 @@ class Membership:
         offload: runs other blocking work, parsing a robots.txt or writing items
             (default: in a worker thread, off the event loop).
         revisits: the crawl's revisit records, with ``--revisit`` (None: none).
+        pool: a sharded worker's slots, shared by its shards' sessions (None: one shard).
+        foreign: a sharded crawl's test of a host being another shard's (None: one shard).
     """
 
     nursery: trio.Nursery  # the membership's, once it runs
@@ -124,6 +127,8 @@ class Membership:
         spawn: Spawn | None = None,
         offload: Offload | None = None,
         revisits: RevisitStore | None = None,
+        pool: Pool | None = None,
+        foreign: Callable[[str], bool] | None = None,
     ) -> None:
         self.worker = worker
         self.revisits = revisits
@@ -145,6 +150,8 @@ class Membership:
             jars=Jars(worker.settings.max_cookie_bytes),
             now=self.now(),
             faults=worker.faults,
+            pool=pool,
+            foreign=foreign,
         )
         self.scopes: dict[str, trio.CancelScope] = {}  # fetches a handoff may cut short
         self.changed = Signal()
@@ -183,12 +190,12 @@ class Membership:
 
     def wake(self) -> None:
         """Wake the loops whose turn the session's state now asks for."""
-        session = self.session
-        if session.epochs.waiting:
+        due = self.session.due()
+        if due.apply:
             self.epoch_changed.set()
-        if session.epochs.orphans_waiting:
+        if due.drain:
             self.orphans_waiting.set()
-        if session.carry.due:
+        if due.pace:
             self.pace_due.set()
         self.changed.notify()
 

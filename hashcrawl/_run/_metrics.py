@@ -279,16 +279,13 @@ class WorkerCollector:
         session = self.worker.session
         if session is None:
             return []
+        now = session.figures()
         return [
-            ("in_flight", "Requests in flight now", session.in_flight),
-            ("held", "Entries read and not yet committed", session.held()),
-            ("hosts_owned", "Hosts this worker owns and knows of", len(session.frontier.hosts)),
-            ("frontier_size", "Entries waiting in this worker's memory", session.frontier.size),
-            (
-                "members",
-                "Live members of the crawl, as this worker knows",
-                len(session.latest.members),
-            ),
+            ("in_flight", "Requests in flight now", now.in_flight),
+            ("held", "Entries read and not yet committed", now.held),
+            ("hosts_owned", "Hosts this worker owns and knows of", now.hosts),
+            ("frontier_size", "Entries waiting in this worker's memory", now.queued),
+            ("members", "Live members of the crawl, as this worker knows", now.members),
         ]
 
     def _fleet(self) -> Iterator[Any]:

@@ -24,8 +24,10 @@ each with its share of ``--concurrency``. What crosses shards:
 
 from __future__ import annotations
 
+import functools
 import logging
 import math
+from collections.abc import Callable
 from typing import Any
 
 import attrs
@@ -37,13 +39,13 @@ from hashcrawl._core._gate import Pool
 from hashcrawl._core._outcome import Outcome
 from hashcrawl._core._scope import members as scope_members
 from hashcrawl._core._session import COMMIT_MAX
+from hashcrawl._core._settings import Settings
 from hashcrawl._core._shards import Ends, Report, shard_of
 from hashcrawl._exceptions import QueueError
 from hashcrawl._run._calls import Signal
 from hashcrawl._run._driver import Driver
 from hashcrawl._run._inbound import Parcel
 from hashcrawl._run._membership import Member, unwrapped
-from hashcrawl._settings import Settings
 from hashcrawl._store._revisits import Revisits
 from hashcrawl._store._shards import Shards, queued_any
 from hashcrawl._web._fetch import Fetcher
@@ -100,6 +102,11 @@ class ShardMember:
             setattr(self._worker, name, value)
 
 
+def _foreign(count: int, shard: int, host: str) -> bool:
+    """Whether ``host`` is another shard's than ``shard`` of ``count``."""
+    return shard_of(host, count) != shard
+
+
 class ShardDriver(Driver):
     """One shard's membership (a :class:`Driver`), delivering links into the other
     shards and ending with all of them."""
@@ -107,10 +114,13 @@ class ShardDriver(Driver):
     def __init__(self, sharded: Sharded, shard: int, member: ShardMember, **kwargs: Any) -> None:
         self.sharded, self.shard = sharded, shard
         store = sharded.shards.stores[shard]
-        super().__init__(member, store, sharded.fetcher, **kwargs)
         count = len(sharded.shards)
-        if "foreign_in_source" not in member.faults:  # off: a deliberate bug to catch
-            self.session.commits.foreign = lambda host: shard_of(host, count) != shard
+        foreign: Callable[[str], bool] | None = functools.partial(_foreign, count, shard)
+        if "foreign_in_source" in member.faults:  # off: a deliberate bug to catch
+            foreign = None
+        super().__init__(
+            member, store, sharded.fetcher, **kwargs, pool=sharded.pool, foreign=foreign
+        )
         self.beat_sent = 0.0
         self.tick = COMMIT_TICK
         self.read_block_ms = READ_BLOCK_MS
@@ -267,8 +277,6 @@ class Sharded:
             ShardDriver(self, i, member, revisits=_revisits_of(shards, i, kwargs), **seams)
             for i, member in enumerate(self.members)
         ]
-        for driver in self.drivers:
-            driver.session.gate.pool = self.pool
 
     def _sessions(self) -> list[Any]:
         return [driver.session for driver in self.drivers]

@@ -23,23 +23,23 @@ from hashcrawl._browser._process import find_chromium
 from hashcrawl._browser._reach import Reach
 from hashcrawl._browser._render import Renderer
 from hashcrawl._core._faults import NO_FAULTS, Faults
+from hashcrawl._core._flags import header_pairs
 from hashcrawl._core._names import check_name, incarnation
 from hashcrawl._core._patterns import Patterns
 from hashcrawl._core._session import Session
+from hashcrawl._core._settings import CRAWL, Settings
 from hashcrawl._core._steps import renders
 from hashcrawl._core._urls import canonicalize
 from hashcrawl._exceptions import ConfigError, Fenced, ShardsChanged, StateLost
-from hashcrawl._flags import header_pairs
 from hashcrawl._run._calls import StoreCaller
 from hashcrawl._run._driver import Driver as Driver
-from hashcrawl._run._handling import Handler, Parse
+from hashcrawl._run._handler import Handler, Parse
 from hashcrawl._run._membership import _in_worker_thread
 from hashcrawl._run._membership import unwrapped as unwrapped
 from hashcrawl._run._metrics import Tally
 from hashcrawl._run._notices import Notices
 from hashcrawl._run._queue import submit_start_requests, unwanted_start
 from hashcrawl._run._sharding import Sharded
-from hashcrawl._settings import CRAWL, Settings
 from hashcrawl._store import _crawlconfig
 from hashcrawl._store._base import WorkerStore
 from hashcrawl._store._crawlconfig import CrawlSettings
@@ -168,6 +168,21 @@ class Worker:
     _driver: Driver | Sharded | None = None
     _store: WorkerStore | None = None
 
+    def membership(self, store: WorkerStore, fetcher: Fetcher, **seams: Any) -> Driver:
+        """A new membership of this worker in the crawl of ``store``, made its current
+        one: :meth:`stop` and new settings reach it. :meth:`run` runs one; a simulation
+        drives one turn by turn, giving ``seams`` (``call=``, ``spawn=``, ``offload=``,
+        ``revisits=``, ``place=``: see ``Driver``)."""
+        driver = Driver(self, store, fetcher, **seams)
+        self._driver = driver
+        return driver
+
+    def sharded_membership(self, shards: Shards, fetcher: Fetcher, **seams: Any) -> Sharded:
+        """As :meth:`membership`, one membership in each of ``shards``."""
+        sharded = Sharded(self, shards, fetcher, **seams)
+        self._driver = sharded
+        return sharded
+
     async def run(self) -> None:
         """Crawl until the fleet has been idle ``idle`` seconds, or until stopped.
 
@@ -220,14 +235,16 @@ class Worker:
                 # records are always at hand, and only used while the policy says so.
                 revisits = Revisits.of(store) if isinstance(store, Store) else None
                 if shards is not None:
-                    self._driver = Sharded(self, shards, fetcher, revisits=revisits)
+                    driver: Driver | Sharded = self.sharded_membership(
+                        shards, fetcher, revisits=revisits
+                    )
                 else:
                     check = _still_one_shard if isinstance(store, Store) else None
-                    self._driver = Driver(self, store, fetcher, revisits=revisits, after_join=check)
+                    driver = self.membership(store, fetcher, revisits=revisits, after_join=check)
                 if self._stop_requested:
                     return
                 try:
-                    await self._driver.run()
+                    await driver.run()
                     if self.settings_refused is not None:  # stopped by the crawl's settings
                         raise self.settings_refused
                     return

@@ -28,10 +28,10 @@ from typing import TYPE_CHECKING, Any
 
 import attrs
 
+from hashcrawl._core._flags import NONE, Flag, flag_name
 from hashcrawl._core._scope import members as scope_members
+from hashcrawl._core._settings import CRAWL, Settings
 from hashcrawl._exceptions import ConfigError
-from hashcrawl._flags import NONE, Flag, flag_name
-from hashcrawl._settings import CRAWL, Settings
 
 if TYPE_CHECKING:
     from hashcrawl._core._batch import Beat

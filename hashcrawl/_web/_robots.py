@@ -1,6 +1,6 @@
 """How robots.txt is fetched (RFC 9309), and the server's own pacing hints.
 
-The rules themselves (:class:`Robots`, parsed by protego) are ``hashcrawl._core._rules``'s,
+The rules themselves (:class:`Robots`, parsed by protego) are ``hashcrawl._core._robotsrules``'s,
 where the session keeps them without importing any of the web.
 
 Fetching is :class:`RobotsFetch`, a pure state machine the worker drives (RFC 9309):
@@ -15,9 +15,9 @@ from __future__ import annotations
 from collections.abc import Mapping
 
 from hashcrawl._core._respond import parse_retry_after as parse_retry_after
-from hashcrawl._core._rules import RULES_TTL as RULES_TTL
-from hashcrawl._core._rules import Robots as Robots
-from hashcrawl._core._rules import Unreachable as Unreachable
+from hashcrawl._core._robotsrules import RULES_TTL as RULES_TTL
+from hashcrawl._core._robotsrules import Robots as Robots
+from hashcrawl._core._robotsrules import Unreachable as Unreachable
 from hashcrawl._core._urls import host_key, join_url
 from hashcrawl._web._html import decode_body
 

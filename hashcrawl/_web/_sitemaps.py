@@ -22,9 +22,9 @@ from lxml import etree
 
 from hashcrawl._core._entry import Entry
 from hashcrawl._core._links import request_url
-from hashcrawl._core._rules import MAX_ROBOTS_SITEMAPS as MAX_ROBOTS_SITEMAPS
-from hashcrawl._core._rules import first_sitemaps as first_sitemaps
-from hashcrawl._core._rules import sitemap_urls as sitemap_urls
+from hashcrawl._core._robotsrules import MAX_ROBOTS_SITEMAPS as MAX_ROBOTS_SITEMAPS
+from hashcrawl._core._robotsrules import first_sitemaps as first_sitemaps
+from hashcrawl._core._robotsrules import sitemap_urls as sitemap_urls
 
 MAX_SITEMAP_BYTES = 50 * 1024 * 1024  # the protocol's limit, uncompressed
 MAX_SITEMAP_URLS = 50_000  # the protocol's limit of <loc>s in one sitemap

@@ -29,10 +29,10 @@ import attrs
 import trio
 
 from hashcrawl._core._entry import MAX_CB_KWARGS, Entry
+from hashcrawl._core._settings import Settings
 from hashcrawl._exceptions import ConfigError, DropItem
-from hashcrawl._settings import Settings
+from hashcrawl._web._linkrules import Rule
 from hashcrawl._web._models import Request, Response
-from hashcrawl._web._rules import Rule
 
 log = logging.getLogger("hashcrawl")
 

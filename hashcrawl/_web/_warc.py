@@ -44,8 +44,8 @@ from typing import Any
 
 import attrs
 
+from hashcrawl._core._settings import WARC_MAX_SIZE
 from hashcrawl._exceptions import ConfigError
-from hashcrawl._settings import WARC_MAX_SIZE
 from hashcrawl._version import __version__
 from hashcrawl._web._models import Exchange, Response
 from hashcrawl._web._warc_writer import Fetch, Writer

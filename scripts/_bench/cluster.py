@@ -30,8 +30,8 @@ from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
-from hashcrawl._cli._server import RedisServer
 from hashcrawl._run._queue import Queue
+from hashcrawl._store._server import RedisServer
 from testing.cluster import Cluster
 
 from . import crawl, static_site

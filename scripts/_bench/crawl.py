@@ -28,7 +28,7 @@ import attrs
 import redis as redis_py
 
 from hashcrawl import Queue
-from hashcrawl._cli._server import RedisServer
+from hashcrawl._store._server import RedisServer
 
 from .static_site import StaticServer, allow_flags, read_log
 

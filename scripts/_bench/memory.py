@@ -28,11 +28,11 @@ import psutil
 import redis as redis_py
 
 from hashcrawl import Queue
-from hashcrawl._cli._server import RedisServer
 from hashcrawl._core._batch import chunks
 from hashcrawl._core._entry import Entry
 from hashcrawl._core._urls import fingerprint
 from hashcrawl._store._redisurl import RedisURL
+from hashcrawl._store._server import RedisServer
 from hashcrawl._store._store import Batch, Store
 
 from .crawl import CRAWL, _join_command

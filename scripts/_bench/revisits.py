@@ -33,9 +33,9 @@ from typing import Any
 
 import attrs
 
-from hashcrawl._cli._server import RedisServer
 from hashcrawl._core._revisit import Policy
-from hashcrawl._settings import Settings
+from hashcrawl._core._settings import Settings
+from hashcrawl._store._server import RedisServer
 from testing.fleet import Processes, flags, status_of, submit, wait_until
 from testing.revisitjudge import RESOLUTION, Bound, judge
 from testing.revisitsite import Page, RevisitSite

@@ -17,9 +17,9 @@ from hashcrawl._core._outcome import Outcome
 from hashcrawl._core._page import Page, Step
 from hashcrawl._core._revisit import Record
 from hashcrawl._exceptions import FetchError, Refused
+from hashcrawl._run._frontierpace import FrontierPace
 from hashcrawl._run._membership import Membership
 from hashcrawl._run._metrics import error_kind
-from hashcrawl._run._rendering import FrontierPace
 from hashcrawl._web._fetch import Fetcher
 from hashcrawl._web._models import Request, Response
 from hashcrawl._web._pools import NotSent, sending_only_while
@@ -270,10 +270,12 @@ class Dispatcher:
         fetch = RobotsFetch(held.entry.url, self.m.settings.user_agent)
         got: str | Robots | Unreachable = fetch.url
         while isinstance(got, str):
-            if fetch.hops:  # a redirect: its target waits the delay, as any request would
-                await trio.sleep(self.m.settings.delay)
+            if fetch.hops:  # a redirect: its target waits its host's turn, as any request
+                turn = self.m.session.gate.hop_turn(got, self.m.now())
+                await trio.sleep(max(0.0, turn - self.m.now()))
             try:
                 response = await self.send(held, Request(got))
+                self.m.session.gate.sub_request_ended(got, self.m.now())
                 # Parsing 500 KiB of rules takes a good part of a second: not on the loop.
                 answered = functools.partial(fetch.answered, truncated=response.truncated)
                 got = await self.m.offload(

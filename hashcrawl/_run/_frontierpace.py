@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import trio
 
-from hashcrawl._core._entry import Entry
 from hashcrawl._exceptions import Refused
 from hashcrawl._run._membership import Membership
 
@@ -23,14 +22,10 @@ class FrontierPace:
         self.m = m
 
     async def turn(self, url: str) -> None:
-        session, host = self.m.session, Entry(url=url).host
-        rules = session.robots.rules.get(host) if session.settings.obey_robots else None
-        if rules is not None and not rules.allowed(url):
-            raise Refused(f"robots.txt disallows {url:.100}")
-        turn = session.frontier.sub_request_turn(host, self.m.now())
-        if turn is None:
-            raise Refused(f"{host} is no longer this worker's host: {url:.100} not fetched")
+        turn = self.m.session.gate.sub_request(url, self.m.now())
+        if isinstance(turn, str):
+            raise Refused(turn)
         await trio.sleep(max(0.0, turn - self.m.now()))
 
     def ended(self, url: str) -> None:
-        self.m.session.frontier.sub_request_ended(Entry(url=url).host, self.m.now())
+        self.m.session.gate.sub_request_ended(url, self.m.now())

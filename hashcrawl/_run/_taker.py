@@ -9,8 +9,8 @@ from __future__ import annotations
 
 import trio
 
+from hashcrawl._core._settings import revisit_policy
 from hashcrawl._run._membership import Membership
-from hashcrawl._settings import revisit_policy
 from hashcrawl._store._base import RevisitStore
 
 TAKE_EVERY = 1.0  # seconds between takes while nothing is due

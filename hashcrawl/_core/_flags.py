@@ -16,8 +16,7 @@ from typing import Any
 import attrs
 
 from hashcrawl._core._nets import parse_net
-
-from ._exceptions import ConfigError
+from hashcrawl._exceptions import ConfigError
 
 NONE = "none"
 
@@ -97,27 +96,6 @@ HEADERS_ENV_VAR = "HASHCRAWL_HEADERS"
 PROXIES_ENV_VAR = "HASHCRAWL_PROXIES"
 
 
-def from_environment(name: str) -> list[str]:
-    """The JSON list of strings in ``$name`` ([] when unset).
-
-    Raises:
-        ConfigError: it is not such a list (its text is not repeated: credentials).
-    """
-    import json
-    import os
-
-    text = os.environ.get(name)
-    if not text:
-        return []
-    try:
-        lines = json.loads(text)
-    except ValueError:
-        lines = None
-    if not (isinstance(lines, list) and all(isinstance(x, str) for x in lines)):
-        raise ConfigError(f"${name} must be a JSON list of strings")
-    return lines
-
-
 def _proxy_urls(value: Any) -> tuple[str, ...]:
     """``proxies=`` as a tuple of checked proxy URLs (a password is never repeated)."""
     from hashcrawl._core._proxies import Proxy
@@ -155,7 +133,7 @@ class Flag:
         name: the flag when it is not ``--`` and the field's name with dashes.
         negate: a switch that sets the field False (``--ignore-robots``).
         repeat: a flag given once per value of a tuple field.
-        secret: never written on a child's command line (see :meth:`Settings.to_flags`).
+        secret: never written on a child's command line (see ``_cli._flagset.write_flags``).
         crawl: one value for the whole fleet, stored with the crawl (``_crawlconfig``):
             politeness, scope, and limits whose outcome would otherwise depend on which
             worker owns a host or fetched a page.
@@ -204,7 +182,7 @@ def _networks(_: object, field: attrs.Attribute[Any], value: tuple[str, ...]) ->
 def _user_agent(_: object, field: attrs.Attribute[Any], value: str) -> None:
     """One line of ASCII text that starts with a product token (robots.txt matches it)."""
     from hashcrawl._core._entry import HEADER_VALUE
-    from hashcrawl._core._rules import product_token
+    from hashcrawl._core._robotsrules import product_token
 
     if not HEADER_VALUE.fullmatch(value):
         raise ConfigError(f"{flag_name(field)} must be one line of ASCII text up to 8 KiB")

@@ -2,9 +2,9 @@
 
 Each field of :class:`Settings` carries a :class:`Flag` in its metadata (``_flags``:
 the declaration, its parsers and checks). From that one
-declaration come the ``join`` and ``crawl`` flags (:func:`add_flags`), the settings a
-command line gives (:meth:`Settings.from_flags`), and the command line that gives a
-child worker the same settings (:meth:`Settings.to_flags`).
+declaration come the ``join`` and ``crawl`` flags, the settings a command line gives,
+and the command line that gives a child worker the same settings
+(``_cli._flagset``: the argparse bridge).
 
 A field whose flag says ``crawl`` is a crawl setting: the whole fleet must use one value
 of it, so it is stored with the crawl in Redis (``_crawlconfig``), not taken from each
@@ -13,18 +13,16 @@ worker's command line. :data:`CRAWL` lists them, from the declaration.
 
 from __future__ import annotations
 
-import argparse
 from typing import Any
 
 import attrs
 
-from ._core._due import DEFAULT_PAGES
-from ._core._revisit import DEFAULT_MAX_S, DEFAULT_MIN_S, Policy
-from ._core._steps import host_patterns
-from ._exceptions import ConfigError
+from hashcrawl._exceptions import ConfigError
+from hashcrawl._version import DEFAULT_USER_AGENT
+
+from ._due import DEFAULT_PAGES
 from ._flags import (
     HEADERS_ENV_VAR,
-    NONE,
     PROXIES_ENV_VAR,
     Flag,
     _cookie_bytes,
@@ -43,10 +41,9 @@ from ._flags import (
     _url_pattern,
     _user_agent,
     _whole,
-    flag_name,
-    from_environment,
 )
-from ._version import DEFAULT_USER_AGENT
+from ._revisit import DEFAULT_MAX_S, DEFAULT_MIN_S, Policy
+from ._steps import host_patterns
 
 #: The default --warc-max-size: a new WARC file before one would pass 1 GB (StormCrawler's).
 WARC_MAX_SIZE = 1_000_000_000
@@ -365,41 +362,6 @@ class Settings:
             )
         return cls(**given)
 
-    @classmethod
-    def from_flags(cls, args: argparse.Namespace) -> Settings:
-        """The settings that :func:`add_flags`' flags gave (and the secrets' variables);
-        a crawl setting not given has its default (see :func:`given_flags`)."""
-        given = {}
-        for field in attrs.fields(cls):
-            value = getattr(args, field.name, field.default)
-            if field.metadata["flag"].repeat:
-                value = tuple(value or ())
-            given[field.name] = value
-        given["headers"] = (*from_environment(HEADERS_ENV_VAR), *given["headers"])
-        given["proxies"] = (*from_environment(PROXIES_ENV_VAR), *given["proxies"])
-        return cls(**given)
-
-    def to_flags(self, *, worker_only: bool = False) -> list[str]:
-        """The command line that gives a child worker these settings (with
-        ``worker_only``, only those that are not crawl settings: it takes the crawl's)."""
-        flags: list[str] = []
-        for field in attrs.fields(type(self)):
-            value = getattr(self, field.name)
-            if value == field.default or (worker_only and field.name in CRAWL):
-                continue
-            flag: Flag = field.metadata["flag"]
-            name = flag_name(field)
-            if flag.secret:
-                continue  # handed over through the environment (HEADERS_ENV_VAR)
-            if flag.parse is None:
-                flags.append(name)
-            elif flag.repeat:
-                for each in value:
-                    flags += [name, str(each)]
-            else:
-                flags += [name, NONE if value is None else str(value)]
-        return flags
-
     @property
     def beat_interval(self) -> float:
         """Seconds between heartbeats: often enough to notice joins and fence quickly."""
@@ -424,56 +386,9 @@ ADDRESSES = ("allow_nets", "allow_private")  # and these, to check start URLs
 CRAWL = tuple(f.name for f in attrs.fields(Settings) if f.metadata["flag"].crawl)
 
 
-def add_flags(
-    parser: argparse.ArgumentParser, only: tuple[str, ...] | None = None, *, changes: bool = False
-) -> None:
-    """Give ``parser`` one flag per setting (or per one of ``only``), with its default.
+@attrs.define
+class Current:
+    """The settings a membership decides by now: one holder that its parts read, so
+    that a change of the crawl's settings (``configure``) reaches them all at once."""
 
-    A crawl setting's flag leaves no attribute when it is not given (its default is
-    shown in the help), so that :func:`given_flags` can tell what the command line said.
-    With ``changes`` (``configure``), a flag left out changes nothing, and its help
-    says so rather than call the default what it gets.
-    """
-    for field in attrs.fields(Settings):
-        if only is not None and field.name not in only:
-            continue
-        flag: Flag = field.metadata["flag"]
-        name = flag_name(field)
-        unset = argparse.SUPPRESS if flag.crawl else None
-        if flag.parse is None:
-            action = "store_false" if flag.negate else "store_true"
-            switch = parser.add_argument(name, dest=field.name, action=action, help=flag.help)
-            switch.default = unset if flag.crawl else switch.default
-            continue
-        shown = field.default
-        shown = NONE if shown in (None, ()) else shown
-        parser.add_argument(
-            name,
-            dest=field.name,
-            type=flag.parse,
-            metavar=flag.metavar,
-            action="append" if flag.repeat else "store",
-            default=unset if flag.repeat or flag.crawl else field.default,
-            help=f"{flag.help} ({_default_said(shown, changes)})",
-        )
-
-
-def _default_said(shown: Any, changes: bool) -> str:
-    return f"left out: unchanged; hashcrawl's default: {shown}" if changes else f"default: {shown}"
-
-
-def given_flags(args: argparse.Namespace) -> dict[str, Any]:
-    """The crawl settings the command line gave, by field name (checked and converted)."""
-    given = {name: getattr(args, name) for name in CRAWL if hasattr(args, name)}
-    settings = Settings.of({**given, **_partner(given)})
-    return {name: getattr(settings, name) for name in given}
-
-
-def _partner(given: dict[str, Any]) -> dict[str, Any]:
-    """A lease or delay that lets one of them be checked alone: the crawl's other one
-    may differ from the default, and the two are checked together against it."""
-    if ("delay" in given) == ("lease" in given):
-        return {}
-    if "delay" in given:
-        return {"lease": max(Settings().lease, 2 * given["delay"])}
-    return {"delay": min(Settings().delay, given["lease"] / 2)}
+    settings: Settings

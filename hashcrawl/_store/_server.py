@@ -38,8 +38,8 @@ import redis
 from redis.backoff import NoBackoff
 from redis.retry import Retry
 
-from hashcrawl._cli._binary import find_server_binary
 from hashcrawl._exceptions import ConfigError, QueueError
+from hashcrawl._store._binary import find_server_binary
 
 HOST = "127.0.0.1"
 START_TIMEOUT = 10.0

@@ -33,6 +33,7 @@ from hashcrawl._core._outcome import Origin as Origin
 from hashcrawl._core._patterns import Patterns, Screen
 from hashcrawl._core._respond import Act, Decision, Facts, Reader, parse_failed, respond
 from hashcrawl._core._revisit import Policy, Verdict
+from hashcrawl._core._settings import Settings, revisit_policy
 from hashcrawl._core._steps import steps_refusal
 from hashcrawl._exceptions import HttpError
 from hashcrawl._run._callbacks import (
@@ -45,7 +46,6 @@ from hashcrawl._run._callbacks import (
     unix_now,
     unread_links,
 )
-from hashcrawl._settings import Settings, revisit_policy
 from hashcrawl._web._models import Request, Response
 from hashcrawl._web._parsing import ENABLED as PARSE_PROCESS
 from hashcrawl._web._parsing import Parser

@@ -1,0 +1,88 @@
+"""The pace records of the hosts that change hands: read as a host comes to this owner,
+written as it leaves. A part of a session that holds the parts it reads, not the
+session (``Carry`` says which records to read and when; ``PaceRecord`` is one). No IO.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+
+from hashcrawl._core._epochs import Epochs, Release
+from hashcrawl._core._faults import Faults
+from hashcrawl._core._frontier import Frontier, Host
+from hashcrawl._core._pace import Carry, PaceRecord
+from hashcrawl._core._parts import Clock
+from hashcrawl._core._seams import CookieJars
+from hashcrawl._core._settings import Current
+
+
+class Pacing:
+    """The pace records of one membership's hosts, in and out.
+
+    Args:
+        current: the membership's settings now (``cookies``, ``delay``).
+        frontier: its hosts, paced by what is read.
+        epochs: when the fleet has released a host gained (``Epochs.release``).
+        clock: the server's clock the records' times are in.
+        jars: the hosts' cookies, carried in the records.
+        taken: page requests made to each host (with --max-pages-per-host).
+        faults: the deliberate bugs (``drop_pace``).
+    """
+
+    def __init__(
+        self,
+        *,
+        current: Current,
+        frontier: Frontier,
+        epochs: Epochs,
+        clock: Clock,
+        jars: CookieJars,
+        taken: dict[str, int],
+        faults: Faults,
+    ) -> None:
+        self.current, self.frontier, self.epochs, self.clock = current, frontier, epochs, clock
+        self.jars, self.taken, self.faults = jars, taken, faults
+        self.carry = Carry()  # previous owners' pace records still to read
+
+    def want(self, names: Iterable[str]) -> None:
+        """Have the pacing state of hosts new to this owner read, once it is there to
+        read (see ``Carry``); the hosts due go to ``carry.due``, for the driver to read."""
+        self.carry.want(names, self.frontier, self.epochs.release)
+
+    def take_due(self) -> tuple[list[str], Release]:
+        """The hosts whose records are to be read now, and what the fleet had released
+        when they were asked for (to give :meth:`loaded` with the records)."""
+        return self.carry.take_due(), self.epochs.release
+
+    def loaded(self, hosts: list[str], records: dict[str, str], released: Release) -> None:
+        """The pace records of ``hosts`` came, asked when the fleet had ``released`` them."""
+        later = self.carry.loaded(hosts, records, released, self.frontier, self.adopt)
+        self.want(later)  # at once if the fleet has settled while this read was out
+
+    def adopt(self, host: Host, record: PaceRecord) -> None:
+        """Adopt a previous owner's record of ``host``: its cookies, count and pacing."""
+        if record.cookies and self.current.settings.cookies:
+            self.jars.adopt(host.name, record.cookies)
+        if record.readable and record.taken:
+            self.taken[host.name] = max(self.taken.get(host.name, 0), record.taken)
+        record.pace(host, self.clock)
+
+    def records(self, names: list[str], now: float) -> dict[str, str]:
+        """The pace records of hosts this worker hands over, as text."""
+        records: dict[str, str] = {}
+        if "drop_pace" in self.faults:  # a deliberate bug to catch: the pacing stays behind
+            return records
+        for name in names:
+            record = self._record(name, now)
+            if record is not None:
+                records[name] = record.to_text()
+        return records
+
+    def _record(self, name: str, now: float) -> PaceRecord | None:
+        host, delay = self.frontier.hosts.get(name), self.current.settings.delay
+        taken, cookies = self.taken.get(name, 0), self.jars.record(name)
+        return PaceRecord.of(host, delay, now, self.clock, taken=taken, cookies=cookies)
+
+    def leaving(self) -> list[str]:
+        """Every host a leaving worker writes a pace record for, if it has one."""
+        return list({**self.frontier.hosts, **self.taken, **dict.fromkeys(self.jars.hosts())})
