@@ -58,8 +58,12 @@ def main(argv: list[str] | None = None) -> int:
         print(f"\nTHE ENVIRONMENT FAILED THE RUN (no invariant broke):\n{exc}\n", file=sys.stderr)
         return 3
     except Flaky as exc:
-        notes = "\n".join(_notes(exc))
-        print(f"\nHYPOTHESIS CALLED THE RUN FLAKY:\n{exc}\n{notes}\n", file=sys.stderr)
+        # A FlakyFailure groups the failures it saw; a FlakyStrategyDefinition has none,
+        # and the failures before it are in its notes (profiles.run).
+        inner = exc.exceptions if isinstance(exc, BaseExceptionGroup) else ()
+        shown = [f"{type(e).__name__}: {e}" for e in inner] + _notes(exc)
+        print(f"\nHYPOTHESIS CALLED THE RUN FLAKY:\n{exc}\n", file=sys.stderr)
+        print("\n\n".join(shown), file=sys.stderr)
         return 1
     except (AssertionError, ExceptionGroup) as exc:
         for failure in _failures(exc):
