@@ -8,7 +8,9 @@
     python -m simulations --known              replay every bug it has found, open or fixed
 
 Exit status: 0 when every invariant held, 1 when one broke (the shrunk example is
-printed above the error), 2 for bad arguments.
+printed above the error) or Hypothesis called the run flaky (the failures before it are
+printed), 2 for bad arguments, 3 when the machine failed the run rather than hashcrawl
+(see ``simulations.loop.EnvironmentFailure``: no invariant was judged broken).
 """
 
 from __future__ import annotations
@@ -17,11 +19,14 @@ import argparse
 import signal
 import sys
 from pathlib import Path
+from typing import Any
 
 import attrs
+from hypothesis.errors import Flaky
 
 from hashcrawl._core._faults import Faults
 from simulations import known, profiles
+from simulations.loop import EnvironmentFailure
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -47,18 +52,37 @@ def main(argv: list[str] | None = None) -> int:
             progress=args.progress,
             report_multiple_bugs=False,
             faults=faults,
-            **({"database": None} if args.no_database else {}),
+            **_database(args.no_database),
         )
+    except EnvironmentFailure as exc:
+        print(f"\nTHE ENVIRONMENT FAILED THE RUN (no invariant broke):\n{exc}\n", file=sys.stderr)
+        return 3
+    except Flaky as exc:
+        # A FlakyFailure groups the failures it saw; a FlakyStrategyDefinition has none,
+        # and the failures before it are in its notes (profiles.run).
+        inner = exc.exceptions if isinstance(exc, BaseExceptionGroup) else ()
+        shown = [f"{type(e).__name__}: {e}" for e in inner] + _notes(exc)
+        print(f"\nHYPOTHESIS CALLED THE RUN FLAKY:\n{exc}\n", file=sys.stderr)
+        print("\n\n".join(shown), file=sys.stderr)
+        return 1
     except (AssertionError, ExceptionGroup) as exc:
         for failure in _failures(exc):
             # Hypothesis hands each shrunk example over as its error's notes: the script.
-            notes = getattr(failure, "__notes__", ())
-            print("\n".join(n for n in notes if not n.startswith("Failing test")))
+            print("\n".join(n for n in _notes(failure) if not n.startswith("Failing test")))
             print(f"\nAN INVARIANT BROKE:\n{failure}\n", file=sys.stderr)
         return 1
     print("\n".join(report.lines()))
     print("every invariant held")
     return 0
+
+
+def _database(off: bool) -> dict[str, Any]:
+    """Hypothesis's ``database`` setting: None with ``--no-database``, else its own."""
+    return {"database": None} if off else {}
+
+
+def _notes(exc: BaseException) -> list[str]:
+    return list(exc.__notes__) if hasattr(exc, "__notes__") else []
 
 
 def _failures(exc: BaseException) -> list[BaseException]:

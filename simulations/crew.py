@@ -25,12 +25,14 @@ what it waits for happens, just as the loop would.
 from __future__ import annotations
 
 from collections.abc import Awaitable, Callable, Mapping, Sequence
-from typing import Any
+from typing import Any, Protocol
 
 import attrs
 import trio
 
 from hashcrawl._core._batch import Batch, Beat, Committed
+from hashcrawl._core._due import Fetch as Revisited
+from hashcrawl._core._faults import Faults
 from hashcrawl._core._frontier import Held
 from hashcrawl._core._names import Holder
 from hashcrawl._core._ring import INCARNATION, name_of
@@ -40,13 +42,15 @@ from hashcrawl._run._taker import Taker
 from hashcrawl._run._worker import Worker
 from hashcrawl._store import _crawlconfig
 from hashcrawl._store._redisurl import RedisURL
-from hashcrawl._store._revisits import Revisits
+from hashcrawl._store._revisits import TAKE_MOST, Revisits
 from hashcrawl._store._store import Store
-from simulations.loop import SERVER_EPOCH_MS, inline
-from simulations.revisits import TAKES_PER_TURN, FaultyRevisits
-from simulations.web import SimFetcher
+from simulations.loop import PATIENCE, SERVER_EPOCH_MS, Loop, environment_failure, inline
+from simulations.observe import Observer
+from simulations.revisits import Plan
+from simulations.web import Fetch, SimFetcher, Web
 
 LIVE = ("joining", "member", "stopping", "leaving")
+TAKES_PER_TURN = 10  # a take visits 8 buckets: ten cover any site here (40 pages at most)
 
 
 class SimulatedCrash(BaseException):
@@ -273,7 +277,12 @@ class FaultyStore:
                 raise SimulatedCrash(f"died before calling {name}")
         if link.cut:
             raise QueueError(f"cut off from Redis (calling {name})")
-        result = method(*args, **kwargs)
+        try:
+            result = method(*args, **kwargs)
+        except QueueError as exc:  # a Redis slow past PATIENCE, or gone: not hashcrawl's
+            if (failure := environment_failure(exc)) is not None:
+                raise failure from exc
+            raise
         self.ran(name, result)
         if crash and at == "ack" and getattr(result, "status", "ok") != "ok":
             # Refused (stale, rescope): it acknowledged nothing; the crash waits for one
@@ -285,6 +294,24 @@ class FaultyStore:
             link.lose_reply = None
             raise LostReply(f"the reply to {name} was lost")
         return result
+
+
+class FaultyRevisits:
+    """The crawl's revisit records (``RevisitStore``) through a worker's link: cut off,
+    losing replies or dying at ``revisit_put`` and ``revisit_take`` like any call."""
+
+    def __init__(self, revisits: Revisits, store: FaultyStore) -> None:
+        self._revisits = revisits
+        self._store = store
+
+    def put(self, fetches: Sequence[Revisited]) -> int:
+        written: int = self._store._through("revisit_put", self._revisits.put, fetches)
+        return written
+
+    def take(self, *, requeue_s: int, now_s: int | None = None, most: int = TAKE_MOST) -> Any:
+        return self._store._through(
+            "revisit_take", self._revisits.take, requeue_s=requeue_s, now_s=now_s, most=most
+        )
 
 
 def _accepted(name: str, result: Any) -> bool:
@@ -344,10 +371,42 @@ class SimSink:
         pass
 
 
+class Env(Protocol):
+    """What a simulated worker reads of its world (``simulations.world.World``, which
+    builds the crew and steps it: the crew sits below it and sees only these)."""
+
+    url: str
+    crawl: str
+    settings: dict[str, Any]
+    faults: Faults
+    loop: Loop
+    web: Web
+    observer: Observer
+    fetches: list[Fetch]
+    done: list[tuple[str, str]]
+    trace: list[str]
+    gap: float
+    latency: float
+    revisit: Plan | None
+    replaced: set[str]
+    problems: list[str]
+
+    @property
+    def answer_timeout(self) -> float: ...
+
+    def now(self) -> float: ...
+
+    def send_gap(self) -> float: ...
+
+    def beat_latency(self) -> tuple[float, float]: ...
+
+    def heard_heartbeat(self) -> None: ...
+
+
 class SimWorker:
     """One worker session and its pending steps. Create inside the loop."""
 
-    def __init__(self, name: str, env: Any, *, place: Place | None = None) -> None:
+    def __init__(self, name: str, env: Env, *, place: Place | None = None) -> None:
         """``name`` is the member id: ``NAME~TOKEN`` joins as a worker named ``NAME`` (one
         incarnation of it), at ``place`` (default: the simulation's own process)."""
         self.name = name
@@ -357,7 +416,7 @@ class SimWorker:
         self.store = Store(
             RedisURL.parse(env.url),
             env.crawl,
-            timeout=10.0,
+            timeout=PATIENCE,
             clock=env.loop.server_ms,
             faults=env.faults,
         )

@@ -9,6 +9,17 @@ coroutine and waits for the result.
 The clock is a ``MockClock`` that never moves by itself: ``advance`` moves it, one
 sleeper's deadline at a time, and lets whatever wakes run until every task is blocked
 again. Within a step no time passes, so every step is deterministic.
+
+No outcome may depend on real time, or Hypothesis sees an example behave one way and
+its replay (or a later example sharing its first steps) another, and the run ends in a
+``Flaky``/``FlakyStrategyDefinition`` with the first failure unprinted. So a hung step
+is found by the loop's own state, not by a timeout: every task blocked, no thread
+running, and the step not done means nothing can ever wake it (only the step moves the
+clock), and that is :class:`Hung`, a finding like any broken invariant. What real time
+still bounds (a step that outlasts ``REAL_TIMEOUT``, the simulation's Redis not
+answering within its socket timeout or refusing connections, a restart that outlasts
+its start timeout) is the machine's failure, not hashcrawl's: :class:`EnvironmentFailure`
+ends the run at once, printed as such.
 """
 
 from __future__ import annotations
@@ -18,15 +29,68 @@ import threading
 from collections.abc import Awaitable, Callable
 from typing import Any, TypeVar
 
+import redis
 import trio
 import trio.testing
 
+from hashcrawl._exceptions import QueueError
+
 T = TypeVar("T")
-REAL_TIMEOUT = 120.0  # seconds of real time one step may take before we call it hung
+# Seconds of real time one step may take: only a machine too loaded, or a call blocking
+# outside trio, comes near it (a hang is found without it, see ``_watch``).
+REAL_TIMEOUT = 900.0  # above PATIENCE
+# Seconds a connection of the simulation waits for Redis's answer, or for the server to
+# start: far beyond any load, so that a slow answer is only slow (the outcome stays the
+# simulated clock's), and only a server gone fails a call (a refused connection).
+PATIENCE = 600.0
+# A run loop about to wait this long (real seconds) for I/O has nothing runnable, no
+# sleeper the frozen clock will ever wake and no task waiting for the others to block.
+NEVER = 3600.0
 
 
 class Hung(AssertionError):
     """A step did not finish: something waits for an event that never comes."""
+
+
+class EnvironmentFailure(BaseException):
+    """The machine failed the simulation, not hashcrawl: a step outlasted
+    ``REAL_TIMEOUT``, or the simulation's Redis did not answer within its socket timeout,
+    refused connections, or did not start in time.
+
+    A BaseException, so that Hypothesis neither counts it as a failing example nor
+    replays it (a replay on a quieter machine would pass, and the run would end as a
+    flaky test with this unprinted): it ends the run at once, and ``python -m
+    simulations`` prints it apart from a broken invariant (exit status 3).
+    """
+
+
+def environment_failure(exc: BaseException) -> EnvironmentFailure | None:
+    """The environment failure ``exc`` stands for, if it is one: a Redis error of real
+    time (no answer in time, a connection refused), raw from redis-py or as hashcrawl's
+    ``QueueError`` words it (a ``QueueError`` keeps no cause, so its text is read)."""
+    if isinstance(exc, EnvironmentFailure):
+        return exc
+    if isinstance(exc, redis.TimeoutError | redis.ConnectionError):
+        return EnvironmentFailure(f"the simulation's Redis: {type(exc).__name__}: {exc}")
+    if isinstance(exc, QueueError) and any(sign in str(exc) for sign in _REAL_TIME_SIGNS):
+        return EnvironmentFailure(f"the simulation's Redis: {exc}")
+    return None
+
+
+# How hashcrawl words a Redis error of real time (``_store._connection._reason``), and
+# redis-py's text for a connection that could not be made (refused: the server is gone;
+# while it runs, a connection never fails to open).
+_REAL_TIME_SIGNS = ("no answer in time", "connecting to")
+
+
+def found_in(error: BaseException) -> EnvironmentFailure | None:
+    """An environment failure in ``error`` or, through exception groups, inside it."""
+    if isinstance(error, BaseExceptionGroup):
+        for inner in error.exceptions:
+            if (found := found_in(inner)) is not None:
+                return found
+        return None
+    return error if isinstance(error, EnvironmentFailure) else None
 
 
 SERVER_EPOCH_MS = 1_796_083_200_000  # 2026-12-01 UTC: the server's time at the loop's 0
@@ -37,6 +101,7 @@ class Loop:
 
     def __init__(self) -> None:
         self.clock = trio.testing.MockClock()
+        self._watch = _HangWatch()
         self._ready = threading.Event()
         self._failure: BaseException | None = None
         self._thread = threading.Thread(target=self._main, name="simulation", daemon=True)
@@ -47,7 +112,7 @@ class Loop:
 
     def _main(self) -> None:
         try:
-            trio.run(self._serve, clock=self.clock)
+            trio.run(self._serve, clock=self.clock, instruments=[self._watch])
         except BaseException as exc:  # surfaced by close() instead of a thread warning
             self._failure = exc
             self._ready.set()
@@ -74,7 +139,13 @@ class Loop:
         return self.now_ms() + SERVER_EPOCH_MS
 
     def run(self, fn: Callable[..., Awaitable[T]], *args: Any) -> T:
-        """Run ``fn(*args)`` in the loop, then let every task it woke settle."""
+        """Run ``fn(*args)`` in the loop, then let every task it woke settle.
+
+        Raises:
+            Hung: the step waits for something that can never happen.
+            EnvironmentFailure: the step outlasted ``REAL_TIMEOUT``, or raised an error
+                of real time (see :func:`environment_failure`).
+        """
         future: concurrent.futures.Future[T] = concurrent.futures.Future()
 
         async def runner() -> None:
@@ -82,17 +153,24 @@ class Loop:
                 result = await fn(*args)
                 await settle()
             except BaseException as exc:  # handed to the caller, who re-raises it
-                future.set_exception(exc)
+                _settle_future(future, exception=environment_failure(exc) or exc)
                 if isinstance(exc, trio.Cancelled):
                     raise
             else:
-                future.set_result(result)
+                _settle_future(future, result=result)
 
-        trio.from_thread.run_sync(self.nursery.start_soon, runner, trio_token=self.token)
+        def start() -> None:
+            self._watch.step = future
+            self.nursery.start_soon(runner)
+
+        trio.from_thread.run_sync(start, trio_token=self.token)
         try:
             return future.result(REAL_TIMEOUT)
         except concurrent.futures.TimeoutError:
-            raise Hung(f"a step did not finish in {REAL_TIMEOUT:g} s of real time") from None
+            raise EnvironmentFailure(
+                f"a step did not finish in {REAL_TIMEOUT:g} s of real time (the machine is "
+                "too loaded, or a call blocks outside trio)"
+            ) from None
 
     def start(self, fn: Callable[[], Awaitable[None]]) -> None:
         """Start a task in the loop's nursery (call from inside the loop)."""
@@ -122,6 +200,40 @@ class Loop:
             self._thread.join(REAL_TIMEOUT)
         if self._failure is not None:
             raise self._failure
+
+
+class _HangWatch(trio.abc.Instrument):
+    """Fails the step under way with :class:`Hung` when the run loop, the step not done,
+    is about to wait for I/O for ever: every task blocked, no thread running, no sleeper
+    that the frozen clock will wake (only a step moves it) and no task waiting for the
+    others to block. An instrument, not a task: it adds nothing to the scheduler's draws,
+    so every step's order of events stays what it was."""
+
+    def __init__(self) -> None:
+        self.step: concurrent.futures.Future[Any] | None = None
+
+    def before_io_wait(self, timeout: float) -> None:
+        step = self.step
+        if step is None or step.done() or timeout < NEVER:
+            return
+        if trio.to_thread.current_default_thread_limiter().borrowed_tokens:
+            return  # a thread's end wakes the loop
+        _settle_future(step, exception=Hung("a step waits for something that never comes"))
+
+
+def _settle_future(
+    future: concurrent.futures.Future[Any],
+    *,
+    result: Any = None,
+    exception: BaseException | None = None,
+) -> None:
+    """Give ``future`` its result or error, unless the watch or the step gave it one."""
+    if future.done():
+        return
+    if exception is not None:
+        future.set_exception(exception)
+    else:
+        future.set_result(result)
 
 
 async def settle() -> None:

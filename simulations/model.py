@@ -9,6 +9,8 @@ and ``from simulations.web import Site`` (or save it and run ``python -m simulat
 
 from __future__ import annotations
 
+import collections
+import sys
 from collections.abc import Callable
 from typing import Any
 
@@ -24,8 +26,10 @@ from hypothesis.stateful import (
 )
 
 from hashcrawl._core._faults import NO_FAULTS, Faults
+from hashcrawl._exceptions import QueueError
 from simulations import names, reach, revisits, verdict
 from simulations.crew import SimWorker
+from simulations.loop import PATIENCE, EnvironmentFailure
 from simulations.web import Site
 from simulations.world import SETTINGS, World
 
@@ -62,6 +66,11 @@ sites = st.builds(
     pages=st.integers(4, 40),
 )
 index = st.integers(0, MAX_WORKERS - 1)
+# The latest failures of this process's examples, newest last, each with the last steps
+# of its trace: when Hypothesis then calls the run flaky (an example that failed did not
+# fail again, or a later one sharing its first steps went another way), it prints none
+# of them, so profiles.run adds these to its error.
+FAILURES: collections.deque[str] = collections.deque(maxlen=3)
 
 
 def _note(text: str) -> None:
@@ -92,6 +101,7 @@ class CrawlModel(RuleBasedStateMachine):
         self.restarts = 0
         self.submissions = 0
         self.broken = False  # a rule or check failed: teardown only cleans up
+        self._remembered: BaseException | None = None  # the failure put in FAILURES
 
     # -- setting up and steps ---------------------------------------------------------------
 
@@ -386,9 +396,11 @@ class CrawlModel(RuleBasedStateMachine):
         self.restarts += 1
         if kill:
             self.w.redis.kill()
-            self.w.redis.start()
-        else:
-            self.w.redis.restart()
+        try:  # a start the machine makes slow waits for it (PATIENCE), never fails for it
+            self.w.redis.restart(timeout=PATIENCE)
+        except QueueError as exc:  # the server, not hashcrawl: every later example would fail
+            self.broken = True  # teardown only cleans up
+            raise EnvironmentFailure(f"the simulation's Redis did not start again: {exc}") from exc
         self._say("redis", "killed and restarted" if kill else "restarted")
 
     @precondition(lambda self: self.world is not None and self.world.changes < MAX_CHANGES)
@@ -556,12 +568,17 @@ class CrawlModel(RuleBasedStateMachine):
         if problems:
             self.broken = True
             trace = "\n".join(self.w.trace[-TRACE_SHOWN:])
-            raise AssertionError("\n".join(problems[:10]) + "\n-- last steps --\n" + trace)
+            failure = AssertionError("\n".join(problems[:10]) + "\n-- last steps --\n" + trace)
+            self._remember(failure)
+            raise failure
 
     def teardown(self) -> None:
         if self.world is None:
             return
+        failing = _failure_in_flight()
         try:
+            if failing is not None:
+                self._remember(failing)
             if not self.broken:
                 self.broken = True
                 self._judged(self.w.do(verdict.finish, self.w) + verdict.violations(self.w))
@@ -576,4 +593,28 @@ class CrawlModel(RuleBasedStateMachine):
                 if self.w.revisit is not None:
                     watched = revisits.revisited(self.w.web)
                     self.report.revisits.update(revisits.figures(self.w.fetches, watched))
-            self.world.close()
+            try:
+                self.world.close()
+            except BaseException:
+                if failing is None:
+                    raise  # else the error in flight is the one to report, not its aftermath
+
+    def _remember(self, error: BaseException) -> None:
+        """A rule or check raised ``error``: remember it in ``FAILURES`` (once: a broken
+        invariant is remembered as it is judged, and seen again at teardown)."""
+        if error is self._remembered:
+            return
+        self._remembered = error
+        text = f"{type(error).__name__}: {error}"
+        if "-- last steps --" not in text:
+            text += "\n-- last steps --\n" + "\n".join(self.w.trace[-TRACE_SHOWN:])
+        FAILURES.append(text)
+
+
+def _failure_in_flight() -> BaseException | None:
+    """The failure propagating through ``teardown`` (Hypothesis runs it in a ``finally``):
+    an error of a rule or check, or the machine's; not Hypothesis's own control flow (its
+    ``StopTest`` ends an example that drew all it may, and that example's end is run and
+    judged as any other)."""
+    error = sys.exc_info()[1]
+    return error if isinstance(error, Exception | EnvironmentFailure) else None

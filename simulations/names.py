@@ -21,16 +21,12 @@ Every other invariant (nothing lost, politeness, the end) judges these runs as a
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
-
 from hashcrawl._core._names import fresh_window_ms, incarnation
 from hashcrawl._core._ring import Ring, name_of
 from hashcrawl._run._naming import Place
+from simulations.crew import SimWorker
 from simulations.reach import _may_fetch, _settled, _sound, unowned_within
-
-if TYPE_CHECKING:
-    from simulations.crew import SimWorker
-    from simulations.world import World
+from simulations.world import BEAT, World
 
 KINDS = ("restart", "twin", "pause")
 ELSEWHERE = Place("another machine", 4242)  # a successor there cannot see the pid
@@ -49,8 +45,6 @@ async def restart(world: World, victim: SimWorker) -> str:
     behind is replaced only once its lease has run out, on purpose), the successor's
     link sound, a host of the victim's in the ring.
     """
-    from simulations.world import BEAT
-
     await world.step(victim, "beat")
     names = _names(world)
     host = next(iter(_hosts_of(world, victim.name)), None)
@@ -92,8 +86,6 @@ async def twin(world: World, running: SimWorker) -> str:
     older than the fresh window (paused, cut off, its heartbeat late) has stopped starting
     requests, as far as anyone can tell, and may rightly be replaced.
     """
-    from simulations.world import BEAT
-
     new = successor(world, running)
     world.say("operator", f"starts {new} under {name_of(running.name)}'s name, elsewhere")
     judged = _sound(running) and world.now() - running.confirmed <= 2 * BEAT
@@ -147,8 +139,6 @@ def _replaced(world: World, old: SimWorker) -> None:
 def _watch_ticks(world: World) -> int:
     """Heartbeat intervals a successor may watch a holder: the fresh window, twice over
     (its reads of the holder wait for heartbeats' latency too)."""
-    from simulations.world import BEAT
-
     return int(2 * fresh_window_ms(float(world.settings["lease"])) / 1000 / BEAT) + 2
 
 

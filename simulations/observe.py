@@ -9,11 +9,46 @@ from __future__ import annotations
 
 import json
 from collections import Counter
+from typing import Any
 
 import attrs
 import redis
+import redis.client
 from redis.backoff import ExponentialBackoff
 from redis.retry import Retry
+
+from simulations.loop import PATIENCE, EnvironmentFailure
+
+
+class _Patient(redis.Redis):
+    """redis-py's client, whose errors of real time (after its retries: a server gone,
+    or slow past ``PATIENCE``) end the run as the environment's failure, never as a
+    failing example."""
+
+    def execute_command(self, *args: Any, **options: Any) -> Any:
+        try:
+            return super().execute_command(*args, **options)  # type: ignore[no-untyped-call]
+        except (redis.ConnectionError, redis.TimeoutError) as exc:
+            raise _failure(exc) from exc
+
+    def pipeline(self, transaction: bool = True, shard_hint: Any = None) -> Any:
+        return _PatientPipeline(
+            self.connection_pool, self.response_callbacks, transaction, shard_hint
+        )
+
+
+class _PatientPipeline(redis.client.Pipeline):
+    def execute(self, raise_on_error: bool = True) -> list[Any]:
+        try:
+            return super().execute(raise_on_error)
+        except (redis.ConnectionError, redis.TimeoutError) as exc:
+            raise _failure(exc) from exc
+
+
+def _failure(exc: redis.RedisError) -> EnvironmentFailure:
+    return EnvironmentFailure(
+        f"the simulation's Redis, read by the observer: {type(exc).__name__}: {exc}"
+    )
 
 
 @attrs.frozen
@@ -37,11 +72,11 @@ class Observer:
 
     def __init__(self, url: str, crawl: str) -> None:
         self.prefix = f"hc:{{{crawl}}}:"
-        self.r = redis.Redis.from_url(
+        self.r = _Patient.from_url(
             url,
             decode_responses=True,
             encoding_errors="replace",  # entries written by hand need not be UTF-8
-            socket_timeout=10,
+            socket_timeout=PATIENCE,
             retry=Retry(ExponentialBackoff(cap=0.5), 6),
             retry_on_error=[redis.ConnectionError],
         )

@@ -13,9 +13,11 @@ from typing import Any
 
 import attrs
 from hypothesis import HealthCheck, Phase, seed, settings
+from hypothesis.errors import Flaky
 from hypothesis.stateful import run_state_machine_as_test
 
 from hashcrawl._core._faults import NO_FAULTS, Faults
+from simulations import model
 from simulations.model import CrawlModel
 
 
@@ -95,23 +97,36 @@ def run(
     shrink: bool = True,
     progress: int = 0,
     faults: Faults = NO_FAULTS,
+    model_class: type[CrawlModel] = CrawlModel,
     **more: Any,
 ) -> Report:
     """Run the state machine under ``profile``; raises the first violation it finds.
 
     With ``progress``, a line is printed every that many examples; ``faults`` are the
-    deliberate bugs every worker of every example runs with.
+    deliberate bugs every worker of every example runs with; ``model_class`` the state
+    machine (a test's subclass).
+
+    Raises:
+        AssertionError: an invariant broke (the shrunk example in its notes).
+        hypothesis.errors.Flaky: Hypothesis saw an example go two ways; the failures
+            that came before are in its notes (``model.FAILURES``).
+        simulations.loop.EnvironmentFailure: the machine, not hashcrawl, failed.
     """
     global LAST
     report = LAST = Report(progress=progress)
-    machine = type("CrawlModel", (CrawlModel,), {"report": report, "bugs": faults})
+    machine = type("CrawlModel", (model_class,), {"report": report, "bugs": faults})
     if seed_value is not None:
         machine = seed(seed_value)(machine)
     started = time.monotonic()
+    model.FAILURES.clear()
     try:
         run_state_machine_as_test(
             machine, settings=hypothesis_settings(profile, shrink=shrink, **more)
         )
+    except Flaky as exc:
+        for failure in model.FAILURES:
+            exc.add_note(f"\nA failure before Hypothesis called the run flaky:\n{failure}")
+        raise
     finally:
         report.seconds = time.monotonic() - started
     return report

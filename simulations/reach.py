@@ -1,16 +1,17 @@
 """Mechanisms the simulated sites are too small to reach, brought within their reach.
 
-Three things a crawl of at most 40 pages never does by itself, each drawn per site from
-its own ``Random`` (so every other draw of every site, its pages and killer page, stays
-as it was):
+Three things a crawl of at most 40 pages never does by itself, the first two drawn per
+site from their own ``Random`` (``world.Reach``: the world sets them up, as it sets up
+the web, so that this module, above the world, only acts on it and judges it), so every
+other draw of every site, its pages and killer page, stays as it was:
 
 - **parking**: a worker parks a host's overflow in Redis once its memory is full and the
-  host has ``PARK_AT`` (16) entries queued. Half the sites run their workers with the
-  park threshold at :data:`PARK_AT` here (the ``Intake`` fields, today's defaults
+  host has 16 entries queued. Half the sites run their workers with the
+  park threshold at ``world.PARK_AT`` here (the ``Intake`` fields, today's defaults
   elsewhere), so hosts park and unpark; "nothing lost", "no page fetched twice" and
   "the end" judge it.
 - **seen-filter rollover**: a layer holds a million URLs. Half the sites start their
-  crawl with the filter's first layer at :data:`SEEN_LAYER` (``c0`` in ``seenmeta``,
+  crawl with the filter's first layer at ``world.SEEN_LAYER`` (``c0`` in ``seenmeta``,
   the stored shape an operator could set the same way), so layers fill and roll over.
   A Bloom filter may refuse a URL it never saw (a false positive, about one URL in 300
   with layers this small); :func:`filtered` excuses exactly those, by reading the
@@ -27,7 +28,7 @@ as it was):
 And crawl-wide settings changed mid-crawl (:func:`configure`, as ``hashcrawl configure
 --delay`` does, through the settings script): every change is made once (the record's
 version is one more per change), and the delay the web sees follows the new one within
-:data:`FOLLOW_WITHIN` (a request starting later keeps it; before, the smaller of the two).
+``world.FOLLOW_WITHIN`` (a request starting later keeps it; before, the smaller of the two).
 
 And two timing windows. :func:`lost_join_then_pause`: a worker whose join reply is lost
 joins again a heartbeat interval later, and its lease runs from that second join, as it
@@ -40,55 +41,17 @@ from __future__ import annotations
 
 import logging
 import math
-import random
-from typing import TYPE_CHECKING
-
-import attrs
 
 from hashcrawl._core._urls import canonicalize, fingerprint
 from hashcrawl._store import _crawlconfig
 from hashcrawl._store._redisurl import RedisURL
 from hashcrawl._store._store import Store
 from simulations import planted
-
-if TYPE_CHECKING:
-    from simulations.crew import SimWorker
-    from simulations.world import World
+from simulations.crew import SimWorker
+from simulations.loop import PATIENCE
+from simulations.world import BEAT, World
 
 UNREADABLE = ("not an entry", '{"u": 5}', None)  # what a revisiting example plants
-PARK_AT = 2  # a host with this many queued parks the rest, once memory is full
-UNPARK_BELOW = 1  # and takes some back once it has none left
-SEEN_LAYER = 4  # URLs in the seen filter's first layer (c0); each next one doubles
-# A worker learns of a change at its next heartbeat and takes it at its next turn; one paused
-# or cut off short of its lease, or holding requests taken before (up to two leases, as
-# lose_beat_after_expiry holds them), may send by the old delay until then: three leases.
-FOLLOW_WITHIN = 24.0
-
-
-@attrs.frozen
-class Reach:
-    """Which of the mechanisms above one site's crawl is given."""
-
-    park: bool = False
-    seen_layer: int | None = None
-
-    @classmethod
-    def of(cls, seed: int) -> Reach:
-        rng = random.Random(f"reach {seed}")
-        park = rng.random() < 1 / 2
-        seen = SEEN_LAYER if rng.random() < 1 / 2 else None
-        return cls(park=park, seen_layer=seen)
-
-    def prepare(self, world: World) -> None:
-        """Before the crawl's first commit: shape the seen filter."""
-        if self.seen_layer is not None:
-            world.observer.r.hset(world.observer.prefix + "seenmeta", "c0", self.seen_layer)
-
-    def fit(self, w: SimWorker) -> None:
-        """A new worker session: its park threshold."""
-        if self.park:
-            w.session.intake.park_at = PARK_AT
-            w.session.intake.unpark_below = UNPARK_BELOW
 
 
 def filtered(world: World, missing: set[str]) -> set[str]:
@@ -192,7 +155,7 @@ def configure(world: World, delay: float) -> str:
     """The operator changes the crawl's ``--delay`` while it runs."""
     if delay == float(world.settings["delay"]):
         return f"configure --delay {delay:g}: the delay already"
-    store = Store(RedisURL.parse(world.url), world.crawl, timeout=10.0)
+    store = Store(RedisURL.parse(world.url), world.crawl, timeout=PATIENCE)
     try:
         _, lines = _crawlconfig.change(store, {"delay": delay})
     finally:
@@ -201,19 +164,6 @@ def configure(world: World, delay: float) -> str:
     world.delays.append((world.now(), delay))
     world.changes += 1
     return f"configure --delay {delay:g}: {'; '.join(lines) or 'nothing changed'}"
-
-
-def delay_at(world: World, start: float) -> float:
-    """The delay a request starting at ``start`` must keep: the least of those in force
-    from ``FOLLOW_WITHIN`` before it up to it."""
-    kept = [
-        delay
-        for (since, delay), (until, _) in zip(
-            world.delays, [*world.delays[1:], (math.inf, 0.0)], strict=True
-        )
-        if since <= start and until > start - FOLLOW_WITHIN
-    ]
-    return min(kept)
 
 
 def versions(world: World) -> list[str]:
@@ -240,8 +190,6 @@ async def lost_join_then_pause(world: World, early: float = 0.05) -> str:
     """A worker joins, the reply is lost, and it joins again (a heartbeat interval
     later); it is paused until ``early`` s before the lease it believes it has, which
     runs from the join that answered; then it runs again and the fleet runs on."""
-    from simulations.world import BEAT
-
     name = world.next_name()
     await world.join("join")
     w = world.workers[name]
@@ -276,8 +224,6 @@ async def crash_then_join(world: World, victim: SimWorker, owner: SimWorker, hos
     with a sound link to Redis (no cut, lost reply or pause), and the victim is still
     listed (once it has expired, nothing tells the rules apart).
     """
-    from simulations.world import BEAT
-
     await world.step(victim, "beat")
     await world.crash(victim, "killed, and a worker joins inside its lease")
     settled = _settled(world)
@@ -306,8 +252,6 @@ def unowned_within(world: World) -> float:
     next heartbeat, its handoff (a second's wait for requests out), the newcomer's next
     heartbeat and its read of the pace record, each way as slow as the latency, and a
     heartbeat interval of slack."""
-    from simulations.world import BEAT
-
     return float(4 * BEAT + 1.0 + 6 * world.latency)
 
 

@@ -1,5 +1,6 @@
-"""Revisits in the simulation: the crawl's setting, the web's changing pages, the store's
-revisit calls through the link, and the invariants judged from the web's log.
+"""Revisits in the simulation: the crawl's setting, and the invariants judged from the
+web's log (the pages' changes are ``simulations/changes.py``, the store's revisit calls
+through a worker's link ``crew.FaultyRevisits``, and ``verdict`` applies these to a world).
 
 Some examples crawl with ``--revisit`` (a fixed 6 s, or adaptive between 4 and 10 s of
 simulated time). Their pages that answer 200 change at known simulated times (every
@@ -21,31 +22,20 @@ The invariants, from the web's own log (every request, and when its answer was r
 
 from __future__ import annotations
 
-import email.utils
 import itertools
-import random
 from collections import Counter, defaultdict
 from collections.abc import Collection, Iterable, Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
 import attrs
 
-from hashcrawl._core._due import Fetch as Revisited
-from hashcrawl._store._revisits import TAKE_MOST, Revisits
-
 if TYPE_CHECKING:
-    from simulations.crew import FaultyStore
     from simulations.web import Fetch, Web
-    from simulations.world import World
 
 #: setup's draw: "" is no revisits (three examples in five, as before revisits).
 CHOICES = ("", "", "", "6", "adaptive")
 LOW_S, HIGH_S = 4, 10  # --revisit adaptive's bounds here, in simulated seconds
 TAKES_FOR = 30.0  # simulated seconds of the fault-free end that the takers keep taking
-TAKES_PER_TURN = 10  # a take visits 8 buckets: ten cover any site here (40 pages at most)
-CHANGE_EVERY = (None, 5.0, 15.0)  # seconds between a page's changes (None: never)
-VALIDATORS = ("etag", "last-modified", "none")
-MODIFIED_BASE = 1_000_000  # Last-Modified of a page's version 0, in seconds (1970, > 0)
 REVISITED_KINDS = ("ok", "slow", "flaky", "busy")  # pages whose final answer is a 200
 EPSILON = 1e-6
 #: Where crash_at_revisit strikes (crash_later's form: "before" or "after" a Store call).
@@ -57,64 +47,6 @@ def settings_of(choice: str) -> dict[str, Any]:
     if not choice:
         return {}
     return {"revisit": choice, "revisit_min": LOW_S, "revisit_max": HIGH_S}
-
-
-@attrs.frozen
-class Change:
-    """How one page changes: every ``every`` s (None: never), and its validator."""
-
-    every: float | None
-    validator: str
-
-    def version(self, now: float) -> int:
-        return 0 if self.every is None else int(now // self.every)
-
-    def modified_s(self, version: int) -> int:
-        return MODIFIED_BASE + int(version * (self.every or 0))
-
-
-def changes_of(seed: int, urls: Iterable[str]) -> dict[str, Change]:
-    """Each page's changes, from draws of their own (no other page of the site moves)."""
-    rng = random.Random(f"changes {seed}")
-    return {url: Change(rng.choice(CHANGE_EVERY), rng.choice(VALIDATORS)) for url in urls}
-
-
-def revised(change: Change, html: bytes, asked: Mapping[str, str], now: float) -> Answered:
-    """A changing page's 200 at ``now``: its version in the body and its validator, or a
-    304 if the request's conditional headers still match."""
-    version = change.version(now)
-    headers: dict[str, str] = {}
-    if change.validator == "etag":
-        headers["etag"] = f'"v{version}"'
-    elif change.validator == "last-modified":
-        when = change.modified_s(version)
-        headers["last-modified"] = email.utils.formatdate(when, usegmt=True)
-    if _still_matches(change, version, headers, asked):
-        return Answered(304, b"", headers)
-    return Answered(200, html + f"<!-- version {version} -->".encode(), headers)
-
-
-@attrs.frozen
-class Answered:
-    status: int
-    body: bytes
-    headers: dict[str, str]
-
-
-def _still_matches(
-    change: Change, version: int, headers: Mapping[str, str], asked: Mapping[str, str]
-) -> bool:
-    lowered = {k.lower(): v for k, v in asked.items()}
-    if "etag" in headers and "if-none-match" in lowered:
-        return lowered["if-none-match"] == headers["etag"]
-    since = lowered.get("if-modified-since")
-    if "last-modified" in headers and since:
-        try:
-            asked_s = email.utils.parsedate_to_datetime(since).timestamp()
-        except (TypeError, ValueError):
-            return False
-        return asked_s >= change.modified_s(version)
-    return False
 
 
 @attrs.define
@@ -144,24 +76,6 @@ class Plan:
 
     def took(self, now: float) -> None:
         self.takes.append(now)
-
-
-class FaultyRevisits:
-    """The crawl's revisit records (``RevisitStore``) through a worker's link: cut off,
-    losing replies or dying at ``revisit_put`` and ``revisit_take`` like any call."""
-
-    def __init__(self, revisits: Revisits, store: FaultyStore) -> None:
-        self._revisits = revisits
-        self._store = store
-
-    def put(self, fetches: Sequence[Revisited]) -> int:
-        written: int = self._store._through("revisit_put", self._revisits.put, fetches)
-        return written
-
-    def take(self, *, requeue_s: int, now_s: int | None = None, most: int = TAKE_MOST) -> Any:
-        return self._store._through(
-            "revisit_take", self._revisits.take, requeue_s=requeue_s, now_s=now_s, most=most
-        )
 
 
 # -- the judges ------------------------------------------------------------------------------
@@ -248,55 +162,3 @@ def _finals(fetches: Iterable[Fetch], watched: Collection[str]) -> dict[str, lis
     for got in finals.values():
         got.sort(key=lambda f: (f.start, f.end))
     return finals
-
-
-# -- what verdict.py asks ----------------------------------------------------------------------
-
-
-def repeats(world: World) -> list[str]:
-    """The fetched-once invariant, and in a revisiting example *never early* for the
-    pages it watches (the rest are fetched once as ever)."""
-    from simulations import checks  # checks -> web -> this module: imported when judging
-
-    plan = world.revisit
-    if plan is None:
-        return checks.duplicates(world.fetches, world.excused)
-    watched = revisited(world.web)
-    others = [f for f in world.fetches if f.url not in watched]
-    return checks.duplicates(others, world.excused) + early(
-        world.fetches, watched, plan.low, world.excused
-    )
-
-
-def lost_at_end(world: World, dead: Collection[str]) -> list[str]:
-    """*Never lost*, judged once every worker has left."""
-    plan = world.revisit
-    if plan is None:
-        return []
-    read: dict[str, float] = {}
-    for w in world.workers.values():
-        for url, at in w.fetcher.read.items():
-            read[url] = max(at, read.get(url, at))
-    last_take = max(plan.takes, default=None)
-    watched = revisited(world.web)
-    return lost(
-        world.fetches,
-        watched,
-        read,
-        dead,
-        high=plan.high,
-        latency=world.latency,
-        last_take=last_take,
-    )
-
-
-def taken_at_the_end(world: World) -> bool:
-    """Whether revisits wait in the inbox though the fleet saw the crawl finished: a take
-    that raced the last heartbeats (a taker that then died, say). The records' entries
-    are not lost: an operator's next ``join`` sees them through, as the simulation does."""
-    if world.revisit is None:
-        return False
-    queued = world.observer.snapshot().queued
-    return bool(queued) and all(
-        key == world.observer.inbox for keys in queued.values() for key in keys
-    )

@@ -35,7 +35,7 @@ from hashcrawl._store import _crawlconfig
 from hashcrawl._store._redisurl import RedisURL
 from hashcrawl._store._store import Store
 from simulations.crew import FaultyStore, Link, LostReply, SimSink, Task
-from simulations.loop import inline
+from simulations.loop import PATIENCE, inline
 from simulations.observe import _escaped
 from simulations.web import SimFetcher
 
@@ -186,7 +186,11 @@ class ShardWorker:
         url = RedisURL.parse(env.url)
         self.stores = [
             PromotedStore(
-                url, shard_name(env.crawl, t), timeout=10.0, clock=env.clock_ms, faults=env.faults
+                url,
+                shard_name(env.crawl, t),
+                timeout=PATIENCE,
+                clock=env.clock_ms,
+                faults=env.faults,
             )
             for t in ["", *env.tags]
         ]

@@ -55,7 +55,7 @@ from hashcrawl._store._shards import stored_tags
 from hashcrawl._store._store import Store
 from simulations import shardverdict
 from simulations.crew import SimulatedCrash
-from simulations.loop import Loop, settle
+from simulations.loop import PATIENCE, Loop, found_in, settle
 from simulations.observe import Observer
 from simulations.shardcrew import Primary, ShardWorker
 from simulations.web import Fetch, Page, Site, Web
@@ -93,14 +93,14 @@ class ShardWorld:
         self.url = server().url
         self.crawl = "shsim" + uuid.uuid4().hex[:8]
         self.settings = dict(SETTINGS, delay=float(self.rng.choice((1, 2))))
-        self.queue = Queue(self.url, self.crawl, shards=shards)
+        self.queue = Queue(self.url, self.crawl, shards=shards, timeout=PATIENCE)
         self.submitted: set[str] = set()
         self.submits = 0
         self.submitted_at = 0.0
         self.trace: list[str] = []
         self.loop = Loop()
         self.submit([self.web.url(0)])  # records the shards' tags
-        first = Store(RedisURL.parse(self.url), self.crawl)
+        first = Store(RedisURL.parse(self.url), self.crawl, timeout=PATIENCE)
         self.tags = stored_tags(first) or []
         first.close()
         names = [shard_name(self.crawl, t) for t in ["", *self.tags]]
@@ -338,6 +338,8 @@ class ShardWorld:
             error = error.exceptions[0]
         if error is None or not w.live:
             return False
+        if (failure := found_in(error)) is not None:
+            raise failure  # the machine's, not the worker's: the run ends
         if isinstance(error, SimulatedCrash):
             self._excuse(w)
             w.state = "crashed"

@@ -1,16 +1,37 @@
-"""Judging a :class:`~simulations.shards.ShardWorld`: the invariants after each step and
-at the end, from the web's log, the sinks and every shard's raw keys
-(``simulations.observe``), through the pure checks of :mod:`simulations.checks`."""
+"""Judging a sharded crawl (``simulations.shards.ShardWorld``): the invariants after each
+step and at the end, from the web's log, the sinks and every shard's raw keys
+(``simulations.observe``), through the pure checks of :mod:`simulations.checks`.
+
+The world calls these judges, so they see it as :class:`ShardWorld`, the protocol of
+what they read, not as the class (which imports this module).
+"""
 
 from __future__ import annotations
 
 import functools
-from typing import TYPE_CHECKING
+from collections import Counter
+from typing import Any, Protocol
 
 from simulations import checks
+from simulations.observe import Observer
+from simulations.shardcrew import ShardWorker
+from simulations.web import Fetch, Web
 
-if TYPE_CHECKING:
-    from simulations.shards import ShardWorld
+
+class ShardWorld(Protocol):
+    """What the judges read of a sharded world."""
+
+    observers: list[Observer]
+    workers: dict[str, ShardWorker]
+    web: Web
+    settings: dict[str, Any]
+    fetches: list[Fetch]
+    done: list[tuple[str, str]]
+    submitted: set[str]
+    excused: Counter[str]
+    problems: list[str]
+
+    def live(self) -> list[ShardWorker]: ...
 
 
 def violations(world: ShardWorld) -> list[str]:

@@ -52,7 +52,7 @@ import trio
 from hashcrawl._exceptions import FetchError
 from hashcrawl._web._models import Request, Response
 from hashcrawl._web._pools import NotSent, _may_send
-from simulations.revisits import Change, revised
+from simulations.changes import Change, revised
 
 HTML = {"content-type": "text/html; charset=utf-8"}
 KINDS = ("ok",) * 12 + ("slow",) * 2 + ("flaky",) * 2 + ("broken", "missing", "busy", "moved")
@@ -124,7 +124,7 @@ class Web:
         self.robots = robots
         self.killer = killer
         self.requests: dict[str, int] = {}
-        # How pages change, in a revisiting example (simulations/revisits.py); else none.
+        # How pages change, in a revisiting example (simulations/changes.py); else none.
         self.changes: dict[str, Change] = {}
 
     @classmethod

@@ -24,6 +24,8 @@ from collections.abc import Awaitable, Callable
 from pathlib import Path
 from typing import Any
 
+import attrs
+
 from hashcrawl._core._faults import NO_FAULTS, Faults
 from hashcrawl._core._ring import Ring, name_of
 from hashcrawl._exceptions import Fenced, NameTaken, QueueError
@@ -32,10 +34,10 @@ from hashcrawl._run._queue import Queue
 from hashcrawl._run._taker import TAKE_EVERY
 from hashcrawl._store._server import RedisServer
 from simulations import revisits
+from simulations.changes import changes_of
 from simulations.crew import SimulatedCrash, SimWorker
-from simulations.loop import Loop, settle
+from simulations.loop import PATIENCE, Loop, environment_failure, found_in, settle
 from simulations.observe import Observer
-from simulations.reach import Reach, delay_at
 from simulations.web import Fetch, Site, Web
 
 SETTINGS: dict[str, Any] = {
@@ -53,6 +55,56 @@ SETTINGS: dict[str, Any] = {
 BEAT = min(1.0, SETTINGS["lease"] / 10)
 QUIET = ("epoch ", "nothing new in its stream", "no answer has arrived", "nothing it may fetch")
 
+PARK_AT = 2  # a host with this many queued parks the rest, once memory is full
+UNPARK_BELOW = 1  # and takes some back once it has none left
+SEEN_LAYER = 4  # URLs in the seen filter's first layer (c0); each next one doubles
+# A worker learns of a change at its next heartbeat and takes it at its next turn; one paused
+# or cut off short of its lease, or holding requests taken before (up to two leases, as
+# lose_beat_after_expiry holds them), may send by the old delay until then: three leases.
+FOLLOW_WITHIN = 24.0
+
+
+@attrs.frozen
+class Reach:
+    """Which mechanisms a site of at most 40 pages never reaches its crawl is given
+    (``simulations/reach.py``): parking from ``PARK_AT`` queued, and a seen filter whose
+    first layer holds ``SEEN_LAYER`` URLs; drawn from the site's seed alone."""
+
+    park: bool = False
+    seen_layer: int | None = None
+
+    @classmethod
+    def of(cls, seed: int) -> Reach:
+        rng = random.Random(f"reach {seed}")
+        park = rng.random() < 1 / 2
+        seen = SEEN_LAYER if rng.random() < 1 / 2 else None
+        return cls(park=park, seen_layer=seen)
+
+    def prepare(self, world: World) -> None:
+        """Before the crawl's first commit: shape the seen filter."""
+        if self.seen_layer is not None:
+            world.observer.r.hset(world.observer.prefix + "seenmeta", "c0", self.seen_layer)
+
+    def fit(self, w: SimWorker) -> None:
+        """A new worker session: its park threshold."""
+        if self.park:
+            w.session.intake.park_at = PARK_AT
+            w.session.intake.unpark_below = UNPARK_BELOW
+
+
+def delay_at(world: World, start: float) -> float:
+    """The delay a request starting at ``start`` must keep: the least of those in force
+    from ``FOLLOW_WITHIN`` before it up to it (``reach.configure`` changes them)."""
+    kept = [
+        delay
+        for (since, delay), (until, _) in zip(
+            world.delays, [*world.delays[1:], (math.inf, 0.0)], strict=True
+        )
+        if since <= start and until > start - FOLLOW_WITHIN
+    ]
+    return min(kept)
+
+
 _server: RedisServer | None = None
 
 
@@ -65,7 +117,7 @@ def server() -> RedisServer:
         _server = RedisServer(
             directory=directory, appendonly=True, appendfsync="always", extra={"hz": "100"}
         )
-        _server.start()
+        _server.start(timeout=PATIENCE)
         atexit.register(_remove, _server, directory)
     return _server
 
@@ -103,16 +155,16 @@ class World:
         self.web = Web.of(site)
         self.revisit = revisits.Plan.of(self.settings)  # None: this crawl revisits nothing
         if self.revisit is not None:
-            self.web.changes = revisits.changes_of(site.seed, revisits.revisited(self.web))
+            self.web.changes = changes_of(site.seed, revisits.revisited(self.web))
         self.loop = Loop()
         self.observer = Observer(self.url, self.crawl)
-        self.reach = Reach.of(site.seed)  # parking, seen-filter rollover (simulations.reach)
+        self.reach = Reach.of(site.seed)  # parking, seen-filter rollover
         self.reach.prepare(self)
         self.planted = 0  # unreadable entries written into streams by hand
         self.planted_good: list[str] = []  # URLs of good ones written by hand (reach.plant)
         self.changes = 0  # crawl settings changed with configure (reach.configure)
         self.delays = [(float("-inf"), float(self.settings["delay"]))]  # (since, delay)
-        self.queue = Queue(self.url, self.crawl)
+        self.queue = Queue(self.url, self.crawl, timeout=PATIENCE)
         self.workers: dict[str, SimWorker] = {}
         self.fetches: list[Fetch] = []
         self.done: list[tuple[str, str]] = []
@@ -190,7 +242,9 @@ class World:
             try:
                 added = self.queue.submit(urls)
                 break
-            except ConnectionError:
+            except ConnectionError as exc:
+                if (failure := environment_failure(exc)) is not None:
+                    raise failure from exc  # the server is gone: no retry brings it back
                 continue
         else:
             return "could not reach Redis"
@@ -523,6 +577,8 @@ class World:
     async def _ended(self, w: SimWorker, kind: str, error: BaseException | None) -> bool:
         if error is None:
             return False
+        if (failure := found_in(error)) is not None:
+            raise failure  # the machine's, not the worker's: the run ends
         if isinstance(error, SimulatedCrash):
             self._excuse(w)
             w.state = "crashed"

@@ -8,7 +8,7 @@ from typing import Any
 
 import pytest
 
-from simulations import checks, known, profiles, reach, teeth
+from simulations import checks, known, profiles, teeth, world
 from simulations.fleet import Fleet, hosts_moved_per_join
 from simulations.web import Site, Web
 
@@ -160,7 +160,7 @@ def test_a_killer_page_is_drawn_apart_and_judged_by_the_deaths_it_costs() -> Non
 def test_reach_is_drawn_apart_from_the_site_and_in_about_half_the_sites() -> None:
     """Parking and a small seen filter come to about half the sites each, drawn from the
     site's seed alone, so every page and killer page stays as it was."""
-    reaches = [reach.Reach.of(seed) for seed in range(400)]
+    reaches = [world.Reach.of(seed) for seed in range(400)]
     assert 140 < sum(r.park for r in reaches) < 260
     assert 140 < sum(r.seen_layer is not None for r in reaches) < 260
     assert {(r.park, r.seen_layer is None) for r in reaches} == {
@@ -183,11 +183,11 @@ def test_a_delay_change_is_kept_by_requests_from_its_bound_on() -> None:
     class Timeline:
         delays = [(float("-inf"), 1.0), (10.0, 3.0), (20.0, 2.0)]
 
-    world: Any = Timeline()
-    assert reach.delay_at(world, 5.0) == 1.0
-    assert reach.delay_at(world, 10.0 + reach.FOLLOW_WITHIN - 1) == 1.0
-    assert reach.delay_at(world, 20.0 + reach.FOLLOW_WITHIN - 1) == 2.0  # 3 and 2 in force
-    assert reach.delay_at(world, 20.0 + reach.FOLLOW_WITHIN + 1) == 2.0
+    timeline: Any = Timeline()
+    assert world.delay_at(timeline, 5.0) == 1.0
+    assert world.delay_at(timeline, 10.0 + world.FOLLOW_WITHIN - 1) == 1.0
+    assert world.delay_at(timeline, 20.0 + world.FOLLOW_WITHIN - 1) == 2.0  # 3 and 2 in force
+    assert world.delay_at(timeline, 20.0 + world.FOLLOW_WITHIN + 1) == 2.0
     early = [(float("-inf"), 1.0), (10.0, 3.0)]
-    world.delays = early
-    assert reach.delay_at(world, 10.0 + reach.FOLLOW_WITHIN + 1) == 3.0
+    timeline.delays = early
+    assert world.delay_at(timeline, 10.0 + world.FOLLOW_WITHIN + 1) == 3.0

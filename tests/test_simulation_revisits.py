@@ -10,7 +10,7 @@ import re
 
 import pytest
 
-from simulations import profiles, revisits, teeth
+from simulations import changes, profiles, revisits, teeth
 from simulations.model import CrawlModel
 from simulations.web import Fetch, Site, Web
 
@@ -50,17 +50,17 @@ def test_a_page_due_before_the_last_take_must_be_fetched_again() -> None:
 def test_a_changing_page_changes_at_its_times_and_answers_304_while_unchanged() -> None:
     """Version n from n * every seconds; a conditional request for the current version
     is a 304, one for an older version a 200 with the new body."""
-    change = revisits.Change(5.0, "etag")
-    first = revisits.revised(change, b"<p>", {}, 4.9)
+    change = changes.Change(5.0, "etag")
+    first = changes.revised(change, b"<p>", {}, 4.9)
     assert (first.status, first.headers["etag"]) == (200, '"v0"')
-    assert revisits.revised(change, b"<p>", {"If-None-Match": '"v0"'}, 4.99).status == 304
-    later = revisits.revised(change, b"<p>", {"If-None-Match": '"v0"'}, 5.0)
+    assert changes.revised(change, b"<p>", {"If-None-Match": '"v0"'}, 4.99).status == 304
+    later = changes.revised(change, b"<p>", {"If-None-Match": '"v0"'}, 5.0)
     assert later.status == 200 and later.body != first.body
-    dated = revisits.Change(15.0, "last-modified")
-    got = revisits.revised(dated, b"<p>", {}, 1.0)
+    dated = changes.Change(15.0, "last-modified")
+    got = changes.revised(dated, b"<p>", {}, 1.0)
     since = {"If-Modified-Since": got.headers["last-modified"]}
-    assert revisits.revised(dated, b"<p>", since, 14.0).status == 304
-    assert revisits.revised(dated, b"<p>", since, 15.0).status == 200
+    assert changes.revised(dated, b"<p>", since, 14.0).status == 304
+    assert changes.revised(dated, b"<p>", since, 15.0).status == 200
 
 
 def test_only_a_revisiting_example_changes_its_pages() -> None:
