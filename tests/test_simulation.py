@@ -28,8 +28,9 @@ TEETH = profiles.Profile("teeth", examples=600, steps=50)
 # 9th then), 12 and 13 miss it in 40 (20-35 s of CPU each: the suite's third-longest
 # test while 7 came first; 14 ended in Hypothesis's FlakyStrategyDefinition at load 30).
 # In CI's parallel run one seed once missed its early catch twice (cause not found): the
-# later seed is its spare, so the test neither hangs on one path nor fails on one miss. How often a whole quick run catches each is measured
-# by ``python -m simulations.teeth`` (docs/simulation.md).
+# later seed is its spare, so the test neither hangs on one path nor fails on one miss.
+# How often a whole quick run catches each is measured by ``python -m simulations.teeth``
+# (docs/simulation.md).
 SEEDED = {"ack_before_write": (11, 8)}
 SEEDED_EXAMPLES = 40
 # A timing switch likewise, by its seeds in turn, each for up to SEEDED_EXAMPLES examples.
