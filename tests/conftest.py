@@ -18,12 +18,18 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
+from hypothesis import settings
 
 from hashcrawl._cli._server import RedisServer
 from testing.cluster import Cluster
 from testing.sentinel import Sentinels
 
 CLUSTER_PASSWORD = "s3cr#t/pw"  # characters a URL must carry escaped or raw
+
+# No timed assertions: Hypothesis's default 200 ms deadline per example failed
+# test_canonicalize_is_idempotent (742 ms) and a test_wire property beside other work.
+settings.register_profile("suite", deadline=None)
+settings.load_profile("suite")
 
 # The order tests are handed out in, the longest first, so that no long one starts late
 # and ends the run on one worker while the others sit idle (scripts/test keeps this
