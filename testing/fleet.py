@@ -271,6 +271,7 @@ class Crew:
     directory: Path
     workers: list[Worker] = attrs.Factory(list)
     outputs: list[Path] = attrs.Factory(list)
+    ended: int = 0  # workers whose run has returned (a member no more)
 
     def hire(self, settings: Mapping[str, Any]) -> Worker:
         """A new worker (not yet running) with its own output file."""
@@ -285,6 +286,7 @@ class Crew:
         try:
             await worker.run()
         finally:
+            self.ended += 1
             worker.sink.close()
 
     def members(self) -> int:
@@ -298,13 +300,17 @@ class Crew:
 async def crawl_in_process(
     crew: Crew, settings: Sequence[Mapping[str, Any]], urls: Sequence[str]
 ) -> None:
-    """Start one worker per settings, submit `urls` once all have joined, run until all end."""
+    """Start one worker per settings, submit `urls` once all have joined, run until all end.
+
+    A worker that ended before the submit counts as joined: one that stops at its first
+    heartbeat (``--max-memory 1``) may leave before a busy machine lets another join, and
+    a wait for them all to be members at once then failed at its deadline."""
     with trio.fail_after(DEADLINE):
         async with trio.open_nursery() as nursery:
             for each in settings:
                 nursery.start_soon(crew.run, crew.hire(each))
             await await_until(
-                lambda: crew.members() == len(settings),
+                lambda: crew.members() + crew.ended >= len(settings),
                 what="every worker to join",
             )
             await trio.to_thread.run_sync(submit, crew.redis_url, crew.crawl, urls)

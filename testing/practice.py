@@ -85,6 +85,7 @@ def run_practice(
     sentinel: bool = False,
     submit_all: bool = False,
     same_name: bool = False,
+    worker_flags: Sequence[str] = (),
 ) -> tuple[Verdict, list[WorkerExit]]:
     """Crawl a generated site with `workers` processes, SIGKILL one a third of the way in.
 
@@ -108,6 +109,7 @@ def run_practice(
             under the killed worker's name: it takes its place (`testing.takeover`).
         submit_all: submit every URL the site has at the start (each page due from then,
             whatever the kill loses), not only the root.
+        worker_flags: more flags for every ``join`` (``--timeout 10``, say).
     """
     workdir.mkdir(parents=True, exist_ok=True)
     site = generate_site(pages=pages, hosts=hosts, seed=seed, port=0)
@@ -121,7 +123,7 @@ def run_practice(
         progress(f"site: {expected} expected URLs on {hosts} hosts at {server.site.root}")
         flags = ["--delay", str(delay), "--lease", str(lease), "--idle", str(idle), *SITE_FLAGS]
         flags.append("--span-hosts")  # the site's hosts are linked from the first one's root
-        flags += ["-v"] if verbose else []
+        flags += [*worker_flags, *(["-v"] if verbose else [])]
         sharding = ["--shards", str(shards)] if shards > 1 else []
         pool = _Workers(redis_url, workdir, flags + sharding, progress, sharding)
         pool.same_name = same_name

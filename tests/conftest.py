@@ -18,6 +18,7 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
+from hypothesis import settings
 
 from hashcrawl._store._server import RedisServer
 from testing.cluster import Cluster
@@ -25,30 +26,46 @@ from testing.sentinel import Sentinels
 
 CLUSTER_PASSWORD = "s3cr#t/pw"  # characters a URL must carry escaped or raw
 
-# The modules that take minutes (the crash simulation's quick profile is one CPU-bound
-# test of minutes; test_cli starts a process per test): handed out first, so that
-# neither ends the run on one worker while the others sit idle. scripts/test keeps this
-# order (--no-loadscope-reorder).
-LONGEST_MODULES = ("test_simulation.py", "test_cli.py")
+# No timed assertions: Hypothesis's default 200 ms deadline per example failed
+# test_canonicalize_is_idempotent (742 ms) and a test_wire property beside other work.
+settings.register_profile("suite", deadline=None)
+settings.load_profile("suite")
+
+# The order tests are handed out in, the longest first, so that no long one starts late
+# and ends the run on one worker while the others sit idle (scripts/test keeps this
+# order: --no-loadscope-reorder). The crash simulation's quick profile (two CPU-bound
+# halves of a minute or more, which thus start on two workers) and its deliberate bugs;
+# then the end-to-end crawls marked ``slow`` (20-60 s each, mostly waiting on leases,
+# delays and idle time, so they share the cores well with the CPU-bound halves); then
+# test_cli (a process or more per test, 3-20 s each); then the rest in file order.
+FIRST_MODULES = ("test_simulation.py",)
+THEN_MODULES = ("test_cli.py",)
 
 
 @pytest.hookimpl(tryfirst=True)  # before xdist reads the groups
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
-    """The longest modules first; those with a test marked ``alone`` last (it then waits
-    for short tests only), that test last in its module. The tests of a module that use a
-    fixture wider than a test are one xdist group (so it is set up once); its other tests
-    are handed out alone (test_cluster's crawls start clusters of their own)."""
+    """The longest first (see FIRST_MODULES); the modules with a test marked ``alone``
+    last (it then waits for short tests only), that test last in its module. The tests
+    of a module that use a fixture wider than a test are one xdist group (so it is set up
+    once), handed out where its first test comes; its other tests are handed out alone
+    (test_cluster's crawls start clusters of their own)."""
     for item in items:
         if _shares_a_fixture(item):
             item.add_marker(pytest.mark.xdist_group(item.path.name))
-    first = {name: rank for rank, name in enumerate(LONGEST_MODULES)}
     last = {item.path for item in items if item.get_closest_marker("alone")}
+    items.sort(key=lambda item: (_rank(item, last), item.get_closest_marker("alone") is not None))
 
-    def rank(item: pytest.Item) -> tuple[int, bool]:
-        module = first.get(item.path.name, len(first) + (item.path in last))
-        return module, item.get_closest_marker("alone") is not None
 
-    items.sort(key=rank)
+def _rank(item: pytest.Item, last: set[Path]) -> int:
+    """0: the first modules; 1: a slow test; 2: the modules after them; 3: any other; 4:
+    a module with a test that runs alone."""
+    if item.path.name in FIRST_MODULES:
+        return 0
+    if item.path in last:
+        return 4
+    if item.get_closest_marker("slow"):
+        return 1
+    return 2 if item.path.name in THEN_MODULES else 3
 
 
 def _shares_a_fixture(item: pytest.Item) -> bool:

@@ -9,7 +9,14 @@ from hypothesis import assume, given
 from hypothesis import strategies as st
 
 from hashcrawl._exceptions import ConfigError
-from hashcrawl._web._addresses import AddressPolicy, literal_address, parse_net, url_refusal
+from hashcrawl._web._addresses import (
+    LOOK_UPS,
+    AddressPolicy,
+    SubmitCheck,
+    literal_address,
+    parse_net,
+    url_refusal,
+)
 
 NOT_PUBLIC = [
     "127.0.0.1",
@@ -144,3 +151,16 @@ def test_loopback_and_metadata_addresses_in_ipv6_clothing_are_refused(address: s
     assert not AddressPolicy().allows(address)
     refusal = url_refusal(f"http://[{address}]/", AddressPolicy())
     assert refusal is not None and "not a public address" in refusal
+
+
+def test_a_submission_looks_up_its_first_names_only() -> None:
+    """Past its look-ups a submission judges IP literals only: ``localhost`` is refused
+    while a look-up is left and let through once they are spent (the workers still check
+    every address they connect to); the default is LOOK_UPS names."""
+    policy = AddressPolicy.of()
+    assert SubmitCheck(policy).look_ups == LOOK_UPS
+    assert SubmitCheck(policy, look_ups=1).refusal("http://localhost/") is not None
+    spent = SubmitCheck(policy, look_ups=1)
+    assert spent.refusal("http://a.invalid/") is None  # does not resolve: not refused here
+    assert spent.refusal("http://localhost/") is None
+    assert spent.refusal("http://127.0.0.1/") is not None  # a literal is always judged

@@ -102,9 +102,11 @@ def test_a_revisiting_crawl_through_a_crash_and_a_join_keeps_every_invariant() -
     ("fault", "caught_as", "seeds"),
     [
         ("revisit_stays_due", "sooner than its interval", (1, 2, 3)),
-        # Seed 1 misses it in 40 examples (it took 53 s to catch in 220); 6, 3 and 4
-        # catch it in 4, 18 and 22 s alone.
-        ("revisit_put_after_ack", "never fetched again", (6, 3, 4)),
+        # Scanned on 3ca49df (the rules had changed every seed's examples): seed 3
+        # catches it at the 7th example and 2 at the 23rd (4 and 11 s of CPU alone); 6
+        # (the first seed before), 4, 7 and 8 miss it in 40 (20-28 s of CPU each, which
+        # made this the suite's longest test but the two halves while 6 came first).
+        ("revisit_put_after_ack", "never fetched again", (3, 2)),
     ],
     ids=["revisit_stays_due", "revisit_put_after_ack"],
 )
