@@ -26,11 +26,12 @@ MAY_IMPORT = {
 ENTRANCES = {"hashcrawl", "hashcrawl.__main__"}
 
 
-def module_files() -> dict[str, Path]:
-    """Every module of the package by dotted name (a package by its own name)."""
+def module_files(package: Path = PACKAGE) -> dict[str, Path]:
+    """Every module of ``package`` (the package by default) by dotted name, a package by
+    its own name."""
     found = {}
-    for path in PACKAGE.rglob("*.py"):
-        parts = list(path.relative_to(PACKAGE.parent).with_suffix("").parts)
+    for path in package.rglob("*.py"):
+        parts = list(path.relative_to(package.parent).with_suffix("").parts)
         if parts[-1] == "__init__":
             parts.pop()
         found[".".join(parts)] = path
@@ -52,9 +53,9 @@ def imported_names(path: Path) -> Iterator[str]:
             yield from (f"{module}.{alias.name}" for alias in node.names)
 
 
-def import_graph() -> dict[str, set[str]]:
-    """Each module of the package -> the modules of the package it imports."""
-    files = module_files()
+def import_graph(package: Path = PACKAGE) -> dict[str, set[str]]:
+    """Each module of ``package`` -> the modules of it that it imports."""
+    files = module_files(package)
     graph: dict[str, set[str]] = {}
     for name, path in files.items():
         graph[name] = {

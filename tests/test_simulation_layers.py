@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from tests.test_layers import _module_of, cycle_in, imported_names
+from tests.test_layers import cycle_in, import_graph, module_files
 
 SIMULATIONS = Path(__file__).resolve().parent.parent / "simulations"
 # Bottom to top. The web is what the workers fetch; the checks judge the web's log and
@@ -28,38 +28,13 @@ LAYERS = (
 LEVEL = {module: level for level, (_, modules) in enumerate(LAYERS) for module in modules}
 
 
-def module_files() -> dict[str, Path]:
-    """Every module of simulations/ by dotted name (the package by its own name)."""
-    found = {}
-    for path in SIMULATIONS.rglob("*.py"):
-        parts = list(path.relative_to(SIMULATIONS.parent).with_suffix("").parts)
-        if parts[-1] == "__init__":
-            parts.pop()
-        found[".".join(parts)] = path
-    return found
-
-
-def import_graph() -> dict[str, set[str]]:
-    """Each module of simulations/ -> the modules of simulations/ it imports, counting
-    type-only and function-local imports."""
-    files = module_files()
-    return {
-        name: {
-            target
-            for imported in imported_names(path)
-            if (target := _module_of(imported, files)) is not None and target != name
-        }
-        for name, path in files.items()
-    }
-
-
 def short(module: str) -> str:
     return module.rpartition(".")[2]
 
 
 def test_the_simulations_have_no_import_cycle() -> None:
     """No module of simulations/ imports itself back, through any chain of imports."""
-    found = cycle_in(import_graph())
+    found = cycle_in(import_graph(SIMULATIONS))
     assert found is None, " -> ".join(found or [])
 
 
@@ -68,7 +43,7 @@ def test_each_simulation_layer_imports_only_itself_and_the_layers_below() -> Non
     upward = [
         f"{short(module)} ({LAYERS[LEVEL[short(module)]][0]}) -> "
         f"{short(target)} ({LAYERS[LEVEL[short(target)]][0]})"
-        for module, targets in import_graph().items()
+        for module, targets in import_graph(SIMULATIONS).items()
         for target in targets
         if LEVEL[short(target)] > LEVEL[short(module)]
     ]
@@ -77,10 +52,10 @@ def test_each_simulation_layer_imports_only_itself_and_the_layers_below() -> Non
 
 def test_every_simulation_module_has_a_layer() -> None:
     """A new module of simulations/ gets its place here."""
-    assert {short(m) for m in module_files()} == set(LEVEL)
+    assert {short(m) for m in module_files(SIMULATIONS)} == set(LEVEL)
 
 
 def test_the_graph_sees_a_type_only_import() -> None:
     """The checks above could fail: the graph holds the revisits judges' import of the
     web, which sits under ``if TYPE_CHECKING``."""
-    assert "simulations.web" in import_graph()["simulations.revisits"]
+    assert "simulations.web" in import_graph(SIMULATIONS)["simulations.revisits"]
