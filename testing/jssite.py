@@ -14,7 +14,9 @@ sends without a browser):
 - ``/spin``: ``while (true) {}``; ``/bomb``: a script that takes memory until it dies.
 - ``/never``: a page whose script never arrives (its load never ends).
 - ``/form``: a field that answers Enter, a file input that shows the file it got.
-- ``/grow?mib=N``: a page whose script keeps N MiB alive in its heap.
+- ``/grow?mib=N``: a page whose script keeps N MiB alive in its heap; with ``&held=1``
+  its load then waits on ``/held.js`` until :attr:`JsSite.release` is set (the memory is
+  alive for as long as a test needs it measured).
 
 Every request is logged as the server saw it (path, and the time it arrived).
 """
@@ -101,7 +103,8 @@ document.getElementById("f").addEventListener("change", e => { const f = e.targe
 GROW = """<!doctype html><html><body><p id="grown"></p><script>
 window.kept = []; for (let i = 0; i < %d; i++) window.kept.push(new Float64Array(131072).fill(i));
 document.getElementById("grown").textContent = String(window.kept.length);
-</script></body></html>"""
+</script>%s</body></html>"""
+HELD = '<script src="/held.js"></script>'
 #: What each page holds once rendered with its steps (``STEPS``).
 PAGES = {
     "/": ["server-0"],
@@ -140,6 +143,7 @@ class JsSite:
         self.log: list[Seen] = []
         self.lock = threading.Lock()
         self.closing = threading.Event()  # ends what /never.js holds
+        self.release = threading.Event()  # ends what /held.js holds
         self.out = out
         owner = self
 
@@ -165,6 +169,7 @@ class JsSite:
 
     def __exit__(self, *exc: object) -> None:
         self.closing.set()
+        self.release.set()
         self.server.shutdown()
         self.server.server_close()
 
@@ -231,7 +236,11 @@ class _Handler(http.server.BaseHTTPRequestHandler):
         if path == "/form":
             return FORM, html
         if path == "/grow":
-            return GROW % min(int(query.partition("=")[2].partition("&")[0] or 0), 1024), html
+            mib = min(int(query.partition("=")[2].partition("&")[0] or 0), 1024)
+            return GROW % (mib, HELD if "held=1" in query else ""), html
+        if path == "/held.js":
+            self.site.release.wait(120)
+            return "", "text/javascript"
         if path == "/download":
             return "binary", "application/octet-stream"
         return None, html

@@ -347,7 +347,9 @@ async def test_a_page_whose_load_never_ends_is_cut_at_the_timeout_and_frees_its_
 async def test_a_browser_over_its_memory_bound_is_drained_and_restarted_losing_no_page() -> None:
     """A page keeps 300 MiB alive: the browser's PSS passes --browser-max-mib, so no new
     page goes to it, the pages in it end, and a new browser renders the next ones; every
-    page, before and after, is rendered whole."""
+    page, before and after, is rendered whole. (The page's load is held until the bound
+    is seen passed: a page that grew and ended within one measure's interval would be
+    cleared before it was measured.)"""
     fetcher = HttpxFetcher(allow_nets=["127.0.0.2/32"], timeout=5)
     rendered: list[list[str]] = []
     with JsSite() as site:
@@ -363,10 +365,11 @@ async def test_a_browser_over_its_memory_bound_is_drained_and_restarted_losing_n
             baseline = await trio.to_thread.run_sync(group_pss_mib, browser.pid)
             renderer.tabs.max_mib = baseline + 150
             async with trio.open_nursery() as nursery:
-                for path in ("/grow?mib=300", "/script", "/script"):
+                for path in ("/grow?mib=300&held=1", "/script", "/script"):
                     nursery.start_soon(render, path)
-            with trio.fail_after(30):
-                await renderer.tabs.over.wait()
+                with trio.fail_after(25):  # within the render timeout: the page is held
+                    await renderer.tabs.over.wait()
+                site.release.set()
             async with trio.open_nursery() as nursery:
                 for _ in range(3):
                     nursery.start_soon(render, "/script")

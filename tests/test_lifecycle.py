@@ -39,7 +39,7 @@ class Interrupted:
     site: Site
     requests: list[Request]
     items: list[dict[str, Any]]
-    signalled_at: float  # time.time() just before the signal
+    signalled_at: float  # time.time() once signalled (SIGKILL: once the worker was reaped)
     signalled_exit: int | None  # None when the signal was SIGKILL
     survivor_exits: list[int]
     status: dict[str, Any]
@@ -66,9 +66,12 @@ def interrupted_crawl(
         third = len(server.site.expected()) // 3
         wait_until(lambda: len(server.requests()) >= third, what=f"{third} requests")
         victim = fleet.busiest_member()
-        signalled_at = time.time()
         victim.signal(sig)
-        signalled_exit = None if sig == signal.SIGKILL else victim.wait()
+        killed = sig == signal.SIGKILL
+        if killed:  # reaped: no request of the victim's reaches the server after this
+            victim.wait()
+        signalled_at = time.time()
+        signalled_exit = None if killed else victim.wait()
         survivors = [p for p in fleet.started if p is not victim]
         exits = [p.wait() for p in survivors]
         return Interrupted(
