@@ -39,6 +39,7 @@ def violations(world: World) -> list[str]:
         + reach.bad_counted(world)
         + reach.versions(world)
         + reach.parked_listed(world)
+        + reach.within_cap(world)
     )
 
 
@@ -103,7 +104,7 @@ def accepted(world: World, snap: Snapshot) -> set[str]:
         if url not in snap.queued and url not in snap.dead:
             urls.update(world.web.links_of(url))
     missing = {u for u in urls if u not in snap.queued and u not in done and u not in snap.dead}
-    return urls - reach.filtered(world, missing)
+    return urls - reach.filtered(world, missing) - reach.capped_out(world, missing)
 
 
 async def finish(world: World) -> list[str]:
