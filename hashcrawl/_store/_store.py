@@ -57,6 +57,8 @@ key                type    written by
 ``rvu:B``          HASH    revisit: fingerprint -> the page's entry, for its revisits
 ``rvdue``          ZSET    revisit: bucket -> its earliest due time, server seconds
 ``rvhist``         HASH    revisit: minute -> records due in it, for status
+``rvs:M``          HASH    revisit: second of minute M -> records due in it (status's
+                           due_now, to the second)
 ``absent``         (none)  never written: every script call declares it, so that on a
                            cluster a call during the slot's migration is refused whole
                            (TRYAGAIN or ASK) instead of running over keys that have left
