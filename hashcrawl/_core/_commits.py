@@ -114,7 +114,8 @@ class Commits:
             if ring.owner_of(name) == s.id
             and (name not in s.frontier.hosts or s.frontier.hosts[name].paced)
         ]
-        return [x for pair in s.pacing.records(names, now).items() for x in pair]
+        records = s.pacing.records(names, now, robots=False)  # cookies only: each commit
+        return [x for pair in records.items() for x in pair]
 
     def delivery(self, entries: Iterable[Entry], now: float, ring: Ring | None = None) -> Batch:
         """A batch that only adds ``entries`` (links found in another shard, of hosts in

@@ -106,7 +106,7 @@ class Session:
         self.suspects = Suspects()
         self.pacing = Pacing(
             current=self.current, frontier=self.frontier, epochs=self.epochs, clock=self.clock,
-            jars=jars, taken=self.taken, faults=faults,
+            jars=jars, taken=self.taken, faults=faults, robots=self.robots,
         )  # fmt: skip
         self.carry = self.pacing.carry  # previous owners' pace records still to read
         self.gate = Gate(self, pool)  # a sharded worker's slots, shared by its shards
