@@ -177,3 +177,26 @@ def test_a_no_parent_crawl_never_requests_a_page_above_its_start_directory(
     at_state = ("--state-dir", str(state), "--crawl", "default")
     done = json.loads(assert_ok(hashcrawl("status", *at_state, "--json")))
     assert done["pattern_refused"] == 4  # /docs/other, /, /docs/, /blog/x
+
+
+def test_a_start_directory_submitted_to_a_running_crawl_refuses_older_commits(
+    redis_url: str, crawl_name: str
+) -> None:
+    """A submit of a new directory on a host already in scope grows the scope: a worker's
+    commit filtered by the scope before it is refused (``rescope``), so the worker reads
+    the new directory before its links are judged."""
+    store = Store(RedisURL.parse(redis_url), crawl_name)
+    try:
+        with Queue(redis_url, crawl=crawl_name) as queue:
+            queue.submit(["http://a.example/docs/"])
+            store.join("w1", {})
+            epoch = store.members()[0]
+            before = Scope.from_members(store.scope())
+            queue.submit(["http://a.example/blog/"])
+        after = Scope.from_members(store.scope())
+        assert after.under_parent("http://a.example/blog/x", "a.example")
+        assert not before.under_parent("http://a.example/blog/x", "a.example")
+        stale = store.commit(Batch(worker="w1", epoch=epoch, scope=before.version))
+        assert (stale.status, stale.scope) == ("rescope", after.version)
+    finally:
+        store.close()
