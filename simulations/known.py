@@ -357,6 +357,53 @@ state.join()
 state.teardown()
 """,
     ),
+    "cap_of_an_expired_worker_judged_kept": Bug(
+        summary=(
+            "Not in hashcrawl but in the judge: with --max-pages-per-host 2, a worker that "
+            "had sent a host's 2 page requests was paused past its lease, expired and "
+            "drained; it wrote no pace record, so its count went with it (as a dying "
+            "worker's does, docs/operations.md) and the host's new owner sent a third. "
+            "The judge allowed a cap more only for workers that ended crashed, fenced or "
+            "gave up, and this one ran on under a new id. Found by scripts/soak (seed 4) "
+            "once the page cap was drawn again."
+        ),
+        fixed=(
+            "reach.within_cap allows a cap more for every membership lost without a "
+            "handover: a worker excused because the fleet expired it or a successor took "
+            "its name, as well as one that ended so."
+        ),
+        replay="""\
+state = CrawlModel()
+state.setup(
+    delay=1.0, revisit='', faults=0, gap=0.2, site=Site(seed=2285, hosts=2, pages=5),
+    workers=3, latency=0.2, roots=[52, 70, 84],
+)
+state.tick()
+state.fetch(w=3)
+state.tick()
+state.configure(delay=2.0)
+state.read(w=2)
+state.tick()
+state.configure(delay=3.0)
+state.join()
+state.tick()
+state.run(order=528, seconds=2.0)
+state.read(w=3)
+state.read(w=0)
+state.tick()
+state.advance(seconds=0.1)
+state.read(w=3)
+state.fetch(w=2)
+state.advance(seconds=1.0)
+state.run(order=703, seconds=2.0)
+state.run(order=8, seconds=4.0)
+state.read(w=0)
+state.lose_beat_after_expiry(w=2)
+state.tick()
+state.holds()
+state.teardown()
+""",
+    ),
 }
 
 
