@@ -35,6 +35,7 @@ import json
 import os
 import platform
 import shutil
+import signal
 import subprocess
 import sys
 import tempfile
@@ -62,6 +63,8 @@ SCENARIOS: dict[str, Callable[[list[str]], int]] = {
 
 def main(argv: list[str] | None = None) -> int:
     argv = list(sys.argv[1:] if argv is None else argv)
+    for stop in (signal.SIGTERM, signal.SIGHUP):
+        signal.signal(stop, _exit_on_signal)
     for name, scenario in SCENARIOS.items():
         if name in argv:
             argv.remove(name)
@@ -69,6 +72,17 @@ def main(argv: list[str] | None = None) -> int:
     args = _parser().parse_args(argv)
     work = Path(args.workdir or tempfile.mkdtemp(prefix="hashcrawl-bench-"))
     work.mkdir(parents=True, exist_ok=True)
+    try:
+        return _default(args, work)
+    finally:  # an interrupted run too: its site can take gigabytes
+        if not args.keep and not args.workdir:
+            shutil.rmtree(work, ignore_errors=True)
+        else:
+            print(f"\nlogs, outputs and results.json are in {work}")
+
+
+def _default(args: argparse.Namespace, work: Path) -> int:
+    """The default scenario, in ``work``."""
     clock = _Clock()
     machine = describe_machine()
     clock.say(f"work directory {work}; load average {_load()}")
@@ -130,11 +144,12 @@ def main(argv: list[str] | None = None) -> int:
     print(render(report, results, profile))
     if one_host:
         print("\n".join(onehost.render(one_host)))
-    if not args.keep and not args.workdir:
-        shutil.rmtree(work, ignore_errors=True)
-    else:
-        print(f"\nlogs, outputs and results.json are in {work}")
     return 0
+
+
+def _exit_on_signal(number: int, frame: object) -> None:
+    """SIGTERM or SIGHUP as an exit that runs every ``finally``: the servers stop."""
+    raise SystemExit(128 + number)
 
 
 def _contenders(args: argparse.Namespace, seeds: list[str]) -> list[tuple[str, Any]]:
