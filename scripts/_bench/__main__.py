@@ -1,9 +1,12 @@
 """hashcrawl's benchmark: crawl a local multi-host site with hashcrawl and scrapy-redis.
 
-Run through ``scripts/bench`` (which prepares ``.venv-bench``). Two named scenarios run
+Run through ``scripts/bench`` (which prepares ``.venv-bench``). Three named scenarios run
 instead of the default one, each with options of its own (``scripts/bench --cluster
 --help``):
 
+- ``--capacity``: the capacity plan's inputs (per-unit Redis memory, per-page costs)
+  measured, and its prediction for a crawl against what that crawl measured
+  (``capacity.py``);
 - ``--cluster``: the bench's crawl on one Redis server and on local Redis Clusters, with
   and without ``--shards`` (``cluster.py``);
 - ``--revisits``: fixed against adaptive revisits on the revisit test site, judged from
@@ -44,7 +47,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from . import cluster, crawl, memory, onehost, pyspy, revisits, static_site
+from . import capacity, cluster, crawl, memory, onehost, pyspy, revisits, static_site
 
 REPO = Path(__file__).resolve().parent.parent
 MB = 1024
@@ -56,6 +59,7 @@ PARSE_RUN = "hashcrawl x1 +parse process"  # HASHCRAWL_PARSE_PROCESS=1 (issue 22
 
 # A named scenario and what runs it, with the arguments after its name.
 SCENARIOS: dict[str, Callable[[list[str]], int]] = {
+    "--capacity": capacity.main,
     "--cluster": cluster.main,
     "--revisits": revisits.main,
 }
@@ -460,6 +464,12 @@ def _parser() -> argparse.ArgumentParser:
     p.add_argument("--keep", action="store_true", help="keep the temporary work directory")
     scenarios = p.add_argument_group(
         "named scenarios", "run instead of the default one; the options after them are theirs"
+    )
+    scenarios.add_argument(
+        "--capacity",
+        action="store_true",
+        help="the capacity plan's inputs measured, and its prediction for a crawl against "
+        "what the crawl measured (scripts/bench --capacity --help)",
     )
     scenarios.add_argument(
         "--cluster",

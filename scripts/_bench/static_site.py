@@ -177,9 +177,7 @@ class StaticServer:
             command = [sys.executable, __file__, "serve", str(self.root), str(self.port)]
             command += [str(log_path), *self.hosts]
         with open(self.work / "server.err", "ab") as err:
-            self.process = subprocess.Popen(
-                command, stderr=err, preexec_fn=dies_with(os.getpid())
-            )
+            self.process = subprocess.Popen(command, stderr=err, preexec_fn=dies_with(os.getpid()))
         try:
             self._wait_listening()
         except BaseException:
