@@ -81,7 +81,24 @@ class Crawl:
     memory_end: int  # used_memory at the end minus before
     memory_peak: int  # the highest used_memory sampled, minus before
     queued_peak: int  # the highest ``outstanding`` sampled
+    max_buffer: int  # each worker's --max-buffer
+    calls: dict[str, int]  # per command, scripts' inner calls included
     complete: bool
+
+    @property
+    def parked(self) -> int:
+        """Entries moved to their host's overflow set: each costs commit.lua an SADD
+        (of ``parked``), which nothing else on a crawl's path calls but the scope's
+        few (hosts submitted or joined)."""
+        return self.calls.get("sadd", 0)
+
+    @property
+    def held_most(self) -> int:
+        return self.workers * self.max_buffer
+
+    def top_calls(self, count: int = 8) -> str:
+        ranked = sorted(self.calls.items(), key=lambda kv: -kv[1])[:count]
+        return ", ".join(f"{name} {self.per_page(calls):.3f}" for name, calls in ranked)
 
     def per_page(self, total: float) -> float:
         return total / self.pages if self.pages else 0.0
@@ -115,7 +132,50 @@ def queue_bytes(units: Units, queued: float, held_most: float) -> float:
     return held * (units.stream_entry + units.held_entry) + (queued - held) * units.parked_entry
 
 
-# -- the plan ------------------------------------------------------------------------------
+# -- the costs and the plan ------------------------------------------------------------------
+
+
+@attrs.frozen(kw_only=True)
+class Costs:
+    """Per-page and per-parked-entry costs, read off two calibration crawls of one site:
+    one whose frontier stays within the workers' memory, and one whose --max-buffer is
+    small enough that entries park as they do in a crawl of many more pages."""
+
+    commands_page: float
+    cpu_page: float  # Redis CPU seconds
+    worker_cpu_page: float
+    seen_page: float
+    queued_page: float  # the frontier's peak against the pages
+    commands_parked: float  # on top of the page's own, per entry parked
+    cpu_parked: float
+    parked_share: float  # entries parked / entries beyond what the workers hold at once
+    base: float  # Redis bytes a crawl keeps beside its filter and hosts' records
+
+    @classmethod
+    def of(cls, calib: Crawl, parking: Crawl, units: Units, hosts: int) -> Costs:
+        commands_page, cpu_page = calib.per_page(calib.commands), calib.per_page(calib.redis_cpu)
+        # The calibration parks nothing: its SADDs are the few every crawl makes.
+        parked = parking.parked - calib.parked
+        beyond = max(parking.seen - parking.held_most, 1)
+        extra_commands = parking.commands - parking.pages * commands_page
+        extra_cpu = parking.redis_cpu - parking.pages * cpu_page
+        if parked < 100:  # the parking crawl's frontier stayed within its memory
+            parked, extra_commands, extra_cpu = 0, 0, 0.0
+        return cls(
+            commands_page=commands_page,
+            cpu_page=cpu_page,
+            worker_cpu_page=calib.per_page(calib.worker_cpu),
+            seen_page=calib.per_page(calib.seen),
+            queued_page=calib.per_page(calib.queued_peak),
+            commands_parked=extra_commands / max(parked, 1),
+            cpu_parked=extra_cpu / max(parked, 1),
+            parked_share=parked / beyond,
+            base=calib.memory_end - seen_filter_bytes(calib.seen) - hosts * units.host,
+        )
+
+    def parked(self, urls: float, held_most: float) -> float:
+        """Entries a crawl of ``urls`` URLs parks, its workers holding ``held_most``."""
+        return self.parked_share * max(0.0, urls - held_most)
 
 
 @attrs.frozen(kw_only=True)
@@ -124,6 +184,7 @@ class Plan:
     urls: int
     workers: int
     primaries: int
+    commands_page: float
     seen: float
     queue: float
     hosts: float
@@ -131,29 +192,30 @@ class Plan:
 
 
 def plan(
-    calib: Crawl,
+    costs: Costs,
     units: Units,
     *,
     rate: float,
     urls: int,
     queued: float,
     hosts: int,
-    base: float,
     primary_bytes: float,
 ) -> Plan:
-    """Workers, primaries and Redis memory for ``rate`` pages a second over ``urls`` URLs,
-    with at most ``queued`` entries waiting at once and ``hosts`` hosts."""
-    worker_rate = 1 / calib.per_page(calib.worker_cpu)  # a worker with a core of its own
-    redis_share = rate * calib.per_page(calib.redis_cpu) / CORE_SHARE
-    workers = max(1, math.ceil(rate / worker_rate))
+    """Workers, primaries and Redis memory for ``rate`` pages a second over ``urls`` URLs
+    (each fetched once), with at most ``queued`` entries waiting at once and ``hosts``
+    hosts."""
+    workers = max(1, math.ceil(rate * costs.worker_cpu_page))  # a core each
+    parked = costs.parked(urls, workers * MAX_BUFFER) / urls
+    redis_core = rate * (costs.cpu_page + parked * costs.cpu_parked)
     seen, host = seen_filter_bytes(urls), hosts * units.host
     queue = queue_bytes(units, queued, workers * MAX_BUFFER)
-    total = base + seen + queue + host
+    total = costs.base + seen + queue + host
     return Plan(
         rate=rate,
         urls=urls,
         workers=workers,
-        primaries=max(1, math.ceil(redis_share), math.ceil(total / primary_bytes)),
+        primaries=max(1, math.ceil(redis_core / CORE_SHARE), math.ceil(total / primary_bytes)),
+        commands_page=costs.commands_page + parked * costs.commands_parked,
         seen=seen,
         queue=queue,
         hosts=host,
@@ -264,7 +326,9 @@ def _dead(client: redis_py.Redis, payloads: list[str]) -> None:
 # -- a crawl, sampled -----------------------------------------------------------------------
 
 
-def measured_crawl(work: Path, *, pages: int, hosts: int, workers: int, timeout: float) -> Crawl:
+def measured_crawl(
+    work: Path, *, pages: int, hosts: int, workers: int, timeout: float, max_buffer: int
+) -> Crawl:
     """Crawl a fresh bench site of ``pages`` pages to its end, sampling Redis as it goes."""
     port = static_site.free_port()
     seeds = static_site.generate(work / "site", hosts=hosts, pages=pages, port=port)
@@ -275,7 +339,8 @@ def measured_crawl(work: Path, *, pages: int, hosts: int, workers: int, timeout:
         with RedisServer(directory=work / "redis") as server:
             calls0, memory0, cpu0 = crawl.redis_snapshot(server.url)
             with _Sampler(server.url) as sampler:
-                launch = crawl.hashcrawl_launcher(seeds, workers)
+                extra = ["--max-buffer", str(max_buffer)]
+                launch = crawl.hashcrawl_launcher(seeds, workers, extra)
                 pids, _, _ = launch(server.url, work)
                 usage, in_time = crawl.wait_all(pids, time.monotonic() + timeout)
             calls1, memory1, cpu1 = crawl.redis_snapshot(server.url)
@@ -297,6 +362,8 @@ def measured_crawl(work: Path, *, pages: int, hosts: int, workers: int, timeout:
         memory_end=memory1 - memory0,
         memory_peak=max(sampler.peak, memory1) - memory0,
         queued_peak=sampler.queued,
+        max_buffer=max_buffer,
+        calls={k: v for k, v in calls.items() if v > 0},
         complete=in_time and served >= expected,
     )
 
@@ -347,47 +414,69 @@ def _run(args: argparse.Namespace, work: Path) -> int:
     units = measure_units(work, seen_urls=args.seen_urls, count=args.entries, port=port)
     say(f"per-unit memory measured; load average {_load()}")
     print("\n".join(_unit_lines(units)), flush=True)
+    small = max(100, MAX_BUFFER * args.calibrate // args.pages)  # parks as the check will
     runs = {}
-    for name, pages in (("calibration", args.calibrate), ("check", args.pages)):
+    for name, pages, buffer in (
+        ("calibration", args.calibrate, MAX_BUFFER),
+        ("parking", args.calibrate, small),
+        ("check", args.pages, MAX_BUFFER),
+    ):
         runs[name] = measured_crawl(
-            work / name, pages=pages, hosts=args.hosts, workers=args.workers, timeout=args.timeout
+            work / name,
+            pages=pages,
+            hosts=args.hosts,
+            workers=args.workers,
+            timeout=args.timeout,
+            max_buffer=buffer,
         )
         say(f"{name} crawl: {_crawl_line(runs[name])}; load average {_load()}")
-    calib, check = runs["calibration"], runs["check"]
-    print("\n".join(_check_lines(calib, check, units, args.hosts)))
-    print("\n".join(_plan_lines(calib, units, args)))
-    return 0 if calib.complete and check.complete else 1
+    costs = Costs.of(runs["calibration"], runs["parking"], units, args.hosts)
+    print("\n".join(_cost_lines(costs)))
+    print("\n".join(_check_lines(costs, runs, units, args.hosts)))
+    print("\n".join(_plan_lines(costs, units, args)))
+    return 0 if all(run.complete for run in runs.values()) else 1
 
 
-def _base(calib: Crawl, units: Units, hosts: int) -> float:
-    """What a crawl keeps beside its seen filter and hosts: members, counters, settings,
-    emptied streams, the scripts."""
-    return calib.memory_end - seen_filter_bytes(calib.seen) - hosts * units.host
-
-
-def predict(calib: Crawl, units: Units, *, pages: int, hosts: int) -> dict[str, float]:
-    """The plan's figures for a crawl of ``pages`` pages of the calibration's kind."""
-    seen = calib.per_page(calib.seen) * pages
-    queued = calib.per_page(calib.queued_peak) * pages
-    end = _base(calib, units, hosts) + seen_filter_bytes(round(seen)) + hosts * units.host
-    held_most = calib.workers * MAX_BUFFER
+def predict(costs: Costs, units: Units, *, run: Crawl, hosts: int) -> dict[str, float]:
+    """The plan's figures for a crawl of ``run``'s pages, workers and --max-buffer on a
+    site of the calibration's kind."""
+    seen = costs.seen_page * run.pages
+    queued = costs.queued_page * run.pages
+    parked = costs.parked(seen, run.held_most)
+    end = costs.base + seen_filter_bytes(round(seen)) + hosts * units.host
     return {
-        "commands": calib.per_page(calib.commands) * pages,
-        "redis_cpu": calib.per_page(calib.redis_cpu) * pages,
+        "commands": costs.commands_page * run.pages + costs.commands_parked * parked,
+        "redis_cpu": costs.cpu_page * run.pages + costs.cpu_parked * parked,
         "seen": seen,
+        "parked": parked,
         "queued_peak": queued,
         "memory_end": end,
-        "memory_peak": end + queue_bytes(units, queued, held_most),
+        "memory_peak": end + queue_bytes(units, queued, run.held_most),
     }
 
 
-def _check_lines(calib: Crawl, check: Crawl, units: Units, hosts: int) -> list[str]:
+def _cost_lines(costs: Costs) -> list[str]:
+    return [
+        "",
+        f"per page: {costs.commands_page:.3f} Redis commands, {costs.cpu_page * 1000:.4f} ms "
+        f"of Redis CPU, {costs.worker_cpu_page * 1000:.3f} ms of worker CPU; "
+        f"{costs.seen_page:.3f} URLs seen; the frontier peaks at {costs.queued_page:.3f} "
+        "entries a page of the crawl",
+        f"per entry parked (past the workers' --max-buffer): {costs.commands_parked:.2f} "
+        f"Redis commands and {costs.cpu_parked * 1e6:.1f} us of Redis CPU more; "
+        f"{costs.parked_share:.2f} entries parked per URL beyond what the workers hold",
+        f"a crawl's own keys beside its filter and hosts: {costs.base / 2**10:,.0f} KiB",
+    ]
+
+
+def _check_lines(costs: Costs, runs: dict[str, Crawl], units: Units, hosts: int) -> list[str]:
     lines = [""]
-    for name, run in (("calibration (in sample)", calib), ("check", check)):
-        want = predict(calib, units, pages=run.pages, hosts=hosts)
+    for name, run in runs.items():
+        want = predict(costs, units, run=run, hosts=hosts)
+        sample = "in sample" if name != "check" else "out of sample"
         lines += [
-            f"{name}: {run.pages:,} pages, {run.workers} worker(s); predicted from the "
-            f"calibration's per-page costs and the per-unit memory, against measured:",
+            f"{name} ({sample}): {run.pages:,} pages, {run.workers} worker(s), --max-buffer "
+            f"{run.max_buffer:,}; the plan's prediction against what the crawl measured:",
             "| figure | predicted | measured | measured / predicted |",
             "|---|--:|--:|--:|",
         ]
@@ -395,16 +484,15 @@ def _check_lines(calib: Crawl, check: Crawl, units: Units, hosts: int) -> list[s
             ("Redis commands", 1, run.commands),
             ("Redis CPU s", 1, run.redis_cpu),
             ("URLs seen", 1, run.seen),
+            ("entries parked", 1, run.parked),
             ("entries queued at the peak", 1, run.queued_peak),
             ("Redis memory at the end, MiB", 2**20, run.memory_end),
             ("Redis memory at the peak, MiB", 2**20, run.memory_peak),
         ):
             key = _KEYS[figure]
-            ratio = got / want[key] if want[key] else float("nan")
-            lines.append(
-                f"| {figure} | {want[key] / unit:,.2f} | {got / unit:,.2f} | {ratio:.2f} |"
-            )
-        lines.append("")
+            ratio = f"{got / want[key]:.2f}" if want[key] else "-"
+            lines.append(f"| {figure} | {want[key] / unit:,.2f} | {got / unit:,.2f} | {ratio} |")
+        lines += [f"commands a page, by command: {run.top_calls()}", ""]
     return lines
 
 
@@ -412,6 +500,7 @@ _KEYS = {
     "Redis commands": "commands",
     "Redis CPU s": "redis_cpu",
     "URLs seen": "seen",
+    "entries parked": "parked",
     "entries queued at the peak": "queued_peak",
     "Redis memory at the end, MiB": "memory_end",
     "Redis memory at the peak, MiB": "memory_peak",
@@ -448,28 +537,28 @@ def _crawl_line(run: Crawl) -> str:
     )
 
 
-def _plan_lines(calib: Crawl, units: Units, args: argparse.Namespace) -> list[str]:
-    base = _base(calib, units, args.hosts)
-    share = calib.per_page(calib.queued_peak)
+def _plan_lines(costs: Costs, units: Units, args: argparse.Namespace) -> list[str]:
+    share = costs.queued_page
     lines = [
         "",
         f"the plan at {args.rate:,.0f} pages/s, one host per {args.urls_per_host:,} URLs, "
-        f"primaries of {args.primary_gib} GiB, a frontier peaking at {share:.2f} of the URLs "
-        "(this site's) and at all of them (the worst case):",
-        "| URLs | workers | primaries | seen filter | queue (site's share) | queue (all) "
-        "| hosts | total (all) |",
-        "|--:|--:|--:|--:|--:|--:|--:|--:|",
+        f"primaries of {args.primary_gib:g} GiB, a frontier peaking at {share:.2f} of the URLs "
+        "(this site's) and at all of them (the worst case; workers, primaries and the total "
+        "are the worst case's):",
+        "| URLs | workers | primaries | Redis cmds/page | seen filter | queue (site's share) "
+        "| queue (all) | hosts | total |",
+        "|--:|--:|--:|--:|--:|--:|--:|--:|--:|",
     ]
     for urls in (10**6, 10**7, 10**8, 10**9):
         hosts = max(1, urls // args.urls_per_host)
-        common = dict(rate=args.rate, urls=urls, hosts=hosts, base=base)
-        common["primary_bytes"] = args.primary_gib * 2**30
-        typical = plan(calib, units, queued=share * urls, **common)  # type: ignore[arg-type]
-        worst = plan(calib, units, queued=urls, **common)  # type: ignore[arg-type]
+        each = {"rate": args.rate, "urls": urls, "hosts": hosts}
+        memory = args.primary_gib * 2**30
+        typical = plan(costs, units, queued=share * urls, primary_bytes=memory, **each)
+        worst = plan(costs, units, queued=urls, primary_bytes=memory, **each)
         lines.append(
-            f"| {urls:,} | {worst.workers} | {worst.primaries} | {_size(worst.seen)} | "
-            f"{_size(typical.queue)} | {_size(worst.queue)} | {_size(worst.hosts)} | "
-            f"{_size(worst.total)} |"
+            f"| {urls:,} | {worst.workers} | {worst.primaries} | {worst.commands_page:.2f} | "
+            f"{_size(worst.seen)} | {_size(typical.queue)} | {_size(worst.queue)} | "
+            f"{_size(worst.hosts)} | {_size(worst.total)} |"
         )
     return lines
 
