@@ -280,8 +280,8 @@ def _cost_lines(costs: Costs) -> list[str]:
             ""
             if costs.parked_share
             else " (THE PARKING CRAWL PARKED NOTHING: its frontier stayed within its "
-            "--max-buffer, so the plan counts no parking; give --calibrate at least a "
-            "tenth of --pages, and --pages past 70,000 a worker)"
+            "--max-buffer, so the plan counts no parking; on this site a crawl of under "
+            "about 70,000 pages a worker parks nothing, nor does its scaled calibration)"
         ),
         f"a crawl's own keys beside its filter and hosts: {costs.base / 2**10:,.0f} KiB",
     ]
