@@ -74,6 +74,8 @@ def main(argv: list[str] | None = None) -> int:
             argv.remove(name)
             return scenario(argv)
     args = _parser().parse_args(argv)
+    if args.timeout is None:  # 240 s was a 20,000-page crawl's; 200,000 pages outran it
+        args.timeout = max(240.0, 240.0 * args.pages / 20_000)
     work = Path(args.workdir or tempfile.mkdtemp(prefix="hashcrawl-bench-"))
     work.mkdir(parents=True, exist_ok=True)
     try:
@@ -446,7 +448,12 @@ def _parser() -> argparse.ArgumentParser:
         help="also crawl (many hosts and one) with HASHCRAWL_PARSE_PROCESS=1",
     )
     p.add_argument("--no-nginx", action="store_true", help="serve with the fallback server")
-    p.add_argument("--timeout", type=float, default=240.0, help="seconds allowed per crawl")
+    p.add_argument(
+        "--timeout",
+        type=float,
+        help="seconds allowed per crawl (default: 240 per 20,000 pages, at least 240: a "
+        "crawl cut at its timeout is marked INCOMPLETE)",
+    )
     p.add_argument(
         "--seen-urls",
         type=int,
