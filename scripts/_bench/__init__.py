@@ -8,6 +8,7 @@
 - ``pyspy``: the summary of a py-spy profile;
 - ``bare``: the bare trio + httpx + lxml loop (the stack's ceiling), run as a script;
 - ``scrapy_spider``: the scrapy-redis peer, run as a script;
+- ``capacity``: the ``--capacity`` scenario, with ``sizing``, the plan's arithmetic;
 - ``cluster``: the ``--cluster`` scenario;
 - ``revisits``: the ``--revisits`` scenario.
 """

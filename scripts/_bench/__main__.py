@@ -1,9 +1,12 @@
 """hashcrawl's benchmark: crawl a local multi-host site with hashcrawl and scrapy-redis.
 
-Run through ``scripts/bench`` (which prepares ``.venv-bench``). Two named scenarios run
+Run through ``scripts/bench`` (which prepares ``.venv-bench``). Three named scenarios run
 instead of the default one, each with options of its own (``scripts/bench --cluster
 --help``):
 
+- ``--capacity``: the capacity plan's inputs (per-unit Redis memory, per-page costs)
+  measured, and its prediction for a crawl against what that crawl measured
+  (``capacity.py``);
 - ``--cluster``: the bench's crawl on one Redis server and on local Redis Clusters, with
   and without ``--shards`` (``cluster.py``);
 - ``--revisits``: fixed against adaptive revisits on the revisit test site, judged from
@@ -35,6 +38,7 @@ import json
 import os
 import platform
 import shutil
+import signal
 import subprocess
 import sys
 import tempfile
@@ -43,7 +47,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from . import cluster, crawl, memory, onehost, pyspy, revisits, static_site
+from . import capacity, cluster, crawl, memory, onehost, pyspy, revisits, static_site
 
 REPO = Path(__file__).resolve().parent.parent
 MB = 1024
@@ -55,6 +59,7 @@ PARSE_RUN = "hashcrawl x1 +parse process"  # HASHCRAWL_PARSE_PROCESS=1 (issue 22
 
 # A named scenario and what runs it, with the arguments after its name.
 SCENARIOS: dict[str, Callable[[list[str]], int]] = {
+    "--capacity": capacity.main,
     "--cluster": cluster.main,
     "--revisits": revisits.main,
 }
@@ -62,13 +67,28 @@ SCENARIOS: dict[str, Callable[[list[str]], int]] = {
 
 def main(argv: list[str] | None = None) -> int:
     argv = list(sys.argv[1:] if argv is None else argv)
+    for stop in (signal.SIGTERM, signal.SIGHUP):
+        signal.signal(stop, _exit_on_signal)
     for name, scenario in SCENARIOS.items():
         if name in argv:
             argv.remove(name)
             return scenario(argv)
     args = _parser().parse_args(argv)
+    if args.timeout is None:  # 240 s was a 20,000-page crawl's; 200,000 pages outran it
+        args.timeout = max(240.0, 240.0 * args.pages / 20_000)
     work = Path(args.workdir or tempfile.mkdtemp(prefix="hashcrawl-bench-"))
     work.mkdir(parents=True, exist_ok=True)
+    try:
+        return _default(args, work)
+    finally:  # an interrupted run too: its site can take gigabytes
+        if not args.keep and not args.workdir:
+            shutil.rmtree(work, ignore_errors=True)
+        else:
+            print(f"\nlogs, outputs and results.json are in {work}")
+
+
+def _default(args: argparse.Namespace, work: Path) -> int:
+    """The default scenario, in ``work``."""
     clock = _Clock()
     machine = describe_machine()
     clock.say(f"work directory {work}; load average {_load()}")
@@ -130,11 +150,12 @@ def main(argv: list[str] | None = None) -> int:
     print(render(report, results, profile))
     if one_host:
         print("\n".join(onehost.render(one_host)))
-    if not args.keep and not args.workdir:
-        shutil.rmtree(work, ignore_errors=True)
-    else:
-        print(f"\nlogs, outputs and results.json are in {work}")
     return 0
+
+
+def _exit_on_signal(number: int, frame: object) -> None:
+    """SIGTERM or SIGHUP as an exit that runs every ``finally``: the servers stop."""
+    raise SystemExit(128 + number)
 
 
 def _contenders(args: argparse.Namespace, seeds: list[str]) -> list[tuple[str, Any]]:
@@ -427,7 +448,12 @@ def _parser() -> argparse.ArgumentParser:
         help="also crawl (many hosts and one) with HASHCRAWL_PARSE_PROCESS=1",
     )
     p.add_argument("--no-nginx", action="store_true", help="serve with the fallback server")
-    p.add_argument("--timeout", type=float, default=240.0, help="seconds allowed per crawl")
+    p.add_argument(
+        "--timeout",
+        type=float,
+        help="seconds allowed per crawl (default: 240 per 20,000 pages, at least 240: a "
+        "crawl cut at its timeout is marked INCOMPLETE)",
+    )
     p.add_argument(
         "--seen-urls",
         type=int,
@@ -445,6 +471,12 @@ def _parser() -> argparse.ArgumentParser:
     p.add_argument("--keep", action="store_true", help="keep the temporary work directory")
     scenarios = p.add_argument_group(
         "named scenarios", "run instead of the default one; the options after them are theirs"
+    )
+    scenarios.add_argument(
+        "--capacity",
+        action="store_true",
+        help="the capacity plan's inputs measured, and its prediction for a crawl against "
+        "what the crawl measured (scripts/bench --capacity --help)",
     )
     scenarios.add_argument(
         "--cluster",

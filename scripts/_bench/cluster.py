@@ -24,6 +24,7 @@ import argparse
 import contextlib
 import functools
 import os
+import shutil
 import tempfile
 import time
 from collections.abc import Callable, Iterator
@@ -42,6 +43,14 @@ Snapshot = Callable[[], tuple[dict[str, int], dict[str, float]]]
 def main(argv: list[str] | None = None) -> int:
     args = _parser().parse_args(argv)
     work = Path(args.workdir or tempfile.mkdtemp(prefix="hashcrawl-bench-cluster-"))
+    try:
+        return _runs(args, work)
+    finally:  # an interrupted run too: the site and the nodes' files stay only if asked
+        if not args.workdir:
+            shutil.rmtree(work, ignore_errors=True)
+
+
+def _runs(args: argparse.Namespace, work: Path) -> int:
     print(f"work directory {work}; load average {_load()}", flush=True)
     port = static_site.free_port()
     seeds = static_site.generate(work / "site", hosts=args.hosts, pages=args.pages, port=port)

@@ -29,6 +29,7 @@ import redis as redis_py
 
 from hashcrawl import Queue
 from hashcrawl._store._server import RedisServer
+from hashcrawl._store._server import _dies_with as dies_with
 
 from .static_site import StaticServer, allow_flags, read_log
 
@@ -108,6 +109,7 @@ class Usage:
     rss_kb: int = 0
     main_cpu: float = 0.0
     samples: list[tuple[float, float]] = attrs.Factory(list)  # (time.time(), main threads' CPU)
+    in_time: bool = True  # every process exited with a status in ``ok`` before the deadline
 
     def main_cpu_between(self, start: float, end: float) -> float:
         """The main threads' CPU between two ``time.time()`` instants (interpolated)."""
@@ -144,7 +146,18 @@ def wait_all(
     Returns the summed usage, and whether every process exited with a status in ``ok``
     before the deadline.
     """
-    usage, left, in_time = Usage(), set(pids), True
+    usage, left = Usage(), set(pids)
+    try:
+        _reap(usage, left, deadline, ok)
+    finally:  # interrupted (Ctrl-C, SIGTERM, an error): no crawler outlives the bench
+        for pid in left:
+            os.kill(pid, signal.SIGKILL)
+            os.waitpid(pid, 0)
+    return usage, usage.in_time
+
+
+def _reap(usage: Usage, left: set[int], deadline: float, ok: Collection[int]) -> None:
+    """``wait_all``'s loop: it empties ``left`` as the processes exit."""
     main: dict[int, float] = {}  # each main thread's CPU at the last look (0.05 s apart)
     while left:
         for pid in list(left):
@@ -155,17 +168,16 @@ def wait_all(
             if done:
                 left.discard(pid)
                 usage.main_cpu += main.get(pid, 0.0)
-                in_time = in_time and os.waitstatus_to_exitcode(status) in ok
+                usage.in_time = usage.in_time and os.waitstatus_to_exitcode(status) in ok
                 usage.cpu += rusage.ru_utime + rusage.ru_stime
                 usage.rss_kb = max(usage.rss_kb, rusage.ru_maxrss)
         usage.samples.append((time.time(), sum(main.values())))
         if left and time.monotonic() > deadline:
-            in_time = False
+            usage.in_time = False
             for pid in left:
                 os.kill(pid, signal.SIGKILL)
             deadline = float("inf")
         time.sleep(0.05)
-    return usage, in_time
 
 
 def redis_snapshot(url: str) -> tuple[dict[str, int], int, float]:
@@ -224,16 +236,14 @@ def measure(
     run_dir.mkdir(parents=True, exist_ok=True)
     log = run_dir / "access.log"
     site.start(log)
-    server = RedisServer(directory=run_dir / "redis")
-    server.start()
     try:
-        _, memory_before, cpu_before = redis_snapshot(server.url)
-        pids, seen_of, outputs = launch(server.url, run_dir)
-        usage, in_time = wait_all(pids, time.monotonic() + timeout)
-        calls, memory_after, cpu_after = redis_snapshot(server.url)
-        seen = seen_of(server.url)
+        with RedisServer(directory=run_dir / "redis") as server:
+            _, memory_before, cpu_before = redis_snapshot(server.url)
+            pids, seen_of, outputs = launch(server.url, run_dir)
+            usage, in_time = wait_all(pids, time.monotonic() + timeout)
+            calls, memory_after, cpu_after = redis_snapshot(server.url)
+            seen = seen_of(server.url)
     finally:
-        server.stop()
         site.stop()
     pages, requests, first, last = served(log)
     return Result(
@@ -355,7 +365,12 @@ def _spawn(
         env = (env or dict(os.environ)) | extra_env
     with open(err, "wb") as stderr:
         process = subprocess.Popen(
-            command, stdout=stderr, stderr=subprocess.STDOUT, env=env, cwd=checkout
+            command,
+            stdout=stderr,
+            stderr=subprocess.STDOUT,
+            env=env,
+            cwd=checkout,
+            preexec_fn=dies_with(os.getpid()),  # no crawler outlives a killed bench
         )
     process.returncode = 0  # reaped by wait4 in wait_all: keep Popen from reaping it
     return process.pid

@@ -8,8 +8,11 @@ hosts, now and then a ``/private/`` link that robots.txt forbids).
 
 ``StaticServer`` serves that tree: nginx when it is installed (one worker process,
 ``root ROOT/$server_addr``, an access log with arrival times), else a small asyncio
-server in a separate process that keeps every file in memory. Either writes one line
-per request to ``log_path``: ``unix_seconds status server_addr uri``.
+server in a separate process that reads each file as it is asked for (loading 200,000
+pages first took longer than the wait for it to listen). Either writes one line per
+request to ``log_path``: ``unix_seconds status server_addr uri``. The server dies with
+the process that started it, even one killed with SIGKILL (the kernel's parent-death
+signal), and one that fails to listen is stopped before the error is raised.
 """
 
 from __future__ import annotations
@@ -28,6 +31,8 @@ import time
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
+
+from hashcrawl._store._server import _dies_with as dies_with
 
 ROBOTS = "User-agent: *\nDisallow: /private/\n"
 _WORDS = [
@@ -172,8 +177,12 @@ class StaticServer:
             command = [sys.executable, __file__, "serve", str(self.root), str(self.port)]
             command += [str(log_path), *self.hosts]
         with open(self.work / "server.err", "ab") as err:
-            self.process = subprocess.Popen(command, stderr=err)
-        self._wait_listening()
+            self.process = subprocess.Popen(command, stderr=err, preexec_fn=dies_with(os.getpid()))
+        try:
+            self._wait_listening()
+        except BaseException:
+            self.stop()
+            raise
 
     def _write_conf(self) -> Path:
         listens = "\n".join(f"        listen {h}:{self.port};" for h in self.hosts)
@@ -202,6 +211,9 @@ class StaticServer:
     def stop(self) -> None:
         """Stop the server; its log is complete when this returns."""
         if self.process is None:
+            return
+        if self.process.poll() is not None:  # it died by itself: nothing to flush
+            self.process = None
             return
         # nginx: SIGQUIT is the graceful stop that flushes the buffered access log.
         self.process.send_signal(signal.SIGQUIT if self.nginx else signal.SIGTERM)
@@ -244,14 +256,15 @@ def read_spans(path: Path) -> Iterator[tuple[float, int, str, str, float, str]]:
 # -- the asyncio fallback server ---------------------------------------------------------------
 
 
-def _load(root: Path, hosts: list[str]) -> dict[tuple[str, str], bytes]:
-    files = {}
-    for host in hosts:
-        for path in (root / host).rglob("*"):
-            if path.is_file():
-                uri = "/" + str(path.relative_to(root / host))
-                files[(host, "/" if uri == "/index.html" else uri)] = path.read_bytes()
-    return files
+def _file(root: Path, host: str, uri: str) -> bytes | None:
+    """The file ``uri`` names under ``root/host``, read now; None if there is none."""
+    name = "index.html" if uri == "/" else uri.partition("?")[0].lstrip("/")
+    if ".." in name.split("/"):
+        return None
+    try:
+        return (root / host / name).read_bytes()
+    except OSError:  # missing, a directory, unreadable: a 404 like any other
+        return None
 
 
 def _response(status: int, body: bytes, kind: str) -> bytes:
@@ -261,18 +274,17 @@ def _response(status: int, body: bytes, kind: str) -> bytes:
 
 
 def serve(root: Path, port: int, log_path: Path, hosts: list[str]) -> None:
-    files = _load(root, hosts)
     with open(log_path, "a", buffering=1 << 16) as log:
-        _serve(files, port, log, hosts)
+        _serve(root, port, log, hosts)
 
 
-def _serve(files: dict[tuple[str, str], bytes], port: int, log: Any, hosts: list[str]) -> None:
+def _serve(root: Path, port: int, log: Any, hosts: list[str]) -> None:
     async def handle(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
         host = writer.get_extra_info("sockname")[0]
         try:
             while head := await reader.readuntil(b"\r\n\r\n"):
                 uri = head.split(b" ", 2)[1].decode()
-                body = files.get((host, uri))
+                body = _file(root, host, uri)
                 kind = "text/plain" if uri.endswith(".txt") else "text/html"
                 status = 404 if body is None else 200
                 writer.write(_response(status, body or b"not found", kind))
