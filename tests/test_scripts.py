@@ -321,7 +321,8 @@ def test_a_drained_orphan_is_released_and_one_with_entries_kept(store, raw, cloc
 def test_a_commit_parks_its_entries_by_host_and_skips_one_a_drain_took(store, raw):
     """park: each entry still in the stream leaves it (acknowledged, deleted) for its
     host's overflow set, scored as given; one already gone (a drain moved it) is parked
-    nowhere; the parked set names each host with entries once."""
+    nowhere; the parked set names each host with entries once, and stats counts the
+    entries parked."""
     begun(store, raw)
     store.join("w1", {})
     urls = ["http://a.example/1", "http://a.example/2", "http://b.example/1", "http://c.example/1"]
@@ -342,6 +343,7 @@ def test_a_commit_parks_its_entries_by_host_and_skips_one_a_drain_took(store, ra
     assert raw.zrange(store.key("park:b.example"), 0, -1) == [f"{ids[2]} {entry(urls[2])}"]
     assert not raw.exists(store.key("park:c.example"))
     assert raw.smembers(store.key("parked")) == {"a.example", "b.example"}
+    assert raw.hget(store.key("stats"), "parks") == "3"
 
 
 # -- unpark.lua -------------------------------------------------------------------------------

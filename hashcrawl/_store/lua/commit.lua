@@ -22,7 +22,7 @@
 --                            (only of those this call removed: counted once however
 --                            many workers drain the same orphan stream)
 --   P..'instance'     STRING SET NX by a submit (w ''): the crawl's instance marker
---   P..'stats'        HASH   fleet counters (dead, queue_bad)
+--   P..'stats'        HASH   fleet counters (dead, queue_bad, parks: entries ever parked)
 --   P..'scope'        SET    checked: its size is the scope's version (it only grows)
 -- ARGV[1] = P, ARGV[2] = JSON batch:
 --   w: worker id ('' for a submitter), e: epoch the batch was routed at,
@@ -209,6 +209,10 @@ if b.src ~= '' then
     chunked('ZADD', P .. 'park:' .. host, members[host])
   end
   chunked('SADD', P .. 'parked', hosts)
+  if #parked > 0 then
+    b.stats = b.stats or {}
+    b.stats.parks = (b.stats.parks or 0) + #parked
+  end
   local bad = 0
   for _, bd in ipairs(b.bad or {}) do
     if redis.call('XDEL', b.src, bd[1]) == 1 then
