@@ -175,6 +175,7 @@ def measured_crawl(
             calls1, memory1, cpu1 = crawl.redis_snapshot(server.url)
             with Queue(server.url, crawl.CRAWL) as queue:
                 seen = int(queue.status()["seen"])
+            stats = redis_py.Redis.from_url(server.url).hget(KEY + "stats", "parks")
     finally:
         site.stop()
     served, _, first, last = crawl.served(work / "access.log")
@@ -191,6 +192,7 @@ def measured_crawl(
         memory_end=memory1 - memory0,
         memory_peak=max(sampler.peak, memory1) - memory0,
         queued_peak=sampler.queued,
+        parked=int(stats or 0),
         max_buffer=max_buffer,
         calls={k: v for k, v in calls.items() if v > 0},
         complete=in_time and served >= expected,

@@ -46,15 +46,9 @@ class Crawl:
     memory_peak: int  # the highest used_memory sampled, minus before
     queued_peak: int  # the highest ``outstanding`` sampled
     max_buffer: int  # each worker's --max-buffer
+    parked: int  # entries moved to their host's overflow set (commit.lua's stats.parks)
     calls: dict[str, int]  # per command, scripts' inner calls included
     complete: bool
-
-    @property
-    def parked(self) -> int:
-        """Entries moved to their host's overflow set: each costs commit.lua an SADD
-        (of ``parked``), which nothing else on a crawl's path calls but the scope's
-        few (hosts submitted or joined)."""
-        return self.calls.get("sadd", 0)
 
     @property
     def held_most(self) -> int:
