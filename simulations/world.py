@@ -590,6 +590,7 @@ class World:
             w.state = "crashed"
         elif isinstance(error, QueueError):
             w.state = "fenced" if isinstance(error, Fenced) else "gave up"
+            w.ended_at = len(self.trace)
         elif isinstance(error, NameTaken):
             w.state = "refused"  # its name's holder runs: it never joined
         else:
