@@ -65,3 +65,11 @@ READERS: dict[str, Callable[[Path], list[dict[str, Any]]]] = {
 def read_items(path: Path) -> list[dict[str, Any]]:
     """The items of ``path`` by its format's standard reader (chosen by its ending)."""
     return READERS[path.suffix.lstrip(".")](path)
+
+
+def item_set(path: Path, root: str) -> set[str]:
+    """The distinct items of ``path`` as its standard reader gives them, each as canonical
+    JSON text with the site root ``root`` written ``SITE/``: two crawls of one loopback
+    site, each on a port of its own, give equal sets for equal items. Nothing else is
+    normalised (CSV's and XML's strings stay strings)."""
+    return {json.dumps(item, sort_keys=True).replace(root, "SITE/") for item in read_items(path)}

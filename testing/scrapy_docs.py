@@ -19,6 +19,7 @@ import signal
 import subprocess
 import sys
 import textwrap
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Any, NamedTuple
 
@@ -122,15 +123,24 @@ def _read(checkout: Path, path: str) -> str:
 
 
 def fleet_items(
-    redis_url: str, directory: Path, spider_file: Path, site: quotesite.QuoteSite, total: int
+    redis_url: str,
+    directory: Path,
+    spider_file: Path,
+    site: quotesite.QuoteSite,
+    total: int,
+    *,
+    outputs: Sequence[Path] = (),
 ) -> Fleet:
     """``spider_file`` crawled by three ``hashcrawl join`` workers: once the site has
     answered a third of the ``total`` requests the crawl makes, the one writing items is
-    stopped (SIGINT); at two thirds the next one writing is SIGKILLed; the third
-    finishes. The items of every file, a line cut by the kill left out."""
+    stopped (SIGINT); at two thirds the next one writing is SIGKILLed and a fourth
+    started in its place. Each writes a JSON Lines file of its own and every file of
+    ``outputs`` (shared, as ``crawl``'s workers share theirs). The items of the workers'
+    own files, a line cut by the kill left out."""
     crawl = new_crawl_name()
     flags = ["--spider", str(spider_file), "--allow-net", site.host, "--delay", "0.2",
              "--lease", "3", "--grace", "2", "--idle", "3", "-q"]  # fmt: skip
+    flags += [arg for path in outputs for arg in ("-o", str(path))]
     with Processes(redis_url, crawl, directory) as workers:
         started = [workers.join(*flags) for _ in range(3)]
         stopped = _when_answered(site, max(2, total // 3), started, workers.outputs)
@@ -140,7 +150,9 @@ def fleet_items(
             site, max(3, 2 * total // 3), rest, [workers.outputs[started.index(p)] for p in rest]
         )
         killed.signal(signal.SIGKILL)
-        codes = [p.wait() for p in started]
+        killed.wait()
+        workers.join(*flags)  # the replacement: it makes the killed one's Parquet part
+        codes = [p.wait() for p in workers.started]
         items = [item for path in workers.outputs for item in _lines(path)]
     return Fleet(items, codes, stopped.label, killed.label)
 

@@ -18,7 +18,7 @@ import hashcrawl
 from hashcrawl._web._documents import CsvSink, JsonSink, XmlSink
 from hashcrawl._web._parquet import ParquetSink
 from hashcrawl._web._sinks import JsonLinesSink, format_of, sink_for
-from testing.formats import FORMATS, read_items
+from testing.formats import FORMATS, item_set, read_items
 
 ITEMS = [
     {"url": "https://a.example/1", "title": "One & <two>", "tags": ["x", "y"], "status": 200},
@@ -39,6 +39,29 @@ def test_json_is_scrapys_array_one_item_per_line(tmp_path: Path) -> None:
     assert lines[0] == "[" and lines[-1] == "]"
     assert [json.loads(line.removesuffix(",")) for line in lines[1:-1]] == ITEMS
     assert [line.endswith(",") for line in lines[1:-1]] == [True, True, False]
+
+
+def _written(path: Path, items: list[dict[str, Any]]) -> Path:
+    sink = sink_for(str(path))
+    sink.write(items)
+    sink.close()
+    return path
+
+
+def test_item_sets_of_two_ports_compare_as_their_readers_give_them(tmp_path: Path) -> None:
+    """``item_set`` (scrapy_parity's comparison) writes each run's site root ``SITE/`` and
+    nothing else: one port's JSON Lines equals another's XML of the same text items, a
+    number CSV gives as a string differs, and so does a missing item."""
+    one, two = "http://127.0.0.2:8001/", "http://127.0.0.2:8002/"
+    pages = [{"url": f"{one}p/{n}", "title": f"page {n}"} for n in (1, 2)]
+    moved = [{k: v.replace(one, two) for k, v in item.items()} for item in pages]
+    jsonl = item_set(_written(tmp_path / "a.jsonl", pages), one)
+    assert jsonl == item_set(_written(tmp_path / "b.xml", moved), two)
+    assert jsonl != item_set(_written(tmp_path / "c.xml", moved[:1]), two)
+    counted = [{"url": f"{one}p/1", "n": 1}]
+    csv_set = item_set(_written(tmp_path / "d.csv", counted), one)
+    assert csv_set == {'{"n": "1", "url": "SITE/p/1"}'}
+    assert csv_set != item_set(_written(tmp_path / "e.jsonl", counted), one)
 
 
 def test_an_empty_json_file_is_an_empty_array(tmp_path: Path) -> None:
