@@ -62,6 +62,15 @@ class sending_only_while:  # lower case: it replaced a contextmanager function
         _may_send.reset(self._token)
 
 
+def sending_also_while(check: Callable[[], bool]) -> sending_only_while:
+    """As :class:`sending_only_while`, with ``check`` asked after the task's check (if it
+    has one): a request leaves only while both say yes."""
+    outer = _may_send.get()
+    if outer is None:
+        return sending_only_while(check)
+    return sending_only_while(lambda: outer() and check())
+
+
 class OriginPools(httpx.AsyncBaseTransport):
     """A transport that gives each origin (scheme, host, port) a connection pool of its own.
 
