@@ -193,15 +193,20 @@ def test_any_two_starts_are_a_gap_apart_whatever_the_replies_take(
 
 
 class Recorder:
-    """A fetcher that records when each request was sent; ``socket`` asks the task's
-    check as the default fetcher does as it writes, after ``delay`` seconds."""
+    """A fetcher that records when each request was sent. As the default fetcher does,
+    it connects (``connect`` seconds), awaits the task's hook before writing, then asks
+    the task's check as the bytes leave (``pause`` seconds after the hook)."""
 
-    def __init__(self, delay: float = 0.0) -> None:
+    def __init__(self, connect: float = 0.0, pause: float = 0.0) -> None:
         self.sent: list[tuple[str, float]] = []
-        self.delay = delay
+        self.connect, self.pause = connect, pause
 
     async def fetch(self, request: Request) -> Response:
-        await trio.sleep(self.delay)
+        await trio.sleep(self.connect)
+        hook = _pools._before_send.get()
+        if hook is not None:
+            await hook()
+        await trio.sleep(self.pause)
         check = _pools._may_send.get()
         if check is not None and not check():
             raise NotSent("the check said no")
@@ -229,10 +234,15 @@ class Redis:
         return reply  # type: ignore[no-any-return]
 
 
-def turns_over(fetcher: Recorder, redis: Redis, **given: Any) -> SharedTurns:
-    s = Settings(render_fetch_hosts="cdn.test", delay=2.0, **given)
+def turns_over(fetcher: Recorder, redis: Redis, *, at_write: bool = True) -> SharedTurns:
+    s = Settings(render_fetch_hosts="cdn.test", delay=2.0)
     return SharedTurns(
-        fetcher, take=redis.take, settings=lambda: s, gap_of=lambda host: 2.0, offload=redis.offload
+        fetcher,
+        take=redis.take,
+        settings=lambda: s,
+        gap_of=lambda host: 2.0,
+        offload=redis.offload,
+        at_write=at_write,
     )
 
 
@@ -257,10 +267,29 @@ async def test_a_request_held_past_its_window_is_not_sent_and_asks_again(
 ) -> None:
     """The fetcher's check (as its bytes leave) refuses a turn gone by; the next turn is
     taken, and after MAX_MISSED such the fetch fails with a reason."""
-    fetcher, redis = Recorder(delay=0.5), Redis(*[(True, 0.0)] * MAX_MISSED)
+    fetcher, redis = Recorder(pause=0.5), Redis(*[(True, 0.0)] * MAX_MISSED)
     with pytest.raises(FetchError, match=r"no turn: cdn\.test's turns came later"):
         await turns_over(fetcher, redis).fetch(Request("http://cdn.test/lib.js"))
     assert len(redis.asked) == MAX_MISSED and fetcher.sent == []
+
+
+async def test_a_slow_connect_costs_no_turn_with_the_default_fetcher(autojump_clock: Any) -> None:
+    """The turn is taken once the connection is made (2 s here, longer than the margin)."""
+    fetcher, redis = Recorder(connect=2.0), Redis((True, 1.0))
+    await turns_over(fetcher, redis).fetch(Request("http://cdn.test/lib.js"))
+    [(_, sent)] = fetcher.sent
+    assert 3.0 <= sent <= 3.0 + 0.25 and len(redis.asked) == 1
+
+
+async def test_with_another_fetcher_the_turn_is_taken_before_it_is_called(
+    autojump_clock: Any,
+) -> None:
+    """A fetcher with no hook of its own: called once the turn opens, within its window."""
+    fetcher, redis = Recorder(), Redis((True, 1.0))
+    turns = turns_over(fetcher, redis, at_write=False)
+    await turns.fetch(Request("http://cdn.test/lib.js"))
+    [(_, sent)] = fetcher.sent
+    assert 1.0 <= sent <= 1.0 + 0.25 and turns.taken == 1
 
 
 async def test_a_late_reply_lets_its_turn_go(autojump_clock: Any) -> None:

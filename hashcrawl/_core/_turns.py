@@ -100,15 +100,16 @@ class Turn:
 
 class Start:
     """The check right before a request's bytes leave: its turn's window, once. A
-    request whose first bytes left within it has started; its later writes pass."""
+    request whose first bytes left within it has started; its later writes pass. No
+    turn taken yet: no bytes may leave."""
 
-    def __init__(self, turn: Turn) -> None:
+    def __init__(self, turn: Turn | None = None) -> None:
         self.turn = turn
         self.started = False
         self.missed = False
 
     def check(self, now: float) -> bool:
-        if not self.started:
+        if not self.started and self.turn is not None:
             self.started = self.turn.open_at(now)
             self.missed = not self.started
         return self.started

@@ -10,6 +10,7 @@ straight through, at no cost.
 
 from __future__ import annotations
 
+import contextlib
 import functools
 import time
 from collections.abc import Awaitable, Callable
@@ -22,7 +23,7 @@ from hashcrawl._core._turns import AHEAD, MAX_MISSED, Start, Turn, host_of, shar
 from hashcrawl._exceptions import FetchError, QueueError
 from hashcrawl._web._fetch import Fetcher
 from hashcrawl._web._models import Request, Response
-from hashcrawl._web._pools import NotSent, sending_also_while
+from hashcrawl._web._pools import NotSent, sending_after, sending_also_while
 from hashcrawl._web._robots import RULES_TTL, Robots, RobotsFetch, Unreachable
 
 Offload = Callable[..., Awaitable[Any]]
@@ -38,13 +39,19 @@ class TakeTurn(Protocol):
 
 class SharedTurns:
     """A fetcher: ``fetcher``'s, where a request to a shared host first waits for a turn
-    Redis reserved it, and leaves only within that turn's window (checked as its bytes
-    are written, with the default fetcher, and right before the fetcher is called).
+    Redis reserved it, and leaves only within that turn's window.
+
+    With the default fetcher (``at_write``) the turn is taken as the request's bytes are
+    about to be written, on a connection made already (``_pools.sending_after``), so a
+    connect or TLS handshake slower than the margin costs no turn; the window is checked
+    right before the bytes leave. With any other fetcher the turn is taken, and its
+    window checked, right before the fetcher is called.
 
     Args:
         take: reserves a turn (``Store.take_turn``; blocking, run by ``offload``).
         settings: the worker's settings now (its shared hosts, --delay, the margin).
         gap_of: the host's gap, seconds: --delay, or its Crawl-delay if known and longer.
+        at_write: ``fetcher`` is the default one, whose connections await the turn.
     """
 
     def __init__(
@@ -55,9 +62,10 @@ class SharedTurns:
         settings: Callable[[], Settings],
         gap_of: Callable[[str], float],
         offload: Offload = trio.to_thread.run_sync,
+        at_write: bool = False,
     ) -> None:
         self.fetcher, self.take, self.settings, self.gap_of = fetcher, take, settings, gap_of
-        self.offload = offload
+        self.offload, self.at_write = offload, at_write
         self.taken = 0  # turns reserved
         self.missed = 0  # turns let go: the reply came, or the request left, too late
 
@@ -72,12 +80,17 @@ class SharedTurns:
         if host is None:
             return await self.fetcher.fetch(request)
         for _ in range(MAX_MISSED):
-            turn = await self.turn(host)
-            if not turn.usable or not turn.open_at(trio.current_time()):
-                self.missed += 1
-                continue
-            start = Start(turn)
-            with sending_also_while(_checked_now(start)):
+            start = Start()
+            hook = functools.partial(self._take, start, host)
+            with contextlib.ExitStack() as stack:
+                if self.at_write:  # the connection awaits the turn: see sending_after
+                    stack.enter_context(sending_after(hook))
+                else:
+                    await hook()
+                    if not start.check(trio.current_time()):
+                        self.missed += 1
+                        continue
+                stack.enter_context(sending_also_while(_checked_now(start)))
                 try:
                     return await self.fetcher.fetch(request)
                 except (NotSent, BaseExceptionGroup) as exc:
@@ -90,13 +103,19 @@ class SharedTurns:
             "too slowly for it"
         )
 
+    async def _take(self, start: Start, host: str) -> None:
+        """Take ``start``'s turn, once (a request's later writes find it taken)."""
+        if start.turn is None:
+            start.turn = await self.turn(host)
+
     async def turn(self, host: str) -> Turn:
         """A turn of ``host`` reserved in Redis, once its window opens (a turn whose reply
         came too late is returned at once: not ``usable``).
 
         Raises:
             FetchError: Redis did not answer, or the next free turn is past the
-                deadline of the task (a rendered page's --render-timeout).
+                deadline of the task (a rendered page's --render-timeout, the fetch's
+                --timeout).
         """
         margin = self.settings().render_fetch_margin
         while True:

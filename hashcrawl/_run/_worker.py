@@ -226,7 +226,11 @@ class Worker:
         browser = contextlib.AsyncExitStack()  # the browser: started by the first render
         try:
             turns = SharedTurns(
-                inner, take=self.take_turn, settings=self._settings, gap_of=self._gap
+                inner,
+                take=self.take_turn,
+                settings=self._settings,
+                gap_of=self._gap,
+                at_write=own_fetcher,  # the default fetcher's connections await the turn
             )
             self.shared_robots = SharedRobots(turns, self._settings)
             fetcher = await browser.enter_async_context(self._renderer(turns))
