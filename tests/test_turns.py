@@ -17,7 +17,7 @@ from hashcrawl import FetchError, Request, Response
 from hashcrawl._core._settings import Settings
 from hashcrawl._core._turns import AHEAD, DRIFT, MAX_MISSED, Start, Turn, shared_hosts
 from hashcrawl._exceptions import ConfigError, QueueError
-from hashcrawl._run._turns import SharedTurns
+from hashcrawl._run._turns import SharedRobots, SharedTurns
 from hashcrawl._store._redisurl import RedisURL
 from hashcrawl._store._server import RedisServer
 from hashcrawl._store._store import Store
@@ -334,3 +334,68 @@ async def test_the_callers_check_still_holds_within_a_turn(autojump_clock: Any) 
     with _pools.sending_only_while(lambda: False), pytest.raises(NotSent):
         await turns_over(fetcher, redis).fetch(Request("http://cdn.test/lib.js"))
     assert fetcher.sent == [] and len(redis.asked) == 1
+
+
+# -- a shared host's robots.txt, for the pages that do not own it -------------------------
+
+
+class RobotsServer:
+    """A fetcher answering robots.txt with ``answers`` in turn (status, body, location)."""
+
+    def __init__(self, *answers: tuple[int, str, str]) -> None:
+        self.answers = list(answers)
+        self.asked: list[str] = []
+
+    async def fetch(self, request: Request) -> Response:
+        self.asked.append(request.url)
+        status, body, location = self.answers.pop(0)
+        headers = {"content-type": "text/plain", **({"location": location} if location else {})}
+        return Response(request.url, status, headers, body.encode(), request)
+
+
+def robots_over(server: RobotsServer) -> SharedRobots:
+    s = Settings(render_fetch_hosts="cdn.test", lease=60.0)
+    return SharedRobots(server, lambda: s)
+
+
+async def test_a_shared_hosts_robots_txt_is_fetched_once_for_all_pages() -> None:
+    """Pages asking at once share one fetch; its rules and Crawl-delay are kept (the
+    delay at most half the lease)."""
+    server = RobotsServer((200, "User-agent: *\nDisallow: /private\nCrawl-delay: 99\n", ""))
+    robots = robots_over(server)
+    got: list[bool] = []
+
+    async def ask(url: str) -> None:
+        got.append((await robots.rules(url, "cdn.test")).allowed(url))
+
+    async with trio.open_nursery() as nursery:
+        for url in ("https://cdn.test/app.js", "https://cdn.test/private/x.js"):
+            nursery.start_soon(ask, url)
+    assert sorted(got) == [False, True]
+    assert server.asked == ["https://cdn.test/robots.txt"]
+    assert robots.crawl_delay("cdn.test") == 30.0 and robots.crawl_delay("other.test") == 0.0
+
+
+async def test_an_unreachable_shared_robots_txt_allows_nothing_until_asked_again(
+    autojump_clock: Any,
+) -> None:
+    """A 503: nothing allowed for its backoff; then asked again."""
+    server = RobotsServer((503, "", ""), (404, "", ""))
+    robots = robots_over(server)
+    assert not (await robots.rules("http://cdn.test/a.js", "cdn.test")).allowed(
+        "http://cdn.test/a.js"
+    )
+    assert not (await robots.rules("http://cdn.test/a.js", "cdn.test")).allowed(
+        "http://cdn.test/a.js"
+    )
+    await trio.sleep(3)
+    assert (await robots.rules("http://cdn.test/a.js", "cdn.test")).allowed("http://cdn.test/a.js")
+    assert len(server.asked) == 2
+
+
+async def test_a_shared_robots_txt_redirected_to_a_host_not_shared_is_no_file() -> None:
+    """The hop would be a request to another worker's host: not made, and no rules."""
+    server = RobotsServer((301, "", "http://elsewhere.test/robots.txt"))
+    robots = robots_over(server)
+    rules = await robots.rules("http://cdn.test/a.js", "cdn.test")
+    assert rules.allowed("http://cdn.test/a.js") and server.asked == ["http://cdn.test/robots.txt"]

@@ -15,6 +15,7 @@ import functools
 import time
 from collections.abc import Awaitable, Callable
 from typing import Any, Protocol
+from urllib.parse import urlsplit
 
 import trio
 
@@ -176,7 +177,7 @@ class SharedRobots:
             now = trio.current_time()
             if kept is not None and not kept.expired(now):
                 return kept
-            got = await self._fetch(url)
+            got = await self._fetch(f"{urlsplit(url).scheme}://{host}/")
             if isinstance(got, Unreachable):
                 until = now + got.wait(1)
                 kept = (kept or Robots.deny_all()).kept_until(until)  # RFC 9309 2.4
