@@ -7,11 +7,13 @@ Skipped, with the reason, where no Chromium is installed (as ``test_browser``).
 
 from __future__ import annotations
 
-import http.server
 import itertools
+import multiprocessing
 import os
+import socket
+import struct
 import threading
-import time
+import uuid
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -31,7 +33,8 @@ pytestmark = [
     pytest.mark.skipif(CHROMIUM is None, reason="no Chromium on PATH (scripts/test installs it)"),
 ]
 DELAY = 0.25
-TOLERANCE = 0.01  # the server's clock reads arrivals a little after the worker sends
+TOLERANCE = 0.001  # the kernel stamps arrivals a few microseconds after the worker sends
+STAMPS = getattr(socket, "SO_TIMESTAMPNS", 35)  # Linux's value, where Python lacks the name
 PAGES = 4  # pages of each rendered host, beside its root
 PAGE = """<!doctype html><html><body><ul id="items"><li class="item">own</li></ul>
 {links}<script src="http://{cdn}/lib.js"></script><script src="http://{cdn}/private.js">
@@ -41,55 +44,79 @@ LIB_JS = """{ const li = document.createElement("li"); li.className = "item";
 
 
 class Site:
-    """A loopback host serving fixed paths, logging each request's arrival."""
+    """A loopback host serving fixed paths from a process of its own, logging when each
+    request arrived as the kernel stamped its first bytes (``SO_TIMESTAMPNS``), so that
+    no scheduling delay of the server's own, on a busy machine, moves a stamp."""
 
-    def __init__(self, host: str) -> None:
-        self.pages: dict[str, tuple[str, str]] = {}
+    def __init__(self, host: str, pages: dict[str, tuple[str, str]], directory: Path) -> None:
+        self.pages = pages
+        self.log_path = directory / f"log-{host}-{uuid.uuid4().hex[:6]}.txt"
+        context = multiprocessing.get_context("spawn")
+        here, there = context.Pipe()
+        self.process = context.Process(
+            target=serve, args=(host, pages, str(self.log_path), there), daemon=True
+        )
+        self.process.start()
+        self.host = f"{host}:{here.recv()}"
         self.log: list[tuple[str, float]] = []
-        site = self
-
-        class Handler(http.server.BaseHTTPRequestHandler):
-            def log_message(self, format: str, *args: Any) -> None:
-                pass
-
-            def do_GET(self) -> None:
-                site.log.append((self.path, time.monotonic()))
-                body, kind = site.pages.get(self.path, ("", ""))
-                self.send_response(200 if kind else 404)
-                self.send_header("Content-Type", kind or "text/plain")
-                self.send_header("Content-Length", str(len(body.encode())))
-                self.end_headers()
-                self.wfile.write(body.encode())
-
-        self.server = http.server.ThreadingHTTPServer((host, 0), Handler)
-        self.server.daemon_threads = True
-        threading.Thread(target=self.server.serve_forever, daemon=True).start()
-        self.host = "{}:{}".format(*self.server.socket.getsockname()[:2])
 
     def close(self) -> None:
-        self.server.shutdown()
-        self.server.server_close()
+        self.process.terminate()
+        self.process.join()
+        self.process.close()
+        lines = self.log_path.read_text().splitlines() if self.log_path.exists() else []
+        self.log = [(path, float(at)) for at, path in (line.split(" ", 1) for line in lines)]
 
 
-def rendered_site(address: str, cdn: str) -> Site:
-    site = Site(address)
+def serve(host: str, pages: dict[str, tuple[str, str]], log_path: str, ready: Any) -> None:
+    """Serve ``pages`` on ``host`` (a free port, sent on ``ready``), one log line a
+    request: the kernel's stamp of its first bytes, and its path."""
+    log = open(log_path, "a", buffering=1)  # noqa: SIM115 (open for the process's life)
+    listener = socket.create_server((host, 0))
+    listener.setsockopt(socket.SOL_SOCKET, STAMPS, 1)  # accepted sockets inherit it
+    ready.send(listener.getsockname()[1])
+    while True:
+        connection, _ = listener.accept()
+        threading.Thread(target=answer, args=(connection, pages, log), daemon=True).start()
+
+
+def answer(connection: socket.socket, pages: dict[str, tuple[str, str]], log: Any) -> None:
+    with connection:
+        data, ancillary, _, _ = connection.recvmsg(65536, socket.CMSG_SPACE(16))
+        if not data:  # closed unused: a request whose turn went by is not sent
+            return
+        stamps = [
+            raw for level, kind, raw in ancillary if (level, kind) == (socket.SOL_SOCKET, STAMPS)
+        ]
+        while b"\r\n\r\n" not in data and (more := connection.recv(65536)):
+            data += more
+        path = data.split(b" ", 2)[1].decode() if data.count(b" ") >= 2 else "?"
+        seconds, nanoseconds = struct.unpack("qq", stamps[0]) if stamps else (-1, 0)
+        log.write(f"{seconds + nanoseconds / 1e9} {path}\n")  # unstamped: -1, a gap < 0
+        body, kind = pages.get(path, ("", ""))
+        status = "200 OK" if kind else "404 Not Found"
+        head = f"HTTP/1.0 {status}\r\nContent-Type: {kind or 'text/plain'}\r\n"
+        head += f"Content-Length: {len(body.encode())}\r\nConnection: close\r\n\r\n"
+        connection.sendall(head.encode() + body.encode())
+
+
+def rendered_site(address: str, cdn: str, directory: Path) -> Site:
     links = "".join(f'<a href="/p/{n}">p{n}</a>' for n in range(PAGES))
-    site.pages["/"] = (PAGE.format(links=links, cdn=cdn), "text/html")
+    pages = {"/": (PAGE.format(links=links, cdn=cdn), "text/html")}
     for n in range(PAGES):
-        site.pages[f"/p/{n}"] = (PAGE.format(links="", cdn=cdn), "text/html")
-    return site
+        pages[f"/p/{n}"] = (PAGE.format(links="", cdn=cdn), "text/html")
+    return Site(address, pages, directory)
 
 
-def cdn_site() -> Site:
-    cdn = Site("127.0.0.4")
+def cdn_site(directory: Path) -> Site:
     links = "".join(f'<a href="/c/{n}">c{n}</a>' for n in range(PAGES))
-    cdn.pages["/"] = (f'<ul><li class="item">cdn</li></ul>{links}', "text/html")
+    pages = {"/": (f'<ul><li class="item">cdn</li></ul>{links}', "text/html")}
     for n in range(PAGES):
-        cdn.pages[f"/c/{n}"] = ('<ul><li class="item">cdn</li></ul>', "text/html")
-    cdn.pages["/lib.js"] = (LIB_JS % "lib-js", "text/javascript")
-    cdn.pages["/private.js"] = (LIB_JS % "private", "text/javascript")
-    cdn.pages["/robots.txt"] = ("User-agent: *\nDisallow: /private.js\n", "text/plain")
-    return cdn
+        pages[f"/c/{n}"] = ('<ul><li class="item">cdn</li></ul>', "text/html")
+    pages["/lib.js"] = (LIB_JS % "lib-js", "text/javascript")
+    pages["/private.js"] = (LIB_JS % "private", "text/javascript")
+    pages["/robots.txt"] = ("User-agent: *\nDisallow: /private.js\n", "text/plain")
+    return Site("127.0.0.4", pages, directory)
 
 
 class ItemSpider(hashcrawl.Spider):
@@ -118,8 +145,11 @@ def names_apart(hosts: list[str]) -> list[str]:
 def crawl(server: RedisServer, directory: Path, *, share: bool) -> tuple[Crew, list[Site], Site]:
     """Two named workers, each owning one rendered host; the CDN is crawled too, and
     shared if ``share``."""
-    cdn = cdn_site()
-    sites = [rendered_site("127.0.0.2", cdn.host), rendered_site("127.0.0.3", cdn.host)]
+    cdn = cdn_site(directory)
+    sites = [
+        rendered_site("127.0.0.2", cdn.host, directory),
+        rendered_site("127.0.0.3", cdn.host, directory),
+    ]
     try:
         crew = Crew(server.url, new_crawl_name(), directory)
         base = fast_settings(
