@@ -248,6 +248,9 @@ class FaultyStore:
     def widen_scope(self, members: set[str]) -> None:
         self._store.widen_scope(members)
 
+    def add_parents(self, members: set[str], cap: int) -> tuple[bool, int]:
+        return self._store.add_parents(members, cap)
+
     def scope(self) -> set[str]:
         return self._store.scope()
 

@@ -357,6 +357,125 @@ state.join()
 state.teardown()
 """,
     ),
+    "cap_of_an_expired_worker_judged_kept": Bug(
+        summary=(
+            "Not in hashcrawl but in the judge: with --max-pages-per-host 2, a worker that "
+            "had sent a host's 2 page requests was paused past its lease, expired and "
+            "drained; it wrote no pace record, so its count went with it (as a dying "
+            "worker's does, docs/operations.md) and the host's new owner sent a third. "
+            "The judge allowed a cap more only for workers that ended crashed, fenced or "
+            "gave up, and this one ran on under a new id. Found by scripts/soak (seed 4) "
+            "once the page cap was drawn again."
+        ),
+        fixed=(
+            "reach.within_cap allows a cap more for every membership lost without a "
+            "handover: a worker excused because the fleet expired it or a successor took "
+            "its name, as well as one that ended so."
+        ),
+        replay="""\
+state = CrawlModel()
+state.setup(
+    delay=1.0, revisit='', faults=0, gap=0.2, site=Site(seed=2285, hosts=2, pages=5),
+    workers=3, latency=0.2, roots=[52, 70, 84],
+)
+state.tick()
+state.fetch(w=3)
+state.tick()
+state.configure(delay=2.0)
+state.read(w=2)
+state.tick()
+state.configure(delay=3.0)
+state.join()
+state.tick()
+state.run(order=528, seconds=2.0)
+state.read(w=3)
+state.read(w=0)
+state.tick()
+state.advance(seconds=0.1)
+state.read(w=3)
+state.fetch(w=2)
+state.advance(seconds=1.0)
+state.run(order=703, seconds=2.0)
+state.run(order=8, seconds=4.0)
+state.read(w=0)
+state.lose_beat_after_expiry(w=2)
+state.tick()
+state.holds()
+state.teardown()
+""",
+    ),
+    "fenced_after_the_end_judged_over": Bug(
+        summary=(
+            "Not in hashcrawl but in the judge: a fleet saw a revisiting crawl finished and "
+            "left; workers joined later took its due revisits, then all were silent past "
+            "their lease at once and fenced, a revisit in one's stream. The judge's end "
+            "took the crawl for over because a worker had seen it finished after the last "
+            "submission, so it neither replaced the fenced sessions (Worker.run rejoins) "
+            "nor started one, and called the revisit stranded. Found by scripts/soak "
+            "(seed 8)."
+        ),
+        fixed=(
+            "verdict._crawl_over: not over while a session was fenced or gave up after the "
+            "last worker saw the crawl finished."
+        ),
+        replay="""\
+state = CrawlModel()
+state.setup(
+    workers=3, revisit='adaptive', roots=[86],
+    site=Site(seed=209, hosts=5, pages=7), delay=3.0, latency=0.0, faults=0, gap=0.2,
+)
+state.configure(delay=3.0)
+state.tick()
+state.tick()
+state.pause_to_lease_end_long(early=0.3, slow=2.5, w=3)
+state.configure(delay=3.0)
+state.tick()
+state.advance(seconds=2.0)
+state.join()
+state.configure(delay=2.0)
+state.configure(delay=1.0)
+state.join()
+state.tick()
+state.advance(seconds=1.0)
+state.advance(seconds=5.0)
+state.advance(seconds=0.5)
+state.tick()
+state.tick()
+state.tick()
+state.tick()
+state.tick()
+state.advance(seconds=0.1)
+state.tick()
+state.join()
+state.advance(seconds=0.5)
+state.advance(seconds=5.0)
+state.tick()
+state.join()
+state.join()
+state.advance(seconds=0.5)
+state.join()
+state.advance(seconds=0.5)
+state.advance(seconds=1.0)
+state.join()
+state.advance(seconds=1.0)
+state.advance(seconds=0.1)
+state.advance(seconds=2.0)
+state.tick()
+state.join()
+state.tick()
+state.advance(seconds=1.0)
+state.load_pace(w=3)
+state.join()
+state.tick()
+state.advance(seconds=1.0)
+state.join()
+state.tick()
+state.join()
+state.advance(seconds=5.0)
+state.advance(seconds=5.0)
+state.teardown()
+""",
+    ),
 }
 
 

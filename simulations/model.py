@@ -590,6 +590,10 @@ class CrawlModel(RuleBasedStateMachine):
                 self.report.simulated += self.w.loop.now()
                 if self.w.killed:
                     self.report.faults["killer_page"] += self.w.killed
+                if (cap := self.w.settings.get("max_pages_per_host")) is not None:
+                    self.report.capped["examples"] += 1
+                    at = sum(n >= cap for n in reach.page_requests(self.w).values())
+                    self.report.capped["hosts at the cap"] += at
                 if self.w.revisit is not None:
                     watched = revisits.revisited(self.w.web)
                     self.report.revisits.update(revisits.figures(self.w.fetches, watched))

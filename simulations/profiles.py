@@ -46,6 +46,8 @@ class Report:
     faults: collections.Counter[str] = attrs.Factory(collections.Counter)
     aimed: collections.Counter[str] = attrs.Factory(collections.Counter)  # aimed joins
     revisits: collections.Counter[str] = attrs.Factory(collections.Counter)  # revisiting ones
+    # With --max-pages-per-host: examples, and hosts that received their cap (or more).
+    capped: collections.Counter[str] = attrs.Factory(collections.Counter)
     simulated: float = 0.0
     seconds: float = 0.0
     progress: int = 0  # print a line every this many examples (0: never)
@@ -68,6 +70,8 @@ class Report:
             f"aimed joins: {sum(self.aimed.values())}",
             "revisiting examples: "
             + (", ".join(f"{n} {k}" for k, n in sorted(self.revisits.items())) or "none"),
+            f"--max-pages-per-host: {self.capped['examples']} examples, "
+            f"{self.capped['hosts at the cap']} hosts at their cap",
         ]
 
 

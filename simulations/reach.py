@@ -41,6 +41,7 @@ from __future__ import annotations
 
 import logging
 import math
+from collections import Counter
 
 from hashcrawl._core._urls import canonicalize, fingerprint
 from hashcrawl._store import _crawlconfig
@@ -140,14 +141,53 @@ def bad_counted(world: World, *, end: bool = False) -> list[str]:
     return []
 
 
+def page_requests(world: World) -> Counter[str]:
+    """Page requests each host received (robots.txt not counted), from the web's log."""
+    return Counter(f.host for f in world.fetches if not f.robots)
+
+
+def within_cap(world: World) -> list[str]:
+    """With ``--max-pages-per-host N``, a host receives at most N page requests, and N more
+    for each membership that ended without handing its hosts over (docs/operations.md,
+    "Pages per host": a worker that dies takes its counts with it). That is a worker that
+    crashed, was fenced or gave up, and one the fleet expired or whose name a successor
+    took (``excused``: its held pages are excused too) even if it ran on under a new id: a
+    paused worker, expired, wrote no pace record, so the host's new owner counts from
+    the last one (seed 4 of the quick profile: 3 requests against a cap of 2)."""
+    cap = world.settings.get("max_pages_per_host")
+    if cap is None:
+        return []
+    ended = ("crashed", "fenced", "gave up")
+    lost = sum(w.excused or w.state in ended for w in world.workers.values())
+    allowed = cap * (1 + lost)
+    return [
+        f"{host} received {n} page requests, over --max-pages-per-host {cap}"
+        + (f" and {cap} more for each of the {lost} memberships lost" if lost else "")
+        for host, n in sorted(page_requests(world).items())
+        if n > allowed
+    ]
+
+
+def capped_out(world: World, urls: set[str]) -> set[str]:
+    """Of ``urls``, those of hosts that have had their ``--max-pages-per-host``: their owner
+    may drop them unfetched (counted in ``host_capped``), so they need not end done."""
+    cap = world.settings.get("max_pages_per_host")
+    if cap is None:
+        return set()
+    full = {host for host, n in page_requests(world).items() if n >= cap}
+    return {url for url in urls if url.split("/")[2] in full}
+
+
 def good_ended(world: World, done: set[str], dead: dict[str, str]) -> list[str]:
     """Entries written by hand that are good, every field at a limit, end done or dead
     like any other (``planted.good``): counted bad, they were refused by a check that
-    is too tight; never ending, they were lost."""
+    is too tight; never ending, they were lost. One of a host at its
+    ``--max-pages-per-host`` may be acknowledged unfetched (``capped_out``)."""
+    ended = done | dead.keys() | capped_out(world, set(world.planted_good))
     return [
         f"{url} was written by hand with every field at a limit, and is neither done nor dead"
         for url in world.planted_good
-        if url not in done and url not in dead
+        if url not in ended
     ]
 
 

@@ -150,6 +150,10 @@ class ShardStore(FaultyStore):
     def widen_scope(self, members: set[str]) -> None:
         self._through("widen", self._store.widen_scope, members)
 
+    def add_parents(self, members: set[str], cap: int) -> tuple[bool, int]:
+        added: tuple[bool, int] = self._through("widen", self._store.add_parents, members, cap)
+        return added
+
     def _through(self, name: str, method: Callable[..., Any], *args: Any, **kwargs: Any) -> Any:
         primary = self.primary
         if name in CONFIRMED and primary.losing:

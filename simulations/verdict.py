@@ -39,6 +39,7 @@ def violations(world: World) -> list[str]:
         + reach.bad_counted(world)
         + reach.versions(world)
         + reach.parked_listed(world)
+        + reach.within_cap(world)
     )
 
 
@@ -103,7 +104,7 @@ def accepted(world: World, snap: Snapshot) -> set[str]:
         if url not in snap.queued and url not in snap.dead:
             urls.update(world.web.links_of(url))
     missing = {u for u in urls if u not in snap.queued and u not in done and u not in snap.dead}
-    return urls - reach.filtered(world, missing)
+    return urls - reach.filtered(world, missing) - reach.capped_out(world, missing)
 
 
 async def finish(world: World) -> list[str]:
@@ -167,10 +168,19 @@ def _overdue(world: World, start: float, since: float) -> list[str]:
 
 
 def _crawl_over(world: World) -> bool:
-    """Whether the last worker to end saw the crawl finished, after the last submission."""
-    ended = [w for w in world.workers.values() if w.state == "finished"]
-    over = any(w.ended_at > world.last_submission for w in ended)
-    return over and not taken_at_the_end(world)
+    """Whether a worker saw the crawl finished after the last submission, and no session
+    was fenced or gave up after that: workers that joined after the end (due revisits)
+    and were then fenced rejoin in ``Worker.run``, and one that gave up is restarted by
+    its operator, so their work is not over (seed 8 of the quick profile: a whole fleet
+    silent past its lease at once, the last page in a fenced worker's stream)."""
+    finished = [w.ended_at for w in world.workers.values() if w.state == "finished"]
+    seen_over = max(finished, default=-1)
+    if seen_over <= world.last_submission:
+        return False
+    cut = ("fenced", "gave up")
+    if any(w.state in cut and w.ended_at > seen_over for w in world.workers.values()):
+        return False
+    return not taken_at_the_end(world)
 
 
 def _state(world: World) -> str:

@@ -57,6 +57,7 @@ QUIET = ("epoch ", "nothing new in its stream", "no answer has arrived", "nothin
 
 PARK_AT = 2  # a host with this many queued parks the rest, once memory is full
 UNPARK_BELOW = 1  # and takes some back once it has none left
+CAPS = (2, 3)  # --max-pages-per-host in a third of the sites (hosts have 2-20 pages)
 SEEN_LAYER = 4  # URLs in the seen filter's first layer (c0); each next one doubles
 # A worker learns of a change at its next heartbeat and takes it at its next turn; one paused
 # or cut off short of its lease, or holding requests taken before (up to two leases, as
@@ -68,17 +69,20 @@ FOLLOW_WITHIN = 24.0
 class Reach:
     """Which mechanisms a site of at most 40 pages never reaches its crawl is given
     (``simulations/reach.py``): parking from ``PARK_AT`` queued, and a seen filter whose
-    first layer holds ``SEEN_LAYER`` URLs; drawn from the site's seed alone."""
+    first layer holds ``SEEN_LAYER`` URLs, and ``--max-pages-per-host`` from ``CAPS`` in a
+    third of the crawls that revisit nothing; drawn from the site's seed alone."""
 
     park: bool = False
     seen_layer: int | None = None
+    cap: int | None = None  # --max-pages-per-host, in a crawl that does not revisit
 
     @classmethod
     def of(cls, seed: int) -> Reach:
         rng = random.Random(f"reach {seed}")
         park = rng.random() < 1 / 2
         seen = SEEN_LAYER if rng.random() < 1 / 2 else None
-        return cls(park=park, seen_layer=seen)
+        cap = rng.choice(CAPS) if rng.random() < 1 / 3 else None  # drawn last: the rest stay
+        return cls(park=park, seen_layer=seen, cap=cap)
 
     def prepare(self, world: World) -> None:
         """Before the crawl's first commit: shape the seen filter."""
@@ -159,6 +163,8 @@ class World:
         self.loop = Loop()
         self.observer = Observer(self.url, self.crawl)
         self.reach = Reach.of(site.seed)  # parking, seen-filter rollover
+        if self.reach.cap is not None and self.revisit is None:
+            self.settings["max_pages_per_host"] = self.reach.cap
         self.reach.prepare(self)
         self.planted = 0  # unreadable entries written into streams by hand
         self.planted_good: list[str] = []  # URLs of good ones written by hand (reach.plant)
@@ -584,6 +590,7 @@ class World:
             w.state = "crashed"
         elif isinstance(error, QueueError):
             w.state = "fenced" if isinstance(error, Fenced) else "gave up"
+            w.ended_at = len(self.trace)
         elif isinstance(error, NameTaken):
             w.state = "refused"  # its name's holder runs: it never joined
         else:

@@ -76,6 +76,7 @@ class Duplicate:
     url: str
     times: tuple[float, ...]
     held: bool
+    senders: tuple[str, ...] = ()  # the worker that sent each request, where known
 
 
 @attrs.frozen
@@ -97,7 +98,10 @@ class Churn:
         """The steps, duplicates and too-close pairs, one per line."""
         lines = [f"[{s.at:7.2f}s] {s.requests:6d} requests: {s.what}" for s in self.steps]
         for duplicate in sorted(self.duplicates, key=lambda d: d.times):
-            stamps = ", ".join(f"{t:.2f}s" for t in duplicate.times)
+            stamps = ", ".join(
+                f"{t:.2f}s" + (f" by {who}" if who else "")
+                for t, who in itertools.zip_longest(duplicate.times, duplicate.senders)
+            )
             why = "held by the paused worker" if duplicate.held else "NOT held by the paused worker"
             lines.append(f"duplicate: {duplicate.url} at {stamps} ({why})")
         return lines + [f"too close: {pair}" for pair in self.too_close]
@@ -132,7 +136,7 @@ def run_churn(
     workdir.mkdir(parents=True, exist_ok=True)
     site = generate_site(pages=pages, hosts=hosts, seed=seed, port=0)
     with (
-        SiteServer(site, latency=latency, log_path=workdir / "requests.jsonl") as server,
+        SiteServer(site, latency=latency, log_path=workdir / "requests.jsonl", who=True) as server,
         RedisServer(directory=workdir / "redis", appendonly=True) as redis,
     ):
         expected = len(server.site.expected())
@@ -160,8 +164,12 @@ def run_churn(
         missed=tuple(scenario.missed),
         concurrency=concurrency,
         paused_at=scenario.paused_at,
-        duplicates=_duplicates(requests, scenario.started, scenario.paused_at, latency),
-        too_close=_too_close(server.site, requests, delay - tolerance, scenario.started),
+        duplicates=_duplicates(
+            requests, scenario.started, scenario.paused_at, latency, _labels(pool)
+        ),
+        too_close=_too_close(
+            server.site, requests, delay - tolerance, scenario.started, _labels(pool)
+        ),
         footprint=footprint,
     )
 
@@ -416,30 +424,50 @@ def _member_pids(redis_url: str) -> set[int] | None:
 
 
 def _duplicates(
-    requests: Sequence[Request], started: float, paused_at: float | None, latency: float
+    requests: Sequence[Request],
+    started: float,
+    paused_at: float | None,
+    latency: float,
+    labels: Mapping[int, str],
 ) -> tuple[Duplicate, ...]:
     """Pages requested more than once, each judged: was it held by the paused worker?"""
-    times: dict[str, list[float]] = collections.defaultdict(list)
-    for request in requests:
+    made: dict[str, list[Request]] = collections.defaultdict(list)
+    for request in sorted(requests, key=lambda r: r.time):
         if not request.is_robots:
-            times[request.url].append(request.time - started)
+            made[request.url].append(request)
     duplicates = []
-    for url, made in sorted(times.items()):
-        if len(made) > 1:
-            first, *later = sorted(made)
+    for url, twice in sorted(made.items()):
+        if len(twice) > 1:
+            first, *later = [request.time - started for request in twice]
             held = (
                 paused_at is not None
                 and len(later) == 1
                 and paused_at - latency - HELD_FOR <= first <= paused_at < later[0]
             )
-            duplicates.append(Duplicate(url, (first, *later), held))
+            senders = tuple(_sender(request, labels) for request in twice)
+            duplicates.append(Duplicate(url, (first, *later), held, senders))
     return tuple(duplicates)
 
 
+def _sender(request: Request, labels: Mapping[int, str]) -> str:
+    if request.pid is None:
+        return "?"
+    return labels.get(request.pid, f"pid {request.pid}")
+
+
+def _labels(pool: _Workers) -> dict[int, str]:
+    return {process.pid: label for label, process in pool.processes.items()}
+
+
 def _too_close(
-    site: Site, requests: Sequence[Request], least: float, started: float
+    site: Site,
+    requests: Sequence[Request],
+    least: float,
+    started: float,
+    labels: Mapping[int, str],
 ) -> tuple[str, ...]:
-    """Each pair of consecutive requests to a host less than `least` (or its Crawl-delay) apart."""
+    """Each pair of consecutive requests to a host less than `least` (or its Crawl-delay)
+    apart, each request with the worker that sent it (``labels``: by pid) where known."""
     by_host: dict[str, list[Request]] = collections.defaultdict(list)
     for request in sorted(requests, key=lambda r: r.time):
         by_host[request.host].append(request)
@@ -448,8 +476,9 @@ def _too_close(
         limit = max(least, site.crawl_delays.get(host, 0.0))
         for a, b in itertools.pairwise(made):
             if b.time - a.time < limit:
+                by = [_sender(r, labels) for r in (a, b)]
                 pairs.append(
-                    f"{host}: {a.path} at {a.time - started:.3f}s, {b.path} at "
-                    f"{b.time - started:.3f}s ({b.time - a.time:.4f} s apart)"
+                    f"{host}: {a.path} at {a.time - started:.3f}s by {by[0]}, {b.path} at "
+                    f"{b.time - started:.3f}s by {by[1]} ({b.time - a.time:.4f} s apart)"
                 )
     return tuple(pairs)

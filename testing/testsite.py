@@ -40,6 +40,8 @@ from urllib.robotparser import RobotFileParser
 
 import attrs
 
+from testing.peers import client_pid
+
 PORT_TOKEN = "@PORT@"  # stands for the port in stored bodies; replaced when a response is made
 ROBOTS_PATH = "/robots.txt"
 ROBOTS_CRAWL_DELAY = 0.05  # lower than any practice --delay, so it changes nothing
@@ -390,7 +392,8 @@ class Request:
     """One request as the server saw it.
 
     `time` is when the request's first byte reached the server's socket (a kernel stamp, on
-    Linux), else when its request line was parsed.
+    Linux), else when its request line was parsed. `pid` is the process that sent it,
+    when the server was asked to find out (``SiteServer(who=True)``) and could.
     """
 
     time: float
@@ -400,6 +403,7 @@ class Request:
     status: int
     user_agent: str
     method: str = "GET"
+    pid: int | None = None
 
     @property
     def url(self) -> str:
@@ -423,6 +427,7 @@ class Request:
             status=row["status"],
             user_agent=row["user_agent"],
             method=row["method"],
+            pid=row.get("pid"),
         )
 
 
@@ -461,6 +466,7 @@ class _Handler(http.server.BaseHTTPRequestHandler):
         super().setup()
         _enable_arrival_stamps(self.connection)
         self.server.owner._track(self.connection)
+        self.client_pid = client_pid(self.connection) if self.server.owner.who else None
 
     def finish(self) -> None:
         try:
@@ -497,6 +503,7 @@ class _Handler(http.server.BaseHTTPRequestHandler):
                 status=status,
                 method=self.command,
                 user_agent=self.headers.get("User-Agent", ""),
+                pid=self.client_pid,
             )
         )
         if owner.latency:
@@ -537,12 +544,22 @@ class SiteServer:
         site: the site; if its port is 0, a free port is chosen and `self.site` is the site on it.
         latency: seconds each response waits before it is sent.
         log_path: also append each request to this file as a JSON line.
+        who: log the process that sent each request (a descendant of this one; found
+            once a connection, from /proc: see ``testing.peers``).
     """
 
-    def __init__(self, site: Site, *, latency: float = 0.0, log_path: Path | None = None):
+    def __init__(
+        self,
+        site: Site,
+        *,
+        latency: float = 0.0,
+        log_path: Path | None = None,
+        who: bool = False,
+    ):
         self.site = site
         self.latency = latency
         self.log_path = log_path
+        self.who = who
         self._records: list[Request] = []
         self._logged = threading.Condition()
         self._connections: set[socket.socket] = set()

@@ -13,6 +13,8 @@ from __future__ import annotations
 import contextlib
 import fcntl
 import os
+import shutil
+import tempfile
 import uuid
 from collections.abc import Iterator
 from pathlib import Path
@@ -119,6 +121,17 @@ def shared_redis(tmp_path_factory: pytest.TempPathFactory) -> Iterator[RedisServ
 def redis_url(shared_redis: RedisServer) -> str:
     """The shared server's URL: never kill, pause or restart what it points to."""
     return shared_redis.url
+
+
+@pytest.fixture
+def browser_tmp() -> Iterator[Path]:
+    """A temporary directory of the test's own for a worker that renders (its TMPDIR):
+    any browser start sweeps its temporary directory of dead workers' profiles, so a
+    test that looks for one must keep it apart. Short: Chromium puts its socket under
+    it, and a Unix socket's path holds 107 bytes (pytest's tmp_path can be longer)."""
+    directory = Path(tempfile.mkdtemp(prefix="hk-"))
+    yield directory
+    shutil.rmtree(directory, ignore_errors=True)
 
 
 @pytest.fixture

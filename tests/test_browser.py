@@ -15,7 +15,6 @@ import shutil
 import signal
 import subprocess
 import sys
-import tempfile
 import textwrap
 import uuid
 from collections.abc import AsyncIterator, Iterator
@@ -454,14 +453,16 @@ trio.run(main)
 """
 
 
-async def test_a_sigkilled_worker_leaves_no_browser() -> None:
+async def test_a_sigkilled_worker_leaves_no_browser(browser_tmp: Path) -> None:
     """The worker's death ends its browser and all its helpers (the death signal); the
-    profile it leaves is removed by the next start."""
+    profile it leaves is removed by the next start. (Its temporary directory is the
+    test's own, ``browser_tmp``: another test's browser start would sweep it first.)"""
     with JsSite() as site:
         child = subprocess.Popen(
             [sys.executable, "-c", textwrap.dedent(KILLED), site.root + "/script"],
             stdout=subprocess.PIPE,
             text=True,
+            env={**os.environ, "TMPDIR": str(browser_tmp)},
         )
         assert child.stdout is not None
         line = await trio.to_thread.run_sync(child.stdout.readline)
@@ -473,7 +474,7 @@ async def test_a_sigkilled_worker_leaves_no_browser() -> None:
     assert browser in before
     assert await ended(before) == set()
     # Its profile outlived it; the next start (any worker's) removes it.
-    left = list(Path(tempfile.gettempdir()).glob(f"{PROFILE_PREFIX}{child.pid}-*"))
+    left = list(browser_tmp.glob(f"{PROFILE_PREFIX}{child.pid}-*"))
     assert len(left) == 1
-    assert str(left[0]) in sweep_leftovers()
+    assert str(left[0]) in sweep_leftovers(str(browser_tmp))
     assert not left[0].exists()

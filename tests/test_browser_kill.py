@@ -14,7 +14,6 @@ import json
 import os
 import shutil
 import signal
-import tempfile
 import uuid
 from pathlib import Path
 
@@ -79,12 +78,12 @@ def successor(survivor: str, host: str) -> str:
     raise AssertionError(f"no name takes {host} from {survivor}")
 
 
-def browser_of(worker: int, mark: str) -> set[int]:
-    """The Chromium processes of the worker of pid ``worker``: its profile on their
-    command line (as ``pgrep -f`` finds them), or its mark in their environment (its
-    crash handler, re-parented to init)."""
+def browser_of(worker: int, mark: str, temporary: Path) -> set[int]:
+    """The Chromium processes of the worker of pid ``worker``: its profile (in
+    ``temporary``) on their command line (as ``pgrep -f`` finds them), or its mark in
+    their environment (its crash handler, re-parented to init)."""
     found = run_processes(worker, mark)
-    flag = f"--user-data-dir={tempfile.gettempdir()}/{PROFILE_PREFIX}{worker}-".encode()
+    flag = f"--user-data-dir={temporary}/{PROFILE_PREFIX}{worker}-".encode()
     for entry in Path("/proc").iterdir():
         try:
             if entry.name.isdigit() and flag in (entry / "cmdline").read_bytes():
@@ -103,12 +102,16 @@ def _alive(pid: int) -> bool:
 
 
 def test_a_rendering_worker_killed_mid_crawl_loses_nothing_and_leaves_no_browser(
-    shared_redis: RedisServer, tmp_path: Path
+    shared_redis: RedisServer, tmp_path: Path, browser_tmp: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """The owner of one site is SIGKILLed once it has rendered its "Load more" page and
     replaced: both sites' pages all fetched, their items all found, and the killed
-    worker's browser gone, its profile removed."""
+    worker's browser gone, its profile removed. (The workers' temporary directory is the
+    test's own, ``browser_tmp``: another test's browser start would sweep the killed
+    worker's profile first.)"""
     mark = ("HASHCRAWL_KILLED_WORKER", uuid.uuid4().hex)
+    temporary = browser_tmp
+    monkeypatch.setenv("TMPDIR", str(temporary))  # the workers' (this process has its own)
     with (
         JsSite(HOSTS[0]) as first,
         JsSite(HOSTS[1]) as second,
@@ -132,13 +135,13 @@ def test_a_rendering_worker_killed_mid_crawl_loses_nothing_and_leaves_no_browser
                 os.environ.pop(mark[0], None)
         killed = workers[victim]
         wait_until(lambda: "/api/more" in first.paths(), what="the victim's Load more")
-        browser = browser_of(killed.pid, "=".join(mark))
+        browser = browser_of(killed.pid, "=".join(mark), temporary)
         killed.signal(signal.SIGKILL)
         assert killed.wait() == -signal.SIGKILL
         killed_at = len(first.paths())
         left = trio.run(ended, browser)
-        after_kill = browser_of(killed.pid, "=".join(mark))
-        profiles = list(Path(tempfile.gettempdir()).glob(f"{PROFILE_PREFIX}{killed.pid}-*"))
+        after_kill = browser_of(killed.pid, "=".join(mark), temporary)
+        profiles = list(temporary.glob(f"{PROFILE_PREFIX}{killed.pid}-*"))
         survivor = next(name for name in names if name != victim)
         host = host_key(canonicalize(roots[0]))
         replacement = fleet.join(*flags, "--name", successor(survivor, host))

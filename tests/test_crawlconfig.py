@@ -60,7 +60,7 @@ def test_crawl_settings_are_the_fields_marked_in_the_declaration() -> None:
         "delay", "per_host", "lease", "user_agent", "allow_domains", "span_hosts",
         "sitemaps", "max_depth", "max_attempts", "obey_robots", "cookies",
         "max_pages_per_host", "revisit", "revisit_min", "revisit_max", "revisit_pages",
-        "accept_regex", "reject_regex", "max_pages_total",
+        "accept_regex", "reject_regex", "no_parent", "max_pages_total",
         "render", "render_hosts", "render_fetch_hosts",
     }  # fmt: skip
     assert set(FIXED) == {

@@ -3,14 +3,18 @@ and the hosts whose records wait for the fleet to settle."""
 
 from __future__ import annotations
 
+import attrs
 from hypothesis import given
 from hypothesis import strategies as st
 
 from hashcrawl._core._entry import Entry
 from hashcrawl._core._epochs import Release
 from hashcrawl._core._frontier import Frontier, Held, Host
-from hashcrawl._core._pace import Carry, PaceRecord
+from hashcrawl._core._pace import MAX_HANDED_ROBOTS, Carry, PaceRecord
 from hashcrawl._core._parts import Clock
+from hashcrawl._core._robotsrules import Robots
+from tests.test_core import ready
+from tests.test_page import dispatched
 
 records = st.builds(
     PaceRecord,
@@ -18,7 +22,7 @@ records = st.builds(
     backoff_ms=st.integers(0, 2**53),
     crawl_delay=st.floats(0, 1e6, allow_nan=False),
     taken=st.integers(0, 10**9),
-    cookies=st.text(st.characters(blacklist_characters=";"), max_size=40),
+    cookies=st.text(st.characters(blacklist_characters=";\x1e"), max_size=40),
 )
 
 
@@ -26,6 +30,50 @@ records = st.builds(
 def test_a_record_reads_back_as_it_was_written(record: PaceRecord) -> None:
     """from_text(to_text(r)) is r, for every record a worker can write."""
     assert PaceRecord.from_text(record.to_text()) == record
+
+
+@given(records, st.text(max_size=60), st.integers(1, 10**15 - 1))
+def test_a_record_with_robots_txt_reads_back_as_it_was_written(
+    record: PaceRecord, robots: str, until_ms: int
+) -> None:
+    """The robots.txt text comes back whole, whatever it holds (``;``, ``,``, ``\x1e``)."""
+    handed = attrs.evolve(record, robots=robots, robots_until_ms=until_ms)
+    assert PaceRecord.from_text(handed.to_text()) == handed
+
+
+def test_robots_txt_too_long_or_with_no_expiry_is_not_read() -> None:
+    """A record written by hand: rules past MAX_HANDED_ROBOTS, or with an expiry that is
+    not a whole number, are left out (the next owner fetches robots.txt)."""
+    long = PaceRecord(robots="x" * (MAX_HANDED_ROBOTS + 1), robots_until_ms=5).to_text()
+    assert PaceRecord.from_text(long).robots_until_ms == 0
+    assert PaceRecord.from_text("1,0,0.0\x1esoon\x1eUser-agent: *").robots_until_ms == 0
+    assert PaceRecord.from_text("1,0,0.0\x1e9\x1eUser-agent: *").robots == "User-agent: *"
+
+
+def test_a_host_with_work_queued_hands_its_fresh_robots_txt_to_its_next_owner() -> None:
+    """The old owner's record carries the rules and their expiry in server time; the new
+    owner keeps them until then and does not fetch robots.txt; a host with nothing
+    queued, or rules expired, hands none over."""
+    old, _ = dispatched(obey_robots=True)
+    rules = Robots.parse("User-agent: *\nDisallow: /private/\n", "hashcrawl")
+    old.robots.rules["a.test"] = rules.kept_until(500.0)
+    ready(old, "http://a.test/next")  # still queued: its next owner needs the rules
+    text = old.pacing.records(["a.test"], 10.0)["a.test"]
+    record = PaceRecord.from_text(text)
+    assert record.robots == rules.text
+    assert record.robots_until_ms == old.clock.server_ms(500.0)
+    assert old.pacing.records(["a.test"], 600.0).get("a.test", "").find("\x1e") == -1
+    new, held = dispatched(obey_robots=True)
+    new.robots.rules.pop("a.test", None)
+    new.pacing.adopt(new.frontier.hosts["a.test"], record)
+    assert not new.robots.wanted(held, 10.0)
+    assert not new.robots.rules["a.test"].allowed("http://a.test/private/x")
+    assert new.robots.wanted(held, 600.0)  # fresh only as long as it was for the old one
+    idle, _ = dispatched(obey_robots=True)
+    idle.robots.rules["a.test"] = rules.kept_until(500.0)
+    idle.frontier.hosts["a.test"].queue.clear()
+    idle.frontier.hosts["a.test"].in_flight = 0
+    assert "\x1e" not in idle.pacing.records(["a.test"], 10.0).get("a.test", "")
 
 
 def test_a_record_written_by_an_older_worker_reads_without_taken_or_cookies() -> None:

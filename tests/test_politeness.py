@@ -283,6 +283,21 @@ def test_hosts_that_change_owner_stay_paced(crawls: Scenarios, change: str) -> N
     assert verdict.too_close == 0, verdict.min_gap
 
 
+@pytest.mark.parametrize("change", ["stop", "join"])
+def test_a_host_that_changes_owner_gets_no_second_robots_txt_request(
+    crawls: Scenarios, change: str
+) -> None:
+    """The old owner hands a host's fresh robots.txt over with its pace record: the site
+    sees one /robots.txt request per host although hosts changed owner mid-crawl."""
+    handed: Crawled = crawls[change]
+    owners: dict[str, set[str]] = {}
+    for item in handed.crew.items():
+        owners.setdefault(host_key(item["url"]), set()).add(item["worker"])
+    moved = [name for name, ids in owners.items() if len(ids) > 1]
+    assert moved, "no host changed owner"
+    assert robots_requests_per_host(handed.requests) == {name: 1 for name in handed.site.hosts}
+
+
 class Counted:
     """A fetcher that counts the fetches begun through it, each done by ``inner``."""
 

@@ -201,6 +201,23 @@ def test_figures_count_due_overdue_and_next_hour(revisits: Revisits) -> None:
     assert (figures.due_now, figures.overdue, figures.next_hour) == (2, 1, 2)
 
 
+def test_pages_due_later_in_the_current_minute_are_not_due_now(
+    revisits: Revisits, raw: Any, prefix: str
+) -> None:
+    """Two pages due in the current minute, at its 10th and 40th second: at its 15th,
+    one is due now (the minute's count said two), and both once the 40th has come."""
+    assert NOW % 60 == 0
+    revisits.put([first_fetch("http://a.test/1", at=NOW - 50)])  # due NOW + 10
+    revisits.put([first_fetch("http://a.test/2", at=NOW - 20)])  # due NOW + 40
+    assert revisits.figures(NOW + 15).due_now == 1
+    assert revisits.figures(NOW + 40).due_now == 2
+    assert revisits.figures(NOW - 1).due_now == 0
+    # A take moves the taken record's second with its minute: nothing left behind.
+    revisits.take(requeue_s=REQUEUE, now_s=NOW + 15)
+    assert raw.hgetall(f"{prefix}rvs:{NOW // 60}") == {b"40": b"1"}
+    assert revisits.figures(NOW + 15).due_now == 0
+
+
 def test_the_script_and_the_core_agree_on_the_longest_record(
     revisits: Revisits, raw: Any, prefix: str
 ) -> None:

@@ -88,7 +88,8 @@ def test_submit_takes_the_scope_flags_and_stores_them(redis_url: str, crawl_name
     assert done.returncode == 0, done.stderr
     store = Store(RedisURL.parse(redis_url), crawl_name)
     try:
-        assert store.scope() == {"host:a.example:8080", "domain:example.org", "span"}
+        widened = {"host:a.example:8080", "domain:example.org", "span"}
+        assert store.scope() == widened | {"dir:a.example:8080/"}  # its start directory
     finally:
         store.close()
 

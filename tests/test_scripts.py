@@ -318,6 +318,34 @@ def test_a_drained_orphan_is_released_and_one_with_entries_kept(store, raw, cloc
     assert raw.zscore(store.key("departed"), "w1") == clock.ms
 
 
+def test_a_commit_parks_its_entries_by_host_and_skips_one_a_drain_took(store, raw):
+    """park: each entry still in the stream leaves it (acknowledged, deleted) for its
+    host's overflow set, scored as given; one already gone (a drain moved it) is parked
+    nowhere; the parked set names each host with entries once, and stats counts the
+    entries parked."""
+    begun(store, raw)
+    store.join("w1", {})
+    urls = ["http://a.example/1", "http://a.example/2", "http://b.example/1", "http://c.example/1"]
+    ids = queued(store, raw, "w1", *urls)
+    raw.xack(store.stream_of("w1"), "g", ids[3])  # c.example's: a drain took it meanwhile
+    raw.xdel(store.stream_of("w1"), ids[3])
+    hosts = ["a.example", "a.example", "b.example", "c.example"]
+    park = [
+        [i, host, n, entry(u)] for n, (i, host, u) in enumerate(zip(ids, hosts, urls, strict=True))
+    ]
+    store.commit(Batch(worker="w1", epoch=1, src=store.stream_of("w1"), park=park))
+    assert urls_in(raw, store.stream_of("w1")) == []
+    assert raw.xpending(store.stream_of("w1"), "g")["pending"] == 0
+    assert raw.zrange(store.key("park:a.example"), 0, -1, withscores=True) == [
+        (f"{ids[0]} {entry(urls[0])}", 0.0),
+        (f"{ids[1]} {entry(urls[1])}", 1.0),
+    ]
+    assert raw.zrange(store.key("park:b.example"), 0, -1) == [f"{ids[2]} {entry(urls[2])}"]
+    assert not raw.exists(store.key("park:c.example"))
+    assert raw.smembers(store.key("parked")) == {"a.example", "b.example"}
+    assert raw.hget(store.key("stats"), "parks") == "3"
+
+
 # -- unpark.lua -------------------------------------------------------------------------------
 
 

@@ -245,8 +245,9 @@ def test_a_submit_goes_to_each_hosts_shard_and_status_and_clear_cover_all(
         first = Store(RedisURL.parse(redis_url), crawl_name)
         shards = Shards(first, stored_tags(first) or [], timeout=5)
         for number, store in enumerate(shards.stores):
-            hosts = {m.removeprefix("host:") for m in store.scope()}
+            hosts = {m.removeprefix("host:") for m in store.scope() if m.startswith("host:")}
             assert len(hosts) == 30  # every shard's scope has every submitted host
+            assert len({m for m in store.scope() if m.startswith("dir:")}) == 30  # directory
             inbox = [p for _, p in store.entries(store.inbox, count=100)]
             mine = [u for u in urls if shards.shard_of(host_key(u)) == number]
             assert len(inbox) == len(mine) > 0

@@ -160,11 +160,14 @@ def test_a_killer_page_is_drawn_apart_and_judged_by_the_deaths_it_costs() -> Non
 
 
 def test_reach_is_drawn_apart_from_the_site_and_in_about_half_the_sites() -> None:
-    """Parking and a small seen filter come to about half the sites each, drawn from the
-    site's seed alone, so every page and killer page stays as it was."""
+    """Parking and a small seen filter come to about half the sites each, a page cap to
+    about a third (2 or 3 pages a host), drawn from the site's seed alone, so every page
+    and killer page stays as it was."""
     reaches = [world.Reach.of(seed) for seed in range(400)]
     assert 140 < sum(r.park for r in reaches) < 260
     assert 140 < sum(r.seen_layer is not None for r in reaches) < 260
+    assert 90 < sum(r.cap is not None for r in reaches) < 180
+    assert {r.cap for r in reaches} == {None, *world.CAPS}
     assert {(r.park, r.seen_layer is None) for r in reaches} == {
         (a, b) for a in (True, False) for b in (True, False)
     }

@@ -5,6 +5,8 @@ from __future__ import annotations
 import http.client
 import itertools
 import json
+import subprocess
+import sys
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -331,3 +333,24 @@ def test_logged_time_is_when_the_request_arrived(server: SiteServer) -> None:
         connection.close()
     (record,) = server.requests()
     assert before <= record.time <= after
+
+
+def test_the_server_names_the_process_that_sent_each_request(tmp_path: Path) -> None:
+    """With who=True each request is logged with its sender's pid (two child processes on
+    one host: each request under its own child's pid, in the log file too); without it,
+    none."""
+    site = generate_site(pages=10, hosts=1, seed=7, port=0)
+    fetch = "import sys, urllib.request; urllib.request.urlopen(sys.argv[1]).read()"
+    with SiteServer(site, log_path=tmp_path / "requests.jsonl", who=True) as server:
+        children = [
+            subprocess.Popen([sys.executable, "-c", fetch, server.site.root + path])
+            for path in ("/", ROBOTS_PATH)
+        ]
+        assert [child.wait() for child in children] == [0, 0]
+        logged = {request.path: request.pid for request in server.requests()}
+    assert logged == {"/": children[0].pid, ROBOTS_PATH: children[1].pid}
+    from_file = {request.path: request.pid for request in read_log(tmp_path / "requests.jsonl")}
+    assert from_file == logged
+    with SiteServer(site) as server:
+        assert subprocess.run([sys.executable, "-c", fetch, server.site.root]).returncode == 0
+        assert [request.pid for request in server.requests()] == [None]

@@ -107,6 +107,9 @@ class Batch:
     scope: int | None = None
     widen: list[str] = attrs.Factory(list)
     instance: str = ""  # a submitter's marker for a crawl that has none yet
+    #: Follows --no-parent kept out as the batch was made: counted once it commits, never
+    #: sent (``Commits.committed``).
+    unparented: list[Any] = attrs.Factory(list)  # Entry values
 
     def to_json(self) -> str:
         doc: dict[str, Any] = {"w": self.worker, "e": self.epoch, "src": self.src}

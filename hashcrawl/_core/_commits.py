@@ -24,6 +24,7 @@ from hashcrawl._core._outcome import Router, SeenCache
 from hashcrawl._core._pace import Carry, PaceRecord
 from hashcrawl._core._pacing import Pacing
 from hashcrawl._core._parts import Clock
+from hashcrawl._core._patterns import Screen
 from hashcrawl._core._ring import Ring
 from hashcrawl._core._scope import Scope
 from hashcrawl._core._scope import members as scope_members
@@ -54,6 +55,7 @@ class Committing(Protocol):
     tally: Tally
     jars: CookieJars
     frontier: Frontier
+    screen: Screen
 
     pacing: Pacing
 
@@ -71,7 +73,9 @@ class Commits:
         s = self.s
         at, most = s.clock.server_ms(now) // 1000, s.settings.max_attempts
         route = (ring, s.stream_of, s.inbox, s.scope, s.seen, most)
-        return Router(*route, at=at, faults=s.faults, foreign=self.foreign)
+        return Router(
+            *route, at=at, faults=s.faults, foreign=self.foreign, no_parent=s.settings.no_parent
+        )
 
     def batch(
         self,
@@ -110,7 +114,8 @@ class Commits:
             if ring.owner_of(name) == s.id
             and (name not in s.frontier.hosts or s.frontier.hosts[name].paced)
         ]
-        return [x for pair in s.pacing.records(names, now).items() for x in pair]
+        records = s.pacing.records(names, now, robots=False)  # cookies only: each commit
+        return [x for pair in records.items() for x in pair]
 
     def delivery(self, entries: Iterable[Entry], now: float, ring: Ring | None = None) -> Batch:
         """A batch that only adds ``entries`` (links found in another shard, of hosts in
@@ -148,6 +153,7 @@ class Commits:
         for name, record in zip(batch.pace[::2], batch.pace[1::2], strict=True):
             s.jars.stored(name, PaceRecord.from_text(record).cookies)
         s.seen.remember(batch.add)  # the follows and ``carried`` that went through the filter
+        s.tally.pattern_refused += s.screen.unparented(batch.unparented)
         return Status.OK
 
 

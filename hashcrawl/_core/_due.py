@@ -98,9 +98,14 @@ class DueFigures:
     records: int = 0  # revisited URLs
 
     @classmethod
-    def from_histogram(cls, counts: Mapping[str, str], now_s: int) -> DueFigures:
-        """Read ``rvhist`` (minute -> records due in it); fields that are not whole
-        numbers (written by hand) are skipped."""
+    def from_histogram(
+        cls, counts: Mapping[str, str], now_s: int, seconds: Mapping[str, str] | None = None
+    ) -> DueFigures:
+        """Read ``rvhist`` (minute -> records due in it) and ``seconds``, the current
+        minute's ``rvs:M`` (second -> records due in it): a record due later in this
+        minute is not due now. Fields that are not whole numbers (written by hand) are
+        skipped; records of this minute with no second counted (written by an older
+        version) are taken as due, as every record of the minute once was."""
         minute = now_s // 60
         due_now = overdue = next_hour = records = 0
         for field, value in counts.items():
@@ -109,7 +114,21 @@ class DueFigures:
             except ValueError:
                 continue
             records += n
-            due_now += n if at <= minute else 0
+            due_now += n if at < minute else 0
             overdue += n if at < minute - 1 else 0
             next_hour += n if minute < at <= minute + 60 else 0
+            if at == minute:
+                due_now += n - _later_this_minute(seconds or {}, now_s % 60, n)
         return cls(due_now=due_now, overdue=overdue, next_hour=next_hour, records=records)
+
+
+def _later_this_minute(seconds: Mapping[str, str], now_second: int, most: int) -> int:
+    """Records due after ``now_second`` in the current minute (at most ``most``)."""
+    later = 0
+    for field, value in seconds.items():
+        try:
+            at, n = int(field), int(value)
+        except ValueError:
+            continue
+        later += max(n, 0) if at > now_second else 0
+    return min(later, most)

@@ -196,6 +196,8 @@ class Router:
     #: In a sharded crawl, whether a host is another shard's: its links are delivered
     #: there before this commit (``_run._sharding``), so the commit leaves them out.
     foreign: Callable[[str], bool] | None = None
+    #: The crawl's --no-parent: a follow must be at or below a start directory.
+    no_parent: bool = False
 
     def target_of(self, host: str) -> str:
         """The stream of ``host``'s owner, or the inbox while nobody is alive."""
@@ -252,11 +254,16 @@ class Router:
         return [self.target_of(held.host), text]
 
     def follow(self, batch: Batch, entry: Entry) -> list[str]:
-        """Add a follow that passes the scope and the seen filter; return one that skips
-        the filter. The scope is applied here, as the batch is made, because the commit
-        checks that it is still the fleet's (see ``_scope``)."""
+        """Add a follow that passes the scope (--no-parent's directories too) and the
+        seen filter; return one that skips the filter. The scope is applied here, as the
+        batch is made, because the commit checks that it is still the fleet's (see
+        ``_scope``): a directory submitted meanwhile is in it before the links it allows
+        are judged."""
         host = entry.host
         if not self.scope.allows(host) or (self.foreign is not None and self.foreign(host)):
+            return []
+        if self.no_parent and not self.scope.under_parent(entry.canonical, host):
+            batch.unparented.append(entry)
             return []
         if entry.dont_filter:
             return [self.target_of(host), entry.encode()]

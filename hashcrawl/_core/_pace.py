@@ -3,7 +3,11 @@ session that reads records in once the fleet has settled. No IO.
 
 The record is text in the crawl's ``pace`` hash (see ``_store``):
 ``last_ms,backoff_ms,crawl_delay[,taken]``, then ``;`` and the host's cookies if it has
-any (see ``_web._cookies``). Times are the server's clock, in milliseconds.
+any (see ``_web._cookies``: JSON, so never a control character), then, when a host
+with work queued is handed over with fresh robots.txt rules, ``\x1e``, the server ms
+until which they are fresh, ``\x1e`` and the robots.txt text (at most
+:data:`MAX_HANDED_ROBOTS` characters: a longer one is fetched again by the next owner).
+Times are the server's clock, in milliseconds.
 """
 
 from __future__ import annotations
@@ -14,6 +18,11 @@ import attrs
 
 from hashcrawl._core._frontier import Frontier, Host
 from hashcrawl._core._parts import Clock
+
+#: The longest robots.txt text handed over with a host (most are under 2 KiB; Google
+#: reads 500 KiB): one record a host at most, in Redis until the next owner reads it.
+MAX_HANDED_ROBOTS = 16 * 1024
+_ROBOTS = "\x1e"  # sets the robots.txt text apart; never in the cookies' JSON
 
 #: Whether a host gained at an epoch may be fetched now (``_epochs.Release``).
 Released = Callable[[str, int], bool]
@@ -29,6 +38,8 @@ class PaceRecord:
         crawl_delay: its robots.txt's Crawl-delay, seconds.
         taken: page requests made to it (counted with --max-pages-per-host).
         cookies: its cookie jar, as text (empty: none).
+        robots: its robots.txt text, handed over while fresh (see ``robots_until_ms``).
+        robots_until_ms: until when ``robots`` is fresh (server ms; 0: none handed).
         readable: False for a record whose numbers could not be read: only its cookies
             count (a record is input from Redis, and never raises).
     """
@@ -38,12 +49,17 @@ class PaceRecord:
     crawl_delay: float = 0.0
     taken: int = 0
     cookies: str = ""
+    robots: str = ""
+    robots_until_ms: int = 0
     readable: bool = True
 
     @classmethod
     def from_text(cls, text: str) -> PaceRecord:
-        """The record ``text`` holds; unreadable numbers give ``readable=False``."""
+        """The record ``text`` holds; unreadable numbers give ``readable=False``, and
+        robots.txt rules that are unreadable or too long are left out."""
+        text, _, handed = text.partition(_ROBOTS)
         pace, _, cookies = text.partition(";")
+        robots, robots_until_ms = _handed_robots(handed)
         try:
             last_ms, backoff_ms, crawl_delay, *more = (float(x) for x in pace.split(","))
             taken = int(more[0]) if more else 0
@@ -53,9 +69,13 @@ class PaceRecord:
                 crawl_delay=crawl_delay,
                 taken=taken,
                 cookies=cookies,
+                robots=robots,
+                robots_until_ms=robots_until_ms,
             )
         except (ValueError, OverflowError):
-            return cls(cookies=cookies, readable=False)
+            return cls(
+                cookies=cookies, readable=False, robots=robots, robots_until_ms=robots_until_ms
+            )
 
     @classmethod
     def of(
@@ -101,7 +121,18 @@ class PaceRecord:
         """The record as stored; ``taken`` and the cookies only when there are some."""
         count = f",{self.taken}" if self.taken else ""
         tail = ";" + self.cookies if self.cookies else ""
+        if self.robots_until_ms:
+            tail += f"{_ROBOTS}{self.robots_until_ms}{_ROBOTS}{self.robots}"
         return f"{self.last_ms},{self.backoff_ms},{self.crawl_delay}{count}{tail}"
+
+
+def _handed_robots(handed: str) -> tuple[str, int]:
+    """The robots.txt text of a record's last part and until when it is fresh (server
+    ms), or ``("", 0)`` if it has none usable."""
+    until, _, robots = handed.partition(_ROBOTS)
+    if not until.isdigit() or len(until) > 15 or len(robots) > MAX_HANDED_ROBOTS:
+        return "", 0
+    return robots, int(until)
 
 
 @attrs.define

@@ -18,7 +18,7 @@ from __future__ import annotations
 
 import enum
 import functools
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 
 import attrs
 import re2
@@ -38,6 +38,7 @@ class Refusal(enum.Enum):
 
     NOT_ACCEPTED = "--accept-regex"
     REJECTED = "--reject-regex"
+    NO_PARENT = "--no-parent"
 
 
 def compiled(pattern: str) -> Callable[[str], bool]:
@@ -122,6 +123,21 @@ class Screen:
                     self._noted.add(refusal)
                     self.unsaid[refusal] = patterns.said(entry.url, refusal)
         return wanted, refused
+
+    def unparented(self, entries: Iterable[Entry]) -> int:
+        """How many new URLs ``entries`` (follows --no-parent kept out) are; the first
+        kept to be said."""
+        refused = 0
+        for entry in entries:
+            if self._first(entry.key):
+                refused += 1
+                if Refusal.NO_PARENT not in self._noted:
+                    self._noted.add(Refusal.NO_PARENT)
+                    self.unsaid[Refusal.NO_PARENT] = (
+                        f"{entry.url}: it is above every start URL's directory on its host "
+                        "(--no-parent)"
+                    )
+        return refused
 
     def _first(self, key: str) -> bool:
         if key in self.remembered:

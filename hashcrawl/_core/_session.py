@@ -37,6 +37,7 @@ from hashcrawl._core._ledger import Ledger
 from hashcrawl._core._outcome import Outcome, Router, SeenCache
 from hashcrawl._core._pacing import Pacing
 from hashcrawl._core._parts import Clock, Due, Figures, RobotsCache, Suspects, limit_reached, limits
+from hashcrawl._core._patterns import Screen
 from hashcrawl._core._ring import Ring
 from hashcrawl._core._scope import Scope
 from hashcrawl._core._scope import members as scope_members
@@ -75,6 +76,7 @@ class Session:
         faults: Faults = NO_FAULTS,
         pool: Pool | None = None,
         foreign: Callable[[str], bool] | None = None,
+        screen: Screen | None = None,
     ) -> None:
         self.id = worker
         self.current = Current(settings)  # what every part reads: one step to change
@@ -93,6 +95,7 @@ class Session:
         self.robots = RobotsCache()
         self.scope = Scope()
         self.seen = SeenCache()
+        self.screen = screen or Screen()  # links kept out, each counted once (the handler's)
         self.fetching: dict[str, str] = {}  # requests under way: entry id -> host
         self.taken: dict[str, int] = {}  # host -> page requests (with --max-pages-per-host)
         self.ledger = Ledger()
@@ -103,7 +106,7 @@ class Session:
         self.suspects = Suspects()
         self.pacing = Pacing(
             current=self.current, frontier=self.frontier, epochs=self.epochs, clock=self.clock,
-            jars=jars, taken=self.taken, faults=faults,
+            jars=jars, taken=self.taken, faults=faults, robots=self.robots,
         )  # fmt: skip
         self.carry = self.pacing.carry  # previous owners' pace records still to read
         self.gate = Gate(self, pool)  # a sharded worker's slots, shared by its shards
@@ -145,12 +148,9 @@ class Session:
             self.carry.floors = dict.fromkeys(in_hand, late)
 
     def members_read(self, epoch: int, members: Iterable[str], *, first: bool = False) -> None:
-        """Learn the fleet's membership; a new epoch waits to be applied.
-
-        The first read (at join) is applied at once, but not settled: until a heartbeat
-        says every member has applied it, a host gained by joining may still be in its
-        previous owner's hands.
-        """
+        """Learn the fleet's membership; a new epoch waits to be applied. The first read
+        (at join) is applied at once, but not settled: until a heartbeat says every member
+        has applied it, a host gained by joining may still be in its previous owner's hands."""
         self.epochs.members_read(epoch, members, first=first)
 
     def parked_read(self, hosts: Iterable[str]) -> None:

@@ -149,6 +149,9 @@ class Settings:
         "RE2 pattern matches (searched, as wget's: anchor with ^ or $), fleet-wide")  # fmt: skip
     reject_regex: str | None = _url_pattern("follow no link whose canonical URL this RE2 "
         "pattern matches, fleet-wide")  # fmt: skip
+    no_parent: bool = _setting(False, "follow only links at or below a start URL's directory "
+        "(wget's: http://h/a/b/ and http://h/a/b/page.html keep to /a/b/, http://h/a/b to "
+        "/a/), on its host, fleet-wide", parse=None, crawl=True)  # fmt: skip
     headers: tuple[str, ...] = attrs.field(default=(), converter=_header_lines, repr=False,
         metadata={"flag": Flag(help="send this header with every request, 'Name: value' "
             "(repeatable); unlike a Request's headers it never goes to Redis: the place for "

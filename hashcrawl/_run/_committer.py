@@ -12,6 +12,7 @@ import trio
 from hashcrawl._core._batch import Status
 from hashcrawl._core._entry import Entry
 from hashcrawl._core._session import COMMIT_MAX, Commit
+from hashcrawl._run._dispatcher import tell_unwanted
 from hashcrawl._run._membership import Membership
 
 log = logging.getLogger("hashcrawl")
@@ -84,6 +85,8 @@ class Committer:
             took = self.m.now() - sent
             status = session.committed(commit, batch, result, took, carried)
             if status is Status.OK:
+                if batch.unparented:
+                    tell_unwanted(self.m)
                 break
             if status is Status.RESCOPE:
                 await self.m.read_scope()

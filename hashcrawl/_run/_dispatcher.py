@@ -15,6 +15,7 @@ from hashcrawl._core._due import conditional
 from hashcrawl._core._frontier import Held
 from hashcrawl._core._outcome import Outcome
 from hashcrawl._core._page import Page, Step
+from hashcrawl._core._patterns import Refusal
 from hashcrawl._core._revisit import Record
 from hashcrawl._exceptions import FetchError, Refused
 from hashcrawl._run._frontierpace import FrontierPace
@@ -213,21 +214,10 @@ class Dispatcher:
         )
 
     def tell_unwanted(self) -> None:
-        """Say, the first time in the crawl, that a pattern kept links out."""
-        unsaid = self.m.worker.handler.screen.unsaid
-        while unsaid:
-            refusal, why = unsaid.popitem()
-            self.tell(
-                refusal.name.lower(),
-                f"not following {why}: counted in status as pattern_refused "
-                f"(hashcrawl configure {refusal.value} changes the pattern, --reset "
-                f"{refusal.value.removeprefix('--')} drops it; said once per crawl)",
-            )
+        tell_unwanted(self.m)
 
     def tell(self, reason: str, line: str) -> None:
-        notices = self.m.worker.notices
-        if notices.first(reason):
-            self.m.spawn(notices.tell, reason, line, getattr(self.m.store, "claim_notice", None))
+        tell(self.m, reason, line)
 
     def may_send(self, held: Held) -> bool:
         """Ask the session, right before a request leaves, whether it still may."""
@@ -302,3 +292,27 @@ def not_sent_in(group: BaseExceptionGroup[BaseException]) -> bool:
     by side, and one the worker may no longer send (``NotSent``: its host moved, or the
     worker went stale) means the page goes back untried, whatever else failed with it."""
     return group.subgroup(NotSent) is not None
+
+
+def tell_unwanted(m: Membership) -> None:
+    """Say, the first time in the crawl, that a pattern or --no-parent kept links out."""
+    unsaid = m.worker.handler.screen.unsaid  # the session's too (``Commits.committed``)
+    while unsaid:
+        refusal, why = unsaid.popitem()
+        flag = refusal.value
+        change = f"configure {flag} changes the pattern, --reset"
+        if refusal is Refusal.NO_PARENT:
+            change = "configure --reset"
+        tell(
+            m,
+            refusal.name.lower(),
+            f"not following {why}: counted in status as pattern_refused (hashcrawl "
+            f"{change} {flag.removeprefix('--')} drops it; said once per crawl)",
+        )
+
+
+def tell(m: Membership, reason: str, line: str) -> None:
+    """Say ``line`` if this is the crawl's first time for ``reason`` (``_notices``)."""
+    notices = m.worker.notices
+    if notices.first(reason):
+        m.spawn(notices.tell, reason, line, getattr(m.store, "claim_notice", None))

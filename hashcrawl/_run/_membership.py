@@ -13,6 +13,7 @@ import trio
 
 from hashcrawl._core._faults import Faults
 from hashcrawl._core._gate import Pool
+from hashcrawl._core._parents import FULL, MAX_PARENTS
 from hashcrawl._core._session import COMMIT_EVERY, COMMIT_MAX, Session
 from hashcrawl._core._settings import Settings
 from hashcrawl._exceptions import ConfigError, Fenced, QueueError
@@ -103,6 +104,14 @@ class Member(Protocol):
     def take_settings(self, settings: Settings) -> None: ...
 
 
+#: Why a --no-parent worker stops in a crawl whose start directories were not all kept.
+UNKNOWN_PARENTS = (
+    f"--no-parent: more than {MAX_PARENTS:,} start directories were submitted to this crawl "
+    "before it had --no-parent, and only those are kept: it cannot tell which links are "
+    "under a start URL (hashcrawl configure --reset no-parent, or start the crawl again)"
+)
+
+
 class Membership:
     """The plumbing of one membership of a worker, shared by its loops.
 
@@ -147,6 +156,7 @@ class Membership:
             stream_of=store.stream_of,
             inbox=store.inbox,
             refuses=worker.handler.refusal,
+            screen=worker.handler.screen,
             spider_name=worker.spider_name,
             tally=worker.tally,
             jars=Jars(worker.settings.max_cookie_bytes),
@@ -231,7 +241,10 @@ class Membership:
 
     async def read_scope(self) -> None:
         """Learn the crawl's scope (at join, and when a commit finds that it has grown)."""
-        self.session.scope_read(await self.persist(self.store.scope))
+        stored = await self.persist(self.store.scope)
+        self.session.scope_read(stored)
+        if self.worker.settings.no_parent and FULL in stored:
+            self.worker.refuse(ConfigError(UNKNOWN_PARENTS))
 
     async def find_parked(self) -> None:
         """Learn which hosts this owner has overflow sets for (at join and on handoffs)."""

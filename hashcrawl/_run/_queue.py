@@ -12,6 +12,7 @@ import attrs
 from hashcrawl._core._batch import Status, chunks
 from hashcrawl._core._entry import Entry
 from hashcrawl._core._links import sendable
+from hashcrawl._core._parents import MAX_PARENTS, member_of
 from hashcrawl._core._patterns import Patterns
 from hashcrawl._core._ring import Ring
 from hashcrawl._core._scope import members as scope_members
@@ -261,11 +262,17 @@ def submit_urls(
 
 
 def submit_entries(store: Target, entries: list[Entry]) -> int:
-    """Route entries to their host owners' streams (or the inbox); their hosts join the
-    scope first (see ``_scope``), every shard's in a sharded crawl, and each entry goes
-    to its host's shard."""
+    """Route start entries to their host owners' streams (or the inbox); their hosts and
+    directories join the scope first (see ``_scope``, ``_parents``), every shard's in a
+    sharded crawl, and each entry goes to its host's shard.
+
+    Raises:
+        ConfigError: the crawl has --no-parent and a chunk's new directories would pass
+            ``MAX_PARENTS`` (that chunk and later ones are not submitted).
+    """
     added = 0
     for chunk in chunks(entries, BATCH):
+        _add_parents(store, {member_of(e.url) for e in chunk})
         members = scope_members(hosts={e.host for e in chunk})
         if not isinstance(store, Shards):
             store.widen_scope(members)
@@ -279,6 +286,23 @@ def submit_entries(store: Target, entries: list[Entry]) -> int:
         for shard, group in sorted(by_shard.items()):
             added += _submit_entries(store.stores[shard], group)
     return added
+
+
+def _add_parents(store: Target, members: set[str]) -> None:
+    """Record start directories in the scope (every shard's), refused past the cap.
+
+    Raises:
+        ConfigError: the crawl has --no-parent and they would pass ``MAX_PARENTS``.
+    """
+    for each in store.stores if isinstance(store, Shards) else [store]:
+        taken, count = each.add_parents(members, MAX_PARENTS)
+        if not taken:
+            raise ConfigError(
+                f"--no-parent keeps at most {MAX_PARENTS:,} start directories and the crawl "
+                f"has {count:,}: these URLs would add more, so they are not submitted "
+                "(submit URLs under the directories it has, or hashcrawl configure --reset "
+                "no-parent)"
+            )
 
 
 def submit_start_requests(store: Target, spider: Calls, starts: list[Request | str]) -> int:

@@ -135,9 +135,12 @@ class Revisits:
 
     @_translated
     def figures(self, now_s: int) -> DueFigures:
-        """Pages due now, overdue and due in the next hour (one HGETALL of ``rvhist``)."""
+        """Pages due now, overdue and due in the next hour (one HGETALL of ``rvhist``,
+        one of the current minute's ``rvs:M``: at most 60 fields)."""
         raw = self._client.hgetall(self.prefix + "rvhist")
-        return DueFigures.from_histogram(dict(_texts(raw.items())), now_s)
+        within = self._client.hgetall(f"{self.prefix}rvs:{now_s // 60}")
+        seconds = dict(_texts(within.items()))
+        return DueFigures.from_histogram(dict(_texts(raw.items())), now_s, seconds)
 
     @_translated
     def record_of(self, entry: Entry, *, bits: int = BUCKET_BITS) -> Record | None:

@@ -40,14 +40,17 @@ key                type    written by
                            error, attempts, entry (so its URL) and time, out of attempts
 ``bad``            LIST    commit: the newest samples of unreadable entries (bounded)
 ``stats``          HASH    commit, heartbeat, join: fleet counters (join: taken_over);
-                           pages: ``pages_taken``, counted against --max-pages-total
+                           pages: ``pages_taken``, counted against --max-pages-total;
+                           parents: ``parents``, the ``dir:`` members of ``scope``
 ``turn:HOST``      HASH    turn: a shared host's latest turn (server ms), its gap and
                            margin; expires a minute after a turn at once is due again
 ``notices``        HASH    a worker's first refusal of a page for a reason (HSETNX):
                            reason -> unix seconds; whoever sets it says the line
 ``scope``          SET     submit, join, commit, configure: the hosts links may lead
-                           to (and ``domain:D``, ``span``); only grows, so its size is
-                           its version, checked by commit
+                           to (and ``domain:D``, ``span``), and the start URLs'
+                           directories (``dir:HOST/PATH/``, parents: at most
+                           ``_parents.MAX_PARENTS``); only grows, so its size is its
+                           version, checked by commit
 ``settings``       HASH    join, crawl, configure (``_crawlconfig``): the crawl's
                            settings but the scope's, one field each as its flag's text,
                            and ``version`` (+1 on every change; the heartbeat returns it)
@@ -56,6 +59,8 @@ key                type    written by
 ``rvu:B``          HASH    revisit: fingerprint -> the page's entry, for its revisits
 ``rvdue``          ZSET    revisit: bucket -> its earliest due time, server seconds
 ``rvhist``         HASH    revisit: minute -> records due in it, for status
+``rvs:M``          HASH    revisit: second of minute M -> records due in it (status's
+                           due_now, to the second)
 ``absent``         (none)  never written: every script call declares it, so that on a
                            cluster a call during the slot's migration is refused whole
                            (TRYAGAIN or ASK) instead of running over keys that have left
@@ -396,6 +401,14 @@ class Store(Views):
         """Add members (``_scope.members``) to the crawl's scope."""
         if members:
             self._write(("SADD", self.key("scope"), *members))
+
+    @_translated
+    def add_parents(self, members: set[str], cap: int) -> tuple[bool, int]:
+        """Add start directories (``_parents.member_of``) to the scope, at most ``cap``
+        in all: ``(False, count)`` if they would pass it in a --no-parent crawl (nothing
+        written), else ``(True, count)`` (``lua/parents.lua``)."""
+        status, count = self._run("parents", [self.prefix, cap, *sorted(members)])
+        return status == "ok", int(count)
 
     @_translated
     def scope(self) -> set[str]:

@@ -108,7 +108,12 @@ class Views(Connection):
             "mixed_spiders": len(spiders) > 1,
             "epoch": epoch,
             "ended": exists and queued_now == 0 and alive == 0,
-            "revisits": _revisit_view(r.hgetall(self.key("rvhist")), int(seconds), stats),
+            "revisits": _revisit_view(
+                r.hgetall(self.key("rvhist")),
+                int(seconds),
+                stats,
+                r.hgetall(self.key(f"rvs:{int(seconds) // 60}")),
+            ),
         }
 
     def _worker_view(self, worker: str, beat: float | None, now_ms: int) -> dict[str, Any]:
@@ -187,12 +192,16 @@ class Views(Connection):
             pipe.hgetall(self.key("rvhist"))
             pipe.time()
             stats, dead, outstanding, due, (seconds, _) = pipe.execute()
+        within = self._redis.hgetall(self.key(f"rvs:{int(seconds) // 60}"))
         return {
             "leases_reclaimed": _whole(stats.get("leases_reclaimed")),
             "queue_bad": _whole(stats.get("queue_bad")),
             "dead": int(dead),
             "outstanding": _whole(outstanding),
-            **{f"revisit_{k}": v for k, v in _revisit_view(due, int(seconds), stats).items()},
+            **{
+                f"revisit_{k}": v
+                for k, v in _revisit_view(due, int(seconds), stats, within).items()
+            },
         }
 
     @_translated
@@ -263,9 +272,12 @@ def _pending(r: Any, stream: str) -> int:
         return 0
 
 
-def _revisit_view(due: dict[str, str], now_s: int, stats: dict[str, str]) -> dict[str, int]:
-    """Revisited pages and when they are due (``rvhist``), and what revisits found."""
-    figures = DueFigures.from_histogram(due, now_s)
+def _revisit_view(
+    due: dict[str, str], now_s: int, stats: dict[str, str], within: dict[str, str]
+) -> dict[str, int]:
+    """Revisited pages and when they are due (``rvhist``, and ``within`` the current
+    minute: its ``rvs:M``), and what revisits found."""
+    figures = DueFigures.from_histogram(due, now_s, within)
     return {
         "pages": figures.records,
         "due_now": figures.due_now,

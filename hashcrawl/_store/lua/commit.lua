@@ -22,7 +22,7 @@
 --                            (only of those this call removed: counted once however
 --                            many workers drain the same orphan stream)
 --   P..'instance'     STRING SET NX by a submit (w ''): the crawl's instance marker
---   P..'stats'        HASH   fleet counters (dead, queue_bad)
+--   P..'stats'        HASH   fleet counters (dead, queue_bad, parks: entries ever parked)
 --   P..'scope'        SET    checked: its size is the scope's version (it only grows)
 -- ARGV[1] = P, ARGV[2] = JSON batch:
 --   w: worker id ('' for a submitter), e: epoch the batch was routed at,
@@ -185,13 +185,33 @@ if b.src ~= '' then
     end
   end
   -- Parked entries leave the stream for their host's overflow set: memory stays bounded
-  -- and a long backlog of one host never stands in front of the others.
+  -- and a long backlog of one host never stands in front of the others. Each is parked
+  -- only if this call deleted it (a drain may have moved it meanwhile); the acks and the
+  -- overflow sets then take them all at once, a command per host, not four an entry.
+  local parked, hosts, members = {}, {}, {}
   for _, pk in ipairs(b.park or {}) do
     if redis.call('XDEL', b.src, pk[1]) == 1 then
-      redis.call('XACK', b.src, 'g', pk[1])
-      redis.call('ZADD', P .. 'park:' .. pk[2], pk[3], pk[1] .. ' ' .. pk[4])
-      redis.call('SADD', P .. 'parked', pk[2])
+      parked[#parked + 1] = pk[1]
+      local of = members[pk[2]]
+      if not of then
+        of = {}
+        members[pk[2]] = of
+        hosts[#hosts + 1] = pk[2]
+      end
+      of[#of + 1] = pk[3]
+      of[#of + 1] = pk[1] .. ' ' .. pk[4]
     end
+  end
+  for s = 1, #parked, CHUNK do
+    redis.call('XACK', b.src, 'g', unpack(parked, s, math.min(s + CHUNK - 1, #parked)))
+  end
+  for _, host in ipairs(hosts) do
+    chunked('ZADD', P .. 'park:' .. host, members[host])
+  end
+  chunked('SADD', P .. 'parked', hosts)
+  if #parked > 0 then
+    b.stats = b.stats or {}
+    b.stats.parks = (b.stats.parks or 0) + #parked
   end
   local bad = 0
   for _, bd in ipairs(b.bad or {}) do

@@ -8,6 +8,8 @@
 --                          reads it, and deletes it with an unreadable record)
 --   P..'rvdue'      ZSET   bucket -> the earliest due_s of its records      (put, take)
 --   P..'rvhist'     HASH   minute (due_s // 60) -> records due in it         (put, take)
+--   P..'rvs:'..M    HASH   second of minute M (due_s % 60) -> records due in it, so that
+--                          status counts the current minute exactly         (put, take)
 --   P..'inbox'      STREAM XADD: a due page's entry, drained to its host's owner (take)
 --   P..'seenmeta'   HASH   'outstanding': + the entries take added
 --   P..'idle_since' STRING deleted when take adds an entry
@@ -37,9 +39,13 @@ local function due_of(rec)
   return due
 end
 
-local function count(minute, by)
+local function count(due, by)
+  local minute, second = math.floor(due / 60), due % 60
   local left = redis.call('HINCRBY', P .. 'rvhist', minute, by)
   if left <= 0 then redis.call('HDEL', P .. 'rvhist', minute) end
+  -- an older version's record has no second counted: its -1 is dropped with the field
+  local within = P .. 'rvs:' .. minute
+  if redis.call('HINCRBY', within, second, by) <= 0 then redis.call('HDEL', within, second) end
 end
 
 local function hex(s)
@@ -53,10 +59,10 @@ if op == 'put' then
     local due = due_of(rec)
     if due then
       local old = due_of(redis.call('HGET', P .. 'rv:' .. bucket, fp))
-      if old then count(math.floor(old / 60), -1) end
+      if old then count(old, -1) end
       redis.call('HSET', P .. 'rv:' .. bucket, fp, rec)
       if entry ~= '' then redis.call('HSET', P .. 'rvu:' .. bucket, fp, entry) end
-      count(math.floor(due / 60), 1)
+      count(due, 1)
       redis.call('ZADD', P .. 'rvdue', 'LT', due, bucket)
       written = written + 1
       if verdict == 'c' then changed = changed + 1 end
@@ -77,7 +83,7 @@ local buckets = redis.call('ZRANGE', P .. 'rvdue', '-inf', now, 'BYSCORE', 'LIMI
 local taken, dropped = 0, 0
 
 local function drop(bucket, fp, why, due)
-  if due then count(math.floor(due / 60), -1) end
+  if due then count(due, -1) end
   redis.call('HDEL', P .. 'rv:' .. bucket, fp)
   redis.call('HDEL', P .. 'rvu:' .. bucket, fp)
   redis.call('LPUSH', P .. 'bad', 'revisit record in bucket ' .. bucket .. ' dropped: ' .. why)
@@ -97,8 +103,8 @@ local function take_one(bucket, fp, rec, due)
   local next_due = now + requeue
   if next_due > 4294967295 then next_due = 4294967295 end
   redis.call('HSET', P .. 'rv:' .. bucket, fp, struct.pack('>I4', next_due) .. rec:sub(5))
-  count(math.floor(due / 60), -1)
-  count(math.floor(next_due / 60), 1)
+  count(due, -1)
+  count(next_due, 1)
   redis.call('XADD', P .. 'inbox', '*', 'r', payload)
   taken = taken + 1
   return next_due
