@@ -209,3 +209,59 @@ async def test_a_wait_for_quiet_traffic_waits_only_for_requests_begun_after_its_
     assert traffic.open_since(0) == 1  # the long poll, still open
     traffic.end(long_poll)
     assert traffic.open_since(0) == 0
+
+
+class Refusals(HostPace):
+    """A pace that records the requests refused for their host (the worker's counts
+    and tells them)."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.urls: list[str] = []
+
+    def refused(self, url: str, why: str) -> None:
+        self.urls.append(url)
+
+
+def test_a_shared_host_is_fetched_from_any_page_and_only_a_shared_host() -> None:
+    """The crawl's shared hosts pass, by host key (port included); others do not."""
+    shared = frozenset({"cdn.test", "127.0.0.9:8080"})
+    assert verdict("https://cdn.test/lib.js", "Script", "a.test", BLOCKED_TYPES, shared) is (
+        Verdict.FETCH
+    )
+    assert verdict("http://127.0.0.9:8080/x.js", "Script", "a.test", BLOCKED_TYPES, shared) is (
+        Verdict.FETCH
+    )
+    for other in ("http://127.0.0.9:8081/x.js", "http://cdn.test.evil/x.js", "http://b.test/"):
+        assert verdict(other, "Script", "a.test", BLOCKED_TYPES, shared) is Verdict.HOST
+    assert verdict("https://cdn.test/i.png", "Image", "a.test", BLOCKED_TYPES, shared) is (
+        Verdict.TYPE
+    )
+
+
+async def test_a_request_to_another_host_is_reported_to_the_pace_once_each() -> None:
+    """The worker's pace hears of every refused host request (to count and tell it);
+    of nothing else."""
+    fake = FakeBrowser(lambda method, params, session: {})
+    pace = Refusals()
+    interceptor = Interceptor(
+        connection=fake.connection,
+        fetcher=Recorder(),
+        pace=pace,
+        page_host="a.test",
+        main_frame="F1",
+        document=document(),
+        shared=frozenset({"cdn.test"}),
+    )
+    async with trio.open_nursery() as nursery:
+        nursery.start_soon(fake.serve)
+        nursery.start_soon(fake.connection.run)
+        for n, url in enumerate(["http://b.test/x.js", "http://cdn.test/x.js", "file:///x"]):
+            await interceptor.answer({"requestId": f"r{n}", **paused(url, "Script")}, "S")
+        nursery.cancel_scope.cancel()
+    assert pace.urls == ["http://b.test/x.js"]
+    assert [why for _, why in interceptor.requests] == [
+        Verdict.HOST.value,
+        Verdict.FETCH.value,
+        Verdict.SCHEME.value,
+    ]

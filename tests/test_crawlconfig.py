@@ -61,11 +61,11 @@ def test_crawl_settings_are_the_fields_marked_in_the_declaration() -> None:
         "sitemaps", "max_depth", "max_attempts", "obey_robots", "cookies",
         "max_pages_per_host", "revisit", "revisit_min", "revisit_max", "revisit_pages",
         "accept_regex", "reject_regex", "no_parent", "max_pages_total",
-        "render", "render_hosts",
+        "render", "render_hosts", "render_fetch_hosts",
     }  # fmt: skip
     assert set(FIXED) == {
         "per_host", "lease", "user_agent", "revisit", "revisit_min", "revisit_max",
-        "revisit_pages",
+        "revisit_pages", "render_fetch_hosts",
     }  # fmt: skip
     assert set(RECORDED) == set(CRAWL) - {"allow_domains", "span_hosts"}
 

@@ -90,3 +90,15 @@ def test_a_sub_request_is_refused_with_a_reason_not_raised() -> None:
     assert "not a URL" in str(session.gate.sub_request("::nonsense::", 0.0))
     assert "no longer this worker's host" in str(session.gate.sub_request("http://b.test/", 0.0))
     assert session.gate.sub_request("http://a.test/x.js", 0.0) == 0.0
+
+
+def test_a_sub_request_to_a_shared_host_not_this_workers_may_start_now() -> None:
+    """Its turn in Redis paces it; a shared host this worker owns keeps its frontier's
+    turn too, and a host not shared is still refused."""
+    session = session_of(delay=2.0)
+    ready(session, "http://a.test/page")
+    gate = session.gate
+    assert gate.sub_request("http://cdn.test/x.js", 5.0, shared=True) == 5.0
+    assert "no longer this worker's host" in str(gate.sub_request("http://cdn.test/x.js", 5.0))
+    assert gate.sub_request("http://a.test/x.js", 5.0, shared=True) == 5.0
+    assert gate.sub_request("http://a.test/y.js", 5.5, shared=True) == 7.0  # a start counted

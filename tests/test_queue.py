@@ -36,6 +36,7 @@ STATUS_KEYS = {
     "fetched",
     "links_dropped",
     "host_capped",
+    "sub_refused",
     "failed",
     "dead",
     "leases_reclaimed",

@@ -4,7 +4,8 @@ refused or fetched by the worker's own fetcher and handed back.
 The judgement (:func:`verdict`) is pure: only http(s); not a resource type the DOM does
 not need; only the page's own host. What passes is fetched by the fetcher the worker
 uses for any page, so its address policy (``--allow-net``), ``--max-body`` and timeout
-apply; a sub-request waits for its host's turn first (``_pace``).
+apply; a sub-request waits for its host's turn first (``_pace``). Another host is
+refused unless the crawl shares it (``--render-fetch-hosts``: ``_core._turns``).
 """
 
 from __future__ import annotations
@@ -20,6 +21,7 @@ import trio
 
 from hashcrawl._browser._cdp import Connection, Session
 from hashcrawl._browser._pace import Pace
+from hashcrawl._core._turns import host_of
 from hashcrawl._exceptions import BrowserError, HashcrawlError, Refused
 from hashcrawl._web._fetch import Fetcher
 from hashcrawl._web._models import Request, Response
@@ -61,14 +63,21 @@ class Verdict(enum.Enum):
     DOCUMENT = "the document"
 
 
-def verdict(url: str, resource_type: str, page_host: str, blocked: frozenset[str]) -> Verdict:
-    """What to do with a request for ``url`` of ``resource_type`` from a page on ``page_host``."""
+def verdict(
+    url: str,
+    resource_type: str,
+    page_host: str,
+    blocked: frozenset[str],
+    shared: frozenset[str] = frozenset(),
+) -> Verdict:
+    """What to do with a request for ``url`` of ``resource_type`` from a page on
+    ``page_host``; ``shared`` holds the host keys it may fetch from beside its own."""
     parts = urlsplit(url)
     if parts.scheme not in ("http", "https"):
         return Verdict.SCHEME
     if resource_type in blocked or (resource_type == "Other" and parts.path == "/favicon.ico"):
         return Verdict.TYPE  # the browser's own favicon request: no DOM needs it
-    if (parts.hostname or "") != page_host:
+    if (parts.hostname or "") != page_host and not (shared and host_of(url) in shared):
         return Verdict.HOST
     return Verdict.FETCH
 
@@ -124,6 +133,7 @@ class Interceptor:
     main_frame: str
     document: Response
     blocked: frozenset[str] = BLOCKED_TYPES
+    shared: frozenset[str] = frozenset()  # hosts it may fetch from beside its own
     requests: list[tuple[str, str]] = attrs.Factory(list)
     archived: list[Response] = attrs.Factory(list)  # those with an exchange, for a WARC
     _served: bool = False
@@ -140,9 +150,11 @@ class Interceptor:
             self.requests.append((url, Verdict.DOCUMENT.value))
             await self._fulfill(rid, self.document, session)
             return
-        judged = verdict(url, kind, self.page_host, self.blocked)
+        judged = verdict(url, kind, self.page_host, self.blocked, self.shared)
         if judged is not Verdict.FETCH:
             self.requests.append((url, judged.value))
+            if judged is Verdict.HOST:
+                self.pace.refused(url, judged.value)
             await self._fail(rid, "BlockedByClient", session)
             return
         await self._fetch(rid, url, request, session)

@@ -32,6 +32,9 @@ class Pace(Protocol):
     def ended(self, url: str) -> None:
         """A request for ``url`` (the document, or a sub-request) has ended."""
 
+    def refused(self, url: str, why: str) -> None:
+        """The page asked for ``url``, on a host it may not fetch from: not fetched."""
+
 
 class HostPace:
     """Starts the sub-requests to each host ``delay`` seconds apart, in this process:
@@ -51,6 +54,9 @@ class HostPace:
         await trio.sleep_until(turn)
 
     def ended(self, url: str) -> None:
+        pass
+
+    def refused(self, url: str, why: str) -> None:
         pass
 
 

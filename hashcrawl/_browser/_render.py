@@ -52,6 +52,8 @@ class Renderer:
             (``--render``, ``--render-hosts``: a worker's, read anew for every request).
         reach: what steps may use beyond the page (the upload directory, the spider's
             methods for call steps); by default, nothing.
+        shared: the host keys a page may fetch from beside its own (the crawl's
+            ``--render-fetch-hosts``, read anew for every page); by default, none.
     """
 
     def __init__(
@@ -65,8 +67,9 @@ class Renderer:
         render_all: bool = False,
         chosen: Callable[[str], bool] = lambda url: False,
         reach: Reach = NO_REACH,
+        shared: Callable[[], frozenset[str]] = frozenset,
     ) -> None:
-        self.chosen = chosen
+        self.chosen, self.shared = chosen, shared
         self.tabs, self.fetcher, self.reach = tabs, fetcher, reach
         self.render_timeout, self.blocked, self.render_all = render_timeout, blocked, render_all
         self.pace: Pace = pace or HostPace()
@@ -141,6 +144,7 @@ class Renderer:
             main_frame=tab.target,
             document=document,
             blocked=self.blocked,
+            shared=self.shared(),
         )
         loaded = trio.Event()
         with connection.listen(session) as events:

@@ -273,8 +273,8 @@ class Tabs:
         try:
             await connection.send("Browser.setDownloadBehavior", {"behavior": "deny"})
             await connection.send("Target.setDiscoverTargets", {"discover": True})
-        except BrowserError:
-            await browser.aclose()
+        except BaseException:  # a failure, or the page's fetch cancelled: none is left
+            await browser.aclose()  # shielded: the process is reaped however it ends
             raise
         self._nursery.start_soon(self._close_popups, browser)
         return browser

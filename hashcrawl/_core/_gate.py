@@ -157,10 +157,12 @@ class Gate:
         fresh = "send_stale" in self.s.faults or self.fresh(now)  # off: a deliberate bug to catch
         return fresh and self.s.epochs.latest.owner_of(held.host) == self.s.id
 
-    def sub_request(self, url: str, now: float) -> float | str:
+    def sub_request(self, url: str, now: float, *, shared: bool = False) -> float | str:
         """When a rendered page's sub-request to ``url`` may start (its host's turn,
         counted as the host's last start at once: see ``Frontier.sub_request_turn``),
-        or why it may not: robots.txt disallows it, or the host is not this worker's."""
+        or why it may not: robots.txt disallows it, or the host is not this worker's.
+        A ``shared`` host (``_turns``) that is not this worker's may start now: its
+        turn in Redis paces it."""
         s = self.s
         try:
             host = Entry(url=url).host
@@ -170,6 +172,8 @@ class Gate:
         if rules is not None and not rules.allowed(url):
             return f"robots.txt disallows {url:.100}"
         turn = s.frontier.sub_request_turn(host, now)
+        if turn is None and shared:
+            return now
         if turn is None:
             return f"{host} is no longer this worker's host: {url:.100} not fetched"
         return turn

@@ -44,6 +44,7 @@ from ._flags import (
 )
 from ._revisit import DEFAULT_MAX_S, DEFAULT_MIN_S, Policy
 from ._steps import host_patterns
+from ._turns import shared_hosts
 
 #: The default --warc-max-size: a new WARC file before one would pass 1 GB (StormCrawler's).
 WARC_MAX_SIZE = 1_000_000_000
@@ -329,6 +330,14 @@ class Settings:
         "comma-separated patterns match, e.g. '*.shop.test,app.test'", crawl=True,
         check=lambda _, __, value: host_patterns(value), parse=_or_none(_text),
         metavar="PATTERN")  # fmt: skip
+    render_fetch_hosts: str | None = _setting(None, "the hosts a rendered page may fetch "
+        "from beside its own, comma-separated, e.g. 'cdn.test,static.test:8080' (at most "
+        "100); every request to them, by any worker, then takes its turn in Redis",
+        crawl=True, fixed=True, check=lambda _, __, value: shared_hosts(value),
+        parse=_or_none(_text), metavar="HOSTS")  # fmt: skip
+    render_fetch_margin: float = _setting(0.25, "seconds after its turn within which a "
+        "request to a --render-fetch-hosts host must leave (else it asks again): each turn "
+        "of such a host is --delay plus this apart", check=_positive, metavar="S")  # fmt: skip
     chromium: str | None = _setting(None, "the Chromium to render with (default: chromium "
         "on PATH)", parse=_or_none(_text), metavar="PATH")  # fmt: skip
     browser_tabs: int = _setting(4, "most pages rendered at once (tabs of the browser)",

@@ -22,6 +22,7 @@ from hashcrawl._run._handler import Handler
 from hashcrawl._run._inbound import Inbound, Parcel
 from hashcrawl._run._metrics import Tally
 from hashcrawl._run._notices import Notices
+from hashcrawl._run._turns import SharedRobots
 from hashcrawl._store._base import RevisitStore, WorkerStore
 from hashcrawl._store._crawlconfig import CrawlSettings
 from hashcrawl._web._cookies import Jars
@@ -90,6 +91,7 @@ class Member(Protocol):
     tally: Tally
     notices: Notices
     crawl_settings: CrawlSettings | None
+    shared_robots: SharedRobots | None  # robots.txt of --render-fetch-hosts, once it runs
 
     def refuse(self, why: ConfigError) -> None: ...
 

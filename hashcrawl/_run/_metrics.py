@@ -95,6 +95,7 @@ class Tally:
     fenced: int = 0
     links_dropped: int = 0
     host_capped: int = 0
+    sub_refused: int = 0  # a rendered page's requests to hosts it may not fetch from
     statuses: dict[str, int] = attrs.Factory(dict)
     errors: dict[str, int] = attrs.Factory(dict)
     bytes: int = 0
@@ -164,6 +165,7 @@ class Tally:
             "fenced": self.fenced,
             "links_dropped": self.links_dropped,
             "host_capped": self.host_capped,
+            "sub_refused": self.sub_refused,
             "bytes": self.bytes,
             "retries": self.retries,
             "dead_letters": self.dead,

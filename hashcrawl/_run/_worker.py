@@ -29,6 +29,7 @@ from hashcrawl._core._patterns import Patterns
 from hashcrawl._core._session import Session
 from hashcrawl._core._settings import CRAWL, Settings
 from hashcrawl._core._steps import renders
+from hashcrawl._core._turns import shared_hosts
 from hashcrawl._exceptions import ConfigError, Fenced, ShardsChanged, StateLost
 from hashcrawl._run._calls import StoreCaller
 from hashcrawl._run._driver import Driver as Driver
@@ -39,6 +40,7 @@ from hashcrawl._run._metrics import Tally
 from hashcrawl._run._notices import Notices
 from hashcrawl._run._queue import check_start_urls, submit_start_requests
 from hashcrawl._run._sharding import Sharded
+from hashcrawl._run._turns import SharedRobots, SharedTurns
 from hashcrawl._store import _crawlconfig
 from hashcrawl._store._base import WorkerStore
 from hashcrawl._store._crawlconfig import CrawlSettings
@@ -125,6 +127,7 @@ class Worker:
         self.notices = Notices()  # the refusals it has told of (or another worker did)
         self._stop_requested = False
         self.instance = ""  # the crawl's instance marker, learnt at the first join
+        self.shared_robots: SharedRobots | None = None  # --render-fetch-hosts', once run
 
     def new_id(self) -> str:
         """A member id for a new membership: its name's next incarnation, if named."""
@@ -222,7 +225,15 @@ class Worker:
         reason = "finished"
         browser = contextlib.AsyncExitStack()  # the browser: started by the first render
         try:
-            fetcher = await browser.enter_async_context(self._renderer(inner))
+            turns = SharedTurns(
+                inner,
+                take=self.take_turn,
+                settings=self._settings,
+                gap_of=self._gap,
+                at_write=own_fetcher,  # the default fetcher's connections await the turn
+            )
+            self.shared_robots = SharedRobots(turns, self._settings)
+            fetcher = await browser.enter_async_context(self._renderer(turns))
             shards = await self._shards(store)  # before anything is queued
             if self.handler.spider is not None:
                 await trio.to_thread.run_sync(self.handler.spider.opened)
@@ -302,7 +313,16 @@ class Worker:
             max_mib=s.browser_max_mib,
             chosen=self._rendered,
             reach=Reach(upload_dir=s.browser_upload_dir, method=self._step_method),
+            shared=lambda: shared_hosts(self.settings.render_fetch_hosts),
         )
+
+    def _settings(self) -> Settings:
+        return self.settings
+
+    def _gap(self, host: str) -> float:
+        """A shared host's gap between turns: --delay, or its Crawl-delay if longer."""
+        robots = self.shared_robots
+        return max(self.settings.delay, robots.crawl_delay(host) if robots is not None else 0.0)
 
     def _rendered(self, url: str) -> bool:
         """Whether the crawl's settings, as they are now, render ``url``'s page."""
@@ -350,6 +370,14 @@ class Worker:
         """Give back a page :meth:`take_page` took for a request that never left."""
         assert self._store is not None
         self._store.give_back_page()
+
+    def take_turn(
+        self, host: str, *, gap: float, margin: float, most_wait: float
+    ) -> tuple[bool, float]:
+        """Reserve a shared host's next turn (``Store.take_turn``), in the crawl's one
+        store, or a sharded crawl's first shard, as :meth:`take_page`."""
+        assert isinstance(self._store, Store)
+        return self._store.take_turn(host, gap=gap, margin=margin, most_wait=most_wait)
 
     def fleet_counters(self) -> dict[str, int]:
         """Fleet-wide counters from Redis, for a metrics scrape (never the page path)."""

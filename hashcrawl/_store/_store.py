@@ -42,6 +42,8 @@ key                type    written by
 ``stats``          HASH    commit, heartbeat, join: fleet counters (join: taken_over);
                            pages: ``pages_taken``, counted against --max-pages-total;
                            parents: ``parents``, the ``dir:`` members of ``scope``
+``turn:HOST``      HASH    turn: a shared host's latest turn (server ms), its gap and
+                           margin; expires a minute after a turn at once is due again
 ``notices``        HASH    a worker's first refusal of a page for a reason (HSETNX):
                            reason -> unix seconds; whoever sets it says the line
 ``scope``          SET     submit, join, commit, configure: the hosts links may lead
@@ -87,6 +89,7 @@ entry that is not UTF-8 is a bad entry for ``Entry.decode`` to name, not an exce
 
 from __future__ import annotations
 
+import math
 import time
 from collections.abc import Mapping, Sequence
 from typing import Any
@@ -208,6 +211,22 @@ class Store(Views):
         """Take one of the crawl's ``cap`` pages (``--max-pages-total``) for a request
         about to leave; False once the fleet has taken them all (``lua/pages.lua``)."""
         return bool(self._run("pages", [self.prefix, cap]))
+
+    @_translated
+    def take_turn(
+        self, host: str, *, gap: float, margin: float, most_wait: float
+    ) -> tuple[bool, float]:
+        """Reserve the next turn of a shared host (``lua/turn.lua``): (True, seconds
+        until it), or (False, seconds until the next free one) when that is further off
+        than ``most_wait``, and nothing was reserved.
+
+        Args:
+            gap: the host's --delay, or its Crawl-delay if longer.
+            margin: seconds after its slot within which the caller sends, or lets it go.
+        """
+        ms = [math.ceil(gap * 1000), math.ceil(margin * 1000), math.floor(most_wait * 1000)]
+        granted, wait = self._run("turn", [self.prefix, host, *ms, self._now()])
+        return bool(granted), int(wait) / 1000
 
     @_translated
     def give_back_page(self) -> None:

@@ -98,6 +98,7 @@ class Views(Connection):
             "pattern_refused": totals.get("pattern_refused", 0),
             "links_dropped": totals.get("links_dropped", 0),
             "host_capped": totals.get("host_capped", 0),
+            "sub_refused": totals.get("sub_refused", 0),
             "dead": r.hlen(self.key("dead")),
             "leases_reclaimed": int(stats.get("leases_reclaimed", 0)),
             "queue_bad": int(stats.get("queue_bad", 0)),

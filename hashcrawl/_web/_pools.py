@@ -16,7 +16,7 @@ import contextvars
 import functools
 import socket
 from collections import OrderedDict
-from collections.abc import AsyncIterator, Callable, Iterable, Iterator
+from collections.abc import AsyncIterator, Awaitable, Callable, Iterable, Iterator
 from typing import Any, Protocol
 
 import attrs
@@ -60,6 +60,33 @@ class sending_only_while:  # lower case: it replaced a contextmanager function
 
     def __exit__(self, *_: object) -> None:
         _may_send.reset(self._token)
+
+
+_before_send: contextvars.ContextVar[Callable[[], Awaitable[None]] | None] = contextvars.ContextVar(
+    "hashcrawl_before_send", default=None
+)
+
+
+@contextlib.contextmanager
+def sending_after(hook: Callable[[], Awaitable[None]]) -> Iterator[None]:
+    """Have this task's requests await ``hook`` as their bytes are about to be written,
+    on a connection made already, before the check of :class:`sending_only_while`: the
+    place to wait for a turn that a slow connect or TLS handshake must not eat into.
+    ``hook`` is awaited before each write (a request's later writes included)."""
+    token = _before_send.set(hook)
+    try:
+        yield
+    finally:
+        _before_send.reset(token)
+
+
+def sending_also_while(check: Callable[[], bool]) -> sending_only_while:
+    """As :class:`sending_only_while`, with ``check`` asked after the task's check (if it
+    has one): a request leaves only while both say yes."""
+    outer = _may_send.get()
+    if outer is None:
+        return sending_only_while(check)
+    return sending_only_while(lambda: outer() and check())
 
 
 class OriginPools(httpx.AsyncBaseTransport):
@@ -281,6 +308,9 @@ class _GatedStream(httpcore.AsyncNetworkStream):
         # first bytes were checked already, and refusing now would hide that they left.
         if not buffer:
             return
+        hook = _before_send.get()
+        if hook is not None:
+            await hook()
         check = _may_send.get()
         if check is not None and not check():
             raise NotSent("this worker may no longer fetch the host")

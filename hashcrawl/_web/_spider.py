@@ -366,8 +366,9 @@ SCRAPY_SETTINGS: dict[str, tuple[str, Callable[[Any], Any]]] = {
 
 def scrapy_settings(spider: Spider | type[Spider] | None) -> dict[str, Any]:
     """The hashcrawl settings a spider's ``custom_settings`` give (by Scrapy's names or
-    hashcrawl's own; ``ITEM_PIPELINES`` is the spider's, not a setting), and its
-    ``allowed_domains`` as ``allow_domains``.
+    hashcrawl's own; ``ITEM_PIPELINES`` is the spider's, not a setting), its
+    ``allowed_domains`` as ``allow_domains``, and its ``render_fetch_hosts`` (a list of
+    hosts, or their comma-separated text).
 
     Raises:
         ConfigError: a name with no hashcrawl equivalent, or a value it cannot take.
@@ -379,6 +380,11 @@ def scrapy_settings(spider: Spider | type[Spider] | None) -> dict[str, Any]:
     domains = getattr(spider, "allowed_domains", None)
     if domains:  # Scrapy's offsite filter: here, the crawl's scope
         settings["allow_domains"] = (domains,) if isinstance(domains, str) else tuple(domains)
+    shared = getattr(spider, "render_fetch_hosts", None)
+    if shared:  # the hosts its rendered pages may fetch from (--render-fetch-hosts)
+        settings["render_fetch_hosts"] = (
+            shared if isinstance(shared, str) else ",".join(map(str, shared))
+        )
     for name, value in given.items():
         if name in known:
             settings[name] = value
