@@ -1,14 +1,17 @@
-"""The default parse in a process of its own (``_web/_parsing``, off by default): the
-same page as parsing on the loop gives, and a dead child costs nothing but the speed."""
+"""The default parse of large pages in a process of its own (``_web/_parsing``): the
+same page as parsing on the loop gives, small pages kept on the loop, on by default only
+where there is a second core, and a dead child costs nothing but the speed."""
 
 from __future__ import annotations
 
 import signal
 
+import attrs
 import trio
 
 from hashcrawl._web._html import parse_html
-from hashcrawl._web._parsing import Parser
+from hashcrawl._web._models import Request, Response
+from hashcrawl._web._parsing import AWAY_BYTES, Parser, least_away
 
 PAGES = [
     (b"<title> A  page </title><a href='/x'>x</a><a href='y#f'>y</a><a href='/x'>again</a>", None),
@@ -65,3 +68,28 @@ async def test_a_dead_child_leaves_the_pages_to_the_loop() -> None:
         assert await parser.parse(b"<a href='/y'>y</a>", "http://a.example/", None, None) is None
     assert parser.broken
     assert await parser.parse(b"<a href='/z'>z</a>", "http://a.example/", None, None) is None
+
+
+def test_large_pages_go_to_the_child_by_default_where_a_second_core_is() -> None:
+    """By default pages of AWAY_BYTES or more, with two cores or more; none on one core;
+    the variable sends every page ("1") or none ("0"), whatever the cores."""
+    assert least_away("", cores=2) == least_away("", cores=64) == AWAY_BYTES
+    assert least_away("", cores=1) is None
+    assert least_away("1", cores=1) == least_away("1", cores=8) == 0
+    assert least_away("0", cores=8) is None
+
+
+async def test_only_a_page_of_the_least_size_is_parsed_in_the_child() -> None:
+    """A page one byte short of the least is left to the loop (and starts no child); one
+    of the least is parsed there, as the loop would parse it."""
+    parser = Parser(least=4096)
+    link = b"<a href='/x'>x</a>"
+    short = link + b" " * (4095 - len(link))
+    url = "http://a.example/"
+    headers = {"content-type": "text/html"}
+    response = Response(url=url, status=200, headers=headers, body=short, request=Request(url))
+    await parser.prepare(response)
+    assert response._parsed == [] and parser._process is None
+    whole = attrs.evolve(response, body=short + b" ")
+    await parser.prepare(whole)
+    assert [fields(page) for page in whole._parsed] == [fields(parse_html(whole.body, whole.url))]

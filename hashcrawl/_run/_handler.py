@@ -47,8 +47,7 @@ from hashcrawl._run._callbacks import (
     unread_links,
 )
 from hashcrawl._web._models import Request, Response
-from hashcrawl._web._parsing import ENABLED as PARSE_PROCESS
-from hashcrawl._web._parsing import Parser
+from hashcrawl._web._parsing import Parser, least_away
 from hashcrawl._web._sitemaps import sitemap_entries
 from hashcrawl._web._spider import Calls, Failure
 
@@ -85,8 +84,8 @@ class Handler:
         self.denied = Denied()  # links robots.txt kept out, each counted once
         self.screen = Screen()  # links the crawl's patterns kept out
         self._policy_of: tuple[Settings, Policy | None] | None = None
-        # HASHCRAWL_PARSE_PROCESS=1: the default parse in a process of its own (_parsing)
-        self.parser = Parser() if PARSE_PROCESS and parse is None and spider is None else None
+        least = least_away() if parse is None and spider is None else None
+        self.parser = None if least is None else Parser(least)  # large pages: _parsing
 
     async def handle(
         self, held: Held, response: Response, origin: Origin, *, server_s: float | None = None

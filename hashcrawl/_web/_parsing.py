@@ -1,6 +1,14 @@
-"""Pages parsed in a process of their own, so that the event loop's core fetches while
-the other parses (issue 22, "one host at full speed"). An experiment, off by default:
-``HASHCRAWL_PARSE_PROCESS=1`` turns it on for the default handler (no parse callback).
+"""Large pages parsed in a process of their own, so that the event loop's core fetches
+while the other parses (one host at full speed, on every core).
+
+The default handler (no parse callback, no spider: a spider's selectors need the tree in
+this process) sends a 2xx HTML body of at least :data:`AWAY_BYTES` to the child, where
+this process may run on two cores or more; smaller pages are parsed on the loop, where
+the two hand-overs (a pickle and a pipe each way, a wake-up) would cost more than the
+parse saves (docs/performance.md, "Parsing in a second process"). The child starts at
+the first such page, so a crawl of small pages never starts it.
+``HASHCRAWL_PARSE_PROCESS=1`` sends every page (the experiment's setting),
+``HASHCRAWL_PARSE_PROCESS=0`` none.
 
 With one host and ``--per-host 1`` the next request leaves only once the page before it
 is handled; the default handler's work is mostly :func:`parse_html` (lxml's tree, then
@@ -32,13 +40,29 @@ from hashcrawl._web._html import Page, parse_html
 from hashcrawl._web._models import Response
 
 _LENGTH = struct.Struct("!I")
-ENABLED = os.environ.get("HASHCRAWL_PARSE_PROCESS", "") == "1"
+#: The least body parsed away from the loop by default. On the javadoc pages (median
+#: 12 KB, a tenth over 46 KB) the pages above it hold most of the bytes, and so most of
+#: the parse; the bench site's pages (2-5 KB) never reach it.
+AWAY_BYTES = 16 * 1024
+
+
+def least_away(choice: str | None = None, cores: int | None = None) -> int | None:
+    """The least body size the default parse sends to its process, or None for none:
+    ``choice`` is ``HASHCRAWL_PARSE_PROCESS`` ("1": every page, "0": none), ``cores``
+    the cores this process may run on."""
+    choice = os.environ.get("HASHCRAWL_PARSE_PROCESS", "") if choice is None else choice
+    if choice == "1":
+        return 0
+    cores = len(os.sched_getaffinity(0)) if cores is None else cores
+    return None if choice == "0" or cores < 2 else AWAY_BYTES
 
 
 class Parser:
-    """The loop's end of one parsing process (started at the first page, per trio run)."""
+    """The loop's end of one parsing process (started at the first page it is sent,
+    per trio run); ``least``: the least body :meth:`prepare` sends it."""
 
-    def __init__(self) -> None:
+    def __init__(self, least: int = 0) -> None:
+        self.least = least
         self._process: trio.Process | None = None
         self._token: trio.lowlevel.TrioToken | None = None
         self._start_lock = trio.Lock()
@@ -50,7 +74,7 @@ class Parser:
     async def prepare(self, response: Response) -> None:
         """Parse a 2xx HTML ``response`` in the child and keep the page on it, so its
         ``links()`` reads that; one the child could not parse is parsed when asked."""
-        if 200 <= response.status < 300 and response.is_html:
+        if len(response.body) >= self.least and 200 <= response.status < 300 and response.is_html:
             content_type = response.headers.get("content-type")
             page = await self.parse(response.body, response.url, content_type, response.max_links)
             if page is not None:
