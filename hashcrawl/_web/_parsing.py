@@ -42,7 +42,7 @@ from hashcrawl._web._models import Response
 _LENGTH = struct.Struct("!I")
 #: The least body parsed away from the loop by default. On the javadoc pages (median
 #: 12 KB, a tenth over 46 KB) the pages above it hold most of the bytes, and so most of
-#: the parse; the bench site's pages (2-5 KB) never reach it.
+#: the parse; the bench site's pages (6-10 KB) never reach it.
 AWAY_BYTES = 16 * 1024
 
 
