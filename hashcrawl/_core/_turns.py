@@ -35,6 +35,7 @@ _HOST = re.compile(r"[a-z0-9.\-\[\]:]{1,260}")
 
 
 @functools.lru_cache(maxsize=16)  # read for every request: the text seldom changes
+@functools.lru_cache(maxsize=64)
 def shared_hosts(text: str | None) -> frozenset[str]:
     """The host keys of ``--render-fetch-hosts`` (comma-separated, ``cdn.test`` or
     ``cdn.test:8080``), as the crawl routes them.
