@@ -159,8 +159,9 @@ class Dispatcher:
                 f"({self.m.settings.max_body:,} bytes): cut there, and the page parsed from "
                 "what was kept (--max-body raises it; said once per crawl)",
             )
-        if self.m.worker.handler.parser is not None:  # the host is free: fetch its next page
-            self.m.wake()  # while this one is parsed in the other process
+        parser = self.m.worker.handler.parser
+        if parser is not None and parser.takes(response):  # the host is free: fetch its
+            self.m.wake()  # next page while this one is parsed in the other process
         return response
 
     async def handle(self, page: Page, response: Response) -> None:

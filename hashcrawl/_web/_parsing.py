@@ -71,10 +71,16 @@ class Parser:
         self._next = 0
         self.broken = False  # the child died: every page is parsed on the loop again
 
+    def takes(self, response: Response) -> bool:
+        """Whether :meth:`prepare` sends ``response`` to the child: a 2xx HTML body of
+        at least ``least`` bytes."""
+        large = len(response.body) >= self.least
+        return large and 200 <= response.status < 300 and response.is_html
+
     async def prepare(self, response: Response) -> None:
         """Parse a 2xx HTML ``response`` in the child and keep the page on it, so its
         ``links()`` reads that; one the child could not parse is parsed when asked."""
-        if len(response.body) >= self.least and 200 <= response.status < 300 and response.is_html:
+        if self.takes(response):
             content_type = response.headers.get("content-type")
             page = await self.parse(response.body, response.url, content_type, response.max_links)
             if page is not None:
