@@ -35,6 +35,7 @@ from hashcrawl._core._due import Fetch as Revisited
 from hashcrawl._core._faults import Faults
 from hashcrawl._core._frontier import Held
 from hashcrawl._core._names import Holder
+from hashcrawl._core._pace import Paces
 from hashcrawl._core._ring import INCARNATION, name_of
 from hashcrawl._exceptions import QueueError
 from hashcrawl._run._naming import Place
@@ -146,6 +147,8 @@ class FaultyStore:
         instance: str = "",
         replaces: Holder | None = None,
         lease_ms: int = 0,
+        in_hand: Sequence[str] = (),
+        timeout_ms: int = 0,
     ) -> tuple[int, int, str]:
         joined: tuple[int, int, str] = self._through(
             "join",
@@ -155,6 +158,8 @@ class FaultyStore:
             instance=instance,
             replaces=replaces,
             lease_ms=lease_ms,
+            in_hand=in_hand,
+            timeout_ms=timeout_ms,
         )
         return joined
 
@@ -258,9 +263,9 @@ class FaultyStore:
         hosts: set[str] = self._through("parked_hosts", self._store.parked_hosts)
         return hosts
 
-    def pace(self, hosts: Sequence[str]) -> dict[str, str]:
-        records: dict[str, str] = self._through("pace", self._store.pace, hosts)
-        return records
+    def pace(self, hosts: Sequence[str]) -> Paces:
+        paces: Paces = self._through("pace", self._store.pace, hosts)
+        return paces
 
     def start_settings(
         self, texts: Mapping[str, str], scope: Sequence[str], *, max_text: int

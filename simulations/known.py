@@ -25,7 +25,9 @@ class Bug:
     fixed: str = ""
 
 
-OPEN: dict[str, Bug] = {
+OPEN: dict[str, Bug] = {}
+
+FIXED: dict[str, Bug] = {
     "takeover_floor_lost_to_a_joiner": Bug(
         summary=(
             "A worker killed with a request out to h0.test is restarted under its name; "
@@ -34,11 +36,13 @@ OPEN: dict[str, Bug] = {
             "worker that joins at once takes h0.test by the new ring and drains the old "
             "incarnation's stream: it gets the page without that floor, and its robots.txt "
             "request reaches h0.test 1.6 s after the old request ended, under a delay of "
-            "3 s. Found by scripts/soak (seed 15); it replays the same on the session's "
-            "starting code (bf5e273). The fix wanted: the floor stored with the host in "
-            "Redis (its pace record, written at the takeover), so whoever owns it next "
-            "honours it; the model does not steer around it yet (seeds 1 and 2 do not "
-            "reach it)."
+            "3 s. Found by scripts/soak (seed 15); it replayed the same on bf5e273."
+        ),
+        fixed=(
+            "The join that takes the place writes the floors to Redis in the same step "
+            "(lua/join.lua: P..'floors', '*' -> now and each host in hand -> now + "
+            "--timeout), and every new owner reads them with the hosts' pace records "
+            "(lua/pace.lua): the successor and any other worker alike."
         ),
         replay="""\
 state = CrawlModel()
@@ -67,9 +71,6 @@ state.holds()
 state.teardown()
 """,
     ),
-}
-
-FIXED: dict[str, Bug] = {
     "lost_read_reply": Bug(
         summary=(
             "An XREADGROUP whose reply is lost (a socket timeout) leaves the entries it "

@@ -11,6 +11,7 @@ from hashcrawl._core._epochs import Release
 from hashcrawl._core._frontier import Held
 from hashcrawl._core._handover import Handover
 from hashcrawl._core._outcome import Kind, Outcome
+from hashcrawl._core._pace import Paces
 from hashcrawl._core._page import Page, Step
 from hashcrawl._core._ring import Ring
 from hashcrawl._core._session import COMMIT_MAX, Session
@@ -53,7 +54,7 @@ def ready(session: Session, *urls: str, at: float = 0.0) -> None:
     """Read ``urls`` into ``session`` and let it fetch their hosts (settled, paced)."""
     session.take_in([(f"{n}-0", Entry(url=u).encode().encode()) for n, u in enumerate(urls, 1)])
     session.heartbeat.answered(beat(epoch=session.latest.epoch), sent=at, received=at)
-    session.pacing.loaded(*session.pacing.take_due()[:1], {}, session.epochs.release)
+    session.pacing.loaded(*session.pacing.take_due()[:1], Paces(), session.epochs.release)
 
 
 def host_owned_by(ring: Ring, worker: str) -> str:
@@ -68,7 +69,7 @@ def test_a_joined_worker_fetches_only_once_the_fleet_settles_and_pace_is_read() 
     session.heartbeat.answered(beat(settled=1), sent=0.0, received=0.0)
     assert session.pacing.take_due()[0] == ["a.test"]
     assert not isinstance(session.next_fetch(0.0), Held)  # its pace record is not read yet
-    session.pacing.loaded(["a.test"], {}, Release(settled=1))
+    session.pacing.loaded(["a.test"], Paces(), Release(settled=1))
     got = session.next_fetch(0.0)
     assert isinstance(got, Held) and got.host == "a.test"
     assert session.in_flight == 1
@@ -281,7 +282,7 @@ def test_a_pace_record_carries_the_last_request_to_the_next_owner() -> None:
     new.take_in([("2-0", Entry(url=f"http://{name}/2").encode().encode())])
     new.heartbeat.answered(beat(epoch=3, settled=3, now_ms=10_000), sent=15.0, received=15.0)
     # Its clock runs 5 s ahead of the server's (the heartbeat sent at 15 s came back at 10 s).
-    new.pacing.loaded(new.pacing.take_due()[0], {name: record}, Release(settled=3))
+    new.pacing.loaded(new.pacing.take_due()[0], Paces({name: record}), Release(settled=3))
     assert new.next_fetch(15.0) == pytest.approx(16.005, abs=0.01)
 
 
@@ -452,5 +453,5 @@ def test_cookies_of_a_host_whose_last_owners_record_is_unread_wait() -> None:
     session.jars.take("a.test", "GET", "http://a.test/", ["s=1"])
     assert session.commits.durable_cookies(0.0) == []
     session.heartbeat.answered(beat(settled=1), sent=0.0, received=0.0)
-    session.pacing.loaded(*session.pacing.take_due()[:1], {}, session.epochs.release)
+    session.pacing.loaded(*session.pacing.take_due()[:1], Paces(), session.epochs.release)
     assert session.commits.durable_cookies(0.0)[::2] == ["a.test"]

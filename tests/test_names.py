@@ -183,6 +183,39 @@ def test_a_takeover_fences_the_old_incarnation_and_moves_no_host(store, raw, clo
     assert store.commit(Batch(worker="a~1", epoch=3, ack=[])).status == "fenced"
 
 
+def test_a_takeover_leaves_floors_under_the_old_members_hosts_for_any_next_owner(store, raw, clock):
+    """The old member wrote no pace records: its hosts are floored at the takeover, and
+    those it had pages of in hand at the takeover plus --timeout, for whoever owns them
+    next (``pace`` reads them); an hour-old floor is pruned by the next takeover."""
+    store.join("a~1", {})
+    raw.hset(store.key("floors"), "stale.example", clock.ms - 3_600_001)
+    raw.hset(store.key("floors"), "later.example", clock.ms + 99_000)
+    beat(store, "a~1", applied=1, known=1)
+    taken_at = clock.ms
+    in_hand = ["busy.example", "later.example"]
+    store.join("a~2", {}, replaces=store.holder("a"), in_hand=in_hand, timeout_ms=30_000)
+    clock.ms += 5_000
+    assert raw.hget(store.key("floors"), "stale.example") is None
+    paces = store.pace(["busy.example", "idle.example", "later.example", "new.example"])
+    assert paces.floors == {
+        "busy.example": taken_at + 30_000,
+        "idle.example": taken_at,
+        "later.example": taken_at + 99_000,  # a later floor is kept
+        "new.example": taken_at,
+    }
+    assert paces.records == {}
+
+
+def test_hosts_read_with_no_takeover_have_no_floor(store, raw):
+    store.join("a", {})
+    store.leave("a", {"a.example": "1,0,0"})
+    store.join("b", {})
+    hosts = [f"h{i}.example" for i in range(2_500)] + ["a.example"]  # over one call's chunk
+    paces = store.pace(hosts)
+    assert (paces.records, paces.floors) == ({"a.example": "1,0,0"}, {})
+    assert not raw.exists(store.key("floors"))
+
+
 def test_a_name_whose_member_beat_since_it_was_seen_is_refused_writing_nothing(store, raw, clock):
     store.join("a~1", {})
     seen = store.holder("a")

@@ -10,7 +10,7 @@ from hypothesis import strategies as st
 from hashcrawl._core._entry import Entry
 from hashcrawl._core._epochs import Release
 from hashcrawl._core._frontier import Frontier, Held, Host
-from hashcrawl._core._pace import MAX_HANDED_ROBOTS, Carry, PaceRecord
+from hashcrawl._core._pace import MAX_HANDED_ROBOTS, Carry, PaceRecord, Paces
 from hashcrawl._core._parts import Clock
 from hashcrawl._core._robotsrules import Robots
 from tests.test_core import ready
@@ -158,18 +158,21 @@ def test_the_next_owner_waits_at_least_as_long_as_the_record_says() -> None:
     assert (host.backoff_until, host.crawl_delay) == (9.0 + 0.105, 3.0)
 
 
-def test_a_successor_paces_its_predecessors_hosts_from_the_takeover_or_later() -> None:
-    """After a takeover by name, every host is paced from the takeover, and a host the
-    predecessor had pages of in hand from when a request of it may still be running."""
-    carry = Carry(floor_ms=5_000, floors={"busy.test": 35_000})
-    frontier = frontier_with("busy.test", "idle.test", since=1)
-    adopted: dict[str, int] = {}
+def test_a_host_is_paced_from_its_floor_as_well_as_from_its_record() -> None:
+    """After a takeover by name, whoever owns a host next paces it from the floor the
+    takeover left (``lua/join.lua``) as well as from any record: both are adopted, and
+    adopting never lets a host go sooner."""
+    carry = Carry()
+    frontier = frontier_with("busy.test", "idle.test", "calm.test", since=1)
+    adopted: dict[str, list[int]] = {}
+    paces = Paces({"busy.test": "7000,0,0"}, {"busy.test": 35_000, "idle.test": 5_000})
     carry.loaded(
-        ["busy.test", "idle.test"],
-        {},
+        ["busy.test", "idle.test", "calm.test"],
+        paces,
         Release(settled=1),
         frontier,
-        lambda host, record: adopted.__setitem__(host.name, record.last_ms),
+        lambda host, record: adopted.setdefault(host.name, []).append(record.last_ms),
     )
-    assert adopted == {"busy.test": 35_000, "idle.test": 5_000}
-    assert carry.floors == {}
+    assert adopted == {"busy.test": [7_000, 35_000], "idle.test": [5_000]}
+    assert all(frontier.hosts[name].paced for name in ("busy.test", "idle.test", "calm.test"))
+    assert carry.read == {"busy.test": "7000,0,0"}

@@ -274,8 +274,8 @@ def test_pace_records_read_by_their_new_owner_are_deleted_by_its_next_commit(red
         store.join("w1", {})
         store.leave("w1", {"a.example": "1,0,0", "b.example": "2,0,0"})
         store.join("w2", {})
-        assert store.pace(["a.example"]) == {"a.example": "1,0,0"}
-        assert store.pace(["b.example"]) == {"b.example": "2,0,0"}
+        assert store.pace(["a.example"]).records == {"a.example": "1,0,0"}
+        assert store.pace(["b.example"]).records == {"b.example": "2,0,0"}
         raw.hset(store.key("pace"), "b.example", "9,0,0")  # handed on again meanwhile
         unpace = ["a.example", "1,0,0", "b.example", "2,0,0"]
         assert store.commit(Batch(worker="w2", epoch=3, unpace=unpace)).status == "ok"

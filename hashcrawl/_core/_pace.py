@@ -12,7 +12,8 @@ Times are the server's clock, in milliseconds.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Sequence
+from typing import Any
 
 import attrs
 
@@ -26,6 +27,25 @@ _ROBOTS = "\x1e"  # sets the robots.txt text apart; never in the cookies' JSON
 
 #: Whether a host gained at an epoch may be fetched now (``_epochs.Release``).
 Released = Callable[[str, int], bool]
+
+
+@attrs.frozen
+class Paces:
+    """What Redis holds to pace hosts that come to a new owner: their records, and the
+    floors a member replaced by name left under them (server ms before which it may have
+    requested a host, or a request of it may still run: ``lua/join.lua``)."""
+
+    records: dict[str, str] = attrs.Factory(dict)
+    floors: dict[str, int] = attrs.Factory(dict)
+
+    def add(self, hosts: Sequence[str], reply: Sequence[Any]) -> None:
+        """Add what ``lua/pace.lua`` replied for ``hosts``: each one's record (None for
+        none), then each one's floor (0 for none)."""
+        for host, record, floor in zip(hosts, reply, reply[len(hosts) :], strict=False):
+            if record is not None:
+                self.records[host] = str(record)
+            if int(floor):
+                self.floors[host] = int(floor)
 
 
 @attrs.frozen(kw_only=True)
@@ -148,12 +168,6 @@ class Carry:
     unpaced: set[str] = attrs.Factory(set)  # hosts whose record is not to be read yet
     due: list[str] = attrs.Factory(list)  # hosts whose record is to be read now
     read: dict[str, str] = attrs.Factory(dict)  # records read: the next commit deletes them
-    # Server ms before which a previous incarnation of this worker, which wrote no
-    # records, may have requested any of its hosts (0: none): each is paced from it.
-    floor_ms: int = 0
-    # Later floors for the hosts it had pages of in hand at the takeover: a request of
-    # one may still be running at the server until its --timeout has passed.
-    floors: dict[str, int] = attrs.Factory(dict)
 
     def want(self, names: Iterable[str], frontier: Frontier, released: Released) -> None:
         """Have the records of ``names`` read, each once the fleet has released it."""
@@ -170,14 +184,15 @@ class Carry:
     def loaded(
         self,
         hosts: list[str],
-        records: dict[str, str],
+        paces: Paces,
         released: Released,
         frontier: Frontier,
         adopt: Callable[[Host, PaceRecord], None],
     ) -> list[str]:
         """The records of ``hosts`` came, asked when the fleet had ``released`` what it
-        had: each is adopted and its host may be fetched. Returns the hosts that changed
-        hands again meanwhile, whose records are to be read again."""
+        had: each is adopted, and its floor as a request that ended then, and its host may
+        be fetched. Returns the hosts that changed hands again meanwhile, whose records are
+        to be read again."""
         later = []
         for name in hosts:
             host = frontier.hosts.get(name)
@@ -186,10 +201,11 @@ class Carry:
             if not released(name, host.since):
                 later.append(name)
                 continue
-            if name in records:
-                adopt(host, PaceRecord.from_text(records[name]))
-                self.read[name] = records[name]
-            floor = self.floors.pop(name, self.floor_ms)
+            record = paces.records.get(name)
+            if record is not None:
+                adopt(host, PaceRecord.from_text(record))
+                self.read[name] = record
+            floor = paces.floors.get(name, 0)
             if floor:
                 adopt(host, PaceRecord(last_ms=floor))
             host.paced = True

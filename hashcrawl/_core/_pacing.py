@@ -12,7 +12,7 @@ import attrs
 from hashcrawl._core._epochs import Epochs, Release
 from hashcrawl._core._faults import Faults
 from hashcrawl._core._frontier import Frontier, Host
-from hashcrawl._core._pace import MAX_HANDED_ROBOTS, Carry, PaceRecord
+from hashcrawl._core._pace import MAX_HANDED_ROBOTS, Carry, PaceRecord, Paces
 from hashcrawl._core._parts import Clock, RobotsCache
 from hashcrawl._core._robotsrules import Robots
 from hashcrawl._core._seams import CookieJars
@@ -60,9 +60,9 @@ class Pacing:
         when they were asked for (to give :meth:`loaded` with the records)."""
         return self.carry.take_due(), self.epochs.release
 
-    def loaded(self, hosts: list[str], records: dict[str, str], released: Release) -> None:
+    def loaded(self, hosts: list[str], paces: Paces, released: Release) -> None:
         """The pace records of ``hosts`` came, asked when the fleet had ``released`` them."""
-        later = self.carry.loaded(hosts, records, released, self.frontier, self.adopt)
+        later = self.carry.loaded(hosts, paces, released, self.frontier, self.adopt)
         self.want(later)  # at once if the fleet has settled while this read was out
 
     def adopt(self, host: Host, record: PaceRecord) -> None:

@@ -132,20 +132,12 @@ class Session:
     def scope_read(self, stored: Iterable[str]) -> None:
         self.scope = Scope.from_members(stored)
 
-    def joined(
-        self, sent: float, received: float, now_ms: int, in_hand: set[str] | None = None
-    ) -> None:
-        """Joined at the server's ``now_ms``; ``in_hand``, when it took a predecessor's
-        place by name: the hosts of the pages that one had in hand. That one wrote no pace
-        records, so every host is paced from now, and those from now plus --timeout (a
-        request of one may still run at the server)."""
+    def joined(self, sent: float, received: float, now_ms: int) -> None:
+        """Joined at the server's ``now_ms``. Taking a predecessor's place by name, the
+        join left floors in Redis for its hosts, read with their records (``Paces``)."""
         self.clock.sample(sent, received, now_ms)
         self.epochs.joined_ms = now_ms
         self.epochs.confirmed_at = sent
-        if in_hand is not None:
-            self.carry.floor_ms = now_ms
-            late = now_ms + int(self.settings.timeout * 1000)
-            self.carry.floors = dict.fromkeys(in_hand, late)
 
     def members_read(self, epoch: int, members: Iterable[str], *, first: bool = False) -> None:
         """Learn the fleet's membership; a new epoch waits to be applied. The first read

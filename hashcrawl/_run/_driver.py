@@ -27,7 +27,7 @@ from __future__ import annotations
 import logging
 import socket
 import time
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Sequence
 from typing import Any
 
 import trio
@@ -169,7 +169,7 @@ class Driver(Membership):
             if warning:
                 log.warning("%s", warning)
         while True:
-            replaces, in_hand = None, set()
+            replaces, in_hand = None, []
             if worker.name is not None:
                 lease = self.settings.lease
                 name, flag, faults = worker.name, worker.name_flag, worker.faults
@@ -180,11 +180,11 @@ class Driver(Membership):
                 in_hand = await self.hosts_in_hand(replaces.member)
             sent = self.now()
             try:
-                now_ms, _, worker.instance = await self.persist_join(info, replaces)
+                now_ms, _, worker.instance = await self.persist_join(info, replaces, in_hand)
                 break
             except HolderBehind:  # an epoch began between the look and the join
                 continue
-        session.joined(sent, self.now(), now_ms, in_hand if replaces is not None else None)
+        session.joined(sent, self.now(), now_ms)
         if self.after_join is not None:
             try:
                 await self.after_join(self)
@@ -204,19 +204,27 @@ class Driver(Membership):
             len(members),
         )
 
-    async def hosts_in_hand(self, member: str) -> set[str]:
+    async def hosts_in_hand(self, member: str) -> list[str]:
         """The hosts of the pages ``member`` has read and not acknowledged (at most
         HELD_READ of them): its requests in flight, if it had any, are to those."""
         got = await self.persist(self.store.held, self.store.stream_of(member), count=HELD_READ)
-        return {host for _, payload in got if (host := _host_of(payload))}
+        return sorted({host for _, payload in got if (host := _host_of(payload))})
 
     async def persist_join(
-        self, info: dict[str, Any], replaces: Holder | None = None
+        self, info: dict[str, Any], replaces: Holder | None = None, in_hand: Sequence[str] = ()
     ) -> tuple[int, int, str]:
-        worker, join = self.worker, self.store.join
-        instance, lease_ms = worker.instance, int(self.settings.lease * 1000)
+        """Join; taking ``replaces``'s place, leave floors for whoever owns its hosts
+        next: those of the pages it had ``in_hand`` wait --timeout (``Store.join``)."""
+        worker, join, settings = self.worker, self.store.join, self.settings
         return await self.caller.persist(
-            join, worker.id, info, instance=instance, replaces=replaces, lease_ms=lease_ms
+            join,
+            worker.id,
+            info,
+            instance=worker.instance,
+            replaces=replaces,
+            lease_ms=int(settings.lease * 1000),
+            in_hand=in_hand,
+            timeout_ms=int(settings.timeout * 1000),
         )
 
     async def heartbeat_loop(self) -> None:
@@ -370,7 +378,7 @@ class Driver(Membership):
         session = self.session
         hosts, released = session.pacing.take_due()
         if hosts:
-            records = await self.persist(self.store.pace, hosts)
-            session.pacing.loaded(hosts, records, released)
+            paces = await self.persist(self.store.pace, hosts)
+            session.pacing.loaded(hosts, paces, released)
             self.wake()
         return hosts

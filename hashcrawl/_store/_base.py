@@ -13,6 +13,7 @@ from typing import Any, Protocol
 from hashcrawl._core._batch import Batch, Beat, Committed
 from hashcrawl._core._due import Fetch
 from hashcrawl._core._names import Holder
+from hashcrawl._core._pace import Paces
 
 
 class WorkerStore(Protocol):
@@ -40,6 +41,8 @@ class WorkerStore(Protocol):
         instance: str = "",
         replaces: Holder | None = None,
         lease_ms: int = 0,
+        in_hand: Sequence[str] = (),
+        timeout_ms: int = 0,
     ) -> tuple[int, int, str]: ...
 
     def holder(self, name: str) -> Holder | None: ...
@@ -97,7 +100,7 @@ class WorkerStore(Protocol):
 
     def parked_hosts(self) -> set[str]: ...
 
-    def pace(self, hosts: Sequence[str]) -> dict[str, str]: ...
+    def pace(self, hosts: Sequence[str]) -> Paces: ...
 
     def start_settings(
         self, texts: Mapping[str, str], scope: Sequence[str], *, max_text: int

@@ -136,6 +136,7 @@ class Connection:
         client = self._nodes.client("main", self._timeout)
         names = ["heartbeat", "join", "leave", "commit", "release", "unpark", "inflight"]
         names += ["revisit", "settings", "shards", "holder", "pages", "parents", "turn"]
+        names += ["pace"]
         return {name: client.register_script(_script(name)) for name in names}
 
     def _after_failover(self, client: Any) -> None:

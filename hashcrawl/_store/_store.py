@@ -34,6 +34,9 @@ key                type    written by
 ``idle_since``     STRING  heartbeat, commit: server ms since nothing was outstanding
 ``pace``           HASH    commit, leave: host -> pacing state for its next owner;
                            deleted by the new owner's next commit, if still as read
+``floors``         HASH    join (taking a place by name): ``*`` -> server ms the last
+                           replaced member may have requested any host until; host ->
+                           until when a request it had out may run; pruned after an hour
 ``park:HOST``      ZSET    commit, unpark: a host's overflow, out of its owner's memory
 ``parked``         SET     commit, unpark: hosts that have an overflow set
 ``dead``           HASH    commit: fingerprint (``dead_key``) -> JSON record with the
@@ -102,6 +105,7 @@ from hashcrawl._core._batch import Beat as Beat
 from hashcrawl._core._batch import Committed as Committed
 from hashcrawl._core._batch import dead_key as dead_key
 from hashcrawl._core._names import Holder, HolderBehind
+from hashcrawl._core._pace import Paces
 from hashcrawl._core._ring import name_of
 from hashcrawl._exceptions import Fenced, NameTaken, StateLost
 from hashcrawl._store._connection import GROUP, _flat, _translated
@@ -141,6 +145,8 @@ class Store(Views):
         instance: str = "",
         replaces: Holder | None = None,
         lease_ms: int = 0,
+        in_hand: Sequence[str] = (),
+        timeout_ms: int = 0,
     ) -> tuple[int, int, str]:
         """Add ``worker`` to the ring; returns (server ms, epoch, the crawl's instance
         marker). Joining again while a member (a retry after a lost reply) changes
@@ -153,6 +159,8 @@ class Store(Views):
                 seen (``holder``): it is fenced in the same step (``lua/join.lua``).
             lease_ms: the crawl's lease: a member ``replaces`` that is behind the newest
                 epoch is replaced only once silent this long (else HolderBehind).
+            in_hand: the hosts ``replaces`` had pages of in hand: their next owners wait
+                ``timeout_ms`` from now, any other host's from now (``floors``).
 
         Raises:
             Fenced: ``worker`` was a member once and has lost its membership.
@@ -161,7 +169,9 @@ class Store(Views):
                 has heartbeat since it was seen): nothing was written.
         """
         old = ["", "", ""] if replaces is None else [replaces.member, replaces.beat_ms, lease_ms]
-        args = [self.prefix, worker, self._now(), instance, self.marker, *old, *_flat(info)]
+        floors = [timeout_ms, len(in_hand), *in_hand]
+        args = [self.prefix, worker, self._now(), instance, self.marker, *old, *floors]
+        args += _flat(info)
         self._before_join()
         reply = self._run("join", args)
         if int(reply[1]) == -4:
@@ -446,11 +456,14 @@ class Store(Views):
         return set(self._redis.smembers(self.key("parked")))
 
     @_translated
-    def pace(self, hosts: Sequence[str]) -> dict[str, str]:
-        if not hosts:
-            return {}
-        values = self._redis.hmget(self.key("pace"), list(hosts))
-        return {h: v for h, v in zip(hosts, values, strict=True) if v is not None}
+    def pace(self, hosts: Sequence[str]) -> Paces:
+        """The pace records of ``hosts`` and the floors a member replaced by name left
+        under them (``lua/pace.lua``), a thousand hosts per call."""
+        paces = Paces()
+        for start in range(0, len(hosts), PACE_CHUNK):
+            chunk = hosts[start : start + PACE_CHUNK]
+            paces.add(chunk, self._run("pace", [self.prefix, *chunk]))
+        return paces
 
 
 def _payload(eid: bytes | str, fields: Mapping[bytes, bytes] | None) -> tuple[str, bytes | None]:

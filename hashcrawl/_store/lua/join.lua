@@ -7,8 +7,9 @@
 -- ARGV: P, worker, now_ms ('' for the server's TIME), the marker the worker knew before
 --   ('' at its first join), a new marker to set if the crawl has none, the member it
 --   takes the place of ('' for none), that member's last heartbeat as the caller saw
---   it and the lease (ms), then info field/value pairs (host name, machine, pid, started, lease_ms, spider)
---   for P..'w:'..worker
+--   it and the lease (ms), the crawl's --timeout (ms), the number N of hosts that member had
+--   pages of in hand, those N hosts, then info field/value pairs (host name, machine,
+--   pid, started, lease_ms, spider) for P..'w:'..worker
 -- Returns {now_ms, epoch, marker}. A new member holds nothing, so it has applied its own
 -- epoch. Joining again as a live member (a retry after a lost reply) only renews its
 -- heartbeat: entries routed to it meanwhile stay in its stream. An id that was a member
@@ -23,7 +24,11 @@
 -- member named, as seen, loses its place to the worker in the
 -- same step as a member that expires (out of the ring, its stream an orphan, what it held
 -- counted in stats 'leases_reclaimed', and 'taken_over' + 1), and the one epoch that
--- changes both ids moves no host.
+-- changes both ids moves no host. It wrote no pace records, so the floors it leaves go in
+-- P..'floors' HASH for whoever owns its hosts next (``lua/pace.lua`` reads them): '*' ->
+-- now (it may have requested any host until now), and each host it had in hand -> now +
+-- the timeout (a request of one may still be running at the server). Floors an hour old
+-- are pruned then: the delay they pace by is at most half the lease.
 local P, worker = ARGV[1], ARGV[2]
 local now = tonumber(ARGV[3])
 if not now then
@@ -66,6 +71,17 @@ if replaces ~= '' and name_of(replaces) == name and redis.call('ZREM', P .. 'mem
     redis.call('SADD', P .. 'orphans', old)
   end
   redis.call('HINCRBY', P .. 'stats', 'taken_over', 1)
+  local floors, late = P .. 'floors', now + tonumber(ARGV[9])
+  local kept = redis.call('HGETALL', floors)
+  for i = 1, #kept, 2 do
+    if tonumber(kept[i + 1]) < now - 3600000 then redis.call('HDEL', floors, kept[i]) end
+  end
+  redis.call('HSET', floors, '*', math.max(now, tonumber(redis.call('HGET', floors, '*') or '0')))
+  for i = 11, 10 + tonumber(ARGV[10]) do
+    if tonumber(redis.call('HGET', floors, ARGV[i]) or '0') < late then
+      redis.call('HSET', floors, ARGV[i], late)
+    end
+  end
 end
 local epoch = redis.call('INCR', P .. 'epoch')
 redis.call('ZADD', P .. 'members', now, worker)
@@ -75,7 +91,8 @@ redis.call('SADD', P .. 'workers', worker)
 local stream = P .. 'q:' .. worker
 redis.call('DEL', stream)
 redis.call('XGROUP', 'CREATE', stream, 'g', '$', 'MKSTREAM')
-if #ARGV > 8 then
-  redis.call('HSET', P .. 'w:' .. worker, unpack(ARGV, 9))
+local info = 11 + tonumber(ARGV[10])
+if #ARGV >= info then
+  redis.call('HSET', P .. 'w:' .. worker, unpack(ARGV, info))
 end
 return {now, epoch, marker}
