@@ -47,7 +47,7 @@ from hashcrawl._run._callbacks import (
     unread_links,
 )
 from hashcrawl._web._models import Request, Response
-from hashcrawl._web._parsing import Parser, least_away
+from hashcrawl._web._parsing import away
 from hashcrawl._web._sitemaps import sitemap_entries
 from hashcrawl._web._spider import Calls, Failure
 
@@ -84,8 +84,7 @@ class Handler:
         self.denied = Denied()  # links robots.txt kept out, each counted once
         self.screen = Screen()  # links the crawl's patterns kept out
         self._policy_of: tuple[Settings, Policy | None] | None = None
-        least = least_away() if parse is None and spider is None else None
-        self.parser = None if least is None else Parser(least)  # large pages: _parsing
+        self.parser = away() if parse is None and spider is None else None  # large pages
 
     async def handle(
         self, held: Held, response: Response, origin: Origin, *, server_s: float | None = None
