@@ -36,39 +36,39 @@ _HOMES = {
     "Response": "_web._models",
     "Queue": "_run._queue",
     "Settings": "_core._settings",
-    "CsvSink": "_web._documents",
-    "JsonLinesSink": "_web._sinks",
-    "JsonSink": "_web._documents",
-    "ParquetSink": "_web._parquet",
-    "Sink": "_web._sinks",
-    "XmlSink": "_web._documents",
-    "sink_for": "_web._sinks",
-    "Spider": "_web._spider",
-    "CrawlSpider": "_web._spider",
-    "Failure": "_web._spider",
-    "FormRequest": "_web._forms",
-    "Link": "_web._linkrules",
-    "LinkExtractor": "_web._linkrules",
-    "Rule": "_web._linkrules",
-    "WarcSink": "_web._warc",
+    "CsvSink": "_output._documents",
+    "JsonLinesSink": "_output._sinks",
+    "JsonSink": "_output._documents",
+    "ParquetSink": "_output._parquet",
+    "Sink": "_output._sinks",
+    "XmlSink": "_output._documents",
+    "sink_for": "_output._sinks",
+    "Spider": "_spiders._spider",
+    "CrawlSpider": "_spiders._spider",
+    "Failure": "_spiders._spider",
+    "FormRequest": "_spiders._forms",
+    "Link": "_spiders._linkrules",
+    "LinkExtractor": "_spiders._linkrules",
+    "Rule": "_spiders._linkrules",
+    "WarcSink": "_output._warc",
     "Worker": "_run._worker",
 }
 
 if TYPE_CHECKING:
     from typing import Any
 
+    from hashcrawl._output._documents import CsvSink, JsonSink, XmlSink
+    from hashcrawl._output._parquet import ParquetSink
+    from hashcrawl._output._sinks import JsonLinesSink, Sink, sink_for
+    from hashcrawl._output._warc import WarcSink
     from hashcrawl._run._queue import Queue
     from hashcrawl._run._worker import Worker
-    from hashcrawl._web._documents import CsvSink, JsonSink, XmlSink
+    from hashcrawl._spiders._forms import FormRequest
+    from hashcrawl._spiders._linkrules import Link, LinkExtractor, Rule
+    from hashcrawl._spiders._spider import CrawlSpider, Failure, Spider
     from hashcrawl._web._fakes import MemorySink, MockFetcher
     from hashcrawl._web._fetch import Fetcher, HttpxFetcher
-    from hashcrawl._web._forms import FormRequest
-    from hashcrawl._web._linkrules import Link, LinkExtractor, Rule
     from hashcrawl._web._models import Request, Response
-    from hashcrawl._web._parquet import ParquetSink
-    from hashcrawl._web._sinks import JsonLinesSink, Sink, sink_for
-    from hashcrawl._web._spider import CrawlSpider, Failure, Spider
-    from hashcrawl._web._warc import WarcSink
 
     from ._core._settings import Settings
     from ._exceptions import (

@@ -24,9 +24,9 @@ from typing import Any
 import attrs
 import trio
 
+from hashcrawl._output._sinks import JsonLinesSink
 from hashcrawl._run._queue import Queue
 from hashcrawl._run._worker import Worker
-from hashcrawl._web._sinks import JsonLinesSink
 from testing.testsite import (
     PORT_TOKEN,
     ROBOTS_PATH,

@@ -12,7 +12,7 @@ import trio
 
 from hashcrawl._core._urls import canonicalize, host_key
 from hashcrawl._run._worker import Worker
-from hashcrawl._web._spider import Spider, load_spider
+from hashcrawl._spiders._spider import Spider, load_spider
 from testing.fleet import DEADLINE, Crew, await_until, fast_settings, new_crawl_name
 from testing.scrapysite import ScrapySite
 

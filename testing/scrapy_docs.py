@@ -23,7 +23,7 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any, NamedTuple
 
-from hashcrawl._web._spider import Spider, load_spider
+from hashcrawl._spiders._spider import Spider, load_spider
 from testing import quotesite
 from testing.fleet import DEADLINE, REPO, Process, Processes, new_crawl_name, wait_until
 

@@ -17,7 +17,7 @@ from hashcrawl._core._settings import Settings
 from hashcrawl._core._steps import MAX_STEPS, Action, BadStep, Step, renders, steps_of
 from hashcrawl._run._handler import Handler
 from hashcrawl._run._worker import Worker
-from hashcrawl._web._spider import Calls
+from hashcrawl._spiders._spider import Calls
 from tests.test_core import session_of
 
 GOOD = [

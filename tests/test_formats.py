@@ -15,9 +15,9 @@ from typing import Any
 import pytest
 
 import hashcrawl
-from hashcrawl._web._documents import CsvSink, JsonSink, XmlSink
-from hashcrawl._web._parquet import ParquetSink
-from hashcrawl._web._sinks import JsonLinesSink, format_of, sink_for
+from hashcrawl._output._documents import CsvSink, JsonSink, XmlSink
+from hashcrawl._output._parquet import ParquetSink
+from hashcrawl._output._sinks import JsonLinesSink, format_of, sink_for
 from testing.formats import FORMATS, item_set, read_items
 
 ITEMS = [
@@ -155,8 +155,8 @@ def test_a_document_is_whole_after_every_flush(tmp_path: Path, ending: str) -> N
 #: A child that flushes items into a sink per format, says so, and waits to be killed.
 ABANDONED = """
 import sys, time
-from hashcrawl._web._parquet import ParquetSink
-from hashcrawl._web._sinks import sink_for
+from hashcrawl._output._parquet import ParquetSink
+from hashcrawl._output._sinks import sink_for
 paths = sys.argv[1:]
 sinks = [ParquetSink(p, rows=2) if p.endswith(".parquet") else sink_for(p) for p in paths]
 for n in range(5):
@@ -241,7 +241,7 @@ def test_a_file_another_program_wrote_is_refused_and_left_as_it_is(
 #: A child that flushes 40 batches of 5 items into one file, as a worker of a crawl does.
 SHARER = """
 import sys
-from hashcrawl._web._sinks import sink_for
+from hashcrawl._output._sinks import sink_for
 sink = sink_for(sys.argv[1])
 for n in range(40):
     sink.write([{"url": f"{sys.argv[2]}-{n}-{k}", "k": k} for k in range(5)])

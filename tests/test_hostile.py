@@ -16,8 +16,8 @@ from hypothesis import strategies as st
 
 from hashcrawl import Queue, Request, Response
 from hashcrawl._exceptions import Refused
+from hashcrawl._output._sinks import JsonLinesSink
 from hashcrawl._run._worker import Worker
-from hashcrawl._web._sinks import JsonLinesSink
 from testing.fleet import DEADLINE, await_until, read_items, status_of
 from testing.fleet import fast_settings as fleet_settings
 from testing.hostile import Hit, HostileServer, Reply, Route, html, redirect

@@ -19,9 +19,11 @@ MAY_IMPORT = {
     "_core": {ROOT},
     "_store": {ROOT, "_core"},
     "_web": {ROOT, "_core"},
+    "_spiders": {ROOT, "_core", "_web"},
+    "_output": {ROOT, "_core", "_web"},
     "_browser": {ROOT, "_core", "_web"},
-    "_run": {ROOT, "_core", "_store", "_web", "_browser"},
-    "_cli": {ROOT, "_core", "_store", "_web", "_browser", "_run"},
+    "_run": {ROOT, "_core", "_store", "_web", "_spiders", "_output", "_browser"},
+    "_cli": {ROOT, "_core", "_store", "_web", "_spiders", "_output", "_browser", "_run"},
 }
 ENTRANCES = {"hashcrawl", "hashcrawl.__main__"}
 

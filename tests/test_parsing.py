@@ -1,4 +1,4 @@
-"""The default parse of large pages in a process of its own (``_web/_parsing``): the
+"""The default parse of large pages in a process of its own (``_spiders/_parsing``): the
 same page as parsing on the loop gives, small pages kept on the loop, on by default only
 where there is a second core and while one is spare, and a dead child costs nothing but
 the speed."""
@@ -10,9 +10,9 @@ import signal
 import attrs
 import trio
 
+from hashcrawl._spiders._parsing import AWAY_BYTES, Parser, Spare, cpu_ticks, least_away
 from hashcrawl._web._html import parse_html
 from hashcrawl._web._models import Request, Response
-from hashcrawl._web._parsing import AWAY_BYTES, Parser, Spare, cpu_ticks, least_away
 
 PAGES = [
     (b"<title> A  page </title><a href='/x'>x</a><a href='y#f'>y</a><a href='/x'>again</a>", None),

@@ -15,9 +15,9 @@ from typing import Any
 import pytest
 import trio
 
+from hashcrawl._output._sinks import JsonLinesSink
 from hashcrawl._run._worker import Worker
 from hashcrawl._store._server import RedisServer
-from hashcrawl._web._sinks import JsonLinesSink
 from testing.fleet import (
     DEADLINE,
     Processes,
@@ -188,7 +188,7 @@ def test_a_revisit_crawls_archive_holds_each_304_as_a_revisit_record(
     from warcio.archiveiterator import ArchiveIterator
 
     from hashcrawl import WarcSink
-    from hashcrawl._web._warc import NOT_MODIFIED_PROFILE
+    from hashcrawl._output._warc import NOT_MODIFIED_PROFILE
 
     site = RevisitSite(PAGES)
     warc = WarcSink(tmp_path / "revisits.warc.gz")

@@ -15,7 +15,7 @@ from hashcrawl._cli._workers import _starts_itself
 from hashcrawl._core._entry import MAX_ENTRY_BYTES, Entry
 from hashcrawl._core._respond import REDIRECT_URLS_BYTES, Facts, Reader, redirect_of
 from hashcrawl._exceptions import ConfigError
-from hashcrawl._web._spider import MAX_LINK_TEXT, Calls
+from hashcrawl._spiders._spider import MAX_LINK_TEXT, Calls
 from tests.test_scrapy_names import SITE, handle, handler_of, held, response
 
 QUOTES = """<html><body>

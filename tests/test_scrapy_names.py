@@ -33,7 +33,7 @@ from hashcrawl._core._settings import Settings
 from hashcrawl._core._urls import canonicalize, host_key
 from hashcrawl._exceptions import ConfigError
 from hashcrawl._run._handler import Handler, Origin
-from hashcrawl._web._spider import Calls, scrapy_settings
+from hashcrawl._spiders._spider import Calls, scrapy_settings
 
 SITE = "http://shop.example/"
 MAX_ATTEMPTS = 3

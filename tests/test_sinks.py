@@ -22,7 +22,7 @@ import pytest
 import redis
 
 import hashcrawl
-from hashcrawl._web._sinks import AllSinks, CsvSink, JsonLinesSink, sink_for
+from hashcrawl._output._sinks import AllSinks, CsvSink, JsonLinesSink, sink_for
 
 PAGES = 30
 
@@ -41,7 +41,7 @@ needs_strace = pytest.mark.skipif(
 #: Run in a child under strace: FLUSHES flushes of ITEMS items each into a sink.
 WRITER = """
 import sys
-from hashcrawl._web._sinks import sink_for
+from hashcrawl._output._sinks import sink_for
 path, flushes, items, fsync = sys.argv[1], int(sys.argv[2]), int(sys.argv[3]), sys.argv[4]
 sink = sink_for(None if path == "none" else path, fsync=fsync == "on")
 print("MARK", flush=True)  # fsyncs before this line are the interpreter's, not the sink's

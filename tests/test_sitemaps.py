@@ -12,7 +12,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from hashcrawl._core._entry import Entry
-from hashcrawl._web._sitemaps import (
+from hashcrawl._spiders._sitemaps import (
     MAX_SITEMAP_DEPTH,
     MAX_SITEMAP_URLS,
     Sitemap,

@@ -18,12 +18,12 @@ from hashcrawl._core._settings import Settings
 from hashcrawl._core._turns import AHEAD, DRIFT, MAX_MISSED, Start, Turn, shared_hosts
 from hashcrawl._exceptions import ConfigError, QueueError
 from hashcrawl._run._turns import SharedRobots, SharedTurns
+from hashcrawl._spiders._spider import Spider, scrapy_settings
 from hashcrawl._store._redisurl import RedisURL
 from hashcrawl._store._server import RedisServer
 from hashcrawl._store._store import Store
 from hashcrawl._web import _pools
 from hashcrawl._web._pools import NotSent
-from hashcrawl._web._spider import Spider, scrapy_settings
 
 # -- the hosts ---------------------------------------------------------------------
 

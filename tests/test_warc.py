@@ -1,4 +1,4 @@
-"""Tests for hashcrawl._web._warc: WARC records as received, their digests, files and kills.
+"""Tests for hashcrawl._output._warc: WARC records as received, their digests, files and kills.
 
 Every file is read back with warcio, digests checked (``check_digests``), and payloads
 compared with the bytes the test server sent, not with what hashcrawl decoded.
@@ -29,9 +29,9 @@ import hashcrawl
 from hashcrawl import ConfigError, HttpxFetcher, JsonLinesSink, Request, Response, WarcSink
 from hashcrawl._cli._checks import checked_output
 from hashcrawl._cli._parser import build_parser
-from hashcrawl._web._sinks import AllSinks, CsvSink, archive_of, sinks_for
-from hashcrawl._web._warc import NOT_MODIFIED_PROFILE, REVISIT_PROFILE, payload_digest
-from hashcrawl._web._warc_writer import EARLY
+from hashcrawl._output._sinks import AllSinks, CsvSink, archive_of, sinks_for
+from hashcrawl._output._warc import NOT_MODIFIED_PROFILE, REVISIT_PROFILE, payload_digest
+from hashcrawl._output._warc_writer import EARLY
 from testing.fleet import (
     fast_settings,
     host,

@@ -14,11 +14,11 @@ import trio
 from hashcrawl._core._ring import Ring
 from hashcrawl._core._urls import host_key
 from hashcrawl._exceptions import ConfigError, InvalidURL
+from hashcrawl._output._sinks import JsonLinesSink
 from hashcrawl._run._queue import Queue
 from hashcrawl._run._worker import Worker
+from hashcrawl._spiders._spider import Spider
 from hashcrawl._store._server import RedisServer
-from hashcrawl._web._sinks import JsonLinesSink
-from hashcrawl._web._spider import Spider
 from testing.fleet import (
     DEADLINE,
     ITEM_FIELDS,

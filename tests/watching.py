@@ -11,9 +11,9 @@ from typing import Any
 import trio
 
 from hashcrawl import Queue, Worker
+from hashcrawl._output._sinks import JsonLinesSink
 from hashcrawl._run._handler import Parse
 from hashcrawl._run._metrics import status_class
-from hashcrawl._web._sinks import JsonLinesSink
 from testing.fleet import DEADLINE, await_until, fast_settings, page_requests
 from testing.testsite import Request, Site, SiteServer, generate_site
 

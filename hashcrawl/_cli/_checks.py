@@ -13,11 +13,11 @@ import time
 from typing import TYPE_CHECKING, Any
 
 from hashcrawl._exceptions import ConfigError, QueueError
+from hashcrawl._output._documents import foreign_document
+from hashcrawl._output._parquet import parquet_module
+from hashcrawl._output._sinks import format_of
+from hashcrawl._spiders._spider import load_spider
 from hashcrawl._store._redisurl import RedisURL
-from hashcrawl._web._documents import foreign_document
-from hashcrawl._web._parquet import parquet_module
-from hashcrawl._web._sinks import format_of
-from hashcrawl._web._spider import load_spider
 
 if TYPE_CHECKING:
     from hashcrawl._store._store import Store

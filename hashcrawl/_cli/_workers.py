@@ -45,12 +45,12 @@ from hashcrawl._core._patterns import Patterns
 from hashcrawl._core._scope import Scope
 from hashcrawl._core._settings import CRAWL, Settings
 from hashcrawl._exceptions import ConfigError
+from hashcrawl._output._sinks import sinks_for
 from hashcrawl._run._queue import check_start_urls
+from hashcrawl._spiders._spider import scrapy_settings
 from hashcrawl._store._redisurl import ENV_VAR as REDIS_ENV_VAR
 from hashcrawl._store._redisurl import RedisURL, check_crawl_name
 from hashcrawl._web._addresses import ALLOW_HINT, AddressPolicy
-from hashcrawl._web._sinks import sinks_for
-from hashcrawl._web._spider import scrapy_settings
 
 log = logging.getLogger("hashcrawl")
 REPORT_EVERY = 60.0  # seconds between two of join's lines on what it has done
@@ -249,7 +249,7 @@ def cmd_crawl(args: argparse.Namespace) -> int:
 def _starts_itself(spider: Any) -> bool:
     """Whether a --spider gives its own start() or start_requests() (each worker
     submits what they give)."""
-    from hashcrawl._web._spider import Spider
+    from hashcrawl._spiders._spider import Spider
 
     if spider is None:
         return False

@@ -27,9 +27,9 @@ from hashcrawl._core._frontier import Held
 from hashcrawl._core._links import request_url
 from hashcrawl._core._revisit import Fetched
 from hashcrawl._exceptions import ConfigError
+from hashcrawl._output._sinks import as_dict
+from hashcrawl._spiders._spider import Calls
 from hashcrawl._web._models import Request, Response
-from hashcrawl._web._sinks import as_dict
-from hashcrawl._web._spider import Calls
 
 LOOP_HOLD_WARNING = 1.0  # seconds a callback may hold the event loop before it is reported
 

@@ -46,10 +46,10 @@ from hashcrawl._run._callbacks import (
     unix_now,
     unread_links,
 )
+from hashcrawl._spiders._parsing import away
+from hashcrawl._spiders._sitemaps import sitemap_entries
+from hashcrawl._spiders._spider import Calls, Failure
 from hashcrawl._web._models import Request, Response
-from hashcrawl._web._parsing import away
-from hashcrawl._web._sitemaps import sitemap_entries
-from hashcrawl._web._spider import Calls, Failure
 
 Parse = Callable[[Response], Any]
 

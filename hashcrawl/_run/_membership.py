@@ -17,6 +17,7 @@ from hashcrawl._core._parents import FULL, MAX_PARENTS
 from hashcrawl._core._session import COMMIT_EVERY, COMMIT_MAX, Session
 from hashcrawl._core._settings import Settings
 from hashcrawl._exceptions import ConfigError, Fenced, QueueError
+from hashcrawl._output._sinks import Archive, Sink
 from hashcrawl._run._calls import Call, Signal, StoreCaller, Wakeup
 from hashcrawl._run._handler import Handler
 from hashcrawl._run._inbound import Inbound, Parcel
@@ -26,7 +27,6 @@ from hashcrawl._run._turns import SharedRobots
 from hashcrawl._store._base import RevisitStore, WorkerStore
 from hashcrawl._store._crawlconfig import CrawlSettings
 from hashcrawl._web._cookies import Jars
-from hashcrawl._web._sinks import Archive, Sink
 
 log = logging.getLogger("hashcrawl")
 T = TypeVar("T")

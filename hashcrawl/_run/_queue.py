@@ -18,13 +18,13 @@ from hashcrawl._core._ring import Ring
 from hashcrawl._core._scope import members as scope_members
 from hashcrawl._core._urls import canonicalize, fingerprint
 from hashcrawl._exceptions import ConfigError
+from hashcrawl._spiders._spider import Calls
 from hashcrawl._store._base import StatusStore, WorkerStore
 from hashcrawl._store._redisurl import RedisURL, check_crawl_name
 from hashcrawl._store._shards import Shards, queued_any, shard_tags, stored_tags
 from hashcrawl._store._store import Batch, Store
 from hashcrawl._web._addresses import PYTHON_ALLOW_HINT, AddressPolicy, SubmitCheck
 from hashcrawl._web._models import Request
-from hashcrawl._web._spider import Calls
 
 BATCH = 1000
 

@@ -31,6 +31,7 @@ from hashcrawl._core._settings import CRAWL, Settings
 from hashcrawl._core._steps import renders
 from hashcrawl._core._turns import shared_hosts
 from hashcrawl._exceptions import ConfigError, Fenced, ShardsChanged, StateLost
+from hashcrawl._output._sinks import Sink, archive_of, one_sink, sink_for
 from hashcrawl._run._calls import StoreCaller
 from hashcrawl._run._driver import Driver as Driver
 from hashcrawl._run._handler import Handler, Parse
@@ -41,6 +42,7 @@ from hashcrawl._run._notices import Notices
 from hashcrawl._run._queue import check_start_urls, submit_start_requests
 from hashcrawl._run._sharding import Sharded
 from hashcrawl._run._turns import SharedRobots, SharedTurns
+from hashcrawl._spiders._spider import Calls, Spider, scrapy_settings
 from hashcrawl._store import _crawlconfig
 from hashcrawl._store._base import WorkerStore
 from hashcrawl._store._crawlconfig import CrawlSettings
@@ -50,8 +52,6 @@ from hashcrawl._store._shards import Shards, shard_tags, still_one_shard
 from hashcrawl._store._store import LOST, Store
 from hashcrawl._web._addresses import AddressPolicy
 from hashcrawl._web._fetch import Fetcher, HttpxFetcher
-from hashcrawl._web._sinks import Sink, archive_of, one_sink, sink_for
-from hashcrawl._web._spider import Calls, Spider, scrapy_settings
 
 log = logging.getLogger("hashcrawl")
 T = TypeVar("T")

@@ -1,2 +1,2 @@
-"""The web: fetching, addresses, HTML and links, robots.txt, sitemaps, cookies,
-responses, spiders and sinks."""
+"""The web: fetchers and their connections, addresses and proxies, requests and
+responses, HTML and links, robots.txt, cookies, and the stand-ins for tests."""

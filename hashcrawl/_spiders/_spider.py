@@ -31,7 +31,7 @@ import trio
 from hashcrawl._core._entry import MAX_CB_KWARGS, Entry
 from hashcrawl._core._settings import Settings
 from hashcrawl._exceptions import ConfigError, DropItem
-from hashcrawl._web._linkrules import Rule
+from hashcrawl._spiders._linkrules import Rule
 from hashcrawl._web._models import Request, Response
 
 log = logging.getLogger("hashcrawl")

@@ -4,7 +4,7 @@ The worker's event loop runs on one core; the records of a page (two digests, he
 lines, a gzip member, ~110 us of CPU in a crawl) would take a tenth of it. With
 ``process``, :meth:`WarcSink.archive` only keeps each fetch's bytes; the commit's flush
 sends them down a pipe to the writer (``python -m
-hashcrawl._web._warc_child``), which builds, compresses, writes and fsyncs them as an
+hashcrawl._output._warc_child``), which builds, compresses, writes and fsyncs them as an
 in-process :class:`WarcSink` would, and answers once they are durable: only then does
 the flush return, and the worker acknowledge the pages. If the writer dies, the flush
 raises, so no page is acknowledged without its records.
@@ -165,7 +165,7 @@ class Writer:
         root = str(Path(__file__).resolve().parents[2])
         path = os.environ.get("PYTHONPATH")
         env = {**os.environ, "PYTHONPATH": root + (os.pathsep + path if path else "")}
-        command = [sys.executable, "-m", "hashcrawl._web._warc_child", json.dumps(self._options)]
+        command = [sys.executable, "-m", "hashcrawl._output._warc_child", json.dumps(self._options)]
         process = subprocess.Popen(
             command, stdin=subprocess.PIPE, stdout=subprocess.PIPE, env=env,
             start_new_session=True, close_fds=True,

@@ -17,7 +17,7 @@ With one host and ``--per-host 1`` the next request leaves only once the page be
 is handled; the default handler's work is mostly :func:`parse_html` (lxml's tree, then
 each link made fit to send, in Python), which holds the GIL, so a thread cannot overlap
 it with the next fetch and a process can. :class:`Parser` sends the body down a pipe to
-``python -m hashcrawl._web._parsing`` and awaits the :class:`Page` (without its tree,
+``python -m hashcrawl._spiders._parsing`` and awaits the :class:`Page` (without its tree,
 which stays in the child); the worker's loop meanwhile sends the host's next request.
 A page the child cannot answer for (it died, or the page did not pickle) is parsed on
 the loop as before: this only moves work, it changes no result.
@@ -198,7 +198,7 @@ class Parser:
                 root = str(Path(__file__).resolve().parents[2])
                 path = os.environ.get("PYTHONPATH")
                 env = {**os.environ, "PYTHONPATH": root + (os.pathsep + path if path else "")}
-                command = [sys.executable, "-m", "hashcrawl._web._parsing"]
+                command = [sys.executable, "-m", "hashcrawl._spiders._parsing"]
                 self._process = await trio.lowlevel.open_process(
                     command, stdin=subprocess.PIPE, stdout=subprocess.PIPE, env=env,
                     start_new_session=True,

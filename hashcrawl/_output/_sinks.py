@@ -25,7 +25,7 @@ from typing import TYPE_CHECKING, Any, Protocol, runtime_checkable
 import attrs
 
 from hashcrawl._exceptions import ConfigError
-from hashcrawl._web._documents import (
+from hashcrawl._output._documents import (
     Buffer,
     CsvSink,
     Document,
@@ -245,13 +245,13 @@ def sink_for(path: str | None, *, fsync: bool = True, **warc: Any) -> Sink:
     Raises:
         ConfigError: a name with no known ending.
     """
-    from hashcrawl._web._warc import WarcSink
+    from hashcrawl._output._warc import WarcSink
 
     ending = ".jsonl" if path is None else format_of(path)
     if path is None or ending in (".jsonl", ".jl"):
         return JsonLinesSink("-" if path is None else path, fsync=fsync)
     if ending == ".parquet":
-        from hashcrawl._web._parquet import ParquetSink
+        from hashcrawl._output._parquet import ParquetSink
 
         return ParquetSink(path, fsync=fsync)
     if ending.startswith(".warc"):  # hashcrawl join's: the records made in a process of
@@ -269,7 +269,7 @@ def sinks_for(paths: Sequence[str] | None, *, fsync: bool = True, **warc: Any) -
 
     Items go to standard output when no path takes them (none given, or only WARC).
     """
-    from hashcrawl._web._warc import is_warc_path
+    from hashcrawl._output._warc import is_warc_path
 
     paths = list(paths or ())
     if all(is_warc_path(path) for path in paths):

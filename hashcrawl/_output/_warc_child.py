@@ -1,4 +1,4 @@
-"""The WARC writer process (``python -m hashcrawl._web._warc_child OPTIONS``): an
+"""The WARC writer process (``python -m hashcrawl._output._warc_child OPTIONS``): an
 in-process :class:`WarcSink` fed by the pipe on standard input (see ``_warc_writer``)."""
 
 from __future__ import annotations
@@ -8,8 +8,8 @@ import os
 import signal
 import sys
 
-from hashcrawl._web._warc import WarcSink
-from hashcrawl._web._warc_writer import LENGTH, PIPE_SIZE, read_exactly, read_fetch
+from hashcrawl._output._warc import WarcSink
+from hashcrawl._output._warc_writer import LENGTH, PIPE_SIZE, read_exactly, read_fetch
 
 
 def main(argv: list[str]) -> int:

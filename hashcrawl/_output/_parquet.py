@@ -29,7 +29,7 @@ from pathlib import Path
 from typing import Any
 
 from hashcrawl._exceptions import ConfigError
-from hashcrawl._web._documents import Buffer, append_all
+from hashcrawl._output._documents import Buffer, append_all
 
 log = logging.getLogger("hashcrawl")
 JOURNAL = ".journal-"  # a hidden name: Parquet readers skip names that begin with a dot

@@ -46,9 +46,9 @@ import attrs
 
 from hashcrawl._core._settings import WARC_MAX_SIZE
 from hashcrawl._exceptions import ConfigError
+from hashcrawl._output._warc_writer import Fetch, Writer
 from hashcrawl._version import __version__
 from hashcrawl._web._models import Exchange, Response
-from hashcrawl._web._warc_writer import Fetch, Writer
 
 try:  # ISA-L's deflate: 2.8 times zlib's speed at level 1, files no bigger (see GZIP_LEVEL)
     from isal import isal_zlib as _deflate
