@@ -28,6 +28,66 @@ class Bug:
 OPEN: dict[str, Bug] = {}
 
 FIXED: dict[str, Bug] = {
+    "drain_by_a_replaced_incarnation": Bug(
+        summary=(
+            "Seed 6: w1 was paused, a worker of its name waited to take its place, and w1 "
+            "expired meanwhile; the newcomer joined. Woken, w1's drain turn found its own "
+            "stream among the orphans and drained it under no member's name (as a leaving "
+            "worker drains its own), so Redis accepted a write from an incarnation that had "
+            "lost its membership. The entries went to their owners by the current ring, "
+            "so nothing was lost, but a fenced incarnation must write nothing."
+        ),
+        fixed=(
+            "Handover.orphans_batch drains under no member's name only when leaving "
+            "(Driver.leave); any other drain is the member's and is fenced as its commits "
+            "are: w1's drain is refused and its session ends."
+        ),
+        replay="""\
+state = CrawlModel()
+state.setup(
+    gap=0.2, faults=2, latency=0.6, workers=3, site=Site(seed=2242, hosts=2, pages=22),
+    roots=[42, 99, 84], delay=1.0, revisit='6',
+)
+state.configure(delay=1.0)
+state.pause(w=1)
+state.cut_off(w=1)
+state.advance(seconds=0.1)
+state.join()
+state.resume(w=2)
+state.advance(seconds=5.0)
+state.submit(pages=[12])
+state.beat(w=0)
+state.stop(w=3)
+state.advance(seconds=5.0)
+state.advance(seconds=0.5)
+state.submit(pages=[67])
+state.stop(w=1)
+state.stop(w=1)
+state.leave(w=0)
+state.beat(w=0)
+state.submit(pages=[20])
+state.submit(pages=[60])
+state.leave(w=1)
+state.join()
+state.stop(w=1)
+state.beat(w=1)
+state.apply(w=0)
+state.apply(w=3)
+state.submit(pages=[3])
+state.advance(seconds=0.1)
+state.beat(w=3)
+state.configure(delay=1.0)
+state.advance(seconds=0.1)
+state.advance(seconds=0.1)
+state.configure(delay=2.0)
+state.configure(delay=3.0)
+state.advance(seconds=2.0)
+state.join()
+state.by_name(how='pause', w=0)
+state.holds()
+state.teardown()
+""",
+    ),
     "takeover_floor_lost_to_a_joiner": Bug(
         summary=(
             "A worker killed with a request out to h0.test is restarted under its name; "

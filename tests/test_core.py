@@ -251,6 +251,21 @@ def test_a_new_epoch_hands_the_lost_hosts_entries_and_pacing_over() -> None:
     assert session.epochs.applied == 2 and lost not in session.frontier.hosts
 
 
+def test_only_a_leaving_worker_drains_under_no_members_name() -> None:
+    """Leaving, a worker drains its own stream as no member (it is out of the ring);
+    finding its own stream among the orphans, it drains as itself, so that Redis fences
+    it: a worker expired or replaced while paused writes nothing when it wakes."""
+    session = session_of(members=("w1", "w2"))
+    got = [("1-0", Entry(url="http://a.example/").encode().encode())]
+    ring = Ring.of(1, ("w1", "w2"))
+    handover = Handover(session)
+    assert handover.orphans_batch("q:w1", got, ring, None, 0.0, leaving=True).worker == ""
+    assert handover.orphans_batch("q:w1", got, ring, None, 0.0).worker == "w1"
+    assert handover.orphans_batch("q:w9", got, ring, set(), 0.0).worker == "w1"
+    with pytest.raises(Fenced):
+        handover.drained(Committed(status="fenced"))
+
+
 def test_a_stale_handoff_waits_for_the_newer_epoch() -> None:
     """A handoff overtaken by another epoch is not applied; the newer one waits instead."""
     session = session_of(members=("w1",))

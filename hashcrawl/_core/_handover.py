@@ -145,15 +145,21 @@ class Handover:
         ring: Ring,
         dying: set[str] | None,
         now: float,
+        *,
+        leaving: bool = False,
     ) -> Batch:
         """The commit that moves entries left in ``stream`` to their hosts' owners.
 
         A departed worker's entries become suspects (``dying``: those it said it was
         fetching when it died, which use up an attempt). So a page that kills every
         worker that fetches it ends in the dead letters instead of killing them all.
+
+        Only a worker ``leaving`` drains under no member's name (its own stream, once it
+        is out of the ring); any other drain is this member's, fenced as its commits are:
+        a worker that finds its own stream among the orphans has lost its membership,
+        and must not write (an incarnation replaced by name woke from a pause).
         """
-        own = stream == self.s.stream
-        batch = Batch(worker="" if own else self.s.id, epoch=ring.epoch, src=stream)
+        batch = Batch(worker="" if leaving else self.s.id, epoch=ring.epoch, src=stream)
         self.s.router(ring, now).add_orphans(batch, got, dying)
         return batch
 

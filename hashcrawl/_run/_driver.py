@@ -295,7 +295,7 @@ class Driver(Membership):
                 await self.flush_now()
                 pace = session.pacing.records(session.pacing.leaving(), self.now())
                 await self.persist(self.store.leave, session.id, pace)
-                await self.drain(session.stream)
+                await self.drain(session.stream, leaving=True)
         except trio.TooSlowError:
             raise QueueError(f"could not leave the crawl within a lease ({lease:g} s)") from None
         log.info("%s left the crawl", session.id)

@@ -81,9 +81,10 @@ class Handoffs:
             drained.append(stream)
         return drained
 
-    async def drain(self, stream: str) -> None:
+    async def drain(self, stream: str, *, leaving: bool = False) -> None:
         """Move every entry left in ``stream`` to its host's owner (see
-        ``Handover.orphans_batch``), then release the stream."""
+        ``Handover.orphans_batch``: ``leaving``, this worker's own, out of the ring),
+        then release the stream."""
         departed = self.handover.departed(stream)
         dying = await self.m.persist(self.m.store.in_flight_of, stream) if departed else None
         while True:
@@ -93,7 +94,6 @@ class Handoffs:
                     return
                 continue
             epoch, members = await self.m.persist(self.m.store.members)
-            batch = self.handover.orphans_batch(
-                stream, got, Ring.of(epoch, members), dying, self.m.now()
-            )
+            ring, now = Ring.of(epoch, members), self.m.now()
+            batch = self.handover.orphans_batch(stream, got, ring, dying, now, leaving=leaving)
             self.handover.drained(await self.m.persist(self.m.store.commit, batch))
