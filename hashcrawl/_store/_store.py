@@ -462,7 +462,7 @@ class Store(Views):
         paces = Paces()
         for start in range(0, len(hosts), PACE_CHUNK):
             chunk = hosts[start : start + PACE_CHUNK]
-            paces.add(chunk, self._run("pace", [self.prefix, *chunk]))
+            paces.add(chunk, self._run("pace", [self.prefix, *chunk], read_only=True))
         return paces
 
 
