@@ -189,13 +189,15 @@ def test_a_takeover_leaves_floors_under_the_old_members_hosts_for_any_next_owner
     next (``pace`` reads them); an hour-old floor is pruned by the next takeover."""
     store.join("a~1", {})
     raw.hset(store.key("floors"), "stale.example", clock.ms - 3_600_001)
+    raw.hset(store.key("floors"), "edge.example", clock.ms - 3_600_000)  # an hour: kept
     raw.hset(store.key("floors"), "later.example", clock.ms + 99_000)
     beat(store, "a~1", applied=1, known=1)
     taken_at = clock.ms
-    in_hand = ["busy.example", "later.example"]
+    in_hand = ["later.example", "busy.example"]
     store.join("a~2", {}, replaces=store.holder("a"), in_hand=in_hand, timeout_ms=30_000)
     clock.ms += 5_000
     assert raw.hget(store.key("floors"), "stale.example") is None
+    assert raw.hget(store.key("floors"), "edge.example") is not None
     paces = store.pace(["busy.example", "idle.example", "later.example", "new.example"])
     assert paces.floors == {
         "busy.example": taken_at + 30_000,
