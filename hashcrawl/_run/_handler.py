@@ -46,7 +46,7 @@ from hashcrawl._run._callbacks import (
     unix_now,
     unread_links,
 )
-from hashcrawl._spiders._parsing import away
+from hashcrawl._spiders._parsing import Parser, least_away
 from hashcrawl._spiders._sitemaps import sitemap_entries
 from hashcrawl._spiders._spider import Calls, Failure
 from hashcrawl._web._models import Request, Response
@@ -84,7 +84,8 @@ class Handler:
         self.denied = Denied()  # links robots.txt kept out, each counted once
         self.screen = Screen()  # links the crawl's patterns kept out
         self._policy_of: tuple[Settings, Policy | None] | None = None
-        self.parser = away() if parse is None and spider is None else None  # large pages
+        least = least_away() if parse is None and spider is None else None
+        self.parser = None if least is None else Parser(least)  # large pages: _parsing
 
     async def handle(
         self, held: Held, response: Response, origin: Origin, *, server_s: float | None = None

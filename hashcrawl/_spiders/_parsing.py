@@ -7,11 +7,8 @@ this process may run on two cores or more; smaller pages are parsed on the loop,
 the two hand-overs (a pickle and a pipe each way, a wake-up) would cost more than the
 parse saves (docs/performance.md, "Parsing in a second process"). The child starts at
 the first such page, so a crawl of small pages never starts it.
-It sends them only while a core is spare for the child (:class:`Spare`: the machine's
-idle time and the child's own CPU time over the last seconds come to half a core or
-more): on a machine busy with other work the child would only wait for a core, and each
-page's two hand-overs lengthen the loop's path. ``HASHCRAWL_PARSE_PROCESS=1`` sends every
-page whatever the load (the experiment's setting), ``HASHCRAWL_PARSE_PROCESS=0`` none.
+``HASHCRAWL_PARSE_PROCESS=1`` sends every page (the experiment's setting),
+``HASHCRAWL_PARSE_PROCESS=0`` none.
 
 With one host and ``--per-host 1`` the next request leaves only once the page before it
 is handled; the default handler's work is mostly :func:`parse_html` (lxml's tree, then
@@ -34,8 +31,6 @@ import pickle
 import struct
 import subprocess
 import sys
-import time
-from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -62,81 +57,12 @@ def least_away(choice: str | None = None, cores: int | None = None) -> int | Non
     return None if choice == "0" or cores < 2 else AWAY_BYTES
 
 
-#: The least share of a core, idle or the child's own, for pages to go to the child.
-SPARE_CORES = 0.5
-SPARE_EVERY = 2.0  # seconds between two looks at the machine's CPU time
-
-
-def cpu_ticks(pid: int | None) -> tuple[int, int, int] | None:
-    """The machine's idle and total CPU ticks, and ``pid``'s own (0 for None), from
-    ``/proc``; None where they cannot be read (not Linux)."""
-    try:
-        with open("/proc/stat", "rb") as stat:
-            fields = [int(x) for x in stat.readline().split()[1:9]]
-        own = 0
-        if pid is not None:
-            with open(f"/proc/{pid}/stat", "rb") as proc:
-                after = proc.read().rpartition(b")")[2].split()
-            own = int(after[11]) + int(after[12])  # utime, stime
-    except (OSError, ValueError, IndexError):
-        return None
-    return fields[3] + fields[4], sum(fields), own  # idle + iowait
-
-
-class Spare:
-    """Whether a core is spare for the parse process: over the last ``every`` seconds,
-    the machine's idle time and the child's own CPU time together came to ``least`` of a
-    core or more (the child's counts: it would be idle without the pages sent). Before the
-    first interval, the load average says: under ``cores - 1``."""
-
-    def __init__(
-        self,
-        *,
-        least: float = SPARE_CORES,
-        every: float = SPARE_EVERY,
-        ticks: Callable[[int | None], tuple[int, int, int] | None] = cpu_ticks,
-        clock: Callable[[], float] = time.monotonic,
-        cores: int | None = None,
-        load: Callable[[], float] = lambda: os.getloadavg()[0],
-    ) -> None:
-        self.least, self.every, self.ticks, self.clock = least, every, ticks, clock
-        self.cores = cores or os.cpu_count() or 1
-        self.load = load
-        self._last: tuple[float, tuple[int, int, int], int | None] | None = None
-        self.spare: bool | None = None
-
-    def __call__(self, child: int | None) -> bool:
-        now = self.clock()
-        if self._last is not None and now - self._last[0] < self.every and self.spare is not None:
-            return self.spare
-        ticks = self.ticks(child)
-        if ticks is None:
-            return True  # nothing to measure by: the size rule alone
-        last, self._last = self._last, (now, ticks, child)
-        if last is None or last[2] != child:
-            if self.spare is None:
-                self.spare = self.load() < self.cores - 1
-            return self.spare
-        idle, total, own = (a - b for a, b in zip(ticks, last[1], strict=True))
-        if total > 0:
-            self.spare = (idle + own) * self.cores / total >= self.least
-        return bool(self.spare)
-
-
-def away() -> Parser | None:
-    """The default handler's parser: large pages sent while a core is spare, every page
-    with ``HASHCRAWL_PARSE_PROCESS=1``; None for none (one core, or ``=0``)."""
-    least = least_away()
-    return None if least is None else Parser(least, Spare() if least else None)
-
-
 class Parser:
     """The loop's end of one parsing process (started at the first page it is sent,
-    per trio run); ``least``: the least body :meth:`prepare` sends it; ``spare``: whether
-    a core is free for it now (None: always, as with ``HASHCRAWL_PARSE_PROCESS=1``)."""
+    per trio run); ``least``: the least body :meth:`prepare` sends it."""
 
-    def __init__(self, least: int = 0, spare: Callable[[int | None], bool] | None = None) -> None:
-        self.least, self.spare = least, spare
+    def __init__(self, least: int = 0) -> None:
+        self.least = least
         self._process: trio.Process | None = None
         self._token: trio.lowlevel.TrioToken | None = None
         self._start_lock = trio.Lock()
@@ -147,11 +73,9 @@ class Parser:
 
     def takes(self, response: Response) -> bool:
         """Whether :meth:`prepare` sends ``response`` to the child: a 2xx HTML body of
-        at least ``least`` bytes, while a core is ``spare``."""
+        at least ``least`` bytes."""
         large = len(response.body) >= self.least
-        if not (large and 200 <= response.status < 300 and response.is_html):
-            return False
-        return self.spare is None or self.spare(self._process.pid if self._process else None)
+        return large and 200 <= response.status < 300 and response.is_html
 
     async def prepare(self, response: Response) -> None:
         """Parse a 2xx HTML ``response`` in the child and keep the page on it, so its
