@@ -553,7 +553,7 @@ class SimWorker:
         if beat is None:
             return "heartbeat failed"
         if driver.ends_with(beat):
-            stopped = self.session.stopping
+            stopped = self.session.flight.stopping
             self.stop_tasks(but="beat")  # the heartbeat cancels the session's nursery
             self.state = "leaving"
             await driver.leave()
@@ -565,7 +565,7 @@ class SimWorker:
     async def read(self) -> str:
         """A turn of reader_loop, without blocking when nothing is there to read."""
         session = self.session
-        if session.stopping:
+        if session.flight.stopping:
             return "stopping: reads no more"
         if not session.intake.unsure and not self.env.observer.undelivered(session.stream):
             return "nothing new in its stream"
@@ -586,7 +586,7 @@ class SimWorker:
 
     async def apply(self) -> str:
         """A turn of apply_loop."""
-        target = self.session.latest.epoch
+        target = self.session.epochs.latest.epoch
         ring = await self.driver.apply_turn()
         if ring is None:
             return "no new epoch"
@@ -637,7 +637,7 @@ class SimWorker:
 
     def may_leave(self) -> bool:
         session = self.session
-        return self.state == "stopping" and session.in_flight == 0 and not self.tasks
+        return self.state == "stopping" and session.flight.in_flight == 0 and not self.tasks
 
     def wants(self, kind: str) -> bool:
         """Whether a turn of ``kind`` has anything to do (so a driver can skip idle ones)."""
@@ -645,7 +645,7 @@ class SimWorker:
         if self.busy_with(kind):
             return False
         return {
-            "commit": bool(session.outcomes),
+            "commit": bool(session.ledger.outcomes),
             "apply": (due := session.due()).apply,
             "drain": due.drain,
             "load_pace": due.pace,

@@ -171,13 +171,13 @@ class CrawlModel(RuleBasedStateMachine):
         now = self.world.now()
         members = [w for w in self.world.active() if w.state in ("member", "stopping")]
         if kind == "fetch":
-            return [w for w in members if w.session.frontier.size and not w.session.stopping]
+            return [w for w in members if w.session.frontier.size and not w.session.flight.stopping]
         if kind == "complete":
             return [w for w in members if next(w.fetcher.due(now), None) is not None]
         if kind == "send":
             return [w for w in members if w.fetcher.leaving(now)]
         if kind == "read":
-            return [w for w in members if not w.session.stopping]
+            return [w for w in members if not w.session.flight.stopping]
         if kind in ("beat", "take"):
             return [w for w in members if not w.busy_with(kind)]
         return [w for w in members if w.wants(kind)]

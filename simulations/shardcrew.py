@@ -288,7 +288,7 @@ class ShardWorker:
         if beat is None:
             return "heartbeat failed"
         if await driver.ending(beat):
-            stopped = driver.session.stopping  # asked to (else: it saw the crawl over)
+            stopped = driver.session.flight.stopping  # asked to (else: it saw the crawl over)
             ends = self.sharded.ends
             if not stopped and not any(self.ended) and ends.first:
                 self.env.saw_over(self, max(r.received for r in ends.first.values()))
@@ -302,7 +302,7 @@ class ShardWorker:
 
     async def read(self, shard: int) -> str:
         session = self.drivers[shard].session
-        if session.stopping:
+        if session.flight.stopping:
             return "stopping: reads no more"
         if not session.intake.unsure and not self.env.observers[shard].undelivered(session.stream):
             return "nothing new in its stream"
@@ -338,7 +338,7 @@ class ShardWorker:
         if f"{kind}@{shard}" in self.tasks or self.ended[shard]:
             return False
         return {
-            "commit": bool(session.outcomes or driver.inbound),
+            "commit": bool(session.ledger.outcomes or driver.inbound),
             "apply": (due := session.due()).apply,
             "drain": due.drain,
             "load_pace": due.pace,

@@ -328,7 +328,7 @@ class ShardWorld:
                     if task.done:
                         del w.tasks[kind]
                         ended |= await self._ended(w, kind, task.error)
-                if w.state == "member" and any(d.session.stopping for d in w.drivers):
+                if w.state == "member" and any(d.session.flight.stopping for d in w.drivers):
                     w.state = "stopping"
             if not ended:
                 return

@@ -187,7 +187,7 @@ def _state(world: World) -> str:
     snap = world.observer.snapshot()
     workers = ", ".join(
         f"{w.name} ({len(w.session.frontier.hosts)} hosts, {w.session.frontier.size} queued, "
-        f"{w.session.in_flight} in flight, tasks {sorted(w.tasks)})"
+        f"{w.session.flight.in_flight} in flight, tasks {sorted(w.tasks)})"
         for w in world.live()
     )
     return (

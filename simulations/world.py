@@ -454,14 +454,14 @@ class World:
         owners = [w for w in self.active() if w.state == "member"]
         if not owners:
             return None
-        latest = max((w.session.latest for w in owners), key=lambda ring: ring.epoch)
+        latest = max((w.session.epochs.latest for w in owners), key=lambda ring: ring.epoch)
         members = tuple(sorted({*latest.members, self.next_name()}))
         if members not in self._rings:
             self._rings[members] = Ring.of(latest.epoch + 1, members)
         after = self._rings[members]
         for w in owners:
             queued = [name for name, host in w.session.frontier.hosts.items() if host.queue]
-            for host in [*w.session.fetching.values(), *queued]:
+            for host in [*w.session.flight.fetching.values(), *queued]:
                 if latest.owner_of(host) == w.name and after.owner_of(host) == self.next_name():
                     return w, host
         return None
@@ -469,7 +469,7 @@ class World:
     async def join_in_flight(self, w: SimWorker, host: str) -> str:
         """A worker joins while ``w`` has a request out to ``host``, which the join moves
         to the newcomer; a link to ``host`` follows, and the fleet runs on."""
-        if host not in w.session.fetching.values():
+        if host not in w.session.flight.fetching.values():
             await self._turn(w, "fetch")
             await self._turn(w, "send")
         self.say("model", f"a worker joins while {w.name} fetches {host}, which moves")
@@ -601,7 +601,7 @@ class World:
 
     def _sync_states(self) -> None:
         for w in self.workers.values():
-            if w.state == "member" and w.session.stopping:
+            if w.state == "member" and w.session.flight.stopping:
                 w.state = "stopping"  # a --max-* limit asked it to stop
 
     def _detect_expiries(self) -> None:

@@ -43,7 +43,7 @@ def owner(workers: list[Worker], site: ScrapySite) -> Worker:
     host = host_key(canonicalize(site.root))
     for worker in workers:
         session = worker.session
-        if session is not None and session.latest.owner_of(host) == session.id:
+        if session is not None and session.epochs.latest.owner_of(host) == session.id:
             return worker
     raise AssertionError(f"no worker owns {host}")
 

@@ -137,7 +137,7 @@ def test_the_owner_dead_letters_an_entry_with_an_unknown_step_with_its_reason() 
 
     session = session_of()
     session.take_in([("1-0", b'{"u":"http://a.test/","b":1,"W":[{"steal":"x"}]}')])
-    batch = session.commit_batch(session.next_commit(), 0.0)
+    batch = session.commits.batch(session.ledger.next_commit(), 0.0)
     assert any("entry steps: a step names exactly one action" in str(r) for r in batch.dead)
     assert session.frontier.size == 0
 

@@ -9,7 +9,6 @@ import pytest
 from hashcrawl._core._entry import Entry
 from hashcrawl._core._epochs import Release
 from hashcrawl._core._frontier import Held
-from hashcrawl._core._handover import Handover
 from hashcrawl._core._outcome import Kind, Outcome
 from hashcrawl._core._pace import Paces
 from hashcrawl._core._page import Page, Step
@@ -35,14 +34,13 @@ def session_of(
         stream_of=lambda w: f"q:{w}",
         inbox="inbox",
         refuses=lambda entry: None,
-        spider_name="-",
         tally=Tally(),
         jars=Jars(),
         now=0.0,
     )
     session.joined(0.0, 0.0, now_ms=0)
     session.scope_read(session.own_scope())  # as if Redis stored it and gave it back
-    session.members_read(epoch, members, first=True)
+    session.epochs.members_read(epoch, members, first=True)
     return session
 
 
@@ -53,7 +51,7 @@ def beat(epoch: int = 1, settled: int = 1, **fields: Any) -> Beat:
 def ready(session: Session, *urls: str, at: float = 0.0) -> None:
     """Read ``urls`` into ``session`` and let it fetch their hosts (settled, paced)."""
     session.take_in([(f"{n}-0", Entry(url=u).encode().encode()) for n, u in enumerate(urls, 1)])
-    session.heartbeat.answered(beat(epoch=session.latest.epoch), sent=at, received=at)
+    session.heartbeat.answered(beat(epoch=session.epochs.latest.epoch), sent=at, received=at)
     session.pacing.loaded(*session.pacing.take_due()[:1], Paces(), session.epochs.release)
 
 
@@ -65,14 +63,14 @@ def test_a_joined_worker_fetches_only_once_the_fleet_settles_and_pace_is_read() 
     """Before every member has applied the join's epoch, a gained host waits."""
     session = session_of()
     session.take_in([("1-0", Entry(url="http://a.test/").encode().encode())])
-    assert not isinstance(session.next_fetch(0.0), Held)
+    assert not isinstance(session.gate.next_fetch(0.0), Held)
     session.heartbeat.answered(beat(settled=1), sent=0.0, received=0.0)
     assert session.pacing.take_due()[0] == ["a.test"]
-    assert not isinstance(session.next_fetch(0.0), Held)  # its pace record is not read yet
+    assert not isinstance(session.gate.next_fetch(0.0), Held)  # its pace record is not read yet
     session.pacing.loaded(["a.test"], Paces(), Release(settled=1))
-    got = session.next_fetch(0.0)
+    got = session.gate.next_fetch(0.0)
     assert isinstance(got, Held) and got.host == "a.test"
-    assert session.in_flight == 1
+    assert session.flight.in_flight == 1
 
 
 def test_a_stale_worker_starts_nothing_and_looks_again_within_a_beat() -> None:
@@ -80,7 +78,7 @@ def test_a_stale_worker_starts_nothing_and_looks_again_within_a_beat() -> None:
     session = session_of()
     ready(session, "http://a.test/")
     stale = LEASE / 4 + 0.1
-    wake = session.next_fetch(stale)
+    wake = session.gate.next_fetch(stale)
     assert wake == stale + session.settings.beat_interval
 
 
@@ -88,23 +86,23 @@ def test_may_send_says_no_once_the_worker_is_stale_or_the_host_moved() -> None:
     """The check right before a request leaves looks at freshness and ownership now."""
     session = session_of()
     ready(session, "http://a.test/")
-    held = session.next_fetch(0.0)
+    held = session.gate.next_fetch(0.0)
     assert isinstance(held, Held)
-    assert session.may_send(held, LEASE / 4 - 0.1)
-    assert not session.may_send(held, LEASE / 4 + 0.1)
-    session.members_read(2, ("w2",))
-    assert not session.may_send(held, 0.0)
+    assert session.gate.may_send(held, LEASE / 4 - 0.1)
+    assert not session.gate.may_send(held, LEASE / 4 + 0.1)
+    session.epochs.members_read(2, ("w2",))
+    assert not session.gate.may_send(held, 0.0)
 
 
 def test_requests_to_one_host_are_the_delay_apart() -> None:
     """The second page of a host is not dispatched before --delay after the first ends."""
     session = session_of(delay=1.0)
     ready(session, "http://a.test/1", "http://a.test/2")
-    first = session.next_fetch(0.0)
+    first = session.gate.next_fetch(0.0)
     assert isinstance(first, Held)
-    assert session.fetch_ended(first, Outcome.done(first, [], []), 0.5) is False
-    assert session.next_fetch(0.6) == 1.5
-    assert isinstance(session.next_fetch(1.5), Held)
+    assert session.fetches.ended(first, Outcome.done(first, [], []), 0.5) is False
+    assert session.gate.next_fetch(0.6) == 1.5
+    assert isinstance(session.gate.next_fetch(1.5), Held)
 
 
 def test_a_commit_is_due_when_half_the_slots_wait_not_at_every_page() -> None:
@@ -113,18 +111,18 @@ def test_a_commit_is_due_when_half_the_slots_wait_not_at_every_page() -> None:
     one or two pages would cost as many Redis commands as one of thirty."""
     session = session_of(concurrency=4, delay=0.0)
     ready(session, *(f"http://h{i}.test/" for i in range(8)))
-    held = [session.next_fetch(0.0) for _ in range(4)]
+    held = [session.gate.next_fetch(0.0) for _ in range(4)]
     assert all(isinstance(h, Held) for h in held)
-    assert session.saturated()
-    assert session.fetch_ended(held[0], Outcome.done(held[0], [], []), 0.1) is False
-    assert session.fetch_ended(held[1], Outcome.done(held[1], [], []), 0.1) is True  # half
-    commit = session.next_commit()
-    session.commit_begun(commit)
-    assert session.fetch_ended(held[2], Outcome.done(held[2], [], []), 0.1) is False
-    assert session.fetch_ended(held[3], Outcome.done(held[3], [], []), 0.1) is True
-    batch = session.commit_batch(commit, 0.1)
-    assert session.committed(commit, batch, Committed(status="ok"), 0.01) == "ok"
-    assert len(session.outcomes) == 2 and isinstance(session.next_fetch(0.2), Held)
+    assert session.gate.saturated()
+    assert session.fetches.ended(held[0], Outcome.done(held[0], [], []), 0.1) is False
+    assert session.fetches.ended(held[1], Outcome.done(held[1], [], []), 0.1) is True  # half
+    commit = session.ledger.next_commit()
+    session.ledger.commit_begun(commit)
+    assert session.fetches.ended(held[2], Outcome.done(held[2], [], []), 0.1) is False
+    assert session.fetches.ended(held[3], Outcome.done(held[3], [], []), 0.1) is True
+    batch = session.commits.batch(commit, 0.1)
+    assert session.commits.committed(commit, batch, Committed(status="ok"), 0.01) == "ok"
+    assert len(session.ledger.outcomes) == 2 and isinstance(session.gate.next_fetch(0.2), Held)
 
 
 def test_a_lone_page_waits_for_the_timer_unless_nothing_else_can_move() -> None:
@@ -135,9 +133,9 @@ def test_a_lone_page_waits_for_the_timer_unless_nothing_else_can_move() -> None:
 
     session = session_of(concurrency=4, delay=0.0)
     ready(session, "http://a.test/")
-    held = session.next_fetch(0.0)
+    held = session.gate.next_fetch(0.0)
     assert isinstance(held, Held)
-    assert session.fetch_ended(held, Outcome.done(held, [], []), 0.1) is False  # 1 of 4
+    assert session.fetches.ended(held, Outcome.done(held, [], []), 0.1) is False  # 1 of 4
     other = session_of(concurrency=4)
     pool = Pool(4, lambda: [session, other])
     session.gate.pool = other.gate.pool = pool
@@ -151,23 +149,23 @@ def test_uncommitted_pages_count_against_concurrency() -> None:
     """A page fetched but not committed holds its slot: a killed worker refetches few."""
     session = session_of(concurrency=1, delay=0.0)
     ready(session, "http://a.test/", "http://b.test/")
-    held = session.next_fetch(0.0)
+    held = session.gate.next_fetch(0.0)
     assert isinstance(held, Held)
-    assert session.fetch_ended(held, Outcome.done(held, [{"x": 1}], []), 0.1) is True
-    assert session.next_fetch(0.1) == float("inf")
-    commit = session.next_commit()
-    batch = session.commit_batch(commit, 0.0)
-    assert session.committed(commit, batch, Committed(status="ok"), 0.01) == "ok"
-    assert isinstance(session.next_fetch(0.1), Held)
+    assert session.fetches.ended(held, Outcome.done(held, [{"x": 1}], []), 0.1) is True
+    assert session.gate.next_fetch(0.1) == float("inf")
+    commit = session.ledger.next_commit()
+    batch = session.commits.batch(commit, 0.0)
+    assert session.commits.committed(commit, batch, Committed(status="ok"), 0.01) == "ok"
+    assert isinstance(session.gate.next_fetch(0.1), Held)
 
 
 def test_an_entry_of_a_host_another_member_owns_is_forwarded_to_it() -> None:
     """What the reader takes for a host it does not own goes to the owner's stream."""
     session = session_of(members=("w1", "w2"))
-    other = host_owned_by(session.latest, "w2")
+    other = host_owned_by(session.epochs.latest, "w2")
     session.take_in([("1-0", Entry(url=f"http://{other}/").encode().encode())])
-    assert [o.kind for o in session.outcomes] == [Kind.FORWARD]
-    batch = session.commit_batch(session.next_commit(), 0.0)
+    assert [o.kind for o in session.ledger.outcomes] == [Kind.FORWARD]
+    batch = session.commits.batch(session.ledger.next_commit(), 0.0)
     assert batch.mv == [["1-0", "q:w2", Entry(url=f"http://{other}/").encode()]]
 
 
@@ -175,7 +173,7 @@ def test_an_unreadable_entry_is_acknowledged_as_bad() -> None:
     """A payload that is no entry becomes a bad outcome, nothing else."""
     session = session_of()
     session.take_in([("1-0", b"not json")])
-    batch = session.commit_batch(session.next_commit(), 0.0)
+    batch = session.commits.batch(session.ledger.next_commit(), 0.0)
     assert batch.bad and batch.bad[0][0] == "1-0" and not batch.ack
 
 
@@ -185,12 +183,12 @@ def test_committed_follows_skip_the_seen_filter_next_time() -> None:
     ready(session, "http://a.test/1", "http://a.test/2")
     follow = Entry(url="http://b.test/x")
     for at in (0.0, 1.5):
-        held = session.next_fetch(at)
+        held = session.gate.next_fetch(at)
         assert isinstance(held, Held)
-        session.fetch_ended(held, Outcome.done(held, [], [follow]), at)
-        commit = session.next_commit()
-        batch = session.commit_batch(commit, 0.0)
-        assert session.committed(commit, batch, Committed(status="ok"), 0.0) == "ok"
+        session.fetches.ended(held, Outcome.done(held, [], [follow]), at)
+        commit = session.ledger.next_commit()
+        batch = session.commits.batch(commit, 0.0)
+        assert session.commits.committed(commit, batch, Committed(status="ok"), 0.0) == "ok"
         assert len(batch.add) == (1 if at == 0.0 else 0)
 
 
@@ -198,33 +196,37 @@ def test_a_commit_takes_at_most_commit_max_outcomes() -> None:
     """The oldest COMMIT_MAX outcomes go first; the rest wait for the next commit."""
     session = session_of()
     session.take_in([(f"{n}-0", b"bad") for n in range(COMMIT_MAX + 5)])
-    commit = session.next_commit()
+    commit = session.ledger.next_commit()
     assert len(commit.outcomes) == COMMIT_MAX
-    session.committed(commit, session.commit_batch(commit, 0.0), Committed(status="ok"), 0.0)
-    assert len(session.outcomes) == 5
+    session.commits.committed(
+        commit, session.commits.batch(commit, 0.0), Committed(status="ok"), 0.0
+    )
+    assert len(session.ledger.outcomes) == 5
 
 
 def test_a_refused_commit_keeps_its_outcomes() -> None:
     """A stale or rescoped commit leaves every outcome in place; a fenced one raises."""
     session = session_of()
     session.take_in([("1-0", b"bad")])
-    commit = session.next_commit()
-    batch = session.commit_batch(commit, 0.0)
-    assert session.committed(commit, batch, Committed(status="stale", epoch=2), 0.0) == "stale"
-    assert session.outcomes == commit.outcomes
+    commit = session.ledger.next_commit()
+    batch = session.commits.batch(commit, 0.0)
+    assert (
+        session.commits.committed(commit, batch, Committed(status="stale", epoch=2), 0.0) == "stale"
+    )
+    assert session.ledger.outcomes == commit.outcomes
     with pytest.raises(Fenced):
-        session.committed(commit, batch, Committed(status="fenced"), 0.0)
+        session.commits.committed(commit, batch, Committed(status="fenced"), 0.0)
 
 
 def test_a_retry_backs_its_host_off() -> None:
     """A failed page's outcome holds its host back by the retry wait."""
     session = session_of(delay=0.0)
     ready(session, "http://a.test/1", "http://a.test/2")
-    held = session.next_fetch(0.0)
+    held = session.gate.next_fetch(0.0)
     assert isinstance(held, Held)
-    outcome = session.failed(held, "reset", kind="reset", now=0.0)
-    session.fetch_ended(held, outcome, 0.0)
-    assert session.next_fetch(0.0) == 1.0  # 2 ** 0 seconds
+    outcome = session.fetches.failed(held, "reset", kind="reset", now=0.0)
+    session.fetches.ended(held, outcome, 0.0)
+    assert session.gate.next_fetch(0.0) == 1.0  # 2 ** 0 seconds
     assert session.tally.failed == 1
 
 
@@ -234,20 +236,20 @@ def test_a_new_epoch_hands_the_lost_hosts_entries_and_pacing_over() -> None:
     grown = Ring.of(2, ("w1", "w2"))
     lost = host_owned_by(grown, "w2")
     ready(session, f"http://{lost}/1", f"http://{lost}/2")
-    held = session.next_fetch(0.0)
+    held = session.gate.next_fetch(0.0)
     assert isinstance(held, Held)
-    session.fetch_ended(held, None, 0.5)
-    session.members_read(2, ("w1", "w2"))
-    ring = session.take_epoch()
-    assert ring is not None and session.take_epoch() is None
-    handoff = Handover(session).begin(ring)
-    assert handoff.lost == [lost] and not Handover(session).busy(handoff)
-    assert not isinstance(session.next_fetch(0.5), Held)  # revoked: nothing starts
-    batch = Handover(session).batch(handoff, 0.6)
+    session.fetches.ended(held, None, 0.5)
+    session.epochs.members_read(2, ("w1", "w2"))
+    ring = session.epochs.take()
+    assert ring is not None and session.epochs.take() is None
+    handoff = session.handover.begin(ring)
+    assert handoff.lost == [lost] and not session.handover.busy(handoff)
+    assert not isinstance(session.gate.next_fetch(0.5), Held)  # revoked: nothing starts
+    batch = session.handover.batch(handoff, 0.6)
     assert batch.mv == [["2-0", "q:w2", Entry(url=f"http://{lost}/2").encode()]]
     assert batch.pace[0] == lost and batch.pace[1].startswith("500,")
-    assert Handover(session).committed(handoff, Committed(status="ok"))
-    Handover(session).done(handoff)
+    assert session.handover.committed(handoff, Committed(status="ok"))
+    session.handover.done(handoff)
     assert session.epochs.applied == 2 and lost not in session.frontier.hosts
 
 
@@ -258,7 +260,7 @@ def test_only_a_leaving_worker_drains_under_no_members_name() -> None:
     session = session_of(members=("w1", "w2"))
     got = [("1-0", Entry(url="http://a.example/").encode().encode())]
     ring = Ring.of(1, ("w1", "w2"))
-    handover = Handover(session)
+    handover = session.handover
     assert handover.orphans_batch("q:w1", got, ring, None, 0.0, leaving=True).worker == ""
     assert handover.orphans_batch("q:w1", got, ring, None, 0.0).worker == "w1"
     assert handover.orphans_batch("q:w9", got, ring, set(), 0.0).worker == "w1"
@@ -269,9 +271,9 @@ def test_only_a_leaving_worker_drains_under_no_members_name() -> None:
 def test_a_stale_handoff_waits_for_the_newer_epoch() -> None:
     """A handoff overtaken by another epoch is not applied; the newer one waits instead."""
     session = session_of(members=("w1",))
-    session.members_read(2, ("w1", "w2"))
-    handoff = Handover(session).begin(session.take_epoch())  # type: ignore[arg-type]
-    assert not Handover(session).committed(handoff, Committed(status="stale", epoch=3))
+    session.epochs.members_read(2, ("w1", "w2"))
+    handoff = session.handover.begin(session.epochs.take())  # type: ignore[arg-type]
+    assert not session.handover.committed(handoff, Committed(status="stale", epoch=3))
     assert session.epochs.waiting and session.epochs.applied == 1
 
 
@@ -279,26 +281,26 @@ def test_an_epoch_without_this_worker_fences_it() -> None:
     """A ring this worker is not in means it lost its membership."""
     session = session_of()
     with pytest.raises(Fenced):
-        Handover(session).begin(Ring.of(2, ("w2",)))
+        session.handover.begin(Ring.of(2, ("w2",)))
 
 
 def test_a_pace_record_carries_the_last_request_to_the_next_owner() -> None:
     """The new owner waits the delay after the old owner's last request, across clocks."""
     old = session_of(members=("w1", "w2"), delay=1.0)
-    name = host_owned_by(old.latest, "w1")
+    name = host_owned_by(old.epochs.latest, "w1")
     ready(old, f"http://{name}/")
-    held = old.next_fetch(0.0)
+    held = old.gate.next_fetch(0.0)
     assert isinstance(held, Held)
-    old.fetch_ended(held, None, 10.0)
+    old.fetches.ended(held, None, 10.0)
     record = old.pacing.records([name], now=10.0)[name]
     new = session_of(worker="w2", members=("w1", "w2"), delay=1.0)
-    new.members_read(3, ("w2",))
-    Handover(new).begin(new.take_epoch())  # type: ignore[arg-type]
+    new.epochs.members_read(3, ("w2",))
+    new.handover.begin(new.epochs.take())  # type: ignore[arg-type]
     new.take_in([("2-0", Entry(url=f"http://{name}/2").encode().encode())])
     new.heartbeat.answered(beat(epoch=3, settled=3, now_ms=10_000), sent=15.0, received=15.0)
     # Its clock runs 5 s ahead of the server's (the heartbeat sent at 15 s came back at 10 s).
     new.pacing.loaded(new.pacing.take_due()[0], Paces({name: record}), Release(settled=3))
-    assert new.next_fetch(15.0) == pytest.approx(16.005, abs=0.01)
+    assert new.gate.next_fetch(15.0) == pytest.approx(16.005, abs=0.01)
 
 
 def test_a_pace_record_counts_only_the_pages_the_host_was_sent() -> None:
@@ -307,11 +309,11 @@ def test_a_pace_record_counts_only_the_pages_the_host_was_sent() -> None:
     from hashcrawl._core._pace import PaceRecord
 
     old = session_of(members=("w1", "w2"), delay=1.0)
-    name = host_owned_by(old.latest, "w1")
+    name = host_owned_by(old.epochs.latest, "w1")
     ready(old, f"http://{name}/")
-    held = old.next_fetch(0.0)
+    held = old.gate.next_fetch(0.0)
     assert isinstance(held, Held)
-    old.fetch_ended(held, None, 10.0)  # put back unsent
+    old.fetches.ended(held, None, 10.0)  # put back unsent
     record = PaceRecord.from_text(old.pacing.records([name], now=10.0)[name])
     assert record.readable and record.taken == 0
     assert old.pacing.records([f"never-{name}"], now=10.0) == {}  # nothing known: no record
@@ -346,7 +348,7 @@ def test_max_pages_stops_this_worker_once() -> None:
     session = session_of(max_pages=1)
     assert not session.check_limits(0.0, 0.0)
     session.tally.fetched = 1
-    assert session.check_limits(0.0, 0.0) and session.stopping
+    assert session.check_limits(0.0, 0.0) and session.flight.stopping
     assert not session.check_limits(0.0, 0.0)
 
 
@@ -359,7 +361,6 @@ def test_heartbeat_reports_this_memberships_counts_only() -> None:
         stream_of=lambda w: f"q:{w}",
         inbox="inbox",
         refuses=lambda entry: None,
-        spider_name="-",
         tally=tally,
         jars=Jars(),
         now=0.0,
@@ -372,7 +373,7 @@ def test_a_read_that_failed_is_followed_by_rereading_pending_entries() -> None:
     """After a failed read, the next one asks for this reader's pending entries."""
     session = session_of()
     session.read_answered(session.read_request(), [("5-0", b"bad")])
-    session.read_failed()
+    session.intake.failed()
     read = session.read_request()
     assert read.after == "5-0"
     session.read_answered(read, [])
@@ -400,12 +401,12 @@ def test_a_suspect_blamed_before_is_fetched_alone_until_it_ends() -> None:
     session = session_of()
     blamed = Held("1-0", Entry(url="http://a.test/1", suspect=True, attempts=1), "a.test")
     fresh = Held("2-0", Entry(url="http://b.test/2", suspect=True), "b.test")
-    assert session.fetch_started(fresh) is not None and not session.suspects.isolating
-    session.in_flight += 2
-    assert session.fetch_started(blamed) is not None and session.suspects.isolating
-    session.fetch_ended(fresh, None, 1.0)
+    assert session.suspects.started(fresh) is not None and not session.suspects.isolating
+    session.flight.in_flight += 2
+    assert session.suspects.started(blamed) is not None and session.suspects.isolating
+    session.fetches.ended(fresh, None, 1.0)
     assert session.suspects.isolating
-    session.fetch_ended(blamed, None, 2.0)
+    session.fetches.ended(blamed, None, 2.0)
     assert not session.suspects.isolating
 
 
@@ -413,12 +414,12 @@ def test_max_pages_per_host_counts_every_request_sent() -> None:
     """A host is full after exactly --max-pages-per-host requests left for it."""
     session = session_of(max_pages_per_host=2)
     held = Held("1-0", Entry(url="http://a.test/"), "a.test")
-    Page(session, held, 0.0).sending()
-    assert Page(session, held, 0.0).step is Step.SEND
-    Page(session, held, 0.0).sending()
-    assert Page(session, held, 0.0).step is Step.DONE  # full: done without a request
+    Page(session.fetches, held, 0.0).sending()
+    assert Page(session.fetches, held, 0.0).step is Step.SEND
+    Page(session.fetches, held, 0.0).sending()
+    assert Page(session.fetches, held, 0.0).step is Step.DONE  # full: done without a request
     other = Held("2-0", Entry(url="http://b.test/"), "b.test")
-    assert Page(session, other, 0.0).step is Step.SEND
+    assert Page(session.fetches, other, 0.0).step is Step.SEND
 
 
 def test_a_request_put_back_unsent_leaves_its_hosts_pacing_as_it_was() -> None:
@@ -427,13 +428,13 @@ def test_a_request_put_back_unsent_leaves_its_hosts_pacing_as_it_was() -> None:
     meanwhile sends it to its new owner."""
     session = session_of()
     ready(session, "http://a.test/1")
-    held = session.next_fetch(0.0)
+    held = session.gate.next_fetch(0.0)
     assert isinstance(held, Held)
-    assert session.put_back(held, 0.5) is None
-    assert session.next_fetch(0.5) == 1.0
-    assert session.next_fetch(1.0) == held
+    assert session.fetches.put_back(held, 0.5) is None
+    assert session.gate.next_fetch(0.5) == 1.0
+    assert session.gate.next_fetch(1.0) == held
     session.frontier.drop("a.test")  # handed over while the request waited
-    outcome = session.put_back(held, 1.5)
+    outcome = session.fetches.put_back(held, 1.5)
     assert outcome is not None and outcome.kind is Kind.FORWARD
 
 
@@ -445,20 +446,20 @@ def test_changed_cookies_are_made_durable_by_the_next_commit_and_only_once() -> 
 
     session = session_of()
     ready(session, "http://a.test/", "http://b.test/")
-    held = session.next_fetch(0.0)
+    held = session.gate.next_fetch(0.0)
     assert isinstance(held, Held)
     session.jars.take(held.host, "GET", held.entry.url, ["session=abc; Path=/"])
-    session.fetch_ended(held, Outcome.done(held, [], []), 0.1)
-    commit = session.next_commit()
-    batch = session.commit_batch(commit, 0.1)
+    session.fetches.ended(held, Outcome.done(held, [], []), 0.1)
+    commit = session.ledger.next_commit()
+    batch = session.commits.batch(commit, 0.1)
     assert batch.pace[::2] == [held.host]
     assert "session" in PaceRecord.from_text(batch.pace[1]).cookies
-    assert session.committed(commit, batch, Committed(status="ok"), 0.0) == "ok"
+    assert session.commits.committed(commit, batch, Committed(status="ok"), 0.0) == "ok"
     session.jars.take(held.host, "GET", held.entry.url, ["session=abc; Path=/"])
-    other = session.next_fetch(1.0)
+    other = session.gate.next_fetch(1.0)
     assert isinstance(other, Held)
-    session.fetch_ended(other, Outcome.done(other, [], []), 1.1)
-    assert session.commit_batch(session.next_commit(), 1.1).pace == []
+    session.fetches.ended(other, Outcome.done(other, [], []), 1.1)
+    assert session.commits.batch(session.ledger.next_commit(), 1.1).pace == []
 
 
 def test_cookies_of_a_host_whose_last_owners_record_is_unread_wait() -> None:

@@ -6,7 +6,7 @@ from __future__ import annotations
 import math
 
 from hashcrawl._core._frontier import Held
-from hashcrawl._core._gate import Gate, Pool
+from hashcrawl._core._gate import Pool
 from tests.test_core import LEASE, ready, session_of
 
 
@@ -14,24 +14,24 @@ def test_a_stopping_worker_starts_nothing_until_something_changes() -> None:
     """Stopping: no request starts, and the dispatcher sleeps until woken."""
     session = session_of()
     ready(session, "http://a.test/")
-    session.stopping = True
-    assert Gate(session).next_fetch(0.0) == math.inf
+    session.flight.stopping = True
+    assert session.gate.next_fetch(0.0) == math.inf
 
 
 def test_a_fresh_worker_with_a_free_slot_starts_the_due_request() -> None:
     """The request taken is counted in flight and under way."""
     session = session_of()
     ready(session, "http://a.test/")
-    got = Gate(session).next_fetch(0.0)
+    got = session.gate.next_fetch(0.0)
     assert isinstance(got, Held)
-    assert (session.in_flight, session.fetching) == (1, {got.eid: "a.test"})
+    assert (session.flight.in_flight, session.flight.fetching) == (1, {got.eid: "a.test"})
 
 
 def test_freshness_ends_a_quarter_lease_after_the_last_answered_heartbeat() -> None:
     """Past --fresh-for (a quarter of the lease by default) nothing starts or leaves."""
     session = session_of()
     ready(session, "http://a.test/")
-    gate = Gate(session)
+    gate = session.gate
     held = gate.next_fetch(0.0)
     assert isinstance(held, Held)
     assert gate.fresh(LEASE / 4 - 0.01) and gate.may_send(held, LEASE / 4 - 0.01)
@@ -42,10 +42,10 @@ def test_a_slot_is_held_from_dispatch_until_the_page_is_committed() -> None:
     """One shard: in flight plus fetched-and-uncommitted stays within --concurrency."""
     session = session_of(concurrency=2, delay=0.0)
     ready(session, "http://a.test/", "http://b.test/", "http://c.test/")
-    gate = Gate(session)
+    gate = session.gate
     assert isinstance(gate.next_fetch(0.0), Held)
     session.ledger.uncommitted = 1  # the first page fetched, not yet committed
-    session.in_flight = 1
+    session.flight.in_flight = 1
     assert gate.saturated() and not isinstance(gate.next_fetch(0.0), Held)
 
 
@@ -57,9 +57,9 @@ def test_a_sharded_workers_shards_share_twice_the_concurrency_of_unacknowledged_
     for session in shards:
         session.gate.pool = pool
     one, other = shards[0], shards[1]
-    one.in_flight = 2
+    one.flight.in_flight = 2
     assert one.gate.saturated() and not other.gate.saturated()  # the share, in flight
-    one.in_flight, one.ledger.uncommitted = 0, 5  # more than its share, held
+    one.flight.in_flight, one.ledger.uncommitted = 0, 5  # more than its share, held
     assert not one.gate.saturated()
     other.ledger.uncommitted = 3  # 8 held over the worker: every shard waits
     assert all(s.gate.saturated() for s in shards)

@@ -29,7 +29,7 @@ def dispatched(**settings: Any) -> tuple[Session, Held]:
     """A session with one page of a.test dispatched at time 0."""
     session = session_of(**settings)
     ready(session, "http://a.test/page")
-    held = session.next_fetch(0.0)
+    held = session.gate.next_fetch(0.0)
     assert isinstance(held, Held)
     return session, held
 
@@ -37,7 +37,7 @@ def dispatched(**settings: Any) -> tuple[Session, Held]:
 def test_robots_txt_comes_first_and_its_request_uses_the_pages_turn() -> None:
     """With robots.txt obeyed and no rules kept, the page fetches them, then waits."""
     session, held = dispatched(obey_robots=True)
-    page = Page(session, held, 0.0)
+    page = Page(session.fetches, held, 0.0)
     assert page.step is Step.FETCH_ROBOTS
     assert page.robots_fetched(Robots.allow_all(), 0.1) is Step.DONE
     assert page.outcome is None  # put back: it waits for its host's next turn
@@ -47,7 +47,7 @@ def test_robots_txt_comes_first_and_its_request_uses_the_pages_turn() -> None:
 def test_unreachable_robots_txt_fails_the_page_for_now() -> None:
     """No rules and robots.txt unreachable: the page is retried later, counted failed."""
     session, held = dispatched(obey_robots=True)
-    page = Page(session, held, 0.0)
+    page = Page(session.fetches, held, 0.0)
     page.robots_fetched(Unreachable("HTTP 503"), 0.1)
     assert page.outcome is not None and page.outcome.kind is Kind.RETRY
     assert session.tally.failed == 1
@@ -57,7 +57,7 @@ def test_rules_kept_are_checked_and_a_denied_page_is_done_unfetched() -> None:
     """With rules kept, the page checks them; denied, it is done and counted."""
     session, held = dispatched(obey_robots=True)
     session.robots.rules["a.test"] = Robots.deny_all()
-    page = Page(session, held, 0.0)
+    page = Page(session.fetches, held, 0.0)
     assert (page.step, page.rules) == (Step.CHECK_RULES, Robots.deny_all())
     assert page.checked(False) is Step.DONE
     assert page.outcome is not None and page.outcome.kind is Kind.DONE
@@ -68,7 +68,7 @@ def test_a_host_that_had_its_pages_is_done_without_a_request() -> None:
     """With --max-pages-per-host reached, the page never reaches SEND."""
     session, held = dispatched(max_pages_per_host=1)
     session.taken["a.test"] = 1
-    page = Page(session, held, 0.0)
+    page = Page(session.fetches, held, 0.0)
     assert page.step is Step.DONE
     assert session.tally.host_capped == 1
 
@@ -76,7 +76,7 @@ def test_a_host_that_had_its_pages_is_done_without_a_request() -> None:
 def test_a_response_goes_to_the_handler_with_what_it_needs_of_the_host() -> None:
     """SEND, answered, HANDLE with the origin, handled: done with the handler's outcome."""
     session, held = dispatched(max_pages_per_host=5)
-    page = Page(session, held, 0.0)
+    page = Page(session.fetches, held, 0.0)
     assert page.step is Step.SEND
     page.sending()
     response = Reply(status=200, body=b"hi", url=held.entry.url)
@@ -90,11 +90,11 @@ def test_a_response_goes_to_the_handler_with_what_it_needs_of_the_host() -> None
 def test_a_request_refused_by_a_rule_is_dead_and_a_failed_one_retried() -> None:
     """Refused cannot succeed later: dead at once; any other fetch error is retried."""
     session, held = dispatched()
-    page = Page(session, held, 0.0)
+    page = Page(session.fetches, held, 0.0)
     page.send_failed(Refused("address not allowed"), 0.0, 0.0)
     assert page.outcome is not None and page.outcome.kind is Kind.DEAD
     session, held = dispatched()
-    page = Page(session, held, 0.0)
+    page = Page(session.fetches, held, 0.0)
     page.send_failed(FetchError("timeout"), 1.0, 1.0)
     assert page.outcome is not None and page.outcome.kind is Kind.RETRY
 
@@ -102,7 +102,7 @@ def test_a_request_refused_by_a_rule_is_dead_and_a_failed_one_retried() -> None:
 def test_a_request_the_session_stopped_puts_the_page_back() -> None:
     """not_sent: the page waits for its host's next turn, nothing is counted."""
     session, held = dispatched()
-    page = Page(session, held, 0.0)
+    page = Page(session.fetches, held, 0.0)
     assert page.not_sent(0.0) is Step.DONE and page.outcome is None
     assert session.tally.fetched == session.tally.failed == 0
 
@@ -114,7 +114,7 @@ def test_a_request_stopped_as_it_left_is_out_of_the_hosts_page_count() -> None:
     stopped a counted request, and the new owner capped the host one page early)."""
     session, held = dispatched(max_pages_per_host=5)
     session.taken["a.test"] = 2
-    page = Page(session, held, 0.0)
+    page = Page(session.fetches, held, 0.0)
     page.sending()
     assert session.taken["a.test"] == 3
     page.not_sent(0.0)

@@ -135,22 +135,22 @@ def test_a_page_takes_one_of_the_crawls_pages_before_its_request() -> None:
     """With --max-pages-total, a page asks for one of the crawl's pages before SEND;
     granted, it is sent; refused, it waits unfetched and the worker stops."""
     session, held = dispatched(max_pages_total=5)
-    page = Page(session, held, 0.0)
+    page = Page(session.fetches, held, 0.0)
     assert page.step is Step.TAKE
     assert page.taken(True, 0.0) is Step.SEND
     page.not_sent(0.0)  # the session said no as the request was to leave
     assert page.give_back  # the page it took goes back to the crawl
     session, held = dispatched(max_pages_total=5)
-    page = Page(session, held, 0.0)
+    page = Page(session.fetches, held, 0.0)
     assert page.taken(False, 0.0) is Step.DONE
     assert page.outcome is None  # put back: it stays in the stream, never fetched
-    assert session.stopping and session.tally.fetched == 0
+    assert session.flight.stopping and session.tally.fetched == 0
 
 
 def test_without_a_crawl_cap_a_page_asks_nothing() -> None:
     """No --max-pages-total: straight to SEND, no round trip to Redis."""
     session, held = dispatched()
-    assert Page(session, held, 0.0).step is Step.SEND
+    assert Page(session.fetches, held, 0.0).step is Step.SEND
 
 
 def test_a_worker_given_other_patterns_or_cap_than_the_crawls_is_refused(

@@ -173,7 +173,7 @@ async def _report(worker: Worker, every: float = REPORT_EVERY) -> None:
         await trio.sleep(0.2)
     print(
         f"hashcrawl: joined crawl {worker.crawl} as {worker.id} "
-        f"({plural(len(session.latest.members), 'member')}); Ctrl-C stops it",
+        f"({plural(len(session.epochs.latest.members), 'member')}); Ctrl-C stops it",
         file=sys.stderr,
         flush=True,
     )

@@ -3,50 +3,52 @@ when the crawl is over. No IO."""
 
 from __future__ import annotations
 
-from collections.abc import Iterable
-from typing import Any, Protocol
+from typing import Any
 
 from hashcrawl._core._batch import LOST, Beat
 from hashcrawl._core._epochs import Epochs
 from hashcrawl._core._faults import Faults
 from hashcrawl._core._frontier import Frontier
+from hashcrawl._core._ledger import Ledger
 from hashcrawl._core._pacing import Pacing
-from hashcrawl._core._parts import Clock
+from hashcrawl._core._parts import Clock, Flight
 from hashcrawl._core._seams import Tally
-from hashcrawl._core._settings import Settings
+from hashcrawl._core._settings import Current
 from hashcrawl._exceptions import Fenced, QueueError, StateLost
 
 
-class Beating(Protocol):
-    """What the heartbeat reads of its session (named here: the session makes it)."""
-
-    id: str
-
-    @property
-    def settings(self) -> Settings: ...
-
-    faults: Faults
-    epochs: Epochs
-    clock: Clock
-    frontier: Frontier
-    tally: Tally
-    tally_base: dict[str, int]
-    in_flight: int
-
-    def members_read(self, epoch: int, members: Iterable[str], *, first: bool = False) -> None: ...
-
-    pacing: Pacing
-
-    def busy(self) -> bool: ...
-
-    def held(self) -> int: ...
-
-
 class Heartbeat:
-    """The heartbeats of one session."""
+    """The heartbeats of one session.
 
-    def __init__(self, session: Beating) -> None:
-        self.s = session
+    Args:
+        worker: the member this session is of.
+        current: the settings now (``lease``, ``idle``).
+        faults: the deliberate bugs (``reclaim_live``, ``newest_as_settled``...).
+        epochs: the rings, told of the fleet's as each heartbeat answers.
+        clock: the server's clock, sampled from each answer.
+        frontier, ledger, flight: what this worker holds, reported and asked for ``busy``.
+        pacing: told when the fleet releases hosts gained.
+        tally: the counts reported (those since the membership began).
+    """
+
+    def __init__(
+        self,
+        *,
+        worker: str,
+        current: Current,
+        faults: Faults,
+        epochs: Epochs,
+        clock: Clock,
+        frontier: Frontier,
+        ledger: Ledger,
+        flight: Flight,
+        pacing: Pacing,
+        tally: Tally,
+    ) -> None:
+        self.id, self.current, self.faults, self.epochs = worker, current, faults, epochs
+        self.clock, self.frontier, self.ledger, self.flight = clock, frontier, ledger, flight
+        self.pacing, self.tally = pacing, tally
+        self.tally_base = tally.counts()  # the heartbeat reports this membership's counts
         self.took_s = -1  # server second of this session's last take that queued revisits
 
     def took(self, server_s: int) -> None:
@@ -56,11 +58,11 @@ class Heartbeat:
     def request(self, now: float, *, resident_kib: int) -> dict[str, Any]:
         """What a heartbeat sent at ``now`` tells Redis (``Store.heartbeat``'s arguments)."""
         return {
-            "lease_ms": int(self.s.settings.lease * 1000),
+            "lease_ms": int(self.current.settings.lease * 1000),
             # Expiring members that are not silent is a deliberate bug to catch.
-            "expire_ms": 0 if "reclaim_live" in self.s.faults else None,
-            "applied": self.s.epochs.applied,
-            "known_epoch": self.s.epochs.latest.epoch,
+            "expire_ms": 0 if "reclaim_live" in self.faults else None,
+            "applied": self.epochs.applied,
+            "known_epoch": self.epochs.latest.epoch,
             "stats": self.stats(now, resident_kib),
         }
 
@@ -70,8 +72,8 @@ class Heartbeat:
         Raises:
             QueueError: no heartbeat got through for a whole lease.
         """
-        lease = self.s.settings.lease
-        if sent - self.s.epochs.confirmed_at > lease:
+        lease = self.current.settings.lease
+        if sent - self.epochs.confirmed_at > lease:
             raise QueueError(f"{exc}; gave up after a lease ({lease:g} s) without a heartbeat")
 
     def answered(self, beat: Beat, sent: float, received: float) -> None:
@@ -82,46 +84,54 @@ class Heartbeat:
             Fenced: the worker is no longer a member.
         """
         if beat.lost:
-            raise StateLost(f"{LOST}; worker {self.s.id} stops")
+            raise StateLost(f"{LOST}; worker {self.id} stops")
         if not beat.alive:
             raise Fenced(
-                f"worker {self.s.id} was silent longer than its lease and lost its membership"
+                f"worker {self.id} was silent longer than its lease and lost its membership"
             )
-        self.s.clock.sample(sent, received, beat.now_ms)
-        self.s.epochs.confirmed_at = sent
+        self.clock.sample(sent, received, beat.now_ms)
+        self.epochs.confirmed_at = sent
         if beat.members is not None:
-            self.s.members_read(beat.epoch, beat.members)
+            self.epochs.members_read(beat.epoch, beat.members)
         # Taking the newest epoch for the settled one is a deliberate bug to catch.
-        settled = beat.epoch if "newest_as_settled" in self.s.faults else beat.settled
+        settled = beat.epoch if "newest_as_settled" in self.faults else beat.settled
         # This worker is never behind itself; forgetting the others is a deliberate bug.
-        behind = {m: e for m, e in beat.behind.items() if m != self.s.id}
-        if "release_unchecked" in self.s.faults:
+        behind = {m: e for m, e in beat.behind.items() if m != self.id}
+        if "release_unchecked" in self.faults:
             behind = {}
         # Without the rings every member behind holds up every host: the old, slower rule.
-        rings = {} if "release_by_settled" in self.s.faults else beat.rings
-        if self.s.epochs.released(beat.epoch, settled, behind, rings):
-            self.s.pacing.want(())
+        rings = {} if "release_by_settled" in self.faults else beat.rings
+        if self.epochs.released(beat.epoch, settled, behind, rings):
+            self.pacing.want(())
         if beat.orphans:
-            self.s.epochs.orphans_waiting = True
+            self.epochs.orphans_waiting = True
 
     def finished(self, beat: Beat) -> bool:
         """Whether the crawl is over: the fleet idle ``--idle`` seconds, this worker too."""
-        if self.s.settings.idle is None or beat.idle_since < 0 or self.s.busy():
+        if self.current.settings.idle is None or beat.idle_since < 0 or self.busy():
             return False
         # A take of this worker's since Redis ran the heartbeat (its reply still on its
         # way) made the crawl busy again: its revisits are in the inbox, to see through.
         if self.took_s * 1000 >= beat.now_ms - 1000:
             return False
-        quiet_ms = beat.now_ms - max(beat.idle_since, self.s.epochs.joined_ms)
-        return quiet_ms >= self.s.settings.idle * 1000
+        quiet_ms = beat.now_ms - max(beat.idle_since, self.epochs.joined_ms)
+        return quiet_ms >= self.current.settings.idle * 1000
+
+    def busy(self) -> bool:
+        """Whether this worker holds work: queued, in flight, or to commit."""
+        return bool(self.frontier.size or self.flight.in_flight or self.ledger.outcomes)
+
+    def held(self) -> int:
+        """Entries read from this worker's stream and not yet committed."""
+        return self.frontier.size + self.flight.in_flight + len(self.ledger.outcomes)
 
     def stats(self, now: float, resident_kib: int) -> dict[str, int | str]:
         """This membership's figures, for the worker's ``w:ID`` hash."""
         return {
-            "hosts": len(self.s.frontier.hosts),
-            "in_flight": self.s.in_flight,
-            "held": self.s.held(),
-            "frontier": self.s.frontier.size,
+            "hosts": len(self.frontier.hosts),
+            "in_flight": self.flight.in_flight,
+            "held": self.held(),
+            "frontier": self.frontier.size,
             "rss_kib": resident_kib,
-            **self.s.tally.beat_fields(now, self.s.frontier, since=self.s.tally_base),
+            **self.tally.beat_fields(now, self.frontier, since=self.tally_base),
         }

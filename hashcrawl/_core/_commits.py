@@ -10,7 +10,6 @@ remembers their links as seen.
 from __future__ import annotations
 
 from collections.abc import Callable, Iterable
-from typing import Protocol
 
 import attrs
 
@@ -21,7 +20,7 @@ from hashcrawl._core._faults import Faults
 from hashcrawl._core._frontier import Frontier
 from hashcrawl._core._ledger import Commit, Ledger
 from hashcrawl._core._outcome import Router, SeenCache
-from hashcrawl._core._pace import Carry, PaceRecord
+from hashcrawl._core._pace import PaceRecord
 from hashcrawl._core._pacing import Pacing
 from hashcrawl._core._parts import Clock
 from hashcrawl._core._patterns import Screen
@@ -29,52 +28,71 @@ from hashcrawl._core._ring import Ring
 from hashcrawl._core._scope import Scope
 from hashcrawl._core._scope import members as scope_members
 from hashcrawl._core._seams import CookieJars, Tally
-from hashcrawl._core._settings import Settings
+from hashcrawl._core._settings import Current, Settings
 from hashcrawl._core._urls import fingerprint
 from hashcrawl._exceptions import Fenced
 
 
-class Committing(Protocol):
-    """What the commits read of their session (named here: the session makes them)."""
+class Commits:
+    """The commit decisions of one session, and the crawl's scope as it knows it.
 
-    id: str
+    Args:
+        worker: the member this session is of.
+        current: the settings now (``max_attempts``, ``no_parent``).
+        faults: the deliberate bugs the router carries.
+        stream_of: a worker's stream, by its id.
+        inbox: the crawl's inbox stream.
+        epochs: the rings: a batch is routed by the newest.
+        clock: the server's clock, which dates dead letters.
+        seen: the links known seen, remembered as commits go through.
+        pacing: the pace records (and the previous owners' read, deleted by a commit).
+        ledger: the outcomes committed.
+        tally: the counts.
+        jars: the hosts' cookies, stored with the pace records.
+        frontier: the hosts: one not yet paced keeps its previous owner's cookies.
+        screen: the links kept out, counted once.
+        foreign: a sharded crawl's test of a host being another shard's (None: one shard).
+    """
+
+    def __init__(
+        self,
+        *,
+        worker: str,
+        current: Current,
+        faults: Faults,
+        stream_of: Callable[[str], str],
+        inbox: str,
+        epochs: Epochs,
+        clock: Clock,
+        seen: SeenCache,
+        pacing: Pacing,
+        ledger: Ledger,
+        tally: Tally,
+        jars: CookieJars,
+        frontier: Frontier,
+        screen: Screen,
+        foreign: Callable[[str], bool] | None = None,
+    ) -> None:
+        self.id, self.current, self.faults, self.stream_of = worker, current, faults, stream_of
+        self.stream, self.inbox, self.epochs, self.clock = stream_of(worker), inbox, epochs, clock
+        self.seen, self.pacing, self.ledger, self.tally = seen, pacing, ledger, tally
+        self.jars, self.frontier, self.screen, self.foreign = jars, frontier, screen, foreign
+        self.scope = Scope()  # the crawl's, as this worker knows it
 
     @property
-    def settings(self) -> Settings: ...
-
-    faults: Faults
-    stream: str
-    inbox: str
-    stream_of: Callable[[str], str]
-    epochs: Epochs
-    clock: Clock
-    scope: Scope
-    seen: SeenCache
-    carry: Carry
-    ledger: Ledger
-    tally: Tally
-    jars: CookieJars
-    frontier: Frontier
-    screen: Screen
-
-    pacing: Pacing
-
-
-class Commits:
-    """The commit decisions of one session."""
-
-    def __init__(self, session: Committing, foreign: Callable[[str], bool] | None = None) -> None:
-        self.s = session
-        #: A sharded crawl's test of a host being another shard's (None: one shard).
-        self.foreign = foreign
+    def settings(self) -> Settings:
+        return self.current.settings
 
     def router(self, ring: Ring, now: float) -> Router:
         """Where entries go at ``ring``'s epoch; dead letters dated by the server's clock."""
-        s = self.s
-        at, most = s.clock.server_ms(now) // 1000, s.settings.max_attempts
-        route = (ring, s.stream_of, s.inbox, s.scope, s.seen, most)
+        at, most = self.clock.server_ms(now) // 1000, self.settings.max_attempts
+        route = (ring, self.stream_of, self.inbox, self.scope, self.seen, most)
         return Router(
-            *route, at=at, faults=s.faults, foreign=self.foreign, no_parent=s.settings.no_parent
+            *route,
+            at=at,
+            faults=self.faults,
+            foreign=self.foreign,
+            no_parent=self.settings.no_parent,
         )
 
     def batch(
@@ -88,13 +106,13 @@ class Commits:
         adds ``carried`` (links found in another shard, of hosts in this one) as a
         delivery does. (``misroute``: those routed by another ring, the deliberate bug
         ``deliver_by_source_ring``.)"""
-        s, ring = self.s, self.s.epochs.latest
+        ring = self.epochs.latest
         hosts = {h for o in commit.outcomes for h in o.widen}
         # Filtered by the widened scope; the commit stores the hosts, or is refused.
-        s.scope = s.scope.widened(hosts)
-        batch = Batch(worker=s.id, epoch=ring.epoch, src=s.stream, scope=s.scope.version)
+        self.scope = self.scope.widened(hosts)
+        batch = Batch(worker=self.id, epoch=ring.epoch, src=self.stream, scope=self.scope.version)
         batch.widen = sorted(scope_members(hosts=hosts))
-        batch.unpace = [x for pair in sorted(s.carry.read.items()) for x in pair]
+        batch.unpace = [x for pair in sorted(self.pacing.carry.read.items()) for x in pair]
         batch.pace = self.durable_cookies(now)  # HSET after the unpace's HDEL (commit.lua)
         router = self.router(ring, now)
         for outcome in commit.outcomes:
@@ -107,24 +125,28 @@ class Commits:
         cookies changed since a commit stored them, for the next commit to store (so a
         new owner after a kill carries on with the session). A host whose previous
         owner's record is not read yet waits: writing would lose that owner's cookies."""
-        s, ring = self.s, self.s.epochs.latest
+        ring, hosts = self.epochs.latest, self.frontier.hosts
         names = [
             name
-            for name in s.jars.changed()
-            if ring.owner_of(name) == s.id
-            and (name not in s.frontier.hosts or s.frontier.hosts[name].paced)
+            for name in self.jars.changed()
+            if ring.owner_of(name) == self.id and (name not in hosts or hosts[name].paced)
         ]
-        records = s.pacing.records(names, now, robots=False)  # cookies only: each commit
+        records = self.pacing.records(names, now, robots=False)  # cookies only: each commit
         return [x for pair in records.items() for x in pair]
 
     def delivery(self, entries: Iterable[Entry], now: float, ring: Ring | None = None) -> Batch:
         """A batch that only adds ``entries`` (links found in another shard, of hosts in
         this one), routed and filtered as follows are: no acknowledgement, no pace.
         (``ring``: routed by another ring, the deliberate bug ``deliver_by_source_ring``.)"""
-        s, latest = self.s, self.s.epochs.latest
-        batch = Batch(worker=s.id, epoch=latest.epoch, src=s.stream, scope=s.scope.version)
+        latest = self.epochs.latest
+        batch = Batch(worker=self.id, epoch=latest.epoch, src=self.stream, scope=self.scope.version)
         _add_links(batch, self.router(ring or latest, now), entries)
         return batch
+
+    def items_written(self, count: int) -> None:
+        """``count`` items of the oldest outcomes are written (before their commit)."""
+        self.tally.items += count
+        self.ledger.items_written(count)
 
     def committed(
         self,
@@ -140,20 +162,19 @@ class Commits:
         Raises:
             Fenced: the worker lost its membership.
         """
-        s = self.s
         if result.status is Status.FENCED:
-            raise Fenced(f"worker {s.id} lost its membership before committing")
+            raise Fenced(f"worker {self.id} lost its membership before committing")
         if result.status is not Status.OK:
             return result.status
         outcomes = commit.outcomes
-        s.tally.committed(outcomes, s.settings.max_attempts, took)
-        s.scope = attrs.evolve(s.scope, version=result.scope)
-        s.ledger.committed(commit)
-        s.carry.committed(batch.unpace)
+        self.tally.committed(outcomes, self.settings.max_attempts, took)
+        self.scope = attrs.evolve(self.scope, version=result.scope)
+        self.ledger.committed(commit)
+        self.pacing.carry.committed(batch.unpace)
         for name, record in zip(batch.pace[::2], batch.pace[1::2], strict=True):
-            s.jars.stored(name, PaceRecord.from_text(record).cookies)
-        s.seen.remember(batch.add)  # the follows and ``carried`` that went through the filter
-        s.tally.pattern_refused += s.screen.unparented(batch.unparented)
+            self.jars.stored(name, PaceRecord.from_text(record).cookies)
+        self.seen.remember(batch.add)  # the follows and ``carried`` that went through the filter
+        self.tally.pattern_refused += self.screen.unparented(batch.unparented)
         return Status.OK
 
 

@@ -9,40 +9,64 @@ added, and a commit made due once every slot is taken).
 
 from __future__ import annotations
 
-from typing import Protocol
-
 from hashcrawl._core._entry import Entry
+from hashcrawl._core._epochs import Epochs
+from hashcrawl._core._faults import Faults
 from hashcrawl._core._frontier import Frontier, Held
 from hashcrawl._core._gate import Gate
 from hashcrawl._core._ledger import Ledger
-from hashcrawl._core._outcome import Kind, Outcome, failure_wait
-from hashcrawl._core._parts import RobotsCache, Suspects
-from hashcrawl._core._seams import Tally
-from hashcrawl._core._settings import Settings
-
-
-class Ending(Protocol):
-    """What the fetches' ends read of their session (named here: the session makes them)."""
-
-    @property
-    def settings(self) -> Settings: ...
-
-    frontier: Frontier
-    ledger: Ledger
-    suspects: Suspects
-    robots: RobotsCache
-    tally: Tally
-    fetching: dict[str, str]  # requests under way: entry id -> host
-    in_flight: int
-
-    gate: Gate
+from hashcrawl._core._outcome import Kind, Outcome, SeenCache, failure_wait
+from hashcrawl._core._parts import Flight, RobotsCache, Suspects
+from hashcrawl._core._seams import CookieJars, Tally
+from hashcrawl._core._settings import Current, Settings
 
 
 class Fetches:
-    """How one session's fetches end."""
+    """How one session's fetches end; what its pages (``Page``) settle with.
 
-    def __init__(self, session: Ending) -> None:
-        self.s = session
+    Args:
+        worker: the member this session is of.
+        current: the settings now.
+        faults: the deliberate bugs (``skip_seen_filter``).
+        epochs: the rings: a host handed over meanwhile keeps no cookies here.
+        frontier: the hosts, freed as each request ends.
+        ledger: where outcomes wait to be committed.
+        suspects: departed workers' entries in flight here.
+        robots: the robots.txt rules and which hosts' sitemaps are queued.
+        tally: the counts.
+        flight: the fetches under way.
+        gate: whether a commit is due at once (``Gate.commit_due``).
+        jars: the hosts' cookies.
+        taken: page requests made to each host (with --max-pages-per-host).
+        seen: the links known seen, which the handler skips.
+    """
+
+    def __init__(
+        self,
+        *,
+        worker: str,
+        current: Current,
+        faults: Faults,
+        epochs: Epochs,
+        frontier: Frontier,
+        ledger: Ledger,
+        suspects: Suspects,
+        robots: RobotsCache,
+        tally: Tally,
+        flight: Flight,
+        gate: Gate,
+        jars: CookieJars,
+        taken: dict[str, int],
+        seen: SeenCache,
+    ) -> None:
+        self.id, self.current, self.faults, self.epochs = worker, current, faults, epochs
+        self.frontier, self.ledger, self.suspects, self.robots = frontier, ledger, suspects, robots
+        self.tally, self.flight, self.gate, self.jars = tally, flight, gate, jars
+        self.taken, self.seen = taken, seen
+
+    @property
+    def settings(self) -> Settings:
+        return self.current.settings
 
     def failed(
         self, held: Held, reason: str, *, kind: str, now: float, took: float | None = None
@@ -55,23 +79,23 @@ class Fetches:
             kind: the error as the metrics count it (see ``_metrics.error_kind``).
         """
         self.finish(held, now)
-        self.s.tally.failed += 1
-        self.s.tally.error(kind, took)
+        self.tally.failed += 1
+        self.tally.error(kind, took)
         return Outcome.retry(held, reason, backoff=failure_wait(held.entry.attempts))
 
     def finish(self, held: Held, at: float) -> None:
         """``held``'s request is over (or was never made): count its host free, once."""
-        if self.s.fetching.pop(held.eid, None) is not None:
-            self.s.frontier.done(held.host, at)
+        if self.flight.fetching.pop(held.eid, None) is not None:
+            self.frontier.done(held.host, at)
 
     def put_back(self, held: Held, now: float) -> Outcome | None:
         """``held`` was not fetched after all: it waits for its host's next turn, or goes
         to the host's new owner if this worker has handed the host over meanwhile."""
-        host = self.s.frontier.hosts.get(held.host)
+        host = self.frontier.hosts.get(held.host)
         self.finish(held, host.last_end if host is not None else now)
         if host is None or host.revoked:
             return Outcome.forward(held)
-        self.s.frontier.add(held, epoch=host.since)
+        self.frontier.add(held, epoch=host.since)
         return None
 
     def ended(self, held: Held, outcome: Outcome | None, now: float) -> bool:
@@ -79,7 +103,7 @@ class Fetches:
 
         Returns whether a commit is due at once (``Gate.commit_due``).
         """
-        tally = self.s.tally
+        tally = self.tally
         if outcome is not None and outcome.fault:
             tally.error(outcome.fault)
         if outcome is not None and outcome.kind is Kind.DONE:
@@ -90,15 +114,15 @@ class Fetches:
             tally.pattern_refused += outcome.refused
             outcome.follows.extend(self.sitemaps_of(held))
         self.finish(held, now)
-        self.s.in_flight -= 1
-        self.s.suspects.ended(held)
+        self.flight.in_flight -= 1
+        self.suspects.ended(held)
         if outcome is None:
             return False
         if outcome.backoff is not None:
-            self.s.frontier.back_off(held.host, now + outcome.backoff)
-        self.s.ledger.add_fetched(outcome)
-        return self.s.gate.commit_due()
+            self.frontier.back_off(held.host, now + outcome.backoff)
+        self.ledger.add_fetched(outcome)
+        return self.gate.commit_due()
 
     def sitemaps_of(self, held: Held) -> list[Entry]:
         """With --sitemaps, the sitemaps of a host this session has not queued yet."""
-        return self.s.robots.sitemaps_of(held) if self.s.settings.sitemaps else []
+        return self.robots.sitemaps_of(held) if self.settings.sitemaps else []

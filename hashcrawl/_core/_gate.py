@@ -18,34 +18,15 @@ from hashcrawl._core._epochs import Epochs
 from hashcrawl._core._faults import Faults
 from hashcrawl._core._frontier import Frontier, Held, Host
 from hashcrawl._core._ledger import Ledger
-from hashcrawl._core._parts import RobotsCache, Suspects
-from hashcrawl._core._settings import Settings
+from hashcrawl._core._parts import Flight, RobotsCache, Suspects
+from hashcrawl._core._settings import Current, Settings
 from hashcrawl._exceptions import InvalidURL
-
-
-class Dispatching(Protocol):
-    """What the gate reads of its session (named here: the session makes the gate)."""
-
-    id: str
-
-    @property
-    def settings(self) -> Settings: ...
-
-    faults: Faults
-    epochs: Epochs
-    frontier: Frontier
-    ledger: Ledger
-    suspects: Suspects
-    robots: RobotsCache
-    fetching: dict[str, str]  # requests under way: entry id -> host
-    in_flight: int
-    stopping: bool
 
 
 class Holding(Protocol):
     """What a pool counts of each session it spans."""
 
-    in_flight: int
+    flight: Flight
     ledger: Ledger
 
 
@@ -66,7 +47,7 @@ class Pool:
         self.refused = False  # a dispatch found the pool full: wake every shard when not
 
     def held(self) -> int:
-        return sum(s.in_flight + s.ledger.uncommitted for s in self._sessions())
+        return sum(s.flight.in_flight + s.ledger.uncommitted for s in self._sessions())
 
     def full(self) -> bool:
         if self.held() >= self.limit:
@@ -83,19 +64,48 @@ class Pool:
 
 
 class Gate:
-    """The dispatch decisions of one session."""
+    """The dispatch decisions of one session.
 
-    def __init__(self, session: Dispatching, pool: Pool | None = None) -> None:
-        self.s = session
-        self.pool = pool  # a sharded worker's shared slots
+    Args:
+        worker: the member this session is of (a host it owns is fetched).
+        current: the settings now (``concurrency``, ``lease``, ``fresh_for``).
+        faults: the deliberate bugs (``wide_fresh_window``, ``send_stale``).
+        epochs: the rings, and whether the fleet has released a host.
+        frontier: the hosts and their queued pages.
+        ledger: the pages fetched and not yet committed, each holding a slot.
+        suspects: departed workers' entries in flight here.
+        robots: the robots.txt rules, for a rendered page's sub-requests.
+        flight: the fetches under way.
+        pool: a sharded worker's slots, shared by its shards (None: one shard).
+    """
+
+    def __init__(
+        self,
+        *,
+        worker: str,
+        current: Current,
+        faults: Faults,
+        epochs: Epochs,
+        frontier: Frontier,
+        ledger: Ledger,
+        suspects: Suspects,
+        robots: RobotsCache,
+        flight: Flight,
+        pool: Pool | None = None,
+    ) -> None:
+        self.id, self.current, self.faults, self.epochs = worker, current, faults, epochs
+        self.frontier, self.ledger, self.suspects, self.robots = frontier, ledger, suspects, robots
+        self.flight, self.pool = flight, pool
+
+    @property
+    def settings(self) -> Settings:
+        return self.current.settings
 
     def fresh(self, now: float) -> bool:
         """Whether a heartbeat Redis answered was sent recently enough to fetch."""
         # A window of the whole lease is a deliberate bug to catch.
-        wide = "wide_fresh_window" in self.s.faults
-        return self.s.epochs.fresh(
-            now, self.s.settings.lease if wide else self.s.settings.fresh_for
-        )
+        wide = "wide_fresh_window" in self.faults
+        return self.epochs.fresh(now, self.settings.lease if wide else self.settings.fresh_for)
 
     def saturated(self) -> bool:
         """Every slot is taken by a request in flight or a page not yet committed.
@@ -103,10 +113,10 @@ class Gate:
         Counting the uncommitted keeps what a killed worker held, and so what is
         fetched twice, within --concurrency (a sharded worker's: ``Pool``).
         """
-        s, pool = self.s, self.pool
+        in_flight, pool = self.flight.in_flight, self.pool
         if pool is None:
-            return s.in_flight + s.ledger.uncommitted >= s.settings.concurrency
-        return s.in_flight >= s.settings.concurrency or pool.full()
+            return in_flight + self.ledger.uncommitted >= self.settings.concurrency
+        return in_flight >= self.settings.concurrency or pool.full()
 
     def commit_due(self) -> bool:
         """Whether the committer should commit at once: half of --concurrency waits for a
@@ -116,46 +126,50 @@ class Gate:
         commands a commit however few pages it carries. Half keeps the other half
         fetching while a commit is under way, and the timer (``COMMIT_EVERY``) takes the
         rest."""
-        s = self.s
-        ledger = s.ledger
-        if ledger.waiting >= max(1, s.settings.concurrency // 2):
+        ledger = self.ledger
+        if ledger.waiting >= max(1, self.settings.concurrency // 2):
             return True
         # No request in flight to end and call a commit, and none under way to free a
         # slot (a sharded worker's slots are shared: ``Pool``): at once.
-        return ledger.waiting > 0 and not ledger.committing and not s.in_flight and self.saturated()
+        return (
+            ledger.waiting > 0
+            and not ledger.committing
+            and not self.flight.in_flight
+            and self.saturated()
+        )
 
     def may_fetch(self, host: Host) -> bool:
         return (
-            self.s.suspects.may_start(host)
+            self.suspects.may_start(host)
             and host.paced
-            and self.s.epochs.release(host.name, host.since)
-            and self.s.epochs.current()
-            and self.s.epochs.latest.owner_of(host.name) == self.s.id
+            and self.epochs.release(host.name, host.since)
+            and self.epochs.current()
+            and self.epochs.latest.owner_of(host.name) == self.id
         )
 
     def next_fetch(self, now: float) -> Held | float:
         """The next entry to fetch (counted in flight), or when to ask again (``inf``:
         when something changes)."""
         wake = math.inf
-        if self.s.stopping:
+        if self.flight.stopping:
             return wake
         if not self.saturated() and self.fresh(now):
-            got = self.s.frontier.take(now, self.may_fetch)
+            got = self.frontier.take(now, self.may_fetch)
             if isinstance(got, Held):
-                self.s.in_flight += 1
-                self.s.fetching[got.eid] = got.host
+                self.flight.in_flight += 1
+                self.flight.fetching[got.eid] = got.host
                 return got
             if got is not None:
                 wake = got
         if not self.fresh(now):
-            wake = min(wake, now + self.s.settings.beat_interval)
+            wake = min(wake, now + self.settings.beat_interval)
         return wake
 
     def may_send(self, held: Held, now: float) -> bool:
         """Whether ``held``'s request may leave now: asked right before it does, since
         the request may have waited (a pause, a slow Redis) since it was dispatched."""
-        fresh = "send_stale" in self.s.faults or self.fresh(now)  # off: a deliberate bug to catch
-        return fresh and self.s.epochs.latest.owner_of(held.host) == self.s.id
+        fresh = "send_stale" in self.faults or self.fresh(now)  # off: a deliberate bug to catch
+        return fresh and self.epochs.latest.owner_of(held.host) == self.id
 
     def sub_request(self, url: str, now: float, *, shared: bool = False) -> float | str:
         """When a rendered page's sub-request to ``url`` may start (its host's turn,
@@ -163,15 +177,14 @@ class Gate:
         or why it may not: robots.txt disallows it, or the host is not this worker's.
         A ``shared`` host (``_turns``) that is not this worker's may start now: its
         turn in Redis paces it."""
-        s = self.s
         try:
             host = Entry(url=url).host
         except InvalidURL:
             return f"not a URL to fetch: {url:.100}"
-        rules = s.robots.rules.get(host) if s.settings.obey_robots else None
+        rules = self.robots.rules.get(host) if self.settings.obey_robots else None
         if rules is not None and not rules.allowed(url):
             return f"robots.txt disallows {url:.100}"
-        turn = s.frontier.sub_request_turn(host, now)
+        turn = self.frontier.sub_request_turn(host, now)
         if turn is None and shared:
             return now
         if turn is None:
@@ -179,14 +192,14 @@ class Gate:
         return turn
 
     def sub_request_ended(self, url: str, now: float) -> None:
-        self.s.frontier.sub_request_ended(Entry(url=url).host, now)
+        self.frontier.sub_request_ended(Entry(url=url).host, now)
 
     def hop_turn(self, url: str, now: float) -> float:
         """When a robots.txt redirect's next hop, to ``url``, may start: at its host's
         turn when this worker owns the host (counted as a start, as a sub-request's), or
         --delay from now when another owner paces the host's pages."""
         try:
-            turn = self.s.frontier.sub_request_turn(Entry(url=url).host, now)
+            turn = self.frontier.sub_request_turn(Entry(url=url).host, now)
         except InvalidURL:
             turn = None
-        return turn if turn is not None else now + self.s.settings.delay
+        return turn if turn is not None else now + self.settings.delay

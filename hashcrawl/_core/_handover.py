@@ -11,16 +11,18 @@ out to them (the driver waits a little, then :meth:`~Handover.cut_short`);
 from __future__ import annotations
 
 import logging
-from typing import TYPE_CHECKING
 
 import attrs
 
 from hashcrawl._core._batch import Batch, Committed, Status
+from hashcrawl._core._commits import Commits
+from hashcrawl._core._epochs import Epochs
+from hashcrawl._core._frontier import Frontier
+from hashcrawl._core._pacing import Pacing
+from hashcrawl._core._parts import Flight, RobotsCache
 from hashcrawl._core._ring import Ring
+from hashcrawl._core._seams import CookieJars
 from hashcrawl._exceptions import Fenced
-
-if TYPE_CHECKING:
-    from hashcrawl._core._session import Session
 
 log = logging.getLogger("hashcrawl")
 
@@ -36,10 +38,34 @@ class Handoff:
 
 
 class Handover:
-    """The handovers of one session (its frontier, pacing, counts and cookies move)."""
+    """The handovers of one session (its frontier, pacing, counts and cookies move).
 
-    def __init__(self, session: Session) -> None:
-        self.s = session
+    Args:
+        commits: routes what moves, as a commit routes (and names the streams).
+        epochs: the rings: the one applied, and whether a newer waits.
+        frontier: the hosts, given away or kept.
+        pacing: the pace records, written for the hosts given away.
+        flight: the requests under way, cut short if to a host given away.
+        taken: page requests made to each host (with --max-pages-per-host).
+        jars: the hosts' cookies, handed over in the pace records.
+        robots: the robots.txt rules, forgotten for a host given away.
+    """
+
+    def __init__(
+        self,
+        *,
+        commits: Commits,
+        epochs: Epochs,
+        frontier: Frontier,
+        pacing: Pacing,
+        flight: Flight,
+        taken: dict[str, int],
+        jars: CookieJars,
+        robots: RobotsCache,
+    ) -> None:
+        self.commits, self.epochs, self.frontier, self.pacing = commits, epochs, frontier, pacing
+        self.flight, self.taken, self.jars, self.robots = flight, taken, jars, robots
+        self.id, self.stream, self.inbox = commits.id, commits.stream, commits.inbox
 
     def begin(self, ring: Ring) -> Handoff:
         """Adopt ``ring``: stop starting requests to the hosts it takes away.
@@ -47,29 +73,29 @@ class Handover:
         Raises:
             Fenced: this worker is not a member at that epoch.
         """
-        if self.s.id not in ring:
-            raise Fenced(f"worker {self.s.id} is no longer a member at epoch {ring.epoch}")
-        skipped = ring.epoch != self.s.epochs.ring.epoch + 1
-        lost = [name for name in self.s.frontier.hosts if ring.owner_of(name) != self.s.id]
+        if self.id not in ring:
+            raise Fenced(f"worker {self.id} is no longer a member at epoch {ring.epoch}")
+        skipped = ring.epoch != self.epochs.ring.epoch + 1
+        lost = [name for name in self.frontier.hosts if ring.owner_of(name) != self.id]
         gone = set(lost)
-        for name, host in self.s.frontier.hosts.items():
+        for name, host in self.frontier.hosts.items():
             if name in gone:
                 continue
             if skipped or host.revoked:
                 # Someone may have owned it in the epochs skipped: pace it from their record.
                 host.since, host.paced = ring.epoch, False
-                self.s.carry.unpaced.add(name)
+                self.pacing.carry.unpaced.add(name)
             if host.revoked:  # revoked by a handoff that a newer epoch overtook
                 host.revoked = False
-                self.s.frontier.reschedule(name)
+                self.frontier.reschedule(name)
         for name in lost:
-            self.s.frontier.revoke(name)
-        self.s.epochs.ring = ring
+            self.frontier.revoke(name)
+        self.epochs.ring = ring
         return Handoff(ring, lost)
 
     def busy(self, handoff: Handoff) -> bool:
         """Whether requests are still out to hosts ``handoff`` gives away."""
-        return any(self.s.frontier.hosts[name].in_flight for name in handoff.lost)
+        return any(self.frontier.hosts[name].in_flight for name in handoff.lost)
 
     def cut_short(self, handoff: Handoff, deadline: float) -> list[str]:
         """Have requests still out to the lost hosts end by ``deadline``: their hosts'
@@ -77,10 +103,10 @@ class Handover:
         driver to cancel by then."""
         busy = set(handoff.lost)
         cut = []
-        for eid, name in self.s.fetching.items():
+        for eid, name in self.flight.fetching.items():
             if name in busy:
                 cut.append(eid)
-                host = self.s.frontier.hosts[name]
+                host = self.frontier.hosts[name]
                 host.last_end = max(host.last_end, deadline)
         return cut
 
@@ -89,21 +115,21 @@ class Handover:
         applied (see docs/design.md)."""
         ring, lost = handoff.ring, handoff.lost
         counted = handoff.counted = self._lost_counts(ring)
-        batch = Batch(worker=self.s.id, epoch=ring.epoch, src=self.s.stream, applied=ring.epoch)
+        batch = Batch(worker=self.id, epoch=ring.epoch, src=self.stream, applied=ring.epoch)
         others = dict.fromkeys(h for h in counted if h not in lost)
-        records = self.s.pacing.records([*lost, *others], now)
+        records = self.pacing.records([*lost, *others], now)
         batch.pace = [x for pair in records.items() for x in pair]
-        router = self.s.router(ring, now)
+        router = self.commits.router(ring, now)
         for name in lost:
             target = router.target_of(name)
-            for held in self.s.frontier.hosts[name].queued():
+            for held in self.frontier.hosts[name].queued():
                 batch.mv.append([held.eid, target, held.entry.encode()])
         return batch
 
     def _lost_counts(self, ring: Ring) -> list[str]:
         """Hosts ``ring`` takes away that have a page count or cookies to hand over."""
-        counted = [h for h in self.s.taken if ring.owner_of(h) != self.s.id]
-        return counted + [h for h in self.s.jars.hosts() if ring.owner_of(h) != self.s.id]
+        counted = [h for h in self.taken if ring.owner_of(h) != self.id]
+        return counted + [h for h in self.jars.hosts() if ring.owner_of(h) != self.id]
 
     def committed(self, handoff: Handoff, result: Committed) -> bool:
         """Redis answered the handoff; returns whether it went through.
@@ -115,26 +141,26 @@ class Handover:
             Fenced: the worker lost its membership.
         """
         if result.status is Status.FENCED:
-            raise Fenced(f"worker {self.s.id} lost its membership during a handoff")
+            raise Fenced(f"worker {self.id} lost its membership during a handoff")
         if result.status is Status.STALE:
-            self.s.epochs.waiting = True
+            self.epochs.waiting = True
             return False
         for name in handoff.lost:
-            self.s.frontier.drop(name)
-            self.s.robots.forget(name)
+            self.frontier.drop(name)
+            self.robots.forget(name)
         for name in handoff.counted:
-            self.s.taken.pop(name, None)
-            self.s.jars.pop(name)  # written into its pace record
+            self.taken.pop(name, None)
+            self.jars.pop(name)  # written into its pace record
         return True
 
     def done(self, handoff: Handoff) -> None:
         """The handoff went through, and the parked hosts are read again."""
-        self.s.epochs.applied = handoff.ring.epoch
-        self.s.pacing.want(())
+        self.epochs.applied = handoff.ring.epoch
+        self.pacing.want(())
         log.info(
             "%s applied epoch %d: handed over %d hosts",
-            self.s.id,
-            self.s.epochs.applied,
+            self.id,
+            self.epochs.applied,
             len(handoff.lost),
         )
 
@@ -159,16 +185,16 @@ class Handover:
         a worker that finds its own stream among the orphans has lost its membership,
         and must not write (an incarnation replaced by name woke from a pause).
         """
-        batch = Batch(worker="" if leaving else self.s.id, epoch=ring.epoch, src=stream)
-        self.s.router(ring, now).add_orphans(batch, got, dying)
+        batch = Batch(worker="" if leaving else self.id, epoch=ring.epoch, src=stream)
+        self.commits.router(ring, now).add_orphans(batch, got, dying)
         return batch
 
     def departed(self, stream: str) -> bool:
         """Whether ``stream`` is another worker's (not this one's, not the inbox)."""
-        return stream not in (self.s.stream, self.s.inbox)
+        return stream not in (self.stream, self.inbox)
 
     def drained(self, result: Committed) -> None:
         """Raises:
         Fenced: the worker lost its membership while draining."""
         if result.status is Status.FENCED:
-            raise Fenced(f"worker {self.s.id} lost its membership while draining")
+            raise Fenced(f"worker {self.id} lost its membership while draining")

@@ -38,6 +38,11 @@ class Ledger:
     def __len__(self) -> int:
         return len(self.outcomes)
 
+    def backlogged(self) -> bool:
+        """Too much read and not committed: what was read must be committed (parked,
+        forwarded) before reading on, or memory grows with the stream after all."""
+        return len(self.outcomes) >= 2 * COMMIT_MAX
+
     def add(self, outcome: Outcome) -> None:
         """An entry settled without a fetch (bad, forwarded, parked...): no slot."""
         self.outcomes.append(outcome)

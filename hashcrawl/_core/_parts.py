@@ -1,5 +1,6 @@
 """Small parts of a session, each with one job and its own state: the server clock,
-suspects in flight, the --max-* limits, and the robots.txt and sitemap cache. No IO.
+the fetches under way, suspects in flight, the --max-* limits, and the robots.txt and
+sitemap cache. No IO.
 """
 
 from __future__ import annotations
@@ -36,6 +37,17 @@ class Clock:
         half a round trip, so this adds that half (a revisit's due time stamped from it
         is never earlier than its interval by the server's clock)."""
         return (local + self.rtt / 2) + self.offset_ms / 1000
+
+
+@attrs.define
+class Flight:
+    """A membership's fetches: how many are out (from dispatch until their outcome is
+    recorded), which requests are under way (entry id -> host, until each is over), and
+    whether it starts no more (stopping: asked to, or a limit reached)."""
+
+    in_flight: int = 0
+    fetching: dict[str, str] = attrs.Factory(dict)
+    stopping: bool = False
 
 
 @attrs.define

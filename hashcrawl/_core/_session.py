@@ -5,40 +5,51 @@ outcomes, pacing, robots.txt rules, cookies) and decides everything a worker doe
 It is told the time and what happened (a heartbeat's reply, entries read, a response,
 a commit's result) and answers with what to do next: the next request to start, the
 next commit batch, the hosts whose pace records to read, the entries to hand over.
-The driver in ``_worker`` does the IO it asks for; the simulations drive the same
+The driver in ``_run`` does the IO it asks for; the simulations drive the same
 driver turn by turn, so they run these decisions and no copy of them.
 
-Each exchange with Redis is two calls here, one as it goes out and one with its reply,
-each with its own time (``heartbeat.request``/``answered``, ``read_request``/
-``read_answered``, ``commit_batch``/``committed``), and whether a request may still be
-sent is asked separately (:meth:`Session.may_send`), right before it leaves.
+The session builds its parts, each given the parts it reads (none holds the session),
+and the driver's loops ask the part they drive: ``gate`` (which request next, and
+whether it may still leave), ``fetches`` (how each ends), ``heartbeat``, ``intake``
+(reading the stream), ``ledger`` and ``commits``, ``handover``, ``pacing``. Each
+exchange with Redis is two calls, one as it goes out and one with its reply, each with
+its own time (``heartbeat.request``/``answered``, ``read_request``/``read_answered``,
+``commits.batch``/``committed``); whether a request may still be sent is asked
+separately (``Gate.may_send``), right before it leaves.
 """
 
 from __future__ import annotations
 
 import logging
-from collections.abc import Callable, Iterable, Iterator, Sequence
+from collections.abc import Callable, Iterable, Iterator
 
-from hashcrawl._core._batch import Batch, Committed, Status
 from hashcrawl._core._beats import Heartbeat
 from hashcrawl._core._commits import Commits
 from hashcrawl._core._entry import Entry
 from hashcrawl._core._epochs import Epochs
 from hashcrawl._core._faults import NO_FAULTS, Faults
 from hashcrawl._core._fetches import Fetches
-from hashcrawl._core._frontier import Frontier, Held
+from hashcrawl._core._frontier import Frontier
 from hashcrawl._core._gate import Gate, Pool
+from hashcrawl._core._handover import Handover
 from hashcrawl._core._intake import PARK_AT as PARK_AT
 from hashcrawl._core._intake import UNPARK_BELOW as UNPARK_BELOW
 from hashcrawl._core._intake import Intake, Mine, Read, Unpark
 from hashcrawl._core._ledger import COMMIT_MAX as COMMIT_MAX
-from hashcrawl._core._ledger import Commit as Commit
 from hashcrawl._core._ledger import Ledger
-from hashcrawl._core._outcome import Outcome, Router, SeenCache
+from hashcrawl._core._outcome import SeenCache
 from hashcrawl._core._pacing import Pacing
-from hashcrawl._core._parts import Clock, Due, Figures, RobotsCache, Suspects, limit_reached, limits
+from hashcrawl._core._parts import (
+    Clock,
+    Due,
+    Figures,
+    Flight,
+    RobotsCache,
+    Suspects,
+    limit_reached,
+    limits,
+)
 from hashcrawl._core._patterns import Screen
-from hashcrawl._core._ring import Ring
 from hashcrawl._core._scope import Scope
 from hashcrawl._core._scope import members as scope_members
 from hashcrawl._core._seams import CookieJars, Tally
@@ -59,7 +70,8 @@ FORGET_EVERY = 2.0
 
 
 class Session:
-    """One membership of a worker, from join to leave (or to being fenced)."""
+    """One membership of a worker, from join to leave (or to being fenced): its parts,
+    and the decisions that read more than one of them."""
 
     def __init__(
         self,
@@ -69,7 +81,6 @@ class Session:
         stream_of: Callable[[str], str],
         inbox: str,
         refuses: Callable[[Entry], str | None],
-        spider_name: str,
         tally: Tally,
         jars: CookieJars,
         now: float,
@@ -78,50 +89,46 @@ class Session:
         foreign: Callable[[str], bool] | None = None,
         screen: Screen | None = None,
     ) -> None:
-        self.id = worker
-        self.current = Current(settings)  # what every part reads: one step to change
-        self.stream_of = stream_of
-        self.inbox = inbox
-        self.stream = stream_of(worker)
-        self.refuses = refuses  # why the spider cannot handle an entry, or None
-        self.spider_name = spider_name
-        self.tally = tally
-        self.faults = faults
-        self.tally_base = tally.counts()  # the heartbeat reports this membership's counts
-        self.started = now
-        self.frontier = Frontier(delay=settings.delay, per_host=settings.per_host)
-        self.epochs = Epochs()
-        self.clock = Clock()
-        self.robots = RobotsCache()
-        self.scope = Scope()
-        self.seen = SeenCache()
+        self.id, self.stream, self.refuses, self.started = worker, stream_of(worker), refuses, now
+        self.current = current = Current(settings)  # what every part reads: one step to change
+        self.tally, self.jars, self.faults = tally, jars, faults  # jars: the owned hosts' cookies
+        self.frontier = frontier = Frontier(delay=settings.delay, per_host=settings.per_host)
+        self.epochs, self.clock, self.robots = Epochs(), Clock(), RobotsCache()
+        self.seen, self.suspects = SeenCache(), Suspects()
         self.screen = screen or Screen()  # links kept out, each counted once (the handler's)
-        self.fetching: dict[str, str] = {}  # requests under way: entry id -> host
         self.taken: dict[str, int] = {}  # host -> page requests (with --max-pages-per-host)
-        self.ledger = Ledger()
-        self.in_flight = 0
-        self.stopping = False
-        self.intake = Intake()  # reading the stream, and the hosts parked
-        self.jars = jars  # the cookies of the hosts this worker owns
-        self.suspects = Suspects()
-        self.pacing = Pacing(
-            current=self.current, frontier=self.frontier, epochs=self.epochs, clock=self.clock,
-            jars=jars, taken=self.taken, faults=faults, robots=self.robots,
+        self.ledger, self.flight, self.intake = Ledger(), Flight(), Intake()
+        epochs, ledger, flight, robots = self.epochs, self.ledger, self.flight, self.robots
+        self.pacing = pacing = Pacing(
+            current=current, frontier=frontier, epochs=epochs, clock=self.clock, jars=jars,
+            taken=self.taken, faults=faults, robots=robots,
         )  # fmt: skip
-        self.carry = self.pacing.carry  # previous owners' pace records still to read
-        self.gate = Gate(self, pool)  # a sharded worker's slots, shared by its shards
-        self.heartbeat = Heartbeat(self)
-        self.fetches = Fetches(self)
-        self.commits = Commits(self, foreign)  # a sharded crawl's: a host of another shard
+        self.gate = gate = Gate(
+            worker=worker, current=current, faults=faults, epochs=epochs, frontier=frontier,
+            ledger=ledger, suspects=self.suspects, robots=robots, flight=flight, pool=pool,
+        )  # fmt: skip
+        self.heartbeat = Heartbeat(
+            worker=worker, current=current, faults=faults, epochs=epochs, clock=self.clock,
+            frontier=frontier, ledger=ledger, flight=flight, pacing=pacing, tally=tally,
+        )  # fmt: skip
+        self.fetches = Fetches(
+            worker=worker, current=current, faults=faults, epochs=epochs, frontier=frontier,
+            ledger=ledger, suspects=self.suspects, robots=robots, tally=tally, flight=flight,
+            gate=gate, jars=jars, taken=self.taken, seen=self.seen,
+        )  # fmt: skip
+        self.commits = Commits(
+            worker=worker, current=current, faults=faults, stream_of=stream_of, inbox=inbox,
+            epochs=epochs, clock=self.clock, seen=self.seen, pacing=pacing, ledger=ledger,
+            tally=tally, jars=jars, frontier=frontier, screen=self.screen, foreign=foreign,
+        )  # fmt: skip
+        self.handover = Handover(
+            commits=self.commits, epochs=epochs, frontier=frontier, pacing=pacing,
+            flight=flight, taken=self.taken, jars=jars, robots=robots,
+        )  # fmt: skip
 
     @property
     def settings(self) -> Settings:
         return self.current.settings
-
-    @property
-    def latest(self) -> Ring:
-        """The newest ring this worker knows (see ``Epochs``)."""
-        return self.epochs.latest
 
     # -- joining -------------------------------------------------------------------------
 
@@ -130,7 +137,7 @@ class Session:
         return scope_members(domains=self.settings.allow_domains, span=self.settings.span_hosts)
 
     def scope_read(self, stored: Iterable[str]) -> None:
-        self.scope = Scope.from_members(stored)
+        self.commits.scope = Scope.from_members(stored)
 
     def joined(self, sent: float, received: float, now_ms: int) -> None:
         """Joined at the server's ``now_ms``. Taking a predecessor's place by name, the
@@ -139,16 +146,10 @@ class Session:
         self.epochs.joined_ms = now_ms
         self.epochs.confirmed_at = sent
 
-    def members_read(self, epoch: int, members: Iterable[str], *, first: bool = False) -> None:
-        """Learn the fleet's membership; a new epoch waits to be applied. The first read
-        (at join) is applied at once, but not settled: until a heartbeat says every member
-        has applied it, a host gained by joining may still be in its previous owner's hands."""
-        self.epochs.members_read(epoch, members, first=first)
-
     def parked_read(self, hosts: Iterable[str]) -> None:
         self.intake.parked_read(hosts, self.epochs.latest, self.id)
 
-    # -- heartbeat -------------------------------------------------------------------------
+    # -- what the driver's loops are told ---------------------------------------------------
 
     def take_settings(self, settings: Settings) -> None:
         """Decide by ``settings`` from now on (the crawl's changed); a host's next
@@ -156,49 +157,46 @@ class Session:
         self.current.settings = settings
         self.frontier.delay = settings.delay
 
-    def busy(self) -> bool:
-        return bool(self.frontier.size or self.in_flight or self.outcomes)
-
     def flushed(self) -> bool:
         """Stopping, with nothing in flight or left to commit: ready to leave."""
-        return self.stopping and not self.outcomes and self.in_flight == 0
-
-    def held(self) -> int:
-        """Entries read from this worker's stream and not yet committed."""
-        return self.frontier.size + self.in_flight + len(self.outcomes)
+        flight = self.flight
+        return flight.stopping and not self.ledger.outcomes and flight.in_flight == 0
 
     def figures(self) -> Figures:
-        queued, hosts, members = self.frontier.size, self.frontier.hosts, self.latest.members
-        return Figures(self.in_flight, self.held(), len(hosts), queued, len(members))
+        queued, hosts, members = self.frontier.size, self.frontier.hosts, self.epochs.latest.members
+        held = self.heartbeat.held()
+        return Figures(self.flight.in_flight, held, len(hosts), queued, len(members))
 
     def due(self) -> Due:
         epochs = self.epochs
-        return Due(epochs.waiting, epochs.orphans_waiting, bool(self.carry.due))
+        return Due(epochs.waiting, epochs.orphans_waiting, bool(self.pacing.carry.due))
 
     def check_limits(self, now: float, resident_mib: float) -> bool:
         """Whether a --max-* limit is reached: then this worker (not the crawl) stops."""
-        if self.stopping:
+        if self.flight.stopping:
             return False
         took, items = now - self.started, self.ledger.items_pending
         hit = limit_reached(limits(self.settings, self.tally, took, items, resident_mib))
         if hit is not None:
             log.warning("stopping: %s %g reached; handing hosts back", *hit)
-            self.stopping = True
+            self.flight.stopping = True
         return hit is not None
 
-    # -- reading the stream ----------------------------------------------------------------
+    def forget_idle(self, now: float) -> list[str]:
+        """Drop the state of hosts idle a while, or beyond the most idle hosts kept, so
+        memory follows the hosts at work, not every host ever seen. A host that comes
+        back is made afresh: its robots.txt is fetched again, its pacing is exact (only
+        hosts free to be fetched now are forgotten)."""
+        gone = self.frontier.evict_idle(now, idle_for=IDLE_HOST_SECONDS, keep=IDLE_HOSTS_KEPT)
+        for name in gone:
+            self.robots.forget(name)
+        return gone
 
-    def backlogged(self) -> bool:
-        """Too much read and not committed: what was read must be committed (parked,
-        forwarded) before reading on, or memory grows with the stream after all."""
-        return len(self.outcomes) >= 2 * COMMIT_MAX
+    # -- reading the stream ----------------------------------------------------------------
 
     def read_request(self) -> Read:
         """The next read of this worker's stream (see ``Intake``)."""
         return self.intake.request(self.frontier, self.settings.max_buffer)
-
-    def read_failed(self) -> None:
-        self.intake.failed()
 
     def read_answered(self, read: Read, got: list[tuple[str, bytes | None]]) -> None:
         if self.intake.answered(read, got):
@@ -217,100 +215,3 @@ class Session:
 
     def unparked(self, unpark: Unpark, status: str, left: int) -> None:
         self.intake.unparked(unpark.host, status, left, self.id, unpark.guard)
-
-    # -- idle hosts --------------------------------------------------------------
-
-    def forget_idle(self, now: float) -> list[str]:
-        """Drop the state of hosts idle a while, or beyond the most idle hosts kept, so
-        memory follows the hosts at work, not every host ever seen. A host that comes
-        back is made afresh: its robots.txt is fetched again, its pacing is exact (only
-        hosts free to be fetched now are forgotten)."""
-        gone = self.frontier.evict_idle(now, idle_for=IDLE_HOST_SECONDS, keep=IDLE_HOSTS_KEPT)
-        for name in gone:
-            self.robots.forget(name)
-        return gone
-
-    # -- dispatching ---------------------------------------------------------------------------
-
-    def next_fetch(self, now: float) -> Held | float:
-        """The next entry to fetch (counted in flight), or when to ask again (see ``Gate``)."""
-        return self.gate.next_fetch(now)
-
-    def may_send(self, held: Held, now: float) -> bool:
-        """Whether ``held``'s request may leave now (see ``Gate``)."""
-        return self.gate.may_send(held, now)
-
-    def saturated(self) -> bool:
-        return self.gate.saturated()
-
-    # -- one fetch, start to end --------------------------------------------------------------
-
-    def fetch_started(self, held: Held) -> tuple[int, list[str]] | None:
-        """Note a suspect going out; returns the in-flight record to write first, if any."""
-        return self.suspects.started(held)
-
-    def failed(
-        self, held: Held, reason: str, *, kind: str, now: float, took: float | None = None
-    ) -> Outcome:
-        """A page that failed: tried again after a while, or dead-lettered (``Fetches``)."""
-        return self.fetches.failed(held, reason, kind=kind, now=now, took=took)
-
-    def finish(self, held: Held, at: float) -> None:
-        self.fetches.finish(held, at)
-
-    def put_back(self, held: Held, now: float) -> Outcome | None:
-        return self.fetches.put_back(held, now)
-
-    def fetch_ended(self, held: Held, outcome: Outcome | None, now: float) -> bool:
-        """``held``'s fetch is over; returns whether a commit is due at once."""
-        return self.fetches.ended(held, outcome, now)
-
-    # -- committing ----------------------------------------------------------------------------
-
-    @property
-    def outcomes(self) -> list[Outcome]:
-        """What waits to be committed, oldest first (see ``Ledger``)."""
-        return self.ledger.outcomes
-
-    def next_commit(self, count: int = COMMIT_MAX) -> Commit:
-        return self.ledger.next_commit(count)
-
-    def items_written(self, count: int) -> None:
-        self.tally.items += count
-        self.ledger.items_written(count)
-
-    def commit_begun(self, commit: Commit) -> None:
-        self.ledger.commit_begun(commit)
-
-    def commit_written(self, commit: Commit) -> None:
-        self.ledger.commit_written(commit)
-
-    def router(self, ring: Ring, now: float) -> Router:
-        return self.commits.router(ring, now)
-
-    def commit_batch(
-        self, commit: Commit, now: float, carried: Sequence[Entry] = (), ring: Ring | None = None
-    ) -> Batch:
-        """The batch that commits ``commit``, and adds ``carried`` (see ``Commits``)."""
-        return self.commits.batch(commit, now, carried, ring)
-
-    def committed(
-        self,
-        commit: Commit,
-        batch: Batch,
-        result: Committed,
-        took: float,
-        carried: Sequence[Entry] = (),
-    ) -> Status:
-        """Redis answered a commit; returns its status (see ``Commits.committed``)."""
-        return self.commits.committed(commit, batch, result, took, carried)
-
-    # -- membership changes (the handover itself: ``Handover``) ---------------------------
-
-    def take_epoch(self) -> Ring | None:
-        """The newest epoch, if it waits to be applied."""
-        return self.epochs.take()
-
-    def take_orphans(self) -> bool:
-        """Whether departed workers' streams wait to be drained (then they are taken)."""
-        return self.epochs.take_orphans()

@@ -11,7 +11,7 @@ import trio
 
 from hashcrawl._core._batch import Status
 from hashcrawl._core._entry import Entry
-from hashcrawl._core._session import COMMIT_MAX, Commit
+from hashcrawl._core._ledger import COMMIT_MAX, Commit
 from hashcrawl._run._dispatcher import tell_unwanted
 from hashcrawl._run._membership import Membership
 
@@ -28,18 +28,18 @@ class Committer:
         session = self.m.session
         while True:
             committed = 0
-            if session.outcomes or self.m.inbound:
+            if session.ledger.outcomes or self.m.inbound:
                 committed = await self.commit_turn()
             if session.flushed():
                 self.m.flushed.set()
             # Outcomes that wait for their links to be carried into other shards wait
             # for the next tick too (or for a wake-up when they are in).
-            if len(session.outcomes) < COMMIT_MAX or not committed:
+            if len(session.ledger.outcomes) < COMMIT_MAX or not committed:
                 with trio.move_on_at(self.m.next_commit_at()):
                     await self.m.commit_soon.wait()
 
     async def flush_now(self) -> None:
-        while self.m.session.outcomes:
+        while self.m.session.ledger.outcomes:
             if not await self.commit_turn():
                 await self.m.deliveries_awaited()
 
@@ -47,7 +47,7 @@ class Committer:
         """Write the oldest outcomes' items, then acknowledge and route them atomically
         (with the links carried for other shards' pages); returns how many outcomes were
         committed."""
-        commit = self.m.session.next_commit(await self.m.committable())
+        commit = self.m.session.ledger.next_commit(await self.m.committable())
         parcels = self.m.inbound.take()
         if not commit.outcomes and not parcels:
             return 0
@@ -63,7 +63,7 @@ class Committer:
 
     async def commit_these(self, commit: Commit, carried: list[Entry]) -> None:
         session = self.m.session
-        session.commit_begun(commit)
+        session.ledger.commit_begun(commit)
         write_first = (
             "ack_before_write" not in self.m.worker.faults
         )  # off: a deliberate bug to catch
@@ -71,19 +71,19 @@ class Committer:
         written = bool(commit.outcomes) and bool(commit.items or self.m.worker.archive is not None)
         if written and write_first:
             await self.write_items(commit)
-        session.commit_written(commit)
+        session.ledger.commit_written(commit)
         put_first = "revisit_put_after_ack" not in self.m.worker.faults  # off: a bug to catch
         if put_first:
             await self.put_revisits(commit)
         misroute = self.m.inbound.misroute
         while True:
-            batch = session.commit_batch(commit, self.m.now(), carried, misroute)
+            batch = session.commits.batch(commit, self.m.now(), carried, misroute)
             if not commit.outcomes and not batch.add:
                 return  # every carried link was committed through this shard's filter
             sent = self.m.now()
             result = await self.m.persist(self.m.store.commit, batch)
             took = self.m.now() - sent
-            status = session.committed(commit, batch, result, took, carried)
+            status = session.commits.committed(commit, batch, result, took, carried)
             if status is Status.OK:
                 if batch.unparented:
                     tell_unwanted(self.m)
@@ -119,4 +119,4 @@ class Committer:
             sink.flush()
 
         await self.m.offload(write)
-        self.m.session.items_written(len(commit.items))
+        self.m.session.commits.items_written(len(commit.items))

@@ -41,12 +41,12 @@ class Dispatcher:
 
     async def dispatch_loop(self) -> None:
         session = self.m.session
-        while not session.stopping:
+        while not session.flight.stopping:
             wake = self.dispatch_turn()
             with trio.move_on_at(max(wake, self.m.now() + 0.001)):
                 await self.m.changed.wait()
         with trio.move_on_after(self.m.settings.grace):
-            while session.in_flight:
+            while session.flight.in_flight:
                 await self.m.changed.wait()
         # Past the grace period: what is still in flight stays pending in the stream,
         # and goes to the hosts' new owners with the rest.
@@ -61,7 +61,7 @@ class Dispatcher:
 
     def dispatch_one(self) -> Held | float:
         """Start the next fetch the session allows, or say when to look again."""
-        got = self.m.session.next_fetch(self.m.now())
+        got = self.m.session.gate.next_fetch(self.m.now())
         if isinstance(got, Held):
             self.m.scopes[got.eid] = trio.CancelScope()
             self.m.spawn(self.fetch_one, got)
@@ -73,15 +73,15 @@ class Dispatcher:
         scope = self.m.scopes.setdefault(held.eid, trio.CancelScope())
         try:
             with scope:
-                noted = session.fetch_started(held)
+                noted = session.suspects.started(held)
                 if noted is not None:
                     await self.m.persist(self.m.store.note_in_flight, session.id, *noted)
                 outcome = await self.fetch_guarded(held)
             if scope.cancelled_caught:
-                outcome = session.put_back(held, self.m.now())
+                outcome = session.fetches.put_back(held, self.m.now())
         finally:
             del self.m.scopes[held.eid]
-            commit_now = session.fetch_ended(held, outcome, self.m.now())
+            commit_now = session.fetches.ended(held, outcome, self.m.now())
             self.m.wake()
         if commit_now:
             self.m.commit_soon.set()
@@ -94,13 +94,13 @@ class Dispatcher:
             return await self.fetch_and_handle(held)
         except Exception as exc:  # e.g. a LookupError from a bogus charset
             log.exception("fetching %s failed", held.entry.url)
-            return self.m.session.failed(
+            return self.m.session.fetches.failed(
                 held, f"{type(exc).__name__}: {exc}", kind="other", now=self.m.now()
             )
 
     async def fetch_and_handle(self, held: Held) -> Outcome | None:
         """Do the steps the core's :class:`Page` asks for, in its order, until it is done."""
-        page = Page(self.m.session, held, self.m.now())
+        page = Page(self.m.session.fetches, held, self.m.now())
         response = None  # the page's, from SEND to HANDLE
         while page.step is not Step.DONE:
             if page.step is Step.HANDLE:
@@ -224,7 +224,7 @@ class Dispatcher:
         """Ask the session, right before a request leaves, whether it still may."""
         if "send_unchecked" in self.m.worker.faults:  # a deliberate bug the end-to-end tests catch
             return True
-        return self.m.session.may_send(held, self.m.now())
+        return self.m.session.gate.may_send(held, self.m.now())
 
     async def send(self, held: Held, request: Request) -> Response:
         """Fetch ``request`` on ``held``'s behalf, asking :meth:`may_send` once more as

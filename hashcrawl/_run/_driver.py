@@ -194,7 +194,7 @@ class Driver(Membership):
         await self.persist(self.store.widen_scope, session.own_scope())
         await self.read_scope()
         epoch, members = await self.persist(self.store.members)
-        session.members_read(epoch, members, first=True)
+        session.epochs.members_read(epoch, members, first=True)
         await self.find_parked()
         log.info(
             "%s joined crawl %s at epoch %d with %d members",
@@ -234,7 +234,7 @@ class Driver(Membership):
                 self.nursery.cancel_scope.cancel()
                 return
             with trio.move_on_after(self.beat_every()):
-                if beat is not None and self.session.stopping:
+                if beat is not None and self.session.flight.stopping:
                     await self.flushed.wait()
                 else:
                     await trio.sleep_forever()
@@ -288,7 +288,7 @@ class Driver(Membership):
         Runs after every other task of the session has stopped.
         """
         session = self.session
-        session.stopping = True
+        session.flight.stopping = True
         lease = self.settings.lease
         try:
             with trio.fail_after(lease):
@@ -320,8 +320,8 @@ class Driver(Membership):
             worker.crawl_settings = new
 
     async def reader_loop(self) -> None:
-        while not self.session.stopping:
-            if self.session.backlogged():
+        while not self.session.flight.stopping:
+            if self.session.ledger.backlogged():
                 self.commit_soon.set()
                 await self.changed.wait()
                 continue
@@ -340,7 +340,7 @@ class Driver(Membership):
                 self.store.read, session.id, count=read.count, block_ms=block_ms, after=read.after
             )
         except QueueError:
-            session.read_failed()
+            session.intake.failed()
             raise
         session.read_answered(read, got)
         self.wake()

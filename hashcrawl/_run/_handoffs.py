@@ -7,7 +7,7 @@ import logging
 
 import trio
 
-from hashcrawl._core._handover import Handoff, Handover
+from hashcrawl._core._handover import Handoff
 from hashcrawl._core._ring import Ring
 from hashcrawl._core._session import HANDOFF_WAIT
 from hashcrawl._run._membership import Membership
@@ -20,14 +20,14 @@ class Handoffs:
 
     def __init__(self, m: Membership) -> None:
         self.m = m
-        self.handover = Handover(m.session)
+        self.handover = m.session.handover
 
     async def apply_loop(self) -> None:
         await self.m.epoch_changed.turns(self.apply_turn)
 
     async def apply_turn(self) -> Ring | None:
         """Apply the newest epoch, if one waits; returns it."""
-        ring = self.m.session.take_epoch()
+        ring = self.m.session.epochs.take()
         if ring is not None:
             await self.apply(ring)
         return ring
@@ -74,7 +74,7 @@ class Handoffs:
     async def drain_turn(self) -> list[str]:
         """Drain every departed worker's stream there is; returns the streams drained."""
         drained: list[str] = []
-        if not self.m.session.take_orphans():
+        if not self.m.session.epochs.take_orphans():
             return drained
         while (stream := await self.m.persist(self.m.store.orphan)) is not None:
             await self.drain(stream)

@@ -157,7 +157,6 @@ class Membership:
             inbox=store.inbox,
             refuses=worker.handler.refusal,
             screen=worker.handler.screen,
-            spider_name=worker.spider_name,
             tally=worker.tally,
             jars=Jars(worker.settings.max_cookie_bytes),
             now=self.now(),
@@ -216,7 +215,7 @@ class Membership:
         self.session.take_settings(settings)
 
     def request_stop(self) -> None:
-        self.session.stopping = True
+        self.session.flight.stopping = True
         self.wake()
 
     def check_limits(self) -> None:
@@ -252,4 +251,4 @@ class Membership:
 
     async def read_members(self) -> None:
         epoch, members = await self.persist(self.store.members)
-        self.session.members_read(epoch, members)
+        self.session.epochs.members_read(epoch, members)

@@ -140,7 +140,7 @@ class ShardDriver(Driver):
         """Shard 0 beats as one shard does; the others less often, but as often while
         the worker stops (its end waits on their beats)."""
         every = self.settings.beat_interval
-        if self.shard == 0 or self.session.stopping:
+        if self.shard == 0 or self.session.flight.stopping:
             return every
         return max(every, self.settings.fresh_for / BEAT_PARTS)
 
@@ -161,7 +161,7 @@ class ShardDriver(Driver):
             await trio.sleep(self.settings.beat_interval / 4)
             return False
         marker = None
-        if self.settings.idle is not None and not session.busy():
+        if self.settings.idle is not None and not session.heartbeat.busy():
             if beat.idle_since >= 0:
                 marker = str(beat.idle_since)
             else:
@@ -179,10 +179,10 @@ class ShardDriver(Driver):
             await super().settings_loop()
 
     async def read_scope(self) -> None:
-        before = self.session.scope
+        before = self.session.commits.scope
         await super().read_scope()
         if self.shard == 0:  # configure widens shard 0's scope: every shard's, from here
-            new = _scope_members_of(self.session.scope) - _scope_members_of(before)
+            new = _scope_members_of(self.session.commits.scope) - _scope_members_of(before)
             await self.sharded.widen_others(self.shard, new)
 
     def hand_off(self) -> None:
@@ -190,7 +190,7 @@ class ShardDriver(Driver):
         to those shards' next commits (``Inbound``). An outcome that widens the scope (a
         redirect) waits for its owner to widen every shard's first (``hand_off_widening``)."""
         sent: dict[int, tuple[Outcome, list[Parcel] | None]] = {}
-        for outcome in self.session.outcomes:
+        for outcome in self.session.ledger.outcomes:
             key = id(outcome)
             if key in self._sent:
                 sent[key] = self._sent[key]
@@ -208,7 +208,7 @@ class ShardDriver(Driver):
 
     def _parcels_of(self, outcome: Outcome) -> list[Parcel]:
         session, count = self.session, len(self.sharded.shards)
-        scope = session.scope.widened(outcome.widen)
+        scope = session.commits.scope.widened(outcome.widen)
         elsewhere: dict[int, list[Entry]] = {}
         for entry in outcome.follows:
             host = entry.host
@@ -221,7 +221,7 @@ class ShardDriver(Driver):
             if "deliver_by_source_ring" in self.worker.faults:  # a deliberate bug
                 other.inbound.misroute = session.epochs.latest
             parcels.append(other.inbound.put(entries))
-            if session.saturated():  # this shard's slots wait on that commit: at once
+            if session.gate.saturated():  # this shard's slots wait on that commit: at once
                 other.commit_soon.set()
         return parcels
 
@@ -231,7 +231,7 @@ class ShardDriver(Driver):
         them here first). A crash in between costs a refetch of the page."""
         self.sharded.hand_off()
         await self.hand_off_widening()
-        outcomes = self.session.outcomes[:COMMIT_MAX]
+        outcomes = self.session.ledger.outcomes[:COMMIT_MAX]
         if "deliver_after_ack" in self.worker.faults:  # a deliberate bug to catch
             return len(outcomes)
         count = 0
@@ -309,7 +309,7 @@ class Sharded:
         """A commit carried links: the drivers waiting on them may commit."""
         self.delivered.notify()
         for driver in self.drivers:
-            if driver.session.saturated() or driver.session.stopping:
+            if driver.session.gate.saturated() or driver.session.flight.stopping:
                 driver.commit_soon.set()
 
     def slots_freed(self, woken: ShardDriver) -> None:
