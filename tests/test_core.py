@@ -11,7 +11,7 @@ from hashcrawl._core._epochs import Release
 from hashcrawl._core._frontier import Held
 from hashcrawl._core._outcome import Kind, Outcome
 from hashcrawl._core._pace import Paces
-from hashcrawl._core._page import Page, Step
+from hashcrawl._core._page import Done, Page, Send
 from hashcrawl._core._ring import Ring
 from hashcrawl._core._session import COMMIT_MAX, Session
 from hashcrawl._core._settings import Settings
@@ -414,12 +414,11 @@ def test_max_pages_per_host_counts_every_request_sent() -> None:
     """A host is full after exactly --max-pages-per-host requests left for it."""
     session = session_of(max_pages_per_host=2)
     held = Held("1-0", Entry(url="http://a.test/"), "a.test")
-    Page(session.fetches, held, 0.0).sending()
-    assert Page(session.fetches, held, 0.0).step is Step.SEND
-    Page(session.fetches, held, 0.0).sending()
-    assert Page(session.fetches, held, 0.0).step is Step.DONE  # full: done without a request
+    assert isinstance(Page(session.fetches, held, 0.0).next_step(0.0), Send)  # counted
+    assert isinstance(Page(session.fetches, held, 0.0).next_step(0.0), Send)
+    assert isinstance(Page(session.fetches, held, 0.0).next_step(0.0), Done)  # full: unsent
     other = Held("2-0", Entry(url="http://b.test/"), "b.test")
-    assert Page(session.fetches, other, 0.0).step is Step.SEND
+    assert isinstance(Page(session.fetches, other, 0.0).next_step(0.0), Send)
 
 
 def test_a_request_put_back_unsent_leaves_its_hosts_pacing_as_it_was() -> None:

@@ -7,13 +7,23 @@ from typing import Any
 
 import attrs
 
+from hashcrawl._core._faults import Faults
 from hashcrawl._core._frontier import Held
 from hashcrawl._core._outcome import Kind, Outcome
-from hashcrawl._core._page import Page, Step
+from hashcrawl._core._page import (
+    CheckRules,
+    Done,
+    Fetched,
+    FetchRobots,
+    Handle,
+    Page,
+    Recover,
+    Send,
+)
 from hashcrawl._core._robotsrules import Robots, Unreachable
 from hashcrawl._core._session import Session
 from hashcrawl._exceptions import FetchError, Refused
-from tests.test_core import ready, session_of
+from tests.test_core import LEASE, ready, session_of
 
 
 @attrs.frozen(kw_only=True)
@@ -38,9 +48,9 @@ def test_robots_txt_comes_first_and_its_request_uses_the_pages_turn() -> None:
     """With robots.txt obeyed and no rules kept, the page fetches them, then waits."""
     session, held = dispatched(obey_robots=True)
     page = Page(session.fetches, held, 0.0)
-    assert page.step is Step.FETCH_ROBOTS
-    assert page.robots_fetched(Robots.allow_all(), 0.1) is Step.DONE
-    assert page.outcome is None  # put back: it waits for its host's next turn
+    assert page.next_step(0.0) == FetchRobots()
+    page.answered(Robots.allow_all(), 0.1)
+    assert page.next_step(0.1) == Done(None)  # put back: it waits for its host's next turn
     assert session.frontier.hosts["a.test"].queue
 
 
@@ -48,8 +58,11 @@ def test_unreachable_robots_txt_fails_the_page_for_now() -> None:
     """No rules and robots.txt unreachable: the page is retried later, counted failed."""
     session, held = dispatched(obey_robots=True)
     page = Page(session.fetches, held, 0.0)
-    page.robots_fetched(Unreachable("HTTP 503"), 0.1)
-    assert page.outcome is not None and page.outcome.kind is Kind.RETRY
+    page.next_step(0.0)
+    page.answered(Unreachable("HTTP 503"), 0.1)
+    done = page.next_step(0.1)
+    assert isinstance(done, Done) and done.outcome is not None
+    assert done.outcome.kind is Kind.RETRY
     assert session.tally.failed == 1
 
 
@@ -58,64 +71,87 @@ def test_rules_kept_are_checked_and_a_denied_page_is_done_unfetched() -> None:
     session, held = dispatched(obey_robots=True)
     session.robots.rules["a.test"] = Robots.deny_all()
     page = Page(session.fetches, held, 0.0)
-    assert (page.step, page.rules) == (Step.CHECK_RULES, Robots.deny_all())
-    assert page.checked(False) is Step.DONE
-    assert page.outcome is not None and page.outcome.kind is Kind.DONE
+    assert page.next_step(0.0) == CheckRules(Robots.deny_all())
+    page.answered(False, 0.0)
+    done = page.next_step(0.0)
+    assert isinstance(done, Done) and done.outcome is not None
+    assert done.outcome.kind is Kind.DONE
     assert session.tally.robots_denied == 1
 
 
 def test_a_host_that_had_its_pages_is_done_without_a_request() -> None:
-    """With --max-pages-per-host reached, the page never reaches SEND."""
+    """With --max-pages-per-host reached, the page never reaches Send."""
     session, held = dispatched(max_pages_per_host=1)
     session.taken["a.test"] = 1
     page = Page(session.fetches, held, 0.0)
-    assert page.step is Step.DONE
+    assert isinstance(page.next_step(0.0), Done)
     assert session.tally.host_capped == 1
 
 
 def test_a_response_goes_to_the_handler_with_what_it_needs_of_the_host() -> None:
-    """SEND, answered, HANDLE with the origin, handled: done with the handler's outcome."""
+    """Send, answered, Handle with the origin, answered: done with the handler's outcome."""
     session, held = dispatched(max_pages_per_host=5)
     page = Page(session.fetches, held, 0.0)
-    assert page.step is Step.SEND
-    page.sending()
+    assert page.next_step(0.0) == Send(cookie=None)
     response = Reply(status=200, body=b"hi", url=held.entry.url)
-    assert page.answered(response, 0.1, 0.1, []) is Step.HANDLE
-    assert page.origin is not None and page.origin.worker == session.id
+    page.answered(Fetched(response, 0.1), 0.1)
+    handle = page.next_step(0.1)
+    assert isinstance(handle, Handle) and handle.origin.worker == session.id
     assert (session.tally.fetched, session.taken["a.test"]) == (1, 1)
     outcome = Outcome.done(held, [], [])
-    assert page.handled(outcome) is Step.DONE and page.outcome is outcome
+    page.answered(outcome, 0.2)
+    assert page.next_step(0.2) == Done(outcome)
 
 
 def test_a_request_refused_by_a_rule_is_dead_and_a_failed_one_retried() -> None:
-    """Refused cannot succeed later: dead at once; any other fetch error is retried."""
+    """Refused cannot succeed later: dead at once; any other fetch error is retried;
+    either way the request's errback has its say before the page is done."""
     session, held = dispatched()
     page = Page(session.fetches, held, 0.0)
-    page.send_failed(Refused("address not allowed"), 0.0, 0.0)
-    assert page.outcome is not None and page.outcome.kind is Kind.DEAD
+    page.next_step(0.0)
+    refused = Refused("address not allowed")
+    page.failed(refused, 0.0)
+    recover = page.next_step(0.0)
+    assert isinstance(recover, Recover) and recover.error is refused
+    assert recover.outcome.kind is Kind.DEAD
     session, held = dispatched()
     page = Page(session.fetches, held, 0.0)
-    page.send_failed(FetchError("timeout"), 1.0, 1.0)
-    assert page.outcome is not None and page.outcome.kind is Kind.RETRY
+    page.next_step(0.0)
+    page.failed(FetchError("timeout"), 1.0, took=1.0)
+    recover = page.next_step(1.0)
+    assert isinstance(recover, Recover) and recover.outcome.kind is Kind.RETRY
+    recovered = Outcome.done(held, [], [])  # the errback's
+    page.answered(recovered, 1.0)
+    assert page.next_step(1.0) == Done(recovered)
 
 
-def test_a_request_the_session_stopped_puts_the_page_back() -> None:
-    """not_sent: the page waits for its host's next turn, nothing is counted."""
+def test_a_request_the_gate_stopped_puts_the_page_back() -> None:
+    """The gate says no as the request would leave: the page waits for its host's next
+    turn, nothing is counted."""
     session, held = dispatched()
     page = Page(session.fetches, held, 0.0)
-    assert page.not_sent(0.0) is Step.DONE and page.outcome is None
+    assert page.next_step(LEASE) == Done(None)  # no heartbeat answered for a lease: stale
     assert session.tally.fetched == session.tally.failed == 0
+    assert session.frontier.hosts["a.test"].queue
+
+
+def test_the_send_unchecked_bug_sends_what_the_gate_refuses() -> None:
+    """The deliberate bug the end-to-end tests catch: no gate asked."""
+    session, held = dispatched(max_pages_per_host=5)
+    session.fetches.faults = Faults.of(["send_unchecked"])
+    assert Page(session.fetches, held, 0.0).next_step(LEASE) == Send(cookie=None)
 
 
 def test_a_request_stopped_as_it_left_is_out_of_the_hosts_page_count() -> None:
-    """sending() counts the request for --max-pages-per-host; a NotSent after it (the
-    session said no as it was written) reached no host, and takes it out again, so a
+    """Handing out Send counts the request for --max-pages-per-host; a NotSent after it
+    (the gate said no as it was written) reached no host, and takes it out again, so a
     host at a cap of N gets N requests, not fewer (found by the simulation: a handoff
     stopped a counted request, and the new owner capped the host one page early)."""
     session, held = dispatched(max_pages_per_host=5)
     session.taken["a.test"] = 2
     page = Page(session.fetches, held, 0.0)
-    page.sending()
+    page.next_step(0.0)
+    page.next_step(0.0)  # asked again: counted once
     assert session.taken["a.test"] == 3
     page.not_sent(0.0)
     assert session.taken["a.test"] == 2

@@ -12,7 +12,7 @@ import pytest
 
 from hashcrawl._core._entry import Entry
 from hashcrawl._core._flags import _pattern
-from hashcrawl._core._page import Page, Step
+from hashcrawl._core._page import Done, Page, Send, TakePage
 from hashcrawl._core._patterns import MAX_PATTERN, Patterns, Refusal, Screen
 from hashcrawl._core._settings import CRAWL, Settings
 from hashcrawl._exceptions import ConfigError
@@ -136,21 +136,23 @@ def test_a_page_takes_one_of_the_crawls_pages_before_its_request() -> None:
     granted, it is sent; refused, it waits unfetched and the worker stops."""
     session, held = dispatched(max_pages_total=5)
     page = Page(session.fetches, held, 0.0)
-    assert page.step is Step.TAKE
-    assert page.taken(True, 0.0) is Step.SEND
-    page.not_sent(0.0)  # the session said no as the request was to leave
-    assert page.give_back  # the page it took goes back to the crawl
+    assert page.next_step(0.0) == TakePage(5)
+    page.answered(True, 0.0)
+    assert isinstance(page.next_step(0.0), Send)
+    page.not_sent(0.0)  # the gate said no as the request was written
+    assert page.next_step(0.0) == Done(None, give_back=True)  # the page goes back to the crawl
     session, held = dispatched(max_pages_total=5)
     page = Page(session.fetches, held, 0.0)
-    assert page.taken(False, 0.0) is Step.DONE
-    assert page.outcome is None  # put back: it stays in the stream, never fetched
+    page.next_step(0.0)
+    page.answered(False, 0.0)
+    assert page.next_step(0.0) == Done(None)  # put back: it stays in the stream, never fetched
     assert session.flight.stopping and session.tally.fetched == 0
 
 
 def test_without_a_crawl_cap_a_page_asks_nothing() -> None:
     """No --max-pages-total: straight to SEND, no round trip to Redis."""
     session, held = dispatched()
-    assert Page(session.fetches, held, 0.0).step is Step.SEND
+    assert isinstance(Page(session.fetches, held, 0.0).next_step(0.0), Send)
 
 
 def test_a_worker_given_other_patterns_or_cap_than_the_crawls_is_refused(

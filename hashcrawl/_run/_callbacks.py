@@ -243,8 +243,8 @@ async def _each(produced: Any) -> AsyncGenerator[Any, None]:
 
 def unread_links(response: Response) -> int:
     """Links a capped parse of the page left unread (0 if links() was never asked for)."""
-    page = response._parsed[0] if response._parsed else None
-    return page.dropped if page is not None else 0
+    parsed = response._parsed[0] if response._parsed else None
+    return parsed.dropped if parsed is not None else 0
 
 
 def fetched(response: Response) -> Fetched:

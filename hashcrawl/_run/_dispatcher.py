@@ -14,7 +14,17 @@ from hashcrawl._browser._pace import paced_by
 from hashcrawl._core._due import conditional
 from hashcrawl._core._frontier import Held
 from hashcrawl._core._outcome import Outcome
-from hashcrawl._core._page import Page, Step
+from hashcrawl._core._page import (
+    CheckRules,
+    Done,
+    Fetched,
+    FetchRobots,
+    Handle,
+    Page,
+    Recover,
+    Send,
+    TakePage,
+)
 from hashcrawl._core._patterns import Refusal
 from hashcrawl._core._revisit import Record
 from hashcrawl._exceptions import FetchError, Refused
@@ -99,43 +109,43 @@ class Dispatcher:
             )
 
     async def fetch_and_handle(self, held: Held) -> Outcome | None:
-        """Do the steps the core's :class:`Page` asks for, in its order, until it is done."""
+        """Do the steps the core's :class:`Page` hands out, in its order, until it is done."""
         page = Page(self.m.session.fetches, held, self.m.now())
-        response = None  # the page's, from SEND to HANDLE
-        while page.step is not Step.DONE:
-            if page.step is Step.HANDLE:
+        response = None  # the page's, from Send to Handle
+        while not isinstance(step := page.next_step(self.m.now()), Done):
+            if isinstance(step, Handle):
                 assert response is not None
-                await self.handle(page, response)
-            elif page.step is Step.CHECK_RULES:
-                assert page.rules is not None
-                allowed = await self.robots_allow(page.rules, held.entry.url)
+                await self.handle(page, response, step)
+            elif isinstance(step, Recover):
+                page.answered(
+                    await self.m.worker.handler.failed(held, step.outcome, step.error), self.m.now()
+                )
+            elif isinstance(step, CheckRules):
+                allowed = await self.robots_allow(step.rules, held.entry.url)
                 if not allowed:
                     self.tell_robots(held.host, held.entry.url)
-                page.checked(allowed)
-            elif page.step is Step.TAKE:
-                await self.take_page(page)
-            elif not self.may_send(held):
-                page.not_sent(self.m.now())
-            elif page.step is Step.FETCH_ROBOTS:
+                page.answered(allowed, self.m.now())
+            elif isinstance(step, TakePage):
+                await self.take_page(page, step.cap)
+            elif isinstance(step, FetchRobots):
                 try:
-                    page.robots_fetched(await self.fetch_robots(held), self.m.now())
+                    page.answered(await self.fetch_robots(held), self.m.now())
                 except NotSent:
                     page.not_sent(self.m.now())
             else:
-                response = await self.send_page(page)
-        if page.give_back:  # it took one of the crawl's pages, and sent nothing
+                response = await self.send_page(page, step)
+        if step.give_back:  # it took one of the crawl's pages, and sent nothing
             await self.m.persist(self.m.worker.give_back_page)
-        return page.outcome
+        return step.outcome
 
-    async def send_page(self, page: Page) -> Response | None:
+    async def send_page(self, page: Page, step: Send) -> Response | None:
         """Send ``page``'s request; returns the response, if one came."""
         held = page.held
-        cookie = page.cookie
         entry = held.entry
         if entry.revisit is not None:  # a revisit: conditional on the last fetch's validators
             entry = conditional(entry, Record.from_hex(entry.revisit))
-        request = Request.from_entry(entry, (("Cookie", cookie),) if cookie else ())
-        page.sending()
+        cookie = (("Cookie", step.cookie),) if step.cookie else ()
+        request = Request.from_entry(entry, cookie)
         sent = self.m.now()
         try:
             response = await self.send(held, request)
@@ -145,13 +155,12 @@ class Dispatcher:
         except Exception as exc:  # a user's fetcher may raise anything: a failed page
             if not isinstance(exc, FetchError):
                 log.exception("fetcher failed on %s", held.entry.url)
-            page.send_failed(exc, self.m.now() - sent, self.m.now())
+            page.failed(exc, self.m.now(), took=self.m.now() - sent)
             if isinstance(exc, Refused):
                 self.tell_refused(held.entry.url, exc)
-            if page.outcome is not None:  # the request's errback, if it has one, has its say
-                page.outcome = await self.m.worker.handler.failed(held, page.outcome, exc)
             return None
-        page.answered(response, self.m.now() - sent, self.m.now(), set_cookies(response))
+        took = self.m.now() - sent
+        page.answered(Fetched(response, took, set_cookies(response)), self.m.now())
         if response.truncated:
             self.tell(
                 "max_body",
@@ -164,29 +173,28 @@ class Dispatcher:
             self.m.wake()  # next page while this one is parsed in the other process
         return response
 
-    async def handle(self, page: Page, response: Response) -> None:
-        assert page.origin is not None
+    async def handle(self, page: Page, response: Response, step: Handle) -> None:
+        held = page.held
         try:
             # Due times by the server's clock, as the take compares them: a skewed clock
             # here neither delays nor advances this page's revisit.
             server_s = self.m.session.clock.server_s_by(self.m.now())
-            handled = self.m.worker.handler.handle(
-                page.held, response, page.origin, server_s=server_s
+            outcome = await self.m.worker.handler.handle(
+                held, response, step.origin, server_s=server_s
             )
-            page.handled(await handled)
-            if page.outcome is not None and page.outcome.denied:
-                self.tell_robots(page.held.host, "links on " + page.held.entry.url)
+            page.answered(outcome, self.m.now())
+            if outcome is not None and outcome.denied:
+                self.tell_robots(held.host, "links on " + held.entry.url)
             self.tell_unwanted()
         except Exception as exc:  # a parse callback's bug fails its page, not the worker
-            log.exception("parsing %s failed", page.held.entry.url)
-            page.handle_failed(exc, self.m.now())
+            log.exception("parsing %s failed", held.entry.url)
+            page.failed(exc, self.m.now())
 
-    async def take_page(self, page: Page) -> None:
-        """Ask Redis for one page of the crawl's --max-pages-total (see ``Page.taken``)."""
-        cap = self.m.settings.max_pages_total
-        assert cap is not None
+    async def take_page(self, page: Page, cap: int) -> None:
+        """Ask Redis for one page of the crawl's --max-pages-total (see ``Page``)."""
         granted = await self.m.persist(self.m.worker.take_page, cap)
-        if page.taken(granted, self.m.now()) is Step.DONE:
+        page.answered(granted, self.m.now())
+        if not granted:
             self.tell(
                 "max_pages_total",
                 f"stopping: --max-pages-total {cap:,} reached: the crawl's workers take no "
@@ -221,7 +229,7 @@ class Dispatcher:
         tell(self.m, reason, line)
 
     def may_send(self, held: Held) -> bool:
-        """Ask the session, right before a request leaves, whether it still may."""
+        """Ask the gate, as a request is written, whether it still may leave."""
         if "send_unchecked" in self.m.worker.faults:  # a deliberate bug the end-to-end tests catch
             return True
         return self.m.session.gate.may_send(held, self.m.now())
