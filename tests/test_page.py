@@ -16,6 +16,7 @@ from hashcrawl._core._page import (
     Fetched,
     FetchRobots,
     Handle,
+    NoteInFlight,
     Page,
     Recover,
     Send,
@@ -157,3 +158,49 @@ def test_a_request_stopped_as_it_left_is_out_of_the_hosts_page_count() -> None:
     assert session.taken["a.test"] == 2
     page.not_sent(0.0)  # once only
     assert session.taken["a.test"] == 2
+
+
+def test_a_suspect_page_first_has_its_in_flight_record_written() -> None:
+    """A departed worker's entry going out is named in the in-flight record before its
+    first request; the steps after come once the record is written."""
+    session = session_of()
+    ready(session, "http://a.test/page")
+    held = session.gate.next_fetch(0.0)
+    assert isinstance(held, Held)
+    suspect = attrs.evolve(held, entry=attrs.evolve(held.entry, suspect=True))
+    page = Page(session.fetches, suspect, 0.0)
+    assert page.next_step(0.0) == NoteInFlight(1, [held.eid])
+    page.answered(None, 0.0)
+    assert page.next_step(0.0) == Send(cookie=None)
+
+
+def test_a_handled_page_is_stamped_by_the_servers_clock() -> None:
+    """The handler gets the server's time (a revisit is due by it), not the local one."""
+    session, held = dispatched()
+    session.clock.sample(0.0, 0.0, 50_000)  # the server's clock is 50 s ahead
+    page = Page(session.fetches, held, 0.0)
+    page.next_step(0.0)
+    page.answered(Fetched(Reply(status=200, body=b"", url=held.entry.url), 0.1), 0.1)
+    handle = page.next_step(1.0)
+    assert isinstance(handle, Handle) and handle.server_s == 51.0
+
+
+def test_a_page_ends_once_however_it_went() -> None:
+    """Cut short, the page waits for its host's turn; failed in the caller's own code,
+    it is retried; either way its end frees its slot and records what it left."""
+    session, held = dispatched()
+    page = Page(session.fetches, held, 0.0)
+    page.next_step(0.0)
+    page.cancelled(0.5)
+    assert page.next_step(0.5) == Done(None)
+    assert page.ended(0.5) is False and session.flight.in_flight == 0
+    assert session.frontier.hosts["a.test"].queue  # back in its host's queue
+    session, held = dispatched()
+    page = Page(session.fetches, held, 0.0)
+    page.next_step(0.0)
+    page.crashed(LookupError("a bogus charset"), 0.0)  # the dispatcher's code raised
+    done = page.next_step(0.0)
+    assert isinstance(done, Done) and done.outcome is not None
+    assert done.outcome.kind is Kind.RETRY and session.tally.failed == 1
+    page.ended(0.0)
+    assert session.ledger.outcomes == [done.outcome]

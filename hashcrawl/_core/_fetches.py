@@ -16,7 +16,7 @@ from hashcrawl._core._frontier import Frontier, Held
 from hashcrawl._core._gate import Gate
 from hashcrawl._core._ledger import Ledger
 from hashcrawl._core._outcome import Kind, Outcome, SeenCache, failure_wait
-from hashcrawl._core._parts import Flight, RobotsCache, Suspects
+from hashcrawl._core._parts import Clock, Flight, RobotsCache, Suspects
 from hashcrawl._core._seams import CookieJars, Tally
 from hashcrawl._core._settings import Current, Settings
 
@@ -39,6 +39,7 @@ class Fetches:
         jars: the hosts' cookies.
         taken: page requests made to each host (with --max-pages-per-host).
         seen: the links known seen, which the handler skips.
+        clock: the server's clock, by which a handled page's revisit is dated.
     """
 
     def __init__(
@@ -58,11 +59,12 @@ class Fetches:
         jars: CookieJars,
         taken: dict[str, int],
         seen: SeenCache,
+        clock: Clock,
     ) -> None:
         self.id, self.current, self.faults, self.epochs = worker, current, faults, epochs
         self.frontier, self.ledger, self.suspects, self.robots = frontier, ledger, suspects, robots
         self.tally, self.flight, self.gate, self.jars = tally, flight, gate, jars
-        self.taken, self.seen = taken, seen
+        self.taken, self.seen, self.clock = taken, seen, clock
 
     @property
     def settings(self) -> Settings:

@@ -28,6 +28,15 @@ from hashcrawl._exceptions import FetchError, Refused
 
 
 @attrs.frozen
+class NoteInFlight:
+    """A departed worker's entry is going out: write the in-flight record (the
+    ``noted``-th, naming ``suspects``) before it does; then ``answered(None)``."""
+
+    noted: int
+    suspects: list[str]
+
+
+@attrs.frozen
 class FetchRobots:
     """Fetch the host's robots.txt; then ``answered(Robots | Unreachable)``, or
     ``not_sent`` if the gate said no as it was written."""
@@ -58,10 +67,13 @@ class Send:
 
 @attrs.frozen
 class Handle:
-    """Hand the response to the handler with ``origin``; then ``answered(outcome)``, or
+    """Hand the response to the handler with ``origin`` and the server's clock now, in
+    seconds (``server_s``: a revisit's due time is stamped by it, so a skewed local
+    clock neither delays nor advances it); then ``answered(outcome)``, or
     ``failed(error)`` if it raised."""
 
     origin: Origin
+    server_s: float
 
 
 @attrs.frozen
@@ -82,7 +94,7 @@ class Done:
     give_back: bool = False
 
 
-Step = FetchRobots | CheckRules | TakePage | Send | Handle | Recover | Done
+Step = NoteInFlight | FetchRobots | CheckRules | TakePage | Send | Handle | Recover | Done
 
 
 @attrs.frozen
@@ -98,6 +110,7 @@ class Fetched:
 class _At(enum.Enum):
     """Where a page is."""
 
+    NOTE = "note a suspect in flight"
     FETCH_ROBOTS = "fetch robots.txt"
     CHECK_RULES = "check the rules"
     TAKE = "take a page of the crawl's cap"
@@ -108,7 +121,8 @@ class _At(enum.Enum):
 
 
 class Page:
-    """The steps of ``held``'s fetch, from the moment it is dispatched.
+    """The steps of ``held``'s fetch, from the moment it is dispatched until it ends
+    (:meth:`ended`, once, however it went: done, put back, cancelled or failed).
 
     The page settles its own accounting with the session's parts (the frontier, the
     counts, the robots.txt cache, the page caps and the cookie jars), which ``fetches``
@@ -125,8 +139,12 @@ class Page:
         self.took = False  # it holds one of the crawl's --max-pages-total pages
         self.give_back = False  # it took one and sent nothing: the caller gives it back
         self.cleared = False  # the gate let the step that sends go out
-        due = self.settings.obey_robots and fetches.robots.wanted(held, now)
-        self.at = _At.FETCH_ROBOTS if due else self._rules()
+        self.noted = fetches.suspects.started(held)  # the in-flight record to write first
+        self.at = _At.NOTE if self.noted is not None else self._first(now)
+
+    def _first(self, now: float) -> _At:
+        due = self.settings.obey_robots and self.fetches.robots.wanted(self.held, now)
+        return _At.FETCH_ROBOTS if due else self._rules()
 
     @property
     def settings(self) -> Settings:
@@ -144,10 +162,13 @@ class Page:
                 self.cleared = True
                 if self.at is _At.SEND:
                     self._sending()
-        return self._step()
+        return self._step(now)
 
-    def _step(self) -> Step:
+    def _step(self, now: float) -> Step:
         at = self.at
+        if at is _At.NOTE:
+            assert self.noted is not None
+            return NoteInFlight(*self.noted)
         if at is _At.FETCH_ROBOTS:
             return FetchRobots()
         if at is _At.CHECK_RULES:
@@ -160,7 +181,7 @@ class Page:
             return Send(self._cookie())
         if at is _At.HANDLE:
             assert self.origin is not None
-            return Handle(self.origin)
+            return Handle(self.origin, self.fetches.clock.server_s_by(now))
         if at is _At.RECOVER:
             assert self.outcome is not None and self.error is not None
             return Recover(self.outcome, self.error)
@@ -171,7 +192,9 @@ class Page:
     ) -> None:
         """The step handed out was done, with ``result`` (see each step's class)."""
         at = self.at
-        if at is _At.FETCH_ROBOTS:
+        if at is _At.NOTE:
+            self._go(self._first(now))
+        elif at is _At.FETCH_ROBOTS:
             assert isinstance(result, Robots | Unreachable)
             self._robots_fetched(result, now)
         elif at is _At.CHECK_RULES:
@@ -196,6 +219,22 @@ class Page:
         else:
             assert self.at is _At.HANDLE
             self._handle_failed(exc, now)
+
+    def crashed(self, exc: Exception, now: float) -> None:
+        """The caller's own code raised ``exc``, at whatever step: the page failed (it
+        is tried again, or dead-lettered once out of attempts), the worker did not."""
+        reason = f"{type(exc).__name__}: {exc}"
+        self._done(self.fetches.failed(self.held, reason, kind="other", now=now))
+
+    def cancelled(self, now: float) -> None:
+        """The fetch was cut short (a handoff's deadline): the page was not fetched after
+        all, and waits for its host's next turn or goes to the host's new owner."""
+        self._done(self.fetches.put_back(self.held, now))
+
+    def ended(self, now: float) -> bool:
+        """The fetch is over: its slot is freed and its outcome, if any, waits to be
+        committed. Returns whether a commit is due at once (``Gate.commit_due``)."""
+        return self.fetches.ended(self.held, self.outcome, now)
 
     def _cookie(self) -> str | None:
         """The ``Cookie`` header the request carries: its host's cookies, unless the

@@ -114,7 +114,7 @@ class Session:
         self.fetches = Fetches(
             worker=worker, current=current, faults=faults, epochs=epochs, frontier=frontier,
             ledger=ledger, suspects=self.suspects, robots=robots, tally=tally, flight=flight,
-            gate=gate, jars=jars, taken=self.taken, seen=self.seen,
+            gate=gate, jars=jars, taken=self.taken, seen=self.seen, clock=self.clock,
         )  # fmt: skip
         self.commits = Commits(
             worker=worker, current=current, faults=faults, stream_of=stream_of, inbox=inbox,

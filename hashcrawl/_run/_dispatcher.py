@@ -13,13 +13,13 @@ import trio
 from hashcrawl._browser._pace import paced_by
 from hashcrawl._core._due import conditional
 from hashcrawl._core._frontier import Held
-from hashcrawl._core._outcome import Outcome
 from hashcrawl._core._page import (
     CheckRules,
     Done,
     Fetched,
     FetchRobots,
     Handle,
+    NoteInFlight,
     Page,
     Recover,
     Send,
@@ -78,48 +78,45 @@ class Dispatcher:
         return got
 
     async def fetch_one(self, held: Held) -> None:
-        session = self.m.session
-        outcome = None
+        page = Page(self.m.session.fetches, held, self.m.now())
         scope = self.m.scopes.setdefault(held.eid, trio.CancelScope())
         try:
             with scope:
-                noted = session.suspects.started(held)
-                if noted is not None:
-                    await self.m.persist(self.m.store.note_in_flight, session.id, *noted)
-                outcome = await self.fetch_guarded(held)
+                await self.fetch_guarded(page)
             if scope.cancelled_caught:
-                outcome = session.fetches.put_back(held, self.m.now())
+                page.cancelled(self.m.now())
         finally:
             del self.m.scopes[held.eid]
-            commit_now = session.fetches.ended(held, outcome, self.m.now())
+            commit_now = page.ended(self.m.now())
             self.m.wake()
         if commit_now:
             self.m.commit_soon.set()
         self.m.check_limits()
 
-    async def fetch_guarded(self, held: Held) -> Outcome | None:
+    async def fetch_guarded(self, page: Page) -> None:
         """:meth:`fetch_and_handle`, where nothing the network or user code raises gets
         out: it fails this page only. A handoff may cut the fetch short (see apply)."""
         try:
-            return await self.fetch_and_handle(held)
+            await self.fetch_and_handle(page)
         except Exception as exc:  # e.g. a LookupError from a bogus charset
-            log.exception("fetching %s failed", held.entry.url)
-            return self.m.session.fetches.failed(
-                held, f"{type(exc).__name__}: {exc}", kind="other", now=self.m.now()
-            )
+            log.exception("fetching %s failed", page.held.entry.url)
+            page.crashed(exc, self.m.now())
 
-    async def fetch_and_handle(self, held: Held) -> Outcome | None:
+    async def fetch_and_handle(self, page: Page) -> None:
         """Do the steps the core's :class:`Page` hands out, in its order, until it is done."""
-        page = Page(self.m.session.fetches, held, self.m.now())
+        held = page.held
         response = None  # the page's, from Send to Handle
         while not isinstance(step := page.next_step(self.m.now()), Done):
             if isinstance(step, Handle):
                 assert response is not None
                 await self.handle(page, response, step)
             elif isinstance(step, Recover):
-                page.answered(
-                    await self.m.worker.handler.failed(held, step.outcome, step.error), self.m.now()
-                )
+                recovered = await self.m.worker.handler.failed(held, step.outcome, step.error)
+                page.answered(recovered, self.m.now())
+            elif isinstance(step, NoteInFlight):
+                note = self.m.store.note_in_flight
+                await self.m.persist(note, self.m.session.id, step.noted, step.suspects)
+                page.answered(None, self.m.now())
             elif isinstance(step, CheckRules):
                 allowed = await self.robots_allow(step.rules, held.entry.url)
                 if not allowed:
@@ -136,7 +133,6 @@ class Dispatcher:
                 response = await self.send_page(page, step)
         if step.give_back:  # it took one of the crawl's pages, and sent nothing
             await self.m.persist(self.m.worker.give_back_page)
-        return step.outcome
 
     async def send_page(self, page: Page, step: Send) -> Response | None:
         """Send ``page``'s request; returns the response, if one came."""
@@ -176,12 +172,10 @@ class Dispatcher:
     async def handle(self, page: Page, response: Response, step: Handle) -> None:
         held = page.held
         try:
-            # Due times by the server's clock, as the take compares them: a skewed clock
-            # here neither delays nor advances this page's revisit.
-            server_s = self.m.session.clock.server_s_by(self.m.now())
-            outcome = await self.m.worker.handler.handle(
-                held, response, step.origin, server_s=server_s
+            handled = self.m.worker.handler.handle(
+                held, response, step.origin, server_s=step.server_s
             )
+            outcome = await handled
             page.answered(outcome, self.m.now())
             if outcome is not None and outcome.denied:
                 self.tell_robots(held.host, "links on " + held.entry.url)
