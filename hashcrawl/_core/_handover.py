@@ -1,30 +1,50 @@
 """Handing hosts over when the epoch changes, and draining departed workers' streams:
 the batches that move entries, pacing and counts to the hosts' new owners. No IO.
 
-A handover runs in steps the driver takes: :meth:`Handover.begin` stops requests to the
-hosts the new ring takes away; :meth:`~Handover.busy` says whether requests are still
-out to them (the driver waits a little, then :meth:`~Handover.cut_short`);
-:meth:`~Handover.batch` is the commit that moves them; :meth:`~Handover.committed` and
-:meth:`~Handover.done` take Redis's answer (see docs/design.md).
+Each runs as a process of exchanges (``_exchanges``) the driver does one at a time.
+Applying an epoch (:class:`Applying`): :meth:`Handover.begin` stops requests to the
+hosts the new ring takes away; while requests are still out to them the driver waits a
+little (``HANDOFF_WAIT``), then they are cut short; :meth:`~Handover.batch` is the
+commit that moves them, and :meth:`~Handover.committed` and :meth:`~Handover.done` take
+Redis's answer (see docs/design.md). Draining (:class:`Draining`) moves a stream's
+entries in batches, routed by the members read for each, then releases the stream.
 """
 
 from __future__ import annotations
 
 import logging
+from typing import Any
 
 import attrs
 
 from hashcrawl._core._batch import Batch, Committed, Status
 from hashcrawl._core._commits import Commits
 from hashcrawl._core._epochs import Epochs
+from hashcrawl._core._exchanges import (
+    AwaitChange,
+    Commit,
+    CutShort,
+    Done,
+    NextOrphan,
+    ReadEntries,
+    ReadInFlight,
+    ReadMembers,
+    ReadParked,
+    Release,
+    Step,
+)
 from hashcrawl._core._frontier import Frontier
+from hashcrawl._core._intake import Intake
 from hashcrawl._core._pacing import Pacing
 from hashcrawl._core._parts import Flight, RobotsCache
 from hashcrawl._core._ring import Ring
 from hashcrawl._core._seams import CookieJars
+from hashcrawl._core._settings import Current
 from hashcrawl._exceptions import Fenced
 
 log = logging.getLogger("hashcrawl")
+HANDOFF_WAIT = 1.0  # seconds a handoff waits for requests out to the hosts it gives away
+DRAIN_BATCH = 500  # entries of a drained stream moved by one commit
 
 
 @attrs.define
@@ -41,6 +61,8 @@ class Handover:
     """The handovers of one session (its frontier, pacing, counts and cookies move).
 
     Args:
+        current: the settings now (``grace``, ``timeout``: how long a request out to a
+            host given away may run on).
         commits: routes what moves, as a commit routes (and names the streams).
         epochs: the rings: the one applied, and whether a newer waits.
         frontier: the hosts, given away or kept.
@@ -49,11 +71,13 @@ class Handover:
         taken: page requests made to each host (with --max-pages-per-host).
         jars: the hosts' cookies, handed over in the pace records.
         robots: the robots.txt rules, forgotten for a host given away.
+        intake: the hosts parked, read again once a handoff went through.
     """
 
     def __init__(
         self,
         *,
+        current: Current,
         commits: Commits,
         epochs: Epochs,
         frontier: Frontier,
@@ -62,10 +86,26 @@ class Handover:
         taken: dict[str, int],
         jars: CookieJars,
         robots: RobotsCache,
+        intake: Intake,
     ) -> None:
+        self.current, self.intake = current, intake
         self.commits, self.epochs, self.frontier, self.pacing = commits, epochs, frontier, pacing
         self.flight, self.taken, self.jars, self.robots = flight, taken, jars, robots
         self.id, self.stream, self.inbox = commits.id, commits.stream, commits.inbox
+
+    def apply(self, now: float) -> Applying | None:
+        """Apply the newest epoch, if one waits to be (see :class:`Applying`)."""
+        ring = self.epochs.take()
+        return Applying(self, self.begin(ring), now) if ring is not None else None
+
+    def orphans(self) -> Orphans | None:
+        """Drain every departed worker's stream there is, if any wait to be."""
+        return Orphans(self) if self.epochs.take_orphans() else None
+
+    def drain(self, stream: str, *, leaving: bool = False) -> Draining:
+        """Move every entry left in ``stream`` to its host's owner, then release it
+        (``leaving``: this worker's own, once it is out of the ring)."""
+        return Draining(self, stream, leaving=leaving)
 
     def begin(self, ring: Ring) -> Handoff:
         """Adopt ``ring``: stop starting requests to the hosts it takes away.
@@ -198,3 +238,116 @@ class Handover:
         Fenced: the worker lost its membership while draining."""
         if result.status is Status.FENCED:
             raise Fenced(f"worker {self.id} lost its membership while draining")
+
+
+class Applying:
+    """Applying one epoch, as the driver's steps: wait (a little) for requests out to
+    the hosts given away, cut the rest short, commit the handoff, then read the parked
+    hosts (or, overtaken by a newer epoch, the members: that one is applied next)."""
+
+    def __init__(self, handover: Handover, handoff: Handoff, now: float) -> None:
+        self.handover, self.handoff = handover, handoff
+        settings = handover.current.settings
+        self.wait_until = now + min(HANDOFF_WAIT, settings.grace)
+        # A request outlives neither --grace nor its own --timeout.
+        self.outlives = min(settings.grace, settings.timeout)
+        self.step: Step = AwaitChange(self.wait_until)
+
+    @property
+    def ring(self) -> Ring:
+        return self.handoff.ring
+
+    def next_step(self, now: float) -> Step:
+        if isinstance(self.step, AwaitChange):
+            if self.handover.busy(self.handoff) and now < self.wait_until:
+                return self.step
+            deadline = now + self.outlives
+            self.step = CutShort(self.handover.cut_short(self.handoff, deadline), deadline)
+        return self.step
+
+    def answered(self, reply: Any, now: float) -> None:
+        step, handover, handoff = self.step, self.handover, self.handoff
+        if isinstance(step, CutShort):
+            self.step = Commit(handover.batch(handoff, now))
+        elif isinstance(step, Commit):
+            assert isinstance(reply, Committed)
+            # Stale: a newer epoch exists; read it, and apply that one (not this again).
+            self.step = ReadParked() if handover.committed(handoff, reply) else ReadMembers()
+        elif isinstance(step, ReadMembers):
+            epoch, members = reply
+            handover.epochs.members_read(epoch, members)
+            self.step = Done()
+        elif isinstance(step, ReadParked):
+            handover.intake.parked_read(reply, handover.epochs.latest, handover.id)
+            handover.done(handoff)
+            self.step = Done()
+
+
+class Draining:
+    """Draining one stream, as the driver's steps: what its worker was fetching when it
+    died (if it is another's), then batches of its entries, each routed by the members
+    read just before, until it is empty and released."""
+
+    def __init__(self, handover: Handover, stream: str, *, leaving: bool = False) -> None:
+        self.handover, self.stream, self.leaving = handover, stream, leaving
+        self.dying: set[str] | None = None
+        self.got: list[tuple[str, bytes | None]] = []
+        departed = handover.departed(stream)
+        self.step: Step = ReadInFlight(stream) if departed else ReadEntries(stream, DRAIN_BATCH)
+
+    def next_step(self, now: float) -> Step:
+        return self.step
+
+    def answered(self, reply: Any, now: float) -> None:
+        step, stream = self.step, self.stream
+        entries = ReadEntries(stream, DRAIN_BATCH)
+        if isinstance(step, ReadInFlight):
+            self.dying = reply
+            self.step = entries
+        elif isinstance(step, ReadEntries):
+            self.got = reply
+            self.step = ReadMembers() if self.got else Release(stream)
+        elif isinstance(step, Release):
+            self.step = Done() if reply else entries
+        elif isinstance(step, ReadMembers):
+            epoch, members = reply
+            ring = Ring.of(epoch, members)
+            batch = self.handover.orphans_batch(
+                stream, self.got, ring, self.dying, now, leaving=self.leaving
+            )
+            self.step = Commit(batch)
+        elif isinstance(step, Commit):
+            assert isinstance(reply, Committed)
+            self.handover.drained(reply)
+            self.step = entries
+
+
+class Orphans:
+    """Draining every departed worker's stream there is, one after another."""
+
+    def __init__(self, handover: Handover) -> None:
+        self.handover = handover
+        self.drained: list[str] = []  # the streams drained, in order
+        self.draining: Draining | None = None
+        self.over = False  # no stream was left to take
+
+    def next_step(self, now: float) -> Step:
+        if self.over:
+            return Done()
+        if self.draining is None:
+            return NextOrphan()
+        step = self.draining.next_step(now)
+        if isinstance(step, Done):
+            self.drained.append(self.draining.stream)
+            self.draining = None
+            return NextOrphan()
+        return step
+
+    def answered(self, reply: Any, now: float) -> None:
+        if self.draining is not None:
+            self.draining.answered(reply, now)
+        elif reply is not None:
+            assert isinstance(reply, str)
+            self.draining = self.handover.drain(reply)
+        else:
+            self.over = True

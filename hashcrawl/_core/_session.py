@@ -60,7 +60,6 @@ log = logging.getLogger("hashcrawl")
 # keeps a worker with few hosts near 1 command per page; one whose --concurrency fills
 # up commits at once anyway (``Gate.commit_due``), so the fetcher never waits on this.
 COMMIT_EVERY = 0.2
-HANDOFF_WAIT = 1.0  # seconds a handoff waits for requests out to the hosts it gives away
 # A host with nothing queued or in flight is forgotten after this long idle, and beyond
 # this many such hosts at once, the least recently used: its robots.txt rules (tens of
 # KiB once parsed) and pacing are rebuilt if it comes back.
@@ -122,8 +121,9 @@ class Session:
             tally=tally, jars=jars, frontier=frontier, screen=self.screen, foreign=foreign,
         )  # fmt: skip
         self.handover = Handover(
-            commits=self.commits, epochs=epochs, frontier=frontier, pacing=pacing,
-            flight=flight, taken=self.taken, jars=jars, robots=robots,
+            current=current, commits=self.commits, epochs=epochs, frontier=frontier,
+            pacing=pacing, flight=flight, taken=self.taken, jars=jars, robots=robots,
+            intake=self.intake,
         )  # fmt: skip
 
     @property

@@ -11,6 +11,20 @@ from typing import Any, Protocol, TypeVar
 
 import trio
 
+from hashcrawl._core._exchanges import (
+    AwaitChange,
+    Commit,
+    CutShort,
+    Done,
+    NextOrphan,
+    Process,
+    ReadEntries,
+    ReadInFlight,
+    ReadMembers,
+    ReadParked,
+    Release,
+    Step,
+)
 from hashcrawl._core._faults import Faults
 from hashcrawl._core._gate import Pool
 from hashcrawl._core._parents import FULL, MAX_PARENTS
@@ -187,6 +201,39 @@ class Membership:
 
     def now(self) -> float:
         return trio.current_time()
+
+    async def carry_out(self, process: Process) -> None:
+        """Do ``process``'s steps until it is done (see ``_exchanges``)."""
+        while not isinstance(step := process.next_step(self.now()), Done):
+            process.answered(await self.perform(step), self.now())
+
+    async def perform(self, step: Step) -> Any:
+        """Do one step a process of the session asks for; returns the reply."""
+        store = self.store
+        if isinstance(step, Commit):
+            return await self.persist(store.commit, step.batch)
+        if isinstance(step, ReadMembers):
+            return await self.persist(store.members)
+        if isinstance(step, ReadParked):
+            return await self.persist(store.parked_hosts)
+        if isinstance(step, NextOrphan):
+            return await self.persist(store.orphan)
+        if isinstance(step, ReadInFlight):
+            return await self.persist(store.in_flight_of, step.stream)
+        if isinstance(step, ReadEntries):
+            return await self.persist(store.entries, step.stream, count=step.count)
+        if isinstance(step, Release):
+            return await self.persist(store.release, step.stream)
+        if isinstance(step, AwaitChange):
+            with trio.move_on_at(step.until):
+                await self.changed.wait()
+            return None
+        assert isinstance(step, CutShort), step
+        for eid in step.eids:  # a request still out to a host handed over
+            scope = self.scopes.get(eid)
+            if scope is not None:
+                scope.deadline = min(scope.deadline, step.deadline)
+        return None
 
     def spawn(self, fn: Callable[..., Awaitable[None]], *args: Any) -> None:
         if self._spawn is not None:

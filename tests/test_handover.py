@@ -1,0 +1,141 @@
+"""Tests for hashcrawl._core._handover's processes: applying an epoch and draining a
+stream, step by step, as the driver sees them (``_exchanges``), without trio."""
+
+from __future__ import annotations
+
+import pytest
+
+from hashcrawl._core._batch import Committed
+from hashcrawl._core._entry import Entry
+from hashcrawl._core._exchanges import (
+    AwaitChange,
+    Commit,
+    CutShort,
+    Done,
+    NextOrphan,
+    ReadEntries,
+    ReadInFlight,
+    ReadMembers,
+    ReadParked,
+    Release,
+)
+from hashcrawl._core._frontier import Held
+from hashcrawl._core._ring import Ring
+from hashcrawl._exceptions import Fenced
+from tests.test_core import host_owned_by, ready, session_of
+
+OK = Committed(status="ok")
+
+
+def payload(url: str) -> bytes:
+    return Entry(url=url).encode().encode()
+
+
+def test_applying_waits_a_little_for_requests_out_then_cuts_them_short() -> None:
+    """A request out to a host given away: the process waits until HANDOFF_WAIT (or
+    --grace), then has it end by --grace (or --timeout), commits, reads the parked."""
+    session = session_of(members=("w1",), grace=5.0, timeout=3.0)
+    grown = Ring.of(2, ("w1", "w2"))
+    lost = host_owned_by(grown, "w2")
+    ready(session, f"http://{lost}/1", f"http://{lost}/2")
+    held = session.gate.next_fetch(0.0)
+    assert isinstance(held, Held)
+    session.epochs.members_read(2, ("w1", "w2"))
+    applying = session.handover.apply(0.0)
+    assert applying is not None and applying.ring == grown
+    assert applying.next_step(0.5) == AwaitChange(1.0)  # busy, and not a second yet
+    cut = applying.next_step(1.0)
+    assert cut == CutShort([held.eid], 4.0)  # 1.0 + min(grace, timeout)
+    assert session.frontier.hosts[lost].last_end == 4.0  # the new owner waits for it
+    applying.answered(None, 1.0)
+    commit = applying.next_step(1.0)
+    assert isinstance(commit, Commit) and commit.batch.applied == 2
+    applying.answered(OK, 1.1)
+    assert applying.next_step(1.1) == ReadParked()
+    applying.answered({lost, "other.test"}, 1.2)
+    assert applying.next_step(1.2) == Done()
+    assert session.epochs.applied == 2
+    assert session.intake.parked == {h for h in ("other.test",) if grown.owner_of(h) == "w1"}
+
+
+def test_applying_with_nothing_out_goes_straight_to_the_commit() -> None:
+    """No request to a lost host: no wait at all."""
+    session = session_of(members=("w1",))
+    session.epochs.members_read(2, ("w1", "w2"))
+    applying = session.handover.apply(0.0)
+    assert applying is not None
+    assert applying.next_step(0.0) == CutShort([], 0.0 + min(30.0, 30.0))
+    assert session.handover.apply(0.0) is None  # taken: nothing else waits
+
+
+def test_a_stale_handoff_reads_the_members_and_leaves_the_newer_epoch_waiting() -> None:
+    """Overtaken by a newer epoch: the members are read, that epoch waits to be applied."""
+    session = session_of(members=("w1",))
+    session.epochs.members_read(2, ("w1", "w2"))
+    applying = session.handover.apply(0.0)
+    assert applying is not None
+    applying.next_step(0.0)
+    applying.answered(None, 0.0)
+    applying.answered(Committed(status="stale", epoch=3), 0.0)
+    assert applying.next_step(0.0) == ReadMembers()
+    applying.answered((3, ("w1", "w3")), 0.0)
+    assert applying.next_step(0.0) == Done()
+    assert session.epochs.waiting and session.epochs.applied == 1
+
+
+def test_draining_another_workers_stream_reads_its_last_words_then_moves_batches() -> None:
+    """A departed worker's stream: its in-flight record first (those entries become
+    suspects), then each batch routed by the members read just before it, until the
+    stream is empty and released (a refused release reads again)."""
+    session = session_of(members=("w1",))
+    draining = session.handover.drain("q:w9")
+    assert draining.next_step(0.0) == ReadInFlight("q:w9")
+    draining.answered({"1-0"}, 0.0)
+    assert draining.next_step(0.0) == ReadEntries("q:w9", 500)
+    draining.answered([("1-0", payload("http://a.test/"))], 0.0)
+    assert draining.next_step(0.0) == ReadMembers()
+    draining.answered((1, ("w1",)), 0.0)
+    commit = draining.next_step(0.0)
+    assert isinstance(commit, Commit) and commit.batch.worker == "w1"
+    assert commit.batch.src == "q:w9" and len(commit.batch.mv) == 1
+    draining.answered(OK, 0.0)
+    assert draining.next_step(0.0) == ReadEntries("q:w9", 500)
+    draining.answered([], 0.0)
+    assert draining.next_step(0.0) == Release("q:w9")
+    draining.answered(False, 0.0)  # an entry came meanwhile
+    assert draining.next_step(0.0) == ReadEntries("q:w9", 500)
+    draining.answered([], 0.0)
+    draining.answered(True, 0.0)
+    assert draining.next_step(0.0) == Done()
+
+
+def test_a_leaving_worker_drains_its_own_stream_under_no_members_name() -> None:
+    """Its own stream: no in-flight record to read, and the batch names no member."""
+    session = session_of(members=("w1", "w2"))
+    draining = session.handover.drain("q:w1", leaving=True)
+    assert draining.next_step(0.0) == ReadEntries("q:w1", 500)
+    draining.answered([("1-0", payload("http://a.test/"))], 0.0)
+    draining.answered((2, ("w2",)), 0.0)
+    commit = draining.next_step(0.0)
+    assert isinstance(commit, Commit) and commit.batch.worker == ""
+    with pytest.raises(Fenced):
+        draining.answered(Committed(status="fenced"), 0.0)
+
+
+def test_orphans_are_drained_one_after_another_until_none_is_left() -> None:
+    """Only when the heartbeat said orphans wait; each stream drained in turn."""
+    session = session_of(members=("w1",))
+    assert session.handover.orphans() is None
+    session.epochs.orphans_waiting = True
+    orphans = session.handover.orphans()
+    assert orphans is not None and session.handover.orphans() is None
+    assert orphans.next_step(0.0) == NextOrphan()
+    orphans.answered("q:w9", 0.0)
+    assert orphans.next_step(0.0) == ReadInFlight("q:w9")
+    orphans.answered(set(), 0.0)
+    orphans.answered([], 0.0)
+    orphans.answered(True, 0.0)  # released
+    assert orphans.next_step(0.0) == NextOrphan()
+    orphans.answered(None, 0.0)
+    assert orphans.next_step(0.0) == Done()
+    assert orphans.drained == ["q:w9"]
