@@ -6,8 +6,9 @@ from __future__ import annotations
 import pytest
 
 from hashcrawl._core._batch import Beat
+from hashcrawl._core._exchanges import Done, SendHeartbeat
 from hashcrawl._core._faults import Faults
-from hashcrawl._exceptions import Fenced, StateLost
+from hashcrawl._exceptions import Fenced, QueueError, StateLost
 from tests.test_core import LEASE, beat, session_of
 
 
@@ -49,3 +50,21 @@ def test_a_beat_redis_ran_before_this_workers_own_take_does_not_end_the_crawl() 
     assert session.heartbeat.finished(beat(idle_since=0, now_ms=10_001))
     session.heartbeat.took(5)  # an older take reported late moves nothing back
     assert session.heartbeat.finished(beat(idle_since=0, now_ms=10_001))
+
+
+def test_a_heartbeat_is_one_step_and_a_failed_one_is_let_go_within_a_lease() -> None:
+    """Answered: its beat is taken; failed: the process ends with no answer (the next
+    heartbeat is the retry) until none got through for a lease, then it raises."""
+    session = session_of()
+    beating = session.heartbeat.beat(1.0, resident_kib=0)
+    step = beating.next_step(1.0)
+    assert isinstance(step, SendHeartbeat) and step.fields["lease_ms"] == LEASE * 1000
+    beating.answered(beat(epoch=2, members=("w1", "w2")), 1.1)
+    assert beating.next_step(1.1) == Done() and beating.answer is not None
+    assert session.epochs.latest.epoch == 2
+    beating = session.heartbeat.beat(2.0, resident_kib=0)
+    beating.failed(QueueError("timed out"), 2.1)
+    assert beating.next_step(2.1) == Done() and beating.answer is None
+    late = session.heartbeat.beat(1.0 + LEASE + 0.1, resident_kib=0)
+    with pytest.raises(QueueError, match="gave up after a lease"):
+        late.failed(QueueError("timed out"), 1.0 + LEASE + 0.2)

@@ -3,12 +3,27 @@ pace records read since the last commit; only an answered OK takes the outcomes 
 
 from __future__ import annotations
 
+from typing import Any
+
+import attrs
 import pytest
 
 from hashcrawl._core._batch import Committed, Status
 from hashcrawl._core._entry import Entry
+from hashcrawl._core._exchanges import (
+    CommitBatch,
+    Done,
+    PutRevisits,
+    ReadMembers,
+    ReadScope,
+    WriteItems,
+)
+from hashcrawl._core._faults import Faults
+from hashcrawl._core._frontier import Held
+from hashcrawl._core._outcome import Outcome
+from hashcrawl._core._session import Session
 from hashcrawl._exceptions import Fenced
-from tests.test_core import session_of
+from tests.test_core import ready, session_of
 
 
 def test_a_batch_goes_at_the_newest_epoch_and_deletes_the_records_read() -> None:
@@ -56,3 +71,80 @@ def test_a_commit_carries_other_shards_links_and_remembers_them_as_seen() -> Non
     assert (commit.outcomes, [a[0] for a in batch.add], batch.ack) == ([], ["q:w1"], [])
     assert commits.committed(commit, batch, Committed(status="ok"), 0.0, [link]) is Status.OK
     assert commits.batch(session.ledger.next_commit(), 0.0, [link]).add == []
+
+
+def fetched_page(session: Session, items: list[Any], revisit: Any = None) -> None:
+    """One page of a.test fetched, with ``items``, waiting to be committed."""
+    ready(session, "http://a.test/")
+    held = session.gate.next_fetch(0.0)
+    assert isinstance(held, Held)
+    outcome = attrs.evolve(Outcome.done(held, items, []), revisit=revisit)
+    session.fetches.ended(held, outcome, 0.1)
+
+
+def test_a_commit_writes_the_items_and_the_revisits_before_the_batch() -> None:
+    """Items written and flushed, revisit records put, then the batch: a page acknowledged
+    has its items kept and its next revisit recorded."""
+    session = session_of()
+    fetched_page(session, [{"a": 1}], revisit="record")
+    committing = session.commits.start(200, revisits=True)
+    assert committing is not None
+    assert committing.next_step(0.2) == WriteItems([{"a": 1}])
+    committing.answered(None, 0.3)
+    assert session.ledger.items_pending == 0 and session.tally.items == 1
+    assert committing.next_step(0.3) == PutRevisits(["record"])
+    committing.answered(None, 0.4)
+    step = committing.next_step(0.4)
+    assert isinstance(step, CommitBatch) and step.batch.ack == ["1-0"]
+    committing.answered(Committed(status="ok"), 0.5)
+    assert committing.next_step(0.5) == Done()
+    assert session.ledger.outcomes == []
+
+
+def test_a_commit_with_no_items_and_no_archive_goes_straight_to_the_batch() -> None:
+    """Nothing to write: no step for it; with an archive, the flush is still a step."""
+    session = session_of()
+    fetched_page(session, [])
+    committing = session.commits.start(200)
+    assert committing is not None
+    assert isinstance(committing.next_step(0.2), CommitBatch)
+    session = session_of()
+    fetched_page(session, [])
+    committing = session.commits.start(200, archive=True)
+    assert committing is not None and committing.next_step(0.2) == WriteItems([])
+
+
+def test_a_commit_refused_for_its_scope_or_epoch_reads_again_and_sends_a_new_batch() -> None:
+    """RESCOPE: the scope is read, then a batch built anew; STALE: the members are read
+    (the newer epoch routes the next batch)."""
+    session = session_of(members=("w1",))
+    fetched_page(session, [])
+    committing = session.commits.start(200)
+    assert committing is not None
+    committing.next_step(0.2)
+    committing.answered(Committed(status="rescope"), 0.3)
+    assert committing.next_step(0.3) == ReadScope()
+    committing.answered(None, 0.3)
+    committing.next_step(0.3)
+    committing.answered(Committed(status="stale", epoch=2), 0.4)
+    assert committing.next_step(0.4) == ReadMembers()
+    committing.answered((2, ("w1", "w2")), 0.4)
+    step = committing.next_step(0.4)
+    assert isinstance(step, CommitBatch) and step.batch.epoch == 2
+    assert session.epochs.waiting  # the new epoch waits to be applied
+
+
+def test_the_deliberate_bugs_write_the_items_or_revisits_after_the_batch() -> None:
+    """ack_before_write and revisit_put_after_ack: the order the end-to-end tests catch."""
+    session = session_of()
+    session.commits.faults = Faults.of(["ack_before_write", "revisit_put_after_ack"])
+    fetched_page(session, [{"a": 1}], revisit="record")
+    committing = session.commits.start(200, revisits=True)
+    assert committing is not None
+    assert isinstance(committing.next_step(0.2), CommitBatch)
+    committing.answered(Committed(status="ok"), 0.3)
+    assert committing.next_step(0.3) == WriteItems([{"a": 1}])
+    committing.answered(None, 0.3)
+    assert committing.next_step(0.3) == PutRevisits(["record"])
+    committing.answered(None, 0.3)
+    assert committing.next_step(0.3) == Done()

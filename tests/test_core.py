@@ -8,10 +8,11 @@ import pytest
 
 from hashcrawl._core._entry import Entry
 from hashcrawl._core._epochs import Release
+from hashcrawl._core._exchanges import Done, ReadStream
 from hashcrawl._core._frontier import Held
 from hashcrawl._core._outcome import Kind, Outcome
 from hashcrawl._core._pace import Paces
-from hashcrawl._core._page import Done, Page, Send
+from hashcrawl._core._page import Page, Send
 from hashcrawl._core._ring import Ring
 from hashcrawl._core._session import COMMIT_MAX, Session
 from hashcrawl._core._settings import Settings
@@ -370,29 +371,34 @@ def test_heartbeat_reports_this_memberships_counts_only() -> None:
 
 
 def test_a_read_that_failed_is_followed_by_rereading_pending_entries() -> None:
-    """After a failed read, the next one asks for this reader's pending entries."""
+    """After a failed read (which raises on), the next one asks for this reader's
+    pending entries, and once none is left, for new ones."""
     session = session_of()
-    session.read_answered(session.read_request(), [("5-0", b"bad")])
-    session.intake.failed()
-    read = session.read_request()
-    assert read.after == "5-0"
-    session.read_answered(read, [])
-    assert session.read_request().after is None
+    reading = session.reading(500)
+    assert reading.next_step(0.0) == ReadStream(200, None, 500)
+    reading.answered([("5-0", b"bad")], 0.0)
+    assert reading.next_step(0.0) == Done() and reading.got == [("5-0", b"bad")]
+    with pytest.raises(QueueError):
+        session.reading(500).failed(QueueError("timed out"), 0.0)
+    reading = session.reading(500)
+    assert reading.next_step(0.0) == ReadStream(200, "5-0", 500)
+    reading.answered([], 0.0)
+    assert session.reading(500).next_step(0.0) == ReadStream(200, None, 500)
 
 
 def test_a_read_asks_for_no_more_than_the_buffer_has_room_for() -> None:
     """Memory stays bounded: a read asks for what --max-buffer leaves room for; with the
     buffer full it reads on only to park."""
     session = session_of(max_buffer=50)
-    assert (session.read_request().count, session.read_request().parking) == (50, False)
+    assert (session.reading(1).read.count, session.reading(1).read.parking) == (50, False)
     session.take_in(
         [(f"{n}-0", Entry(url=f"http://a.test/{n}").encode().encode()) for n in range(10)]
     )
-    assert session.read_request().count == 40
+    assert session.reading(1).read.count == 40
     session.take_in(
         [(f"{n}-1", Entry(url=f"http://a.test/x{n}").encode().encode()) for n in range(40)]
     )
-    assert session.read_request().parking
+    assert session.reading(1).read.parking
 
 
 def test_a_suspect_blamed_before_is_fetched_alone_until_it_ends() -> None:

@@ -1,7 +1,10 @@
-"""Tests for hashcrawl._core._handover's processes: applying an epoch and draining a
-stream, step by step, as the driver sees them (``_exchanges``), without trio."""
+"""Tests for the core's processes of exchanges (``_exchanges``), step by step as the
+driver sees them, without trio: applying an epoch, draining a stream, leaving
+(``_handover``); reading pace records (``_pacing``); unparking (``_intake``)."""
 
 from __future__ import annotations
+
+import math
 
 import pytest
 
@@ -9,20 +12,25 @@ from hashcrawl._core._batch import Committed
 from hashcrawl._core._entry import Entry
 from hashcrawl._core._exchanges import (
     AwaitChange,
-    Commit,
+    CommitBatch,
     CutShort,
     Done,
+    Flush,
+    LeaveRing,
     NextOrphan,
     ReadEntries,
     ReadInFlight,
     ReadMembers,
+    ReadPaces,
     ReadParked,
     Release,
+    Unpark,
 )
 from hashcrawl._core._frontier import Held
+from hashcrawl._core._pace import Paces
 from hashcrawl._core._ring import Ring
 from hashcrawl._exceptions import Fenced
-from tests.test_core import host_owned_by, ready, session_of
+from tests.test_core import beat, host_owned_by, ready, session_of
 
 OK = Committed(status="ok")
 
@@ -49,7 +57,7 @@ def test_applying_waits_a_little_for_requests_out_then_cuts_them_short() -> None
     assert session.frontier.hosts[lost].last_end == 4.0  # the new owner waits for it
     applying.answered(None, 1.0)
     commit = applying.next_step(1.0)
-    assert isinstance(commit, Commit) and commit.batch.applied == 2
+    assert isinstance(commit, CommitBatch) and commit.batch.applied == 2
     applying.answered(OK, 1.1)
     assert applying.next_step(1.1) == ReadParked()
     applying.answered({lost, "other.test"}, 1.2)
@@ -96,7 +104,7 @@ def test_draining_another_workers_stream_reads_its_last_words_then_moves_batches
     assert draining.next_step(0.0) == ReadMembers()
     draining.answered((1, ("w1",)), 0.0)
     commit = draining.next_step(0.0)
-    assert isinstance(commit, Commit) and commit.batch.worker == "w1"
+    assert isinstance(commit, CommitBatch) and commit.batch.worker == "w1"
     assert commit.batch.src == "q:w9" and len(commit.batch.mv) == 1
     draining.answered(OK, 0.0)
     assert draining.next_step(0.0) == ReadEntries("q:w9", 500)
@@ -117,7 +125,7 @@ def test_a_leaving_worker_drains_its_own_stream_under_no_members_name() -> None:
     draining.answered([("1-0", payload("http://a.test/"))], 0.0)
     draining.answered((2, ("w2",)), 0.0)
     commit = draining.next_step(0.0)
-    assert isinstance(commit, Commit) and commit.batch.worker == ""
+    assert isinstance(commit, CommitBatch) and commit.batch.worker == ""
     with pytest.raises(Fenced):
         draining.answered(Committed(status="fenced"), 0.0)
 
@@ -139,3 +147,52 @@ def test_orphans_are_drained_one_after_another_until_none_is_left() -> None:
     orphans.answered(None, 0.0)
     assert orphans.next_step(0.0) == Done()
     assert orphans.drained == ["q:w9"]
+
+
+def test_leaving_commits_everything_leaves_with_every_hosts_record_then_drains() -> None:
+    """Nothing more starts; what is held is committed; the ring is left with a pace
+    record of each host; the worker's own stream drains under no member's name."""
+    session = session_of(members=("w1", "w2"))
+    ready(session, "http://a.test/")
+    held = session.gate.next_fetch(0.0)
+    assert isinstance(held, Held)
+    session.fetches.ended(held, None, 0.5)  # requested: its pace goes to its next owner
+    leaving = session.handover.leave()
+    assert session.flight.stopping and session.gate.next_fetch(0.0) == math.inf
+    assert leaving.next_step(0.0) == Flush()
+    leaving.answered(None, 1.0)
+    step = leaving.next_step(1.0)
+    assert isinstance(step, LeaveRing) and list(step.pace) == ["a.test"]
+    leaving.answered(None, 1.0)
+    assert leaving.next_step(1.0) == ReadEntries("q:w1", 500)
+    leaving.answered([], 1.0)
+    leaving.answered(True, 1.0)
+    assert leaving.next_step(1.0) == Done()
+
+
+def test_pace_records_due_are_read_in_one_step_and_adopted() -> None:
+    """The hosts due are asked for together; none due, no process at all."""
+    session = session_of()
+    session.take_in([("1-0", payload("http://a.test/"))])
+    session.heartbeat.answered(beat(epoch=1), sent=0.0, received=0.0)
+    reading = session.pacing.read_due()
+    assert reading is not None and reading.next_step(0.0) == ReadPaces(["a.test"])
+    assert session.pacing.read_due() is None  # taken
+    reading.answered(Paces(), 0.0)
+    assert reading.next_step(0.0) == Done()
+    assert session.frontier.hosts["a.test"].paced
+
+
+def test_unparks_are_decided_one_at_a_time_as_each_is_answered() -> None:
+    """Each parked host that runs short asks its entries back; the answer "none left"
+    drops the host; the hosts that took entries back are named."""
+    session = session_of()
+    session.intake.parked_read({"a.test", "b.test"}, session.epochs.latest, "w1")
+    unparking = session.unparking()
+    count = session.intake.unpark_count
+    assert unparking.next_step(0.0) == Unpark("a.test", 1, count, 0)
+    unparking.answered(("ok", 3, 0), 0.0)
+    assert unparking.next_step(0.0) == Unpark("b.test", 1, count, 0)
+    unparking.answered(("ok", 0, 5), 0.0)
+    assert unparking.next_step(0.0) == Done()
+    assert unparking.took == ["a.test"] and session.intake.parked == {"b.test"}

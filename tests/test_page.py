@@ -7,12 +7,12 @@ from typing import Any
 
 import attrs
 
+from hashcrawl._core._exchanges import Done
 from hashcrawl._core._faults import Faults
 from hashcrawl._core._frontier import Held
 from hashcrawl._core._outcome import Kind, Outcome
 from hashcrawl._core._page import (
     CheckRules,
-    Done,
     Fetched,
     FetchRobots,
     Handle,
@@ -51,7 +51,7 @@ def test_robots_txt_comes_first_and_its_request_uses_the_pages_turn() -> None:
     page = Page(session.fetches, held, 0.0)
     assert page.next_step(0.0) == FetchRobots()
     page.answered(Robots.allow_all(), 0.1)
-    assert page.next_step(0.1) == Done(None)  # put back: it waits for its host's next turn
+    assert page.next_step(0.1) == Done() and page.outcome is None  # put back: waits its turn
     assert session.frontier.hosts["a.test"].queue
 
 
@@ -61,9 +61,8 @@ def test_unreachable_robots_txt_fails_the_page_for_now() -> None:
     page = Page(session.fetches, held, 0.0)
     page.next_step(0.0)
     page.answered(Unreachable("HTTP 503"), 0.1)
-    done = page.next_step(0.1)
-    assert isinstance(done, Done) and done.outcome is not None
-    assert done.outcome.kind is Kind.RETRY
+    assert page.next_step(0.1) == Done()
+    assert page.outcome is not None and page.outcome.kind is Kind.RETRY
     assert session.tally.failed == 1
 
 
@@ -74,9 +73,8 @@ def test_rules_kept_are_checked_and_a_denied_page_is_done_unfetched() -> None:
     page = Page(session.fetches, held, 0.0)
     assert page.next_step(0.0) == CheckRules(Robots.deny_all())
     page.answered(False, 0.0)
-    done = page.next_step(0.0)
-    assert isinstance(done, Done) and done.outcome is not None
-    assert done.outcome.kind is Kind.DONE
+    assert page.next_step(0.0) == Done()
+    assert page.outcome is not None and page.outcome.kind is Kind.DONE
     assert session.tally.robots_denied == 1
 
 
@@ -101,7 +99,7 @@ def test_a_response_goes_to_the_handler_with_what_it_needs_of_the_host() -> None
     assert (session.tally.fetched, session.taken["a.test"]) == (1, 1)
     outcome = Outcome.done(held, [], [])
     page.answered(outcome, 0.2)
-    assert page.next_step(0.2) == Done(outcome)
+    assert page.next_step(0.2) == Done() and page.outcome is outcome
 
 
 def test_a_request_refused_by_a_rule_is_dead_and_a_failed_one_retried() -> None:
@@ -123,7 +121,7 @@ def test_a_request_refused_by_a_rule_is_dead_and_a_failed_one_retried() -> None:
     assert isinstance(recover, Recover) and recover.outcome.kind is Kind.RETRY
     recovered = Outcome.done(held, [], [])  # the errback's
     page.answered(recovered, 1.0)
-    assert page.next_step(1.0) == Done(recovered)
+    assert page.next_step(1.0) == Done() and page.outcome is recovered
 
 
 def test_a_request_the_gate_stopped_puts_the_page_back() -> None:
@@ -131,7 +129,8 @@ def test_a_request_the_gate_stopped_puts_the_page_back() -> None:
     turn, nothing is counted."""
     session, held = dispatched()
     page = Page(session.fetches, held, 0.0)
-    assert page.next_step(LEASE) == Done(None)  # no heartbeat answered for a lease: stale
+    assert page.next_step(LEASE) == Done()  # no heartbeat answered for a lease: stale
+    assert page.outcome is None
     assert session.tally.fetched == session.tally.failed == 0
     assert session.frontier.hosts["a.test"].queue
 
@@ -192,15 +191,14 @@ def test_a_page_ends_once_however_it_went() -> None:
     page = Page(session.fetches, held, 0.0)
     page.next_step(0.0)
     page.cancelled(0.5)
-    assert page.next_step(0.5) == Done(None)
+    assert page.next_step(0.5) == Done() and page.outcome is None
     assert page.ended(0.5) is False and session.flight.in_flight == 0
     assert session.frontier.hosts["a.test"].queue  # back in its host's queue
     session, held = dispatched()
     page = Page(session.fetches, held, 0.0)
     page.next_step(0.0)
     page.crashed(LookupError("a bogus charset"), 0.0)  # the dispatcher's code raised
-    done = page.next_step(0.0)
-    assert isinstance(done, Done) and done.outcome is not None
-    assert done.outcome.kind is Kind.RETRY and session.tally.failed == 1
+    assert page.next_step(0.0) == Done() and page.outcome is not None
+    assert page.outcome.kind is Kind.RETRY and session.tally.failed == 1
     page.ended(0.0)
-    assert session.ledger.outcomes == [done.outcome]
+    assert session.ledger.outcomes == [page.outcome]

@@ -11,8 +11,9 @@ import threading
 import pytest
 
 from hashcrawl._core._entry import Entry
+from hashcrawl._core._exchanges import Done
 from hashcrawl._core._flags import _pattern
-from hashcrawl._core._page import Done, Page, Send, TakePage
+from hashcrawl._core._page import GiveBack, Page, Send, TakePage
 from hashcrawl._core._patterns import MAX_PATTERN, Patterns, Refusal, Screen
 from hashcrawl._core._settings import CRAWL, Settings
 from hashcrawl._exceptions import ConfigError
@@ -140,12 +141,15 @@ def test_a_page_takes_one_of_the_crawls_pages_before_its_request() -> None:
     page.answered(True, 0.0)
     assert isinstance(page.next_step(0.0), Send)
     page.not_sent(0.0)  # the gate said no as the request was written
-    assert page.next_step(0.0) == Done(None, give_back=True)  # the page goes back to the crawl
+    assert page.next_step(0.0) == GiveBack()  # the page it took goes back to the crawl
+    page.answered(None, 0.0)
+    assert page.next_step(0.0) == Done() and page.outcome is None
     session, held = dispatched(max_pages_total=5)
     page = Page(session.fetches, held, 0.0)
     page.next_step(0.0)
     page.answered(False, 0.0)
-    assert page.next_step(0.0) == Done(None)  # put back: it stays in the stream, never fetched
+    assert page.next_step(0.0) == Done()  # put back: it stays in the stream, never fetched
+    assert page.outcome is None
     assert session.flight.stopping and session.tally.fetched == 0
 
 

@@ -7,6 +7,7 @@ from typing import Any
 
 from hashcrawl._core._batch import LOST, Beat
 from hashcrawl._core._epochs import Epochs
+from hashcrawl._core._exchanges import Done, Process, SendHeartbeat
 from hashcrawl._core._faults import Faults
 from hashcrawl._core._frontier import Frontier
 from hashcrawl._core._ledger import Ledger
@@ -54,6 +55,10 @@ class Heartbeat:
     def took(self, server_s: int) -> None:
         """This session's taker queued due revisits at server second ``server_s``."""
         self.took_s = max(self.took_s, server_s)
+
+    def beat(self, now: float, *, resident_kib: int) -> Beating:
+        """One heartbeat, sent at ``now`` (see :class:`Beating`)."""
+        return Beating(self, now, self.request(now, resident_kib=resident_kib))
 
     def request(self, now: float, *, resident_kib: int) -> dict[str, Any]:
         """What a heartbeat sent at ``now`` tells Redis (``Store.heartbeat``'s arguments)."""
@@ -135,3 +140,25 @@ class Heartbeat:
             "rss_kib": resident_kib,
             **self.tally.beat_fields(now, self.frontier, since=self.tally_base),
         }
+
+
+class Beating(Process):
+    """One heartbeat, as a step: its answer is taken (``Heartbeat.answered``: it may
+    fence the worker or end the crawl's state); with no answer, it is let go until the
+    next, unless none got through for a whole lease (``Heartbeat.failed`` raises)."""
+
+    def __init__(self, heartbeat: Heartbeat, sent: float, fields: dict[str, Any]) -> None:
+        self.heartbeat, self.sent = heartbeat, sent
+        self.answer: Beat | None = None  # None until answered
+        self.error: QueueError | None = None  # why no answer came, if none did
+        self.step = SendHeartbeat(fields)
+
+    def answered(self, reply: Beat, now: float) -> None:
+        self.heartbeat.answered(reply, self.sent, now)
+        self.answer, self.step = reply, Done()
+
+    def failed(self, exc: Exception, now: float) -> None:
+        if not isinstance(exc, QueueError):
+            raise exc
+        self.heartbeat.failed(self.sent, exc)
+        self.error, self.step = exc, Done()

@@ -5,17 +5,33 @@ commit script, and the outcomes wait for the next), filtered by the crawl's scop
 widened by the batch's own redirects, and carries the pace records read since the last
 commit to delete. An answered commit counts its outcomes, frees their slots and
 remembers their links as seen.
+
+One commit is a process of exchanges (:class:`Committing`, see ``_exchanges``): the
+items written and flushed, the next revisit records put, then the batch, until Redis
+takes it (the scope read again if it grew, the members if the epoch moved on). Items
+and records go first, so that a page acknowledged has its items kept.
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Generator, Iterable, Sequence
+from typing import Any
 
 import attrs
 
 from hashcrawl._core._batch import Batch, Committed, Status
 from hashcrawl._core._entry import Entry
 from hashcrawl._core._epochs import Epochs
+from hashcrawl._core._exchanges import (
+    CommitBatch,
+    Done,
+    Process,
+    PutRevisits,
+    ReadMembers,
+    ReadScope,
+    Step,
+    WriteItems,
+)
 from hashcrawl._core._faults import Faults
 from hashcrawl._core._frontier import Frontier
 from hashcrawl._core._ledger import Commit, Ledger
@@ -82,6 +98,24 @@ class Commits:
     @property
     def settings(self) -> Settings:
         return self.current.settings
+
+    def start(
+        self,
+        count: int,
+        carried: Sequence[Entry] = (),
+        misroute: Callable[[], Ring | None] = lambda: None,
+        *,
+        archive: bool = False,
+        revisits: bool = False,
+    ) -> Committing | None:
+        """Commit the oldest outcomes (at most ``count``) with ``carried`` (links of
+        other shards' pages), if there is any (see :class:`Committing`). ``archive``: a
+        sink keeps every response, so it is flushed even with no items; ``revisits``:
+        the crawl keeps revisit records."""
+        commit = self.ledger.next_commit(count)
+        if not commit.outcomes and not carried:
+            return None
+        return Committing(self, commit, carried, misroute, archive=archive, revisits=revisits)
 
     def router(self, ring: Ring, now: float) -> Router:
         """Where entries go at ``ring``'s epoch; dead letters dated by the server's clock."""
@@ -184,3 +218,80 @@ def _add_links(batch: Batch, router: Router, entries: Iterable[Entry]) -> None:
         unfiltered = router.follow(batch, entry)
         for target, payload in zip(unfiltered[::2], unfiltered[1::2], strict=True):
             batch.add.append([target, payload, *fingerprint(entry.key), 0])
+
+
+class Committing(Process):
+    """One commit, as the driver's steps: write the items and flush, put the revisit
+    records, then the batch until Redis takes it (reading the scope again if it grew,
+    the members if the epoch moved on). With the deliberate bugs ``ack_before_write``
+    and ``revisit_put_after_ack``, the items or the records go after it instead.
+
+    Written as a generator, as trio writes its run loop: the steps in the order they
+    are taken, each reply sent back in where the step was yielded.
+    """
+
+    def __init__(
+        self,
+        commits: Commits,
+        commit: Commit,
+        carried: Sequence[Entry],
+        misroute: Callable[[], Ring | None],
+        *,
+        archive: bool,
+        revisits: bool,
+    ) -> None:
+        self.commits, self.commit, self.carried, self.misroute = commits, commit, carried, misroute
+        # An archive holds records of pages with no items too: it is flushed every time.
+        self.written = bool(commit.outcomes) and bool(commit.items or archive)
+        self.fetches = [o.revisit for o in commit.outcomes if o.revisit is not None]
+        self.revisits = revisits and bool(self.fetches)
+        self.now = 0.0
+        self.started = False
+        self._steps = self._run()
+        commits.ledger.commit_begun(commit)
+
+    def next_step(self, now: float) -> Step:
+        self.now = now
+        if not self.started:
+            self.started, self.step = True, self._advance(None)
+        return self.step
+
+    def answered(self, reply: Any, now: float) -> None:
+        self.now = now
+        self.step = self._advance(reply)
+
+    def _advance(self, reply: Any) -> Step:
+        try:
+            return self._steps.send(reply)
+        except StopIteration:
+            return Done()
+
+    def _run(self) -> Generator[Step, Any, None]:
+        commits, commit, faults = self.commits, self.commit, self.commits.faults
+        write_first = "ack_before_write" not in faults
+        put_first = "revisit_put_after_ack" not in faults
+        if self.written and write_first:
+            yield WriteItems(commit.items)
+            commits.items_written(len(commit.items))
+        commits.ledger.commit_written(commit)
+        if self.revisits and put_first:
+            yield PutRevisits(self.fetches)
+        while True:
+            batch = commits.batch(commit, self.now, self.carried, self.misroute())
+            if not commit.outcomes and not batch.add:
+                return  # every carried link was committed through this shard's filter
+            sent = self.now
+            result = yield CommitBatch(batch)
+            status = commits.committed(commit, batch, result, self.now - sent, self.carried)
+            if status is Status.OK:
+                break
+            if status is Status.RESCOPE:
+                yield ReadScope()
+                continue
+            epoch, members = yield ReadMembers()  # stale: route by the newer epoch
+            commits.epochs.members_read(epoch, members)
+        if self.written and not write_first:
+            yield WriteItems(commit.items)
+            commits.items_written(len(commit.items))
+        if self.revisits and not put_first:
+            yield PutRevisits(self.fetches)

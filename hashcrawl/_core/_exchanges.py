@@ -12,42 +12,117 @@ process is abandoned with its session (Redis unreachable for a lease, or fenced)
 
 from __future__ import annotations
 
-from typing import Any, Protocol
+from typing import Any
 
 import attrs
 
 from hashcrawl._core._batch import Batch
 
 
+class Step:
+    """A step a process hands the driver: a value naming what to do, and with what."""
+
+
 @attrs.frozen
-class Done:
+class Done(Step):
     """The process is over."""
 
 
 @attrs.frozen
-class Commit:
+class CommitBatch(Step):
     """Run ``batch`` as one commit; answered with its ``Committed``."""
 
     batch: Batch
 
 
 @attrs.frozen
-class ReadMembers:
+class WriteItems(Step):
+    """Write ``items`` to the sink (if any) and flush every sink; answered with None."""
+
+    items: list[Any]
+
+
+@attrs.frozen
+class PutRevisits(Step):
+    """Write the next revisit records of pages just fetched; answered with None."""
+
+    fetches: list[Any]
+
+
+@attrs.frozen
+class ReadScope(Step):
+    """Read the crawl's scope (it has grown), and take it on; answered with None."""
+
+
+@attrs.frozen
+class ReadPaces(Step):
+    """Read the pace records (and floors) of ``hosts``; answered with their ``Paces``."""
+
+    hosts: list[str]
+
+
+@attrs.frozen
+class Unpark(Step):
+    """Move ``count`` of ``host``'s parked entries back into this owner's stream at
+    ``epoch``; answered with ``(status, moved, left)``. (``guard``: what lets the
+    answer drop the host, see ``Intake.unpark_guard``.)"""
+
+    host: str
+    epoch: int
+    count: int
+    guard: int | None
+
+
+@attrs.frozen
+class Flush(Step):
+    """Commit every outcome this worker holds; answered with None."""
+
+
+@attrs.frozen
+class LeaveRing(Step):
+    """Leave the ring, writing the pace records ``pace`` (host -> record) of every host
+    this worker had; answered with None."""
+
+    pace: dict[str, str]
+
+
+@attrs.frozen
+class SendHeartbeat(Step):
+    """Renew this worker's membership and learn the fleet's state, once (no retry: the
+    next heartbeat is the retry); answered with the ``Beat``. ``fields``: the store
+    call's arguments (``Store.heartbeat``)."""
+
+    fields: dict[str, Any]
+
+
+@attrs.frozen
+class ReadStream(Step):
+    """Read up to ``count`` entries of this worker's stream (its own pending ones after
+    ``after``, if not None), waiting up to ``block_ms`` for new ones, once; answered
+    with ``(id, payload)`` pairs."""
+
+    count: int
+    after: str | None
+    block_ms: int
+
+
+@attrs.frozen
+class ReadMembers(Step):
     """Read the crawl's epoch and members; answered with ``(epoch, members)``."""
 
 
 @attrs.frozen
-class ReadParked:
+class ReadParked(Step):
     """Read the hosts this owner has parked entries of; answered with the hosts."""
 
 
 @attrs.frozen
-class NextOrphan:
+class NextOrphan(Step):
     """Take the next departed worker's stream to drain; answered with it, or None."""
 
 
 @attrs.frozen
-class ReadInFlight:
+class ReadInFlight(Step):
     """Read what ``stream``'s worker said it was fetching when it died; answered with
     the entry ids."""
 
@@ -55,7 +130,7 @@ class ReadInFlight:
 
 
 @attrs.frozen
-class ReadEntries:
+class ReadEntries(Step):
     """Read up to ``count`` entries left in ``stream``; answered with ``(id, payload)``
     pairs (none: it is empty)."""
 
@@ -64,14 +139,14 @@ class ReadEntries:
 
 
 @attrs.frozen
-class Release:
+class Release(Step):
     """Delete ``stream`` if it is still empty; answered with whether it was."""
 
     stream: str
 
 
 @attrs.frozen
-class AwaitChange:
+class AwaitChange(Step):
     """Wait for the session's state to change (a request ending), until ``until`` at
     the latest; answered with None."""
 
@@ -79,7 +154,7 @@ class AwaitChange:
 
 
 @attrs.frozen
-class CutShort:
+class CutShort(Step):
     """Have the requests of entries ``eids`` end by ``deadline`` (cancel them then);
     answered with None."""
 
@@ -87,23 +162,22 @@ class CutShort:
     deadline: float
 
 
-Step = (
-    Commit
-    | ReadMembers
-    | ReadParked
-    | NextOrphan
-    | ReadInFlight
-    | ReadEntries
-    | Release
-    | AwaitChange
-    | CutShort
-    | Done
-)
+class Process:
+    """Exchanges in a row, decided by the core (see the module's docstring): the step
+    to do now (``step``, unless a process decides it as it is asked), and what each
+    reply, or each failure, means."""
 
+    step: Step
 
-class Process(Protocol):
-    """Exchanges in a row, decided by the core (see the module's docstring)."""
+    def next_step(self, now: float) -> Step:
+        """The step to do now (:class:`Done`: none is left)."""
+        return self.step
 
-    def next_step(self, now: float) -> Step: ...
+    def answered(self, reply: Any, now: float) -> None:
+        """The step was done, with ``reply``."""
+        raise NotImplementedError
 
-    def answered(self, reply: Any, now: float) -> None: ...
+    def failed(self, exc: Exception, now: float) -> None:
+        """The step failed with ``exc`` (Redis did not answer). Raises it again, unless
+        the process goes on without it (a heartbeat, a read: the next one may pass)."""
+        raise exc

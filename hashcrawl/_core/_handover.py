@@ -22,10 +22,13 @@ from hashcrawl._core._commits import Commits
 from hashcrawl._core._epochs import Epochs
 from hashcrawl._core._exchanges import (
     AwaitChange,
-    Commit,
+    CommitBatch,
     CutShort,
     Done,
+    Flush,
+    LeaveRing,
     NextOrphan,
+    Process,
     ReadEntries,
     ReadInFlight,
     ReadMembers,
@@ -106,6 +109,11 @@ class Handover:
         """Move every entry left in ``stream`` to its host's owner, then release it
         (``leaving``: this worker's own, once it is out of the ring)."""
         return Draining(self, stream, leaving=leaving)
+
+    def leave(self) -> Leaving:
+        """Hand every host back at once (see :class:`Leaving`); nothing more starts."""
+        self.flight.stopping = True
+        return Leaving(self)
 
     def begin(self, ring: Ring) -> Handoff:
         """Adopt ``ring``: stop starting requests to the hosts it takes away.
@@ -240,7 +248,7 @@ class Handover:
             raise Fenced(f"worker {self.id} lost its membership while draining")
 
 
-class Applying:
+class Applying(Process):
     """Applying one epoch, as the driver's steps: wait (a little) for requests out to
     the hosts given away, cut the rest short, commit the handoff, then read the parked
     hosts (or, overtaken by a newer epoch, the members: that one is applied next)."""
@@ -251,7 +259,7 @@ class Applying:
         self.wait_until = now + min(HANDOFF_WAIT, settings.grace)
         # A request outlives neither --grace nor its own --timeout.
         self.outlives = min(settings.grace, settings.timeout)
-        self.step: Step = AwaitChange(self.wait_until)
+        self.step = AwaitChange(self.wait_until)
 
     @property
     def ring(self) -> Ring:
@@ -268,8 +276,8 @@ class Applying:
     def answered(self, reply: Any, now: float) -> None:
         step, handover, handoff = self.step, self.handover, self.handoff
         if isinstance(step, CutShort):
-            self.step = Commit(handover.batch(handoff, now))
-        elif isinstance(step, Commit):
+            self.step = CommitBatch(handover.batch(handoff, now))
+        elif isinstance(step, CommitBatch):
             assert isinstance(reply, Committed)
             # Stale: a newer epoch exists; read it, and apply that one (not this again).
             self.step = ReadParked() if handover.committed(handoff, reply) else ReadMembers()
@@ -283,7 +291,7 @@ class Applying:
             self.step = Done()
 
 
-class Draining:
+class Draining(Process):
     """Draining one stream, as the driver's steps: what its worker was fetching when it
     died (if it is another's), then batches of its entries, each routed by the members
     read just before, until it is empty and released."""
@@ -293,10 +301,7 @@ class Draining:
         self.dying: set[str] | None = None
         self.got: list[tuple[str, bytes | None]] = []
         departed = handover.departed(stream)
-        self.step: Step = ReadInFlight(stream) if departed else ReadEntries(stream, DRAIN_BATCH)
-
-    def next_step(self, now: float) -> Step:
-        return self.step
+        self.step = ReadInFlight(stream) if departed else ReadEntries(stream, DRAIN_BATCH)
 
     def answered(self, reply: Any, now: float) -> None:
         step, stream = self.step, self.stream
@@ -315,14 +320,14 @@ class Draining:
             batch = self.handover.orphans_batch(
                 stream, self.got, ring, self.dying, now, leaving=self.leaving
             )
-            self.step = Commit(batch)
-        elif isinstance(step, Commit):
+            self.step = CommitBatch(batch)
+        elif isinstance(step, CommitBatch):
             assert isinstance(reply, Committed)
             self.handover.drained(reply)
             self.step = entries
 
 
-class Orphans:
+class Orphans(Process):
     """Draining every departed worker's stream there is, one after another."""
 
     def __init__(self, handover: Handover) -> None:
@@ -351,3 +356,26 @@ class Orphans:
             self.draining = self.handover.drain(reply)
         else:
             self.over = True
+
+
+class Leaving(Process):
+    """Leaving the crawl, as the driver's steps: commit everything held, leave the ring
+    with a pace record of every host this worker had, then drain its own stream to the
+    hosts' new owners under no member's name."""
+
+    def __init__(self, handover: Handover) -> None:
+        self.handover = handover
+        self.step = Flush()
+        self.draining: Draining | None = None
+
+    def next_step(self, now: float) -> Step:
+        return self.draining.next_step(now) if self.draining is not None else self.step
+
+    def answered(self, reply: Any, now: float) -> None:
+        handover = self.handover
+        if self.draining is not None:
+            self.draining.answered(reply, now)
+        elif isinstance(self.step, Flush):
+            self.step = LeaveRing(handover.pacing.records(handover.pacing.leaving(), now))
+        else:
+            self.draining = handover.drain(handover.stream, leaving=True)

@@ -15,6 +15,7 @@ import attrs
 
 from hashcrawl._core._batch import Status
 from hashcrawl._core._entry import BadEntry, Entry
+from hashcrawl._core._exchanges import Done, Process, ReadStream, Step, Unpark
 from hashcrawl._core._frontier import Frontier, Held
 from hashcrawl._core._ledger import Ledger
 from hashcrawl._core._outcome import Kind, Outcome
@@ -43,17 +44,6 @@ class Mine:
 
     worker: str
     refuses: Callable[[Entry], str | None]
-
-
-@attrs.frozen
-class Unpark:
-    """One unpark to send: ``count`` of ``host``'s parked entries back into its owner's
-    stream at ``epoch``, with the ``guard`` that lets its answer drop the host."""
-
-    host: str
-    epoch: int
-    count: int
-    guard: int | None
 
 
 @attrs.define
@@ -201,3 +191,52 @@ class Intake:
                 fresh.append(host)
             frontier.add(held, epoch=ring.epoch)
         return fresh
+
+
+class Unparking(Process):
+    """The unparks due now, as the driver's steps, one at a time: each decided when the
+    one before it is answered (memory may have filled meanwhile). ``took``: the hosts
+    that took entries back."""
+
+    def __init__(self, intake: Intake, unparks: Iterator[Unpark], worker: str) -> None:
+        self.intake, self.unparks, self.worker = intake, unparks, worker
+        self.took: list[str] = []
+        self.current = next(unparks, None)
+
+    def next_step(self, now: float) -> Step:
+        return Done() if self.current is None else self.current
+
+    def answered(self, reply: tuple[str, int, int], now: float) -> None:
+        assert self.current is not None
+        status, moved, left = reply
+        unpark = self.current
+        self.intake.unparked(unpark.host, status, left, self.worker, unpark.guard)
+        if moved:
+            self.took.append(unpark.host)
+        self.current = next(self.unparks, None)
+
+
+class Reading(Process):
+    """One read of this worker's stream, as a step: what came is taken in (``take_in``);
+    a failed read marks the intake unsure (see the module's docstring) and raises."""
+
+    def __init__(
+        self,
+        intake: Intake,
+        read: Read,
+        block_ms: int,
+        take_in: Callable[[list[tuple[str, bytes | None]], bool], None],
+    ) -> None:
+        self.intake, self.read, self.take_in = intake, read, take_in
+        self.got: list[tuple[str, bytes | None]] = []
+        self.step = ReadStream(read.count, read.after, block_ms)
+
+    def answered(self, reply: list[tuple[str, bytes | None]], now: float) -> None:
+        self.got = reply
+        if self.intake.answered(self.read, reply):
+            self.take_in(reply, self.read.parking)
+        self.step = Done()
+
+    def failed(self, exc: Exception, now: float) -> None:
+        self.intake.failed()
+        raise exc

@@ -6,10 +6,12 @@ session (``Carry`` says which records to read and when; ``PaceRecord`` is one). 
 from __future__ import annotations
 
 from collections.abc import Iterable
+from typing import Any
 
 import attrs
 
 from hashcrawl._core._epochs import Epochs, Release
+from hashcrawl._core._exchanges import Done, Process, ReadPaces
 from hashcrawl._core._faults import Faults
 from hashcrawl._core._frontier import Frontier, Host
 from hashcrawl._core._pace import MAX_HANDED_ROBOTS, Carry, PaceRecord, Paces
@@ -54,6 +56,11 @@ class Pacing:
         """Have the pacing state of hosts new to this owner read, once it is there to
         read (see ``Carry``); the hosts due go to ``carry.due``, for the driver to read."""
         self.carry.want(names, self.frontier, self.epochs.release)
+
+    def read_due(self) -> PaceRead | None:
+        """Read the records of the hosts due now, if any (see :class:`PaceRead`)."""
+        hosts, released = self.take_due()
+        return PaceRead(self, hosts, released) if hosts else None
 
     def take_due(self) -> tuple[list[str], Release]:
         """The hosts whose records are to be read now, and what the fleet had released
@@ -116,3 +123,16 @@ class Pacing:
     def leaving(self) -> list[str]:
         """Every host a leaving worker writes a pace record for, if it has one."""
         return list({**self.frontier.hosts, **self.taken, **dict.fromkeys(self.jars.hosts())})
+
+
+class PaceRead(Process):
+    """Reading the pace records of ``hosts``, asked when the fleet had ``released`` them:
+    one step, then they are adopted."""
+
+    def __init__(self, pacing: Pacing, hosts: list[str], released: Release) -> None:
+        self.pacing, self.hosts, self.released = pacing, hosts, released
+        self.step = ReadPaces(hosts)
+
+    def answered(self, reply: Any, now: float) -> None:
+        self.pacing.loaded(self.hosts, reply, self.released)
+        self.step = Done()

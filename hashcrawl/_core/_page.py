@@ -7,8 +7,8 @@ raised, or :meth:`~Page.not_sent`); the next step follows. Each step is a value 
 carries what the caller needs for it. The caller does every fetch; the page asks the
 gate whether a request may still leave as it hands out the step that sends one, and
 the caller asks once more as the request is written (``Gate.may_send``): a request may
-wait between the two. :class:`Done` carries the outcome to commit (None: the entry
-waits for its host's next turn).
+wait between the two. Once the page is ``Done``, :meth:`Page.ended` records its outcome
+to commit (none: the entry waits for its host's next turn).
 """
 
 from __future__ import annotations
@@ -18,6 +18,7 @@ import math
 
 import attrs
 
+from hashcrawl._core._exchanges import Done, Process, Step
 from hashcrawl._core._fetches import Fetches
 from hashcrawl._core._frontier import Held
 from hashcrawl._core._outcome import Origin, Outcome
@@ -28,7 +29,7 @@ from hashcrawl._exceptions import FetchError, Refused
 
 
 @attrs.frozen
-class NoteInFlight:
+class NoteInFlight(Step):
     """A departed worker's entry is going out: write the in-flight record (the
     ``noted``-th, naming ``suspects``) before it does; then ``answered(None)``."""
 
@@ -37,20 +38,20 @@ class NoteInFlight:
 
 
 @attrs.frozen
-class FetchRobots:
+class FetchRobots(Step):
     """Fetch the host's robots.txt; then ``answered(Robots | Unreachable)``, or
     ``not_sent`` if the gate said no as it was written."""
 
 
 @attrs.frozen
-class CheckRules:
+class CheckRules(Step):
     """Check the page against ``rules`` (``rules.allowed(url)``); then ``answered(allowed)``."""
 
     rules: Robots
 
 
 @attrs.frozen
-class TakePage:
+class TakePage(Step):
     """Ask Redis for one of the crawl's ``cap`` pages (--max-pages-total); then
     ``answered(granted)``."""
 
@@ -58,7 +59,7 @@ class TakePage:
 
 
 @attrs.frozen
-class Send:
+class Send(Step):
     """Send the request, with ``cookie`` (None: none); then ``answered(Fetched(...))``,
     ``failed(error, took=...)``, or ``not_sent``."""
 
@@ -66,7 +67,7 @@ class Send:
 
 
 @attrs.frozen
-class Handle:
+class Handle(Step):
     """Hand the response to the handler with ``origin`` and the server's clock now, in
     seconds (``server_s``: a revisit's due time is stamped by it, so a skewed local
     clock neither delays nor advances it); then ``answered(outcome)``, or
@@ -77,7 +78,7 @@ class Handle:
 
 
 @attrs.frozen
-class Recover:
+class Recover(Step):
     """The request failed with ``error``: the request's errback, if it has one, may
     change ``outcome``; then ``answered(outcome)``."""
 
@@ -86,15 +87,9 @@ class Recover:
 
 
 @attrs.frozen
-class Done:
-    """The page is done: ``outcome`` to commit (None: put back); ``give_back``: it took
-    one of the crawl's pages and sent nothing, so the caller gives it back."""
-
-    outcome: Outcome | None
-    give_back: bool = False
-
-
-Step = NoteInFlight | FetchRobots | CheckRules | TakePage | Send | Handle | Recover | Done
+class GiveBack(Step):
+    """The page took one of the crawl's --max-pages-total pages and sent nothing: give
+    it back; then ``answered(None)``."""
 
 
 @attrs.frozen
@@ -117,10 +112,11 @@ class _At(enum.Enum):
     SEND = "send the request"
     HANDLE = "handle the response"
     RECOVER = "let the errback recover"
+    GIVE_BACK = "give the crawl's page back"
     DONE = "done"
 
 
-class Page:
+class Page(Process):
     """The steps of ``held``'s fetch, from the moment it is dispatched until it ends
     (:meth:`ended`, once, however it went: done, put back, cancelled or failed).
 
@@ -185,14 +181,19 @@ class Page:
         if at is _At.RECOVER:
             assert self.outcome is not None and self.error is not None
             return Recover(self.outcome, self.error)
-        return Done(self.outcome, self.give_back)
+        if at is _At.GIVE_BACK:
+            return GiveBack()
+        return Done()
 
     def answered(
         self, result: Robots | Unreachable | bool | Fetched | Outcome | None, now: float
     ) -> None:
         """The step handed out was done, with ``result`` (see each step's class)."""
         at = self.at
-        if at is _At.NOTE:
+        if at is _At.GIVE_BACK:
+            self.give_back = False
+            self._go(_At.DONE)
+        elif at is _At.NOTE:
             self._go(self._first(now))
         elif at is _At.FETCH_ROBOTS:
             assert isinstance(result, Robots | Unreachable)
@@ -283,7 +284,7 @@ class Page:
 
     def _done(self, outcome: Outcome | None) -> None:
         self.outcome = outcome
-        self._go(_At.DONE)
+        self._go(_At.GIVE_BACK if self.give_back else _At.DONE)
 
     def not_sent(self, now: float) -> None:
         """The gate said no right before the request left: the page waits its turn

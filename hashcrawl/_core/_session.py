@@ -21,7 +21,7 @@ separately (``Gate.may_send``), right before it leaves.
 from __future__ import annotations
 
 import logging
-from collections.abc import Callable, Iterable, Iterator
+from collections.abc import Callable, Iterable
 
 from hashcrawl._core._beats import Heartbeat
 from hashcrawl._core._commits import Commits
@@ -34,7 +34,7 @@ from hashcrawl._core._gate import Gate, Pool
 from hashcrawl._core._handover import Handover
 from hashcrawl._core._intake import PARK_AT as PARK_AT
 from hashcrawl._core._intake import UNPARK_BELOW as UNPARK_BELOW
-from hashcrawl._core._intake import Intake, Mine, Read, Unpark
+from hashcrawl._core._intake import Intake, Mine, Reading, Unparking
 from hashcrawl._core._ledger import COMMIT_MAX as COMMIT_MAX
 from hashcrawl._core._ledger import Ledger
 from hashcrawl._core._outcome import SeenCache
@@ -194,13 +194,13 @@ class Session:
 
     # -- reading the stream ----------------------------------------------------------------
 
-    def read_request(self) -> Read:
-        """The next read of this worker's stream (see ``Intake``)."""
-        return self.intake.request(self.frontier, self.settings.max_buffer)
-
-    def read_answered(self, read: Read, got: list[tuple[str, bytes | None]]) -> None:
-        if self.intake.answered(read, got):
-            self.take_in(got, parking=read.parking)
+    def reading(self, block_ms: int) -> Reading:
+        """The next read of this worker's stream (see ``Intake``), waiting up to
+        ``block_ms`` for entries."""
+        read = self.intake.request(self.frontier, self.settings.max_buffer)
+        return Reading(
+            self.intake, read, block_ms, lambda got, parking: self.take_in(got, parking=parking)
+        )
 
     def take_in(self, got: list[tuple[str, bytes | None]], *, parking: bool = False) -> None:
         """Queue what was read (see ``Intake.take_in``); hosts new here get their pacing."""
@@ -208,10 +208,8 @@ class Session:
         mine = Mine(self.id, self.refuses)
         self.pacing.want(self.intake.take_in(got, parking, frontier, ring, mine, self.ledger))
 
-    def unparks(self) -> Iterator[Unpark]:
-        """The unparks to send now, one at a time (see ``Intake.unparks``)."""
+    def unparking(self) -> Unparking:
+        """The unparks due now, one at a time (see ``Intake.unparks``)."""
         epoch = lambda: self.epochs.latest.epoch  # noqa: E731
-        return self.intake.unparks(self.frontier, self.settings.max_buffer, self.ledger, epoch)
-
-    def unparked(self, unpark: Unpark, status: str, left: int) -> None:
-        self.intake.unparked(unpark.host, status, left, self.id, unpark.guard)
+        due = self.intake.unparks(self.frontier, self.settings.max_buffer, self.ledger, epoch)
+        return Unparking(self.intake, due, self.id)

@@ -12,12 +12,13 @@ import trio
 
 from hashcrawl._browser._pace import paced_by
 from hashcrawl._core._due import conditional
+from hashcrawl._core._exchanges import Done
 from hashcrawl._core._frontier import Held
 from hashcrawl._core._page import (
     CheckRules,
-    Done,
     Fetched,
     FetchRobots,
+    GiveBack,
     Handle,
     NoteInFlight,
     Page,
@@ -124,15 +125,17 @@ class Dispatcher:
                 page.answered(allowed, self.m.now())
             elif isinstance(step, TakePage):
                 await self.take_page(page, step.cap)
+            elif isinstance(step, GiveBack):  # it took one of the crawl's pages, sent nothing
+                await self.m.persist(self.m.worker.give_back_page)
+                page.answered(None, self.m.now())
             elif isinstance(step, FetchRobots):
                 try:
                     page.answered(await self.fetch_robots(held), self.m.now())
                 except NotSent:
                     page.not_sent(self.m.now())
             else:
+                assert isinstance(step, Send), step
                 response = await self.send_page(page, step)
-        if step.give_back:  # it took one of the crawl's pages, and sent nothing
-            await self.m.persist(self.m.worker.give_back_page)
 
     async def send_page(self, page: Page, step: Send) -> Response | None:
         """Send ``page``'s request; returns the response, if one came."""

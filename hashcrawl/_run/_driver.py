@@ -265,40 +265,29 @@ class Driver(Membership):
             Fenced: the worker is no longer a member.
             QueueError: no heartbeat got through for a whole lease.
         """
-        session = self.session
-        sent = self.now()
-        asked = session.heartbeat.request(sent, resident_kib=int(_resident_mib() * 1024))
-        try:
-            beat: Beat = await self.call(
-                self.store.heartbeat, session.id, **asked, instance=self.worker.instance
-            )
-        except QueueError as exc:
-            session.heartbeat.failed(sent, exc)
-            log.info("heartbeat failed: %s", exc)
+        resident_kib = int(_resident_mib() * 1024)
+        beating = self.session.heartbeat.beat(self.now(), resident_kib=resident_kib)
+        await self.carry_out(beating)
+        beat = beating.answer
+        if beat is None:
+            log.info("heartbeat failed: %s", beating.error)
             return None
-        session.heartbeat.answered(beat, sent, self.now())
         if _crawlconfig.newer(self.worker.crawl_settings, beat):
             self.settings_due.set()
         self.wake()
         return beat
 
     async def leave(self) -> None:
-        """Hand every host back at once: out of the ring, stream drained to new owners.
-
-        Runs after every other task of the session has stopped.
+        """Hand every host back at once: out of the ring, stream drained to new owners
+        (the core's ``Leaving``). Runs after every other task of the session has stopped.
         """
-        session = self.session
-        session.flight.stopping = True
         lease = self.settings.lease
         try:
             with trio.fail_after(lease):
-                await self.flush_now()
-                pace = session.pacing.records(session.pacing.leaving(), self.now())
-                await self.persist(self.store.leave, session.id, pace)
-                await self.drain(session.stream, leaving=True)
+                await self.carry_out(self.session.handover.leave())
         except trio.TooSlowError:
             raise QueueError(f"could not leave the crawl within a lease ({lease:g} s)") from None
-        log.info("%s left the crawl", session.id)
+        log.info("%s left the crawl", self.session.id)
 
     async def settings_loop(self) -> None:
         """Take on the crawl's settings whenever a heartbeat names a new version."""
@@ -332,19 +321,15 @@ class Driver(Membership):
                 await trio.sleep(self.settings.beat_interval)
 
     async def read_once(self, *, block_ms: int) -> int:
-        """One read of this worker's stream into its frontier; returns entries read."""
-        session = self.session
-        read = session.read_request()
-        try:
-            got = await self.call(
-                self.store.read, session.id, count=read.count, block_ms=block_ms, after=read.after
-            )
-        except QueueError:
-            session.intake.failed()
-            raise
-        session.read_answered(read, got)
+        """One read of this worker's stream into its frontier; returns entries read.
+
+        Raises:
+            QueueError: the read failed (the intake reads its own pending entries next).
+        """
+        reading = self.session.reading(block_ms)
+        await self.carry_out(reading)
         self.wake()
-        return len(got)
+        return len(reading.got)
 
     async def unpark_loop(self) -> None:
         """Bring parked entries back as their hosts run short (checked a few times a second)."""
@@ -354,15 +339,9 @@ class Driver(Membership):
 
     async def unpark_turn(self) -> list[str]:
         """One pass over the parked hosts; returns the hosts that took entries back."""
-        session, took = self.session, []
-        for unpark in session.unparks():
-            status, moved, left = await self.persist(
-                self.store.unpark, session.id, unpark.epoch, unpark.host, unpark.count
-            )
-            session.unparked(unpark, status, left)
-            if moved:
-                took.append(unpark.host)
-        return took
+        unparking = self.session.unparking()
+        await self.carry_out(unparking)
+        return unparking.took
 
     async def forget_loop(self) -> None:
         """Every few seconds, forget hosts long idle (see ``Session.forget_idle``)."""
@@ -375,10 +354,9 @@ class Driver(Membership):
 
     async def pace_turn(self) -> list[str]:
         """Read the previous owners' pacing state for the hosts whose turn it is."""
-        session = self.session
-        hosts, released = session.pacing.take_due()
-        if hosts:
-            paces = await self.persist(self.store.pace, hosts)
-            session.pacing.loaded(hosts, paces, released)
-            self.wake()
-        return hosts
+        reading = self.session.pacing.read_due()
+        if reading is None:
+            return []
+        await self.carry_out(reading)
+        self.wake()
+        return reading.hosts

@@ -13,17 +13,26 @@ import trio
 
 from hashcrawl._core._exchanges import (
     AwaitChange,
-    Commit,
+    CommitBatch,
     CutShort,
     Done,
+    Flush,
+    LeaveRing,
     NextOrphan,
     Process,
+    PutRevisits,
     ReadEntries,
     ReadInFlight,
     ReadMembers,
+    ReadPaces,
     ReadParked,
+    ReadScope,
+    ReadStream,
     Release,
+    SendHeartbeat,
     Step,
+    Unpark,
+    WriteItems,
 )
 from hashcrawl._core._faults import Faults
 from hashcrawl._core._gate import Pool
@@ -142,6 +151,7 @@ class Membership:
     """
 
     nursery: trio.Nursery  # the membership's, once it runs
+    flush_now: Callable[[], Awaitable[None]]  # commits everything held (the committer's)
 
     def __init__(
         self,
@@ -205,15 +215,43 @@ class Membership:
     async def carry_out(self, process: Process) -> None:
         """Do ``process``'s steps until it is done (see ``_exchanges``)."""
         while not isinstance(step := process.next_step(self.now()), Done):
-            process.answered(await self.perform(step), self.now())
+            try:
+                reply = await self.perform(step)
+            except QueueError as exc:
+                process.failed(exc, self.now())  # raises it, or goes on without it
+                continue
+            process.answered(reply, self.now())
+            if isinstance(step, ReadMembers):
+                self.wake()  # a newer epoch may wait to be applied
 
     async def perform(self, step: Step) -> Any:
         """Do one step a process of the session asks for; returns the reply."""
-        store = self.store
-        if isinstance(step, Commit):
+        store, worker = self.store, self.session.id
+        if isinstance(step, SendHeartbeat):  # once: the next heartbeat is the retry
+            instance = self.worker.instance
+            return await self.call(store.heartbeat, worker, **step.fields, instance=instance)
+        if isinstance(step, ReadStream):  # once: the reader reads again
+            count, after, block_ms = step.count, step.after, step.block_ms
+            return await self.call(store.read, worker, count=count, block_ms=block_ms, after=after)
+        if isinstance(step, CommitBatch):
             return await self.persist(store.commit, step.batch)
         if isinstance(step, ReadMembers):
             return await self.persist(store.members)
+        if isinstance(step, ReadPaces):
+            return await self.persist(store.pace, step.hosts)
+        if isinstance(step, Unpark):
+            return await self.persist(store.unpark, worker, step.epoch, step.host, step.count)
+        if isinstance(step, Flush):
+            return await self.flush_now()
+        if isinstance(step, LeaveRing):
+            return await self.persist(store.leave, worker, step.pace)
+        if isinstance(step, WriteItems):
+            return await self.offload(self.write_items, step.items)
+        if isinstance(step, PutRevisits):
+            assert self.revisits is not None
+            return await self.persist(self.revisits.put, step.fetches)
+        if isinstance(step, ReadScope):
+            return await self.read_scope()
         if isinstance(step, ReadParked):
             return await self.persist(store.parked_hosts)
         if isinstance(step, NextOrphan):
@@ -284,6 +322,15 @@ class Membership:
     async def deliveries_awaited(self) -> None:
         """Wait for a commit of another shard to carry links (one shard: none to wait for)."""
         await trio.lowlevel.checkpoint()
+
+    def write_items(self, items: list[Any]) -> None:
+        """Write ``items`` and flush every sink (in a thread: see ``perform``): an
+        archive flushes the records of every response fetched so far (the commit's
+        pages' among them), which the dispatcher handed it as they came."""
+        sink = self.worker.sink
+        if items:
+            sink.write(items)
+        sink.flush()
 
     async def read_scope(self) -> None:
         """Learn the crawl's scope (at join, and when a commit finds that it has grown)."""
