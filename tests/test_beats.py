@@ -60,11 +60,11 @@ def test_a_heartbeat_is_one_step_and_a_failed_one_is_let_go_within_a_lease() -> 
     step = beating.next_step(1.0)
     assert isinstance(step, SendHeartbeat) and step.fields["lease_ms"] == LEASE * 1000
     beating.answered(beat(epoch=2, members=("w1", "w2")), 1.1)
-    assert beating.next_step(1.1) == Done() and beating.answer is not None
+    assert beating.next_step(1.1) == Done() and beating.result is not None
     assert session.epochs.latest.epoch == 2
     beating = session.heartbeat.beat(2.0, resident_kib=0)
     beating.failed(QueueError("timed out"), 2.1)
-    assert beating.next_step(2.1) == Done() and beating.answer is None
+    assert beating.next_step(2.1) == Done() and beating.result is None
     late = session.heartbeat.beat(1.0 + LEASE + 0.1, resident_kib=0)
     with pytest.raises(QueueError, match="gave up after a lease"):
         late.failed(QueueError("timed out"), 1.0 + LEASE + 0.2)

@@ -8,7 +8,7 @@ import pytest
 
 from hashcrawl._core._entry import Entry
 from hashcrawl._core._epochs import Release
-from hashcrawl._core._exchanges import Done, ReadStream
+from hashcrawl._core._exchanges import Done, ReadStream, WidenScope
 from hashcrawl._core._frontier import Held
 from hashcrawl._core._outcome import Kind, Outcome
 from hashcrawl._core._pace import Paces
@@ -39,9 +39,15 @@ def session_of(
         jars=Jars(),
         now=0.0,
     )
-    session.joined(0.0, 0.0, now_ms=0)
-    session.scope_read(session.own_scope())  # as if Redis stored it and gave it back
-    session.epochs.members_read(epoch, members, first=True)
+    joining = session.joined(0.0, 0.0, now_ms=0)
+    widen = joining.next_step(0.0)
+    assert isinstance(widen, WidenScope)
+    joining.answered(None, 0.0)
+    session.scope_read(widen.members)  # the scope, as if Redis stored it and gave it back
+    joining.answered(None, 0.0)
+    joining.answered((epoch, members), 0.0)
+    joining.answered(set(), 0.0)  # no host parked
+    assert joining.next_step(0.0) == Done()
     return session
 
 
@@ -377,7 +383,7 @@ def test_a_read_that_failed_is_followed_by_rereading_pending_entries() -> None:
     reading = session.reading(500)
     assert reading.next_step(0.0) == ReadStream(200, None, 500)
     reading.answered([("5-0", b"bad")], 0.0)
-    assert reading.next_step(0.0) == Done() and reading.got == [("5-0", b"bad")]
+    assert reading.next_step(0.0) == Done() and reading.result == [("5-0", b"bad")]
     with pytest.raises(QueueError):
         session.reading(500).failed(QueueError("timed out"), 0.0)
     reading = session.reading(500)

@@ -23,8 +23,10 @@ from hashcrawl._core._exchanges import (
     ReadMembers,
     ReadPaces,
     ReadParked,
+    ReadScope,
     Release,
     Unpark,
+    WidenScope,
 )
 from hashcrawl._core._frontier import Held
 from hashcrawl._core._pace import Paces
@@ -50,7 +52,7 @@ def test_applying_waits_a_little_for_requests_out_then_cuts_them_short() -> None
     assert isinstance(held, Held)
     session.epochs.members_read(2, ("w1", "w2"))
     applying = session.handover.apply(0.0)
-    assert applying is not None and applying.ring == grown
+    assert applying is not None and applying.result == grown
     assert applying.next_step(0.5) == AwaitChange(1.0)  # busy, and not a second yet
     cut = applying.next_step(1.0)
     assert cut == CutShort([held.eid], 4.0)  # 1.0 + min(grace, timeout)
@@ -146,7 +148,7 @@ def test_orphans_are_drained_one_after_another_until_none_is_left() -> None:
     assert orphans.next_step(0.0) == NextOrphan()
     orphans.answered(None, 0.0)
     assert orphans.next_step(0.0) == Done()
-    assert orphans.drained == ["q:w9"]
+    assert orphans.result == ["q:w9"]
 
 
 def test_leaving_commits_everything_leaves_with_every_hosts_record_then_drains() -> None:
@@ -195,4 +197,24 @@ def test_unparks_are_decided_one_at_a_time_as_each_is_answered() -> None:
     assert unparking.next_step(0.0) == Unpark("b.test", 1, count, 0)
     unparking.answered(("ok", 0, 5), 0.0)
     assert unparking.next_step(0.0) == Done()
-    assert unparking.took == ["a.test"] and session.intake.parked == {"b.test"}
+    assert unparking.result == ["a.test"] and session.intake.parked == {"b.test"}
+
+
+def test_joining_learns_the_scope_its_settings_widen_the_members_and_the_parked() -> None:
+    """As it joins, a worker adds its --allow-domains to the crawl's scope, reads the
+    scope, applies the members read at once (not settled yet), then reads its parked
+    hosts; the epoch and members joined at are its result."""
+    session = session_of(allow_domains=("example.org",))
+    joining = session.joined(0.0, 0.0, now_ms=5000)
+    step = joining.next_step(0.0)
+    assert isinstance(step, WidenScope) and any("example.org" in m for m in step.members)
+    joining.answered(None, 0.0)
+    assert joining.next_step(0.0) == ReadScope()
+    joining.answered(None, 0.0)
+    assert joining.next_step(0.0) == ReadMembers()
+    joining.answered((4, ("w1", "w2")), 0.0)
+    assert session.epochs.latest.epoch == 4 and joining.result == (4, ("w1", "w2"))
+    assert joining.next_step(0.0) == ReadParked()
+    mine = host_owned_by(session.epochs.latest, "w1")
+    joining.answered({mine}, 0.0)
+    assert joining.next_step(0.0) == Done() and session.intake.parked == {mine}

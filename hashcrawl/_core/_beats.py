@@ -3,6 +3,7 @@ when the crawl is over. No IO."""
 
 from __future__ import annotations
 
+import logging
 from typing import Any
 
 from hashcrawl._core._batch import LOST, Beat
@@ -16,6 +17,8 @@ from hashcrawl._core._parts import Clock, Flight
 from hashcrawl._core._seams import Tally
 from hashcrawl._core._settings import Current
 from hashcrawl._exceptions import Fenced, QueueError, StateLost
+
+log = logging.getLogger("hashcrawl")
 
 
 class Heartbeat:
@@ -149,16 +152,16 @@ class Beating(Process):
 
     def __init__(self, heartbeat: Heartbeat, sent: float, fields: dict[str, Any]) -> None:
         self.heartbeat, self.sent = heartbeat, sent
-        self.answer: Beat | None = None  # None until answered
-        self.error: QueueError | None = None  # why no answer came, if none did
+        self.result: Beat | None = None  # the answer (None: none came)
         self.step = SendHeartbeat(fields)
 
     def answered(self, reply: Beat, now: float) -> None:
         self.heartbeat.answered(reply, self.sent, now)
-        self.answer, self.step = reply, Done()
+        self.result, self.step = reply, Done()
 
     def failed(self, exc: Exception, now: float) -> None:
         if not isinstance(exc, QueueError):
             raise exc
         self.heartbeat.failed(self.sent, exc)
-        self.error, self.step = exc, Done()
+        log.info("heartbeat failed: %s", exc)
+        self.step = Done()

@@ -246,6 +246,7 @@ class Committing(Process):
         self.fetches = [o.revisit for o in commit.outcomes if o.revisit is not None]
         self.revisits = revisits and bool(self.fetches)
         self.now = 0.0
+        self.result = 0  # outcomes committed
         self.started = False
         self._steps = self._run()
         commits.ledger.commit_begun(commit)
@@ -290,6 +291,7 @@ class Committing(Process):
                 continue
             epoch, members = yield ReadMembers()  # stale: route by the newer epoch
             commits.epochs.members_read(epoch, members)
+        self.result = len(commit.outcomes)  # committed
         if self.written and not write_first:
             yield WriteItems(commit.items)
             commits.items_written(len(commit.items))

@@ -107,6 +107,13 @@ class ReadStream(Step):
 
 
 @attrs.frozen
+class WidenScope(Step):
+    """Add ``members`` to the crawl's scope; answered with None."""
+
+    members: set[str]
+
+
+@attrs.frozen
 class ReadMembers(Step):
     """Read the crawl's epoch and members; answered with ``(epoch, members)``."""
 
@@ -168,6 +175,7 @@ class Process:
     reply, or each failure, means."""
 
     step: Step
+    result: Any = None  # what the driver's turn returns once the process is done
 
     def next_step(self, now: float) -> Step:
         """The step to do now (:class:`Done`: none is left)."""

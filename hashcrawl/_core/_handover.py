@@ -255,15 +255,12 @@ class Applying(Process):
 
     def __init__(self, handover: Handover, handoff: Handoff, now: float) -> None:
         self.handover, self.handoff = handover, handoff
+        self.result = handoff.ring  # the epoch applied
         settings = handover.current.settings
         self.wait_until = now + min(HANDOFF_WAIT, settings.grace)
         # A request outlives neither --grace nor its own --timeout.
         self.outlives = min(settings.grace, settings.timeout)
         self.step = AwaitChange(self.wait_until)
-
-    @property
-    def ring(self) -> Ring:
-        return self.handoff.ring
 
     def next_step(self, now: float) -> Step:
         if isinstance(self.step, AwaitChange):
@@ -332,7 +329,7 @@ class Orphans(Process):
 
     def __init__(self, handover: Handover) -> None:
         self.handover = handover
-        self.drained: list[str] = []  # the streams drained, in order
+        self.result: list[str] = []  # the streams drained, in order
         self.draining: Draining | None = None
         self.over = False  # no stream was left to take
 
@@ -343,7 +340,7 @@ class Orphans(Process):
             return NextOrphan()
         step = self.draining.next_step(now)
         if isinstance(step, Done):
-            self.drained.append(self.draining.stream)
+            self.result.append(self.draining.stream)
             self.draining = None
             return NextOrphan()
         return step

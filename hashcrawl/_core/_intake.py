@@ -195,12 +195,12 @@ class Intake:
 
 class Unparking(Process):
     """The unparks due now, as the driver's steps, one at a time: each decided when the
-    one before it is answered (memory may have filled meanwhile). ``took``: the hosts
+    one before it is answered (memory may have filled meanwhile). ``result``: the hosts
     that took entries back."""
 
     def __init__(self, intake: Intake, unparks: Iterator[Unpark], worker: str) -> None:
         self.intake, self.unparks, self.worker = intake, unparks, worker
-        self.took: list[str] = []
+        self.result: list[str] = []  # the hosts that took entries back
         self.current = next(unparks, None)
 
     def next_step(self, now: float) -> Step:
@@ -212,7 +212,7 @@ class Unparking(Process):
         unpark = self.current
         self.intake.unparked(unpark.host, status, left, self.worker, unpark.guard)
         if moved:
-            self.took.append(unpark.host)
+            self.result.append(unpark.host)
         self.current = next(self.unparks, None)
 
 
@@ -228,11 +228,11 @@ class Reading(Process):
         take_in: Callable[[list[tuple[str, bytes | None]], bool], None],
     ) -> None:
         self.intake, self.read, self.take_in = intake, read, take_in
-        self.got: list[tuple[str, bytes | None]] = []
+        self.result: list[tuple[str, bytes | None]] = []  # what was read
         self.step = ReadStream(read.count, read.after, block_ms)
 
     def answered(self, reply: list[tuple[str, bytes | None]], now: float) -> None:
-        self.got = reply
+        self.result = reply
         if self.intake.answered(self.read, reply):
             self.take_in(reply, self.read.parking)
         self.step = Done()

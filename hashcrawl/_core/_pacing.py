@@ -131,6 +131,7 @@ class PaceRead(Process):
 
     def __init__(self, pacing: Pacing, hosts: list[str], released: Release) -> None:
         self.pacing, self.hosts, self.released = pacing, hosts, released
+        self.result = hosts
         self.step = ReadPaces(hosts)
 
     def answered(self, reply: Any, now: float) -> None:

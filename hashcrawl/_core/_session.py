@@ -22,11 +22,20 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Callable, Iterable
+from typing import Any
 
 from hashcrawl._core._beats import Heartbeat
 from hashcrawl._core._commits import Commits
 from hashcrawl._core._entry import Entry
 from hashcrawl._core._epochs import Epochs
+from hashcrawl._core._exchanges import (
+    Done,
+    Process,
+    ReadMembers,
+    ReadParked,
+    ReadScope,
+    WidenScope,
+)
 from hashcrawl._core._faults import NO_FAULTS, Faults
 from hashcrawl._core._fetches import Fetches
 from hashcrawl._core._frontier import Frontier
@@ -132,22 +141,17 @@ class Session:
 
     # -- joining -------------------------------------------------------------------------
 
-    def own_scope(self) -> set[str]:
-        """What this worker's settings add to the crawl's scope as it joins."""
-        return scope_members(domains=self.settings.allow_domains, span=self.settings.span_hosts)
-
     def scope_read(self, stored: Iterable[str]) -> None:
         self.commits.scope = Scope.from_members(stored)
 
-    def joined(self, sent: float, received: float, now_ms: int) -> None:
-        """Joined at the server's ``now_ms``. Taking a predecessor's place by name, the
+    def joined(self, sent: float, received: float, now_ms: int) -> Joining:
+        """Joined at the server's ``now_ms``; then the crawl's scope, members and parked
+        hosts are learnt (:class:`Joining`). Taking a predecessor's place by name, the
         join left floors in Redis for its hosts, read with their records (``Paces``)."""
         self.clock.sample(sent, received, now_ms)
         self.epochs.joined_ms = now_ms
         self.epochs.confirmed_at = sent
-
-    def parked_read(self, hosts: Iterable[str]) -> None:
-        self.intake.parked_read(hosts, self.epochs.latest, self.id)
+        return Joining(self.current.settings, self.epochs, self.intake, self.id)
 
     # -- what the driver's loops are told ---------------------------------------------------
 
@@ -213,3 +217,30 @@ class Session:
         epoch = lambda: self.epochs.latest.epoch  # noqa: E731
         due = self.intake.unparks(self.frontier, self.settings.max_buffer, self.ledger, epoch)
         return Unparking(self.intake, due, self.id)
+
+
+class Joining(Process):
+    """What a worker learns as it joins, as the driver's steps: what its settings add to
+    the crawl's scope, the scope, the members (the first read is applied at once, but
+    not settled: until a heartbeat says every member has applied it, a host gained by
+    joining may still be in its previous owner's hands), and the hosts it has parked
+    entries of. ``result``: the epoch and members joined at."""
+
+    def __init__(self, settings: Settings, epochs: Epochs, intake: Intake, worker: str) -> None:
+        self.epochs, self.intake, self.worker = epochs, intake, worker
+        own = scope_members(domains=settings.allow_domains, span=settings.span_hosts)
+        self.step = WidenScope(own)
+
+    def answered(self, reply: Any, now: float) -> None:
+        step, epochs = self.step, self.epochs
+        if isinstance(step, WidenScope):
+            self.step = ReadScope()
+        elif isinstance(step, ReadScope):
+            self.step = ReadMembers()
+        elif isinstance(step, ReadMembers):
+            epoch, members = self.result = reply
+            epochs.members_read(epoch, members, first=True)
+            self.step = ReadParked()
+        else:
+            self.intake.parked_read(reply, epochs.latest, self.worker)
+            self.step = Done()

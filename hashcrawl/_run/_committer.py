@@ -57,7 +57,7 @@ class Committer:
         if committing is None:
             return 0
         try:
-            await self.m.carry_out(committing)
+            committed: int = await self.m.carry_out(committing)
         except BaseException:
             self.m.inbound.put_back(parcels)
             raise
@@ -65,4 +65,4 @@ class Committer:
             self.m.carried(parcels)
         tell_unwanted(self.m)  # links the commit's filter kept out, said once
         self.m.wake()
-        return len(committing.commit.outcomes)
+        return committed

@@ -184,18 +184,14 @@ class Driver(Membership):
                 break
             except HolderBehind:  # an epoch began between the look and the join
                 continue
-        session.joined(sent, self.now(), now_ms)
+        joining = session.joined(sent, self.now(), now_ms)
         if self.after_join is not None:
             try:
                 await self.after_join(self)
             except ConfigError:
                 await self.leave()  # nothing fetched or committed: hand the hosts back
                 raise
-        await self.persist(self.store.widen_scope, session.own_scope())
-        await self.read_scope()
-        epoch, members = await self.persist(self.store.members)
-        session.epochs.members_read(epoch, members, first=True)
-        await self.find_parked()
+        epoch, members = await self.carry_out(joining)
         log.info(
             "%s joined crawl %s at epoch %d with %d members",
             session.id,
@@ -267,10 +263,8 @@ class Driver(Membership):
         """
         resident_kib = int(_resident_mib() * 1024)
         beating = self.session.heartbeat.beat(self.now(), resident_kib=resident_kib)
-        await self.carry_out(beating)
-        beat = beating.answer
+        beat: Beat | None = await self.carry_out(beating)
         if beat is None:
-            log.info("heartbeat failed: %s", beating.error)
             return None
         if _crawlconfig.newer(self.worker.crawl_settings, beat):
             self.settings_due.set()
@@ -327,9 +321,9 @@ class Driver(Membership):
             QueueError: the read failed (the intake reads its own pending entries next).
         """
         reading = self.session.reading(block_ms)
-        await self.carry_out(reading)
+        got = await self.carry_out(reading)
         self.wake()
-        return len(reading.got)
+        return len(got)
 
     async def unpark_loop(self) -> None:
         """Bring parked entries back as their hosts run short (checked a few times a second)."""
@@ -339,9 +333,8 @@ class Driver(Membership):
 
     async def unpark_turn(self) -> list[str]:
         """One pass over the parked hosts; returns the hosts that took entries back."""
-        unparking = self.session.unparking()
-        await self.carry_out(unparking)
-        return unparking.took
+        took: list[str] = await self.carry_out(self.session.unparking())
+        return took
 
     async def forget_loop(self) -> None:
         """Every few seconds, forget hosts long idle (see ``Session.forget_idle``)."""
@@ -357,6 +350,6 @@ class Driver(Membership):
         reading = self.session.pacing.read_due()
         if reading is None:
             return []
-        await self.carry_out(reading)
+        hosts: list[str] = await self.carry_out(reading)
         self.wake()
-        return reading.hosts
+        return hosts

@@ -35,9 +35,9 @@ class Handoffs:
         applying = self.m.session.handover.apply(self.m.now())
         if applying is None:
             return None
-        await self.m.carry_out(applying)
+        ring: Ring = await self.m.carry_out(applying)
         self.m.wake()
-        return applying.ring
+        return ring
 
     async def drain_loop(self) -> None:
         await self.m.orphans_waiting.turns(self.drain_turn)
@@ -47,8 +47,8 @@ class Handoffs:
         orphans = self.m.session.handover.orphans()
         if orphans is None:
             return []
-        await self.m.carry_out(orphans)
-        return orphans.drained
+        drained: list[str] = await self.m.carry_out(orphans)
+        return drained
 
     async def drain(self, stream: str, *, leaving: bool = False) -> None:
         """Move every entry left in ``stream`` to its host's owner (``leaving``: this

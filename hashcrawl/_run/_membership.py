@@ -32,6 +32,7 @@ from hashcrawl._core._exchanges import (
     SendHeartbeat,
     Step,
     Unpark,
+    WidenScope,
     WriteItems,
 )
 from hashcrawl._core._faults import Faults
@@ -212,8 +213,9 @@ class Membership:
     def now(self) -> float:
         return trio.current_time()
 
-    async def carry_out(self, process: Process) -> None:
-        """Do ``process``'s steps until it is done (see ``_exchanges``)."""
+    async def carry_out(self, process: Process) -> Any:
+        """Do ``process``'s steps until it is done (see ``_exchanges``); returns its
+        result."""
         while not isinstance(step := process.next_step(self.now()), Done):
             try:
                 reply = await self.perform(step)
@@ -223,6 +225,7 @@ class Membership:
             process.answered(reply, self.now())
             if isinstance(step, ReadMembers):
                 self.wake()  # a newer epoch may wait to be applied
+        return process.result
 
     async def perform(self, step: Step) -> Any:
         """Do one step a process of the session asks for; returns the reply."""
@@ -237,6 +240,8 @@ class Membership:
             return await self.persist(store.commit, step.batch)
         if isinstance(step, ReadMembers):
             return await self.persist(store.members)
+        if isinstance(step, WidenScope):
+            return await self.persist(store.widen_scope, step.members)
         if isinstance(step, ReadPaces):
             return await self.persist(store.pace, step.hosts)
         if isinstance(step, Unpark):
@@ -338,10 +343,6 @@ class Membership:
         self.session.scope_read(stored)
         if self.worker.settings.no_parent and FULL in stored:
             self.worker.refuse(ConfigError(UNKNOWN_PARENTS))
-
-    async def find_parked(self) -> None:
-        """Learn which hosts this owner has overflow sets for (at join and on handoffs)."""
-        self.session.parked_read(await self.persist(self.store.parked_hosts))
 
     async def read_members(self) -> None:
         epoch, members = await self.persist(self.store.members)
