@@ -9,8 +9,9 @@ docs/simulation.md says. A :class:`Faults` value is passed in (``Worker(faults=.
 - ``reclaim_live``: a heartbeat expires members without checking they fell silent;
 - ``skip_seen_filter``: links are queued without passing the seen filter;
 - ``drop_pace``: a handoff leaves the hosts' pacing state behind;
-- ``send_unchecked``: the trio driver sends a request without asking the session, right
-  before it leaves, whether it still may (``Driver.may_send``). The simulation does not
+- ``send_unchecked``: a request is sent without asking the gate whether it still may
+  leave, neither as the page hands out the step that sends it (``Page.next_step``) nor
+  as the trio driver writes it (``Dispatcher.may_send``). The simulation does not
   model the time between that check and the socket; tests/test_politeness.py's
   stale-request test catches it, and so does the simulation, whose fetcher holds a
   request before it leaves;
@@ -19,13 +20,13 @@ docs/simulation.md says. A :class:`Faults` value is passed in (``Worker(faults=.
   owner let go of it;
 - ``wide_fresh_window``: a worker may start requests for a whole lease after its last
   answered heartbeat, not only for a quarter of it;
-- ``send_stale``: the session's check right before a request leaves
-  (``Session.may_send``) forgets freshness and asks only who owns the host. Unlike
-  ``send_unchecked`` (the trio driver does not ask at all), this is a wrong decision in
+- ``send_stale``: the gate's check right before a request leaves
+  (``Gate.may_send``) forgets freshness and asks only who owns the host. Unlike
+  ``send_unchecked`` (nothing asks at all), this is a wrong decision in
   the core, made for every driver;
 - ``revisit_stays_due``: a revisit's take leaves the record due (its requeue lease is 0
   s), so the next take, a second later, queues the page again: duplicate revisits;
-- ``revisit_put_after_ack``: the committer writes the pages' next revisit records after
+- ``revisit_put_after_ack``: a commit writes the pages' next revisit records after
   the commit that acknowledges them, not before: a worker that dies in between loses
   those pages' revisits (their records keep the take's lease, or a first fetch has none);
 - ``release_unchecked``: a heartbeat's list of members behind the newest epoch is
