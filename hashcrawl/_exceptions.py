@@ -24,6 +24,10 @@ The tree::
 
 Errors from redis-py, httpx and the browser's DevTools protocol are translated into these
 at the adapter that calls them, and no message ever carries a password.
+
+Apart from the tree, ``NotSent`` is a request stopped before it left, raised by a
+fetcher that asks as it writes (``_web._pools``) and handed to the page that sent it
+(``Page.failed``): never an error a user sees.
 """
 
 from __future__ import annotations
@@ -98,3 +102,7 @@ class HttpError(HashcrawlError):
 
 class DropItem(HashcrawlError):
     """Raise it in an item pipeline's ``process_item`` to drop the item, as in Scrapy."""
+
+
+class NotSent(Exception):
+    """A request was stopped before it left: its worker may no longer fetch the host."""

@@ -25,7 +25,7 @@ from hashcrawl._core._outcome import Origin, Outcome
 from hashcrawl._core._robotsrules import Robots, Unreachable
 from hashcrawl._core._seams import Reply
 from hashcrawl._core._settings import Settings
-from hashcrawl._exceptions import FetchError, Refused
+from hashcrawl._exceptions import FetchError, NotSent, Refused
 
 
 @attrs.frozen
@@ -214,8 +214,11 @@ class Page(Process):
 
     def failed(self, exc: Exception, now: float, *, took: float = 0.0) -> None:
         """The step handed out raised ``exc``: the request (which took ``took``), or the
-        handler."""
-        if self.at is _At.SEND:
+        handler. ``NotSent``: the gate said no as the request was written (see
+        :meth:`not_sent`)."""
+        if isinstance(exc, NotSent):
+            self.not_sent(now)
+        elif self.at is _At.SEND:
             self._send_failed(exc, took, now)
         else:
             assert self.at is _At.HANDLE

@@ -100,11 +100,18 @@ class Figures:
 
 @attrs.frozen
 class Due:
-    """Which of a driver's turns the session's state asks for now."""
+    """The session's state as its driver's loops read it: which turns it asks for now,
+    and what they wait on."""
 
     apply: bool  # a new epoch waits to be applied
     drain: bool  # departed workers' streams wait to be drained
     pace: bool  # previous owners' pace records wait to be read
+    stopping: bool  # no more requests start (asked to stop, or a limit reached)
+    in_flight: int  # requests out now
+    pending: int  # outcomes waiting to be committed
+    backlogged: bool  # so many that reading waits for a commit
+    busy: bool  # work held: queued, in flight or to commit
+    flushed: bool  # stopping, with nothing in flight or to commit: ready to leave
 
 
 def limits(

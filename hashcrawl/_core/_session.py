@@ -161,10 +161,9 @@ class Session:
         self.current.settings = settings
         self.frontier.delay = settings.delay
 
-    def flushed(self) -> bool:
-        """Stopping, with nothing in flight or left to commit: ready to leave."""
-        flight = self.flight
-        return flight.stopping and not self.ledger.outcomes and flight.in_flight == 0
+    def stop(self) -> None:
+        """Start no more requests: the worker was asked to stop."""
+        self.flight.stopping = True
 
     def figures(self) -> Figures:
         queued, hosts, members = self.frontier.size, self.frontier.hosts, self.epochs.latest.members
@@ -172,8 +171,14 @@ class Session:
         return Figures(self.flight.in_flight, held, len(hosts), queued, len(members))
 
     def due(self) -> Due:
-        epochs = self.epochs
-        return Due(epochs.waiting, epochs.orphans_waiting, bool(self.pacing.carry.due))
+        """The session's state as the driver's loops read it (see ``Due``)."""
+        epochs, flight, ledger = self.epochs, self.flight, self.ledger
+        pending, in_flight, stopping = len(ledger.outcomes), flight.in_flight, flight.stopping
+        return Due(
+            epochs.waiting, epochs.orphans_waiting, bool(self.pacing.carry.due), stopping,
+            in_flight, pending, ledger.backlogged(), self.heartbeat.busy(),
+            stopping and not pending and not in_flight,
+        )  # fmt: skip
 
     def check_limits(self, now: float, resident_mib: float) -> bool:
         """Whether a --max-* limit is reached: then this worker (not the crawl) stops."""

@@ -26,18 +26,18 @@ class Committer:
         session = self.m.session
         while True:
             committed = 0
-            if session.ledger.outcomes or self.m.inbound:
+            if session.due().pending or self.m.inbound:
                 committed = await self.commit_turn()
-            if session.flushed():
+            if session.due().flushed:
                 self.m.flushed.set()
             # Outcomes that wait for their links to be carried into other shards wait
             # for the next tick too (or for a wake-up when they are in).
-            if len(session.ledger.outcomes) < COMMIT_MAX or not committed:
+            if session.due().pending < COMMIT_MAX or not committed:
                 with trio.move_on_at(self.m.next_commit_at()):
                     await self.m.commit_soon.wait()
 
     async def flush_now(self) -> None:
-        while self.m.session.ledger.outcomes:
+        while self.m.session.due().pending:
             if not await self.commit_turn():
                 await self.m.deliveries_awaited()
 

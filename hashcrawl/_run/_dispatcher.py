@@ -52,12 +52,12 @@ class Dispatcher:
 
     async def dispatch_loop(self) -> None:
         session = self.m.session
-        while not session.flight.stopping:
+        while not session.due().stopping:
             wake = self.dispatch_turn()
             with trio.move_on_at(max(wake, self.m.now() + 0.001)):
                 await self.m.changed.wait()
         with trio.move_on_after(self.m.settings.grace):
-            while session.flight.in_flight:
+            while session.due().in_flight:
                 await self.m.changed.wait()
         # Past the grace period: what is still in flight stays pending in the stream,
         # and goes to the hosts' new owners with the rest.
@@ -83,7 +83,7 @@ class Dispatcher:
         scope = self.m.scopes.setdefault(held.eid, trio.CancelScope())
         try:
             with scope:
-                await self.fetch_guarded(page)
+                await self.fetch_guarded(page, held)
             if scope.cancelled_caught:
                 page.cancelled(self.m.now())
         finally:
@@ -94,23 +94,22 @@ class Dispatcher:
             self.m.commit_soon.set()
         self.m.check_limits()
 
-    async def fetch_guarded(self, page: Page) -> None:
+    async def fetch_guarded(self, page: Page, held: Held) -> None:
         """:meth:`fetch_and_handle`, where nothing the network or user code raises gets
         out: it fails this page only. A handoff may cut the fetch short (see apply)."""
         try:
-            await self.fetch_and_handle(page)
+            await self.fetch_and_handle(page, held)
         except Exception as exc:  # e.g. a LookupError from a bogus charset
-            log.exception("fetching %s failed", page.held.entry.url)
+            log.exception("fetching %s failed", held.entry.url)
             page.crashed(exc, self.m.now())
 
-    async def fetch_and_handle(self, page: Page) -> None:
+    async def fetch_and_handle(self, page: Page, held: Held) -> None:
         """Do the steps the core's :class:`Page` hands out, in its order, until it is done."""
-        held = page.held
         response = None  # the page's, from Send to Handle
         while not isinstance(step := page.next_step(self.m.now()), Done):
             if isinstance(step, Handle):
                 assert response is not None
-                await self.handle(page, response, step)
+                await self.handle(page, held, response, step)
             elif isinstance(step, Recover):
                 recovered = await self.m.worker.handler.failed(held, step.outcome, step.error)
                 page.answered(recovered, self.m.now())
@@ -131,15 +130,14 @@ class Dispatcher:
             elif isinstance(step, FetchRobots):
                 try:
                     page.answered(await self.fetch_robots(held), self.m.now())
-                except NotSent:
-                    page.not_sent(self.m.now())
+                except NotSent as exc:
+                    page.failed(exc, self.m.now())
             else:
                 assert isinstance(step, Send), step
-                response = await self.send_page(page, step)
+                response = await self.send_page(page, held, step)
 
-    async def send_page(self, page: Page, step: Send) -> Response | None:
+    async def send_page(self, page: Page, held: Held, step: Send) -> Response | None:
         """Send ``page``'s request; returns the response, if one came."""
-        held = page.held
         entry = held.entry
         if entry.revisit is not None:  # a revisit: conditional on the last fetch's validators
             entry = conditional(entry, Record.from_hex(entry.revisit))
@@ -148,8 +146,8 @@ class Dispatcher:
         sent = self.m.now()
         try:
             response = await self.send(held, request)
-        except NotSent:
-            page.not_sent(self.m.now())
+        except NotSent as exc:
+            page.failed(exc, self.m.now())
             return None
         except Exception as exc:  # a user's fetcher may raise anything: a failed page
             if not isinstance(exc, FetchError):
@@ -172,8 +170,7 @@ class Dispatcher:
             self.m.wake()  # next page while this one is parsed in the other process
         return response
 
-    async def handle(self, page: Page, response: Response, step: Handle) -> None:
-        held = page.held
+    async def handle(self, page: Page, held: Held, response: Response, step: Handle) -> None:
         try:
             handled = self.m.worker.handler.handle(
                 held, response, step.origin, server_s=step.server_s

@@ -230,7 +230,7 @@ class Driver(Membership):
                 self.nursery.cancel_scope.cancel()
                 return
             with trio.move_on_after(self.beat_every()):
-                if beat is not None and self.session.flight.stopping:
+                if beat is not None and self.session.due().stopping:
                     await self.flushed.wait()
                 else:
                     await trio.sleep_forever()
@@ -250,7 +250,7 @@ class Driver(Membership):
         was asked to stop before this beat and has committed everything since. (A limit
         this beat finds reached ends the membership at a later beat.)"""
         session = self.session
-        flushed = session.flushed()
+        flushed = session.due().flushed
         self.check_limits()
         return session.heartbeat.finished(beat) or flushed
 
@@ -303,8 +303,8 @@ class Driver(Membership):
             worker.crawl_settings = new
 
     async def reader_loop(self) -> None:
-        while not self.session.flight.stopping:
-            if self.session.ledger.backlogged():
+        while not self.session.due().stopping:
+            if self.session.due().backlogged:
                 self.commit_soon.set()
                 await self.changed.wait()
                 continue

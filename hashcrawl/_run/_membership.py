@@ -305,7 +305,7 @@ class Membership:
         self.session.take_settings(settings)
 
     def request_stop(self) -> None:
-        self.session.flight.stopping = True
+        self.session.stop()
         self.wake()
 
     def check_limits(self) -> None:

@@ -140,7 +140,7 @@ class ShardDriver(Driver):
         """Shard 0 beats as one shard does; the others less often, but as often while
         the worker stops (its end waits on their beats)."""
         every = self.settings.beat_interval
-        if self.shard == 0 or self.session.flight.stopping:
+        if self.shard == 0 or self.session.due().stopping:
             return every
         return max(every, self.settings.fresh_for / BEAT_PARTS)
 
@@ -152,7 +152,7 @@ class ShardDriver(Driver):
         """Whether this membership ends: once every shard is flushed (a stop), or the
         crawl is over in every shard (``Ends``)."""
         session = self.session
-        flushed = session.flushed()
+        flushed = session.due().flushed
         self.check_limits()
         if flushed:
             if self.sharded.flushed():
@@ -161,7 +161,7 @@ class ShardDriver(Driver):
             await trio.sleep(self.settings.beat_interval / 4)
             return False
         marker = None
-        if self.settings.idle is not None and not session.heartbeat.busy():
+        if self.settings.idle is not None and not session.due().busy:
             if beat.idle_since >= 0:
                 marker = str(beat.idle_since)
             else:
@@ -297,7 +297,7 @@ class Sharded:
         await self._all_joined.wait()
 
     def flushed(self) -> bool:
-        return all(d.session.flushed() for d in self.drivers)
+        return all(d.session.due().flushed for d in self.drivers)
 
     def hand_off(self) -> None:
         """Every shard's new links of other shards to their shards' next commits: so
@@ -309,7 +309,7 @@ class Sharded:
         """A commit carried links: the drivers waiting on them may commit."""
         self.delivered.notify()
         for driver in self.drivers:
-            if driver.session.gate.saturated() or driver.session.flight.stopping:
+            if driver.session.gate.saturated() or driver.session.due().stopping:
                 driver.commit_soon.set()
 
     def slots_freed(self, woken: ShardDriver) -> None:

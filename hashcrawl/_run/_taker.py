@@ -34,7 +34,7 @@ class Taker:
     async def take_turn(self) -> int:
         """One take, if the crawl revisits; returns how many entries it added to the inbox."""
         policy = revisit_policy(self.m.worker.settings)
-        if policy is None or self.m.session.flight.stopping:
+        if policy is None or self.m.session.due().stopping:
             return 0  # a worker on its way out takes no work it would not see through
         requeue = max(policy.high, REQUEUE_FLOOR_S)
         if "revisit_stays_due" in self.m.worker.faults:  # a deliberate bug to catch

@@ -25,6 +25,7 @@ import httpx
 import trio
 
 from hashcrawl._core._proxies import Proxy
+from hashcrawl._exceptions import NotSent as NotSent
 from hashcrawl._exceptions import Refused
 from hashcrawl._web._addresses import AddressPolicy, literal_address
 from hashcrawl._web._origin import OriginPool
@@ -32,10 +33,6 @@ from hashcrawl._web._origin import OriginPool
 _may_send: contextvars.ContextVar[Callable[[], bool] | None] = contextvars.ContextVar(
     "hashcrawl_may_send", default=None
 )
-
-
-class NotSent(Exception):
-    """A request was stopped before it left: its worker may no longer fetch the host."""
 
 
 class sending_only_while:  # lower case: it replaced a contextmanager function
