@@ -167,6 +167,11 @@ def test_leaving_commits_everything_leaves_with_every_hosts_record_then_drains()
     assert isinstance(step, LeaveRing) and list(step.pace) == ["a.test"]
     leaving.answered(None, 1.0)
     assert leaving.next_step(1.0) == ReadEntries("q:w1", 500)
+    leaving.answered([("9-0", payload("http://b.test/"))], 1.0)
+    leaving.answered((2, ("w2",)), 1.0)
+    commit = leaving.next_step(1.0)
+    assert isinstance(commit, CommitBatch) and commit.batch.worker == ""  # out of the ring
+    leaving.answered(OK, 1.0)
     leaving.answered([], 1.0)
     leaving.answered(True, 1.0)
     assert leaving.next_step(1.0) == Done()
@@ -218,3 +223,56 @@ def test_joining_learns_the_scope_its_settings_widen_the_members_and_the_parked(
     mine = host_owned_by(session.epochs.latest, "w1")
     joining.answered({mine}, 0.0)
     assert joining.next_step(0.0) == Done() and session.intake.parked == {mine}
+
+
+def test_an_epoch_applied_after_skipping_some_paces_kept_hosts_from_their_records() -> None:
+    """Applying epoch 2 from 1, a host kept stays paced; applying 3 from 1, someone may
+    have owned it at epoch 2: it waits for that owner's pace record, read as any gained
+    host's."""
+    for epoch, skipped in ((2, False), (3, True)):
+        session = session_of(members=("w1",))
+        ready(session, "http://a.test/")
+        session.epochs.members_read(epoch, ("w1",))
+        applying = session.handover.apply(0.0)
+        assert applying is not None
+        host = session.frontier.hosts["a.test"]
+        assert (host.paced, "a.test" in session.pacing.carry.unpaced) == (not skipped, skipped)
+
+
+def test_a_host_revoked_by_an_overtaken_handoff_and_kept_by_the_newer_epoch_comes_back() -> None:
+    """A handoff revoked a host, then a newer epoch gives it back to this worker: it is
+    no longer revoked, and waits for the pace record of whoever held it meanwhile."""
+    session = session_of(members=("w1",))
+    grown = Ring.of(2, ("w1", "w2"))
+    lost = host_owned_by(grown, "w2")
+    ready(session, f"http://{lost}/")
+    session.epochs.members_read(2, ("w1", "w2"))
+    first = session.handover.apply(0.0)
+    assert first is not None and session.frontier.hosts[lost].revoked
+    first.next_step(0.0)
+    first.answered(None, 0.0)
+    first.answered(Committed(status="stale", epoch=3), 0.0)  # overtaken
+    session.epochs.members_read(3, ("w1",))
+    assert session.handover.apply(0.0) is not None
+    host = session.frontier.hosts[lost]
+    assert not host.revoked and not host.paced and lost in session.pacing.carry.unpaced
+
+
+def test_a_handoff_carries_the_page_counts_and_cookies_of_hosts_with_nothing_queued() -> None:
+    """A host given away with no page queued still hands over its --max-pages-per-host
+    count and its cookies, in its pace record; a host kept hands over nothing."""
+    session = session_of(members=("w1",), max_pages_per_host=5)
+    grown = Ring.of(2, ("w1", "w2"))
+    counted = host_owned_by(grown, "w2")
+    kept = host_owned_by(grown, "w1")
+    session.taken.update({counted: 2, kept: 1})
+    session.jars.take(kept, "GET", f"http://{kept}/", ["sid=1"])
+    session.epochs.members_read(2, ("w1", "w2"))
+    applying = session.handover.apply(0.0)
+    assert applying is not None
+    applying.next_step(0.0)
+    applying.answered(None, 0.0)
+    commit = applying.next_step(0.0)
+    assert isinstance(commit, CommitBatch) and commit.batch.pace[::2] == [counted]
+    applying.answered(OK, 0.0)
+    assert counted not in session.taken and session.taken[kept] == 1

@@ -202,3 +202,82 @@ def test_a_page_ends_once_however_it_went() -> None:
     assert page.outcome.kind is Kind.RETRY and session.tally.failed == 1
     page.ended(0.0)
     assert session.ledger.outcomes == [page.outcome]
+
+
+def test_a_request_carries_its_hosts_cookies_unless_it_names_its_own() -> None:
+    """The jar's Cookie header goes with the request (with --cookies, the default);
+    a request that names a Cookie header keeps its own."""
+    session, held = dispatched()
+    session.jars.take("a.test", "GET", "http://a.test/", ["sid=1"])
+    assert Page(session.fetches, held, 0.0).next_step(0.0) == Send(cookie="sid=1")
+    own = attrs.evolve(held, entry=attrs.evolve(held.entry, headers=(("Cookie", "x=2"),)))
+    assert Page(session.fetches, own, 0.0).next_step(0.0) == Send(cookie=None)
+
+
+def test_set_cookies_are_kept_only_for_a_host_still_this_workers() -> None:
+    """A response's Set-Cookie goes into the jar; a host handed over meanwhile keeps
+    none here (its cookies are its new owner's)."""
+    session, held = dispatched()
+    page = Page(session.fetches, held, 0.0)
+    page.next_step(0.0)
+    reply = Reply(status=200, body=b"", url=held.entry.url)
+    page.answered(Fetched(reply, 0.1, ["sid=1"]), 0.1)
+    assert session.jars.header("a.test", "GET", held.entry.url) == "sid=1"
+    session, held = dispatched()
+    page = Page(session.fetches, held, 0.0)
+    page.next_step(0.0)
+    session.epochs.members_read(2, ("w2",))  # the host is w2's now
+    page.answered(Fetched(reply, 0.1, ["sid=1"]), 0.1)
+    assert session.jars.header("a.test", "GET", held.entry.url) is None
+
+
+def test_the_handler_gets_the_hosts_rules_and_the_seen_links_unless_a_bug_skips_them() -> None:
+    """With robots.txt obeyed, the origin carries the host's rules (links back to it are
+    checked there); the seen cache goes along, unless the deliberate bug skips it."""
+    session, held = dispatched(obey_robots=True)
+    session.robots.rules["a.test"] = Robots.allow_all()
+    page = Page(session.fetches, held, 0.0)
+    page.next_step(0.0)
+    page.answered(True, 0.0)  # the rules allow it
+    page.next_step(0.0)
+    page.answered(Fetched(Reply(status=200, body=b"", url=held.entry.url), 0.1), 0.1)
+    handle = page.next_step(0.1)
+    assert isinstance(handle, Handle)
+    assert handle.origin.robots is session.robots.rules["a.test"]
+    assert handle.origin.seen is session.seen
+    session, held = dispatched()
+    session.fetches.faults = Faults.of(["skip_seen_filter"])
+    page = Page(session.fetches, held, 0.0)
+    page.next_step(0.0)
+    page.answered(Fetched(Reply(status=200, body=b"", url=held.entry.url), 0.1), 0.1)
+    handle = page.next_step(0.1)
+    assert isinstance(handle, Handle) and handle.origin.seen is None
+
+
+def test_a_failed_request_is_counted_by_its_kind() -> None:
+    """A FetchError's message is the kind the metrics count; anything else a fetcher
+    raises counts as "fetcher"."""
+    session, held = dispatched()
+    page = Page(session.fetches, held, 0.0)
+    page.next_step(0.0)
+    page.failed(FetchError("timeout"), 1.0, took=1.0)
+    session2, held2 = dispatched()
+    page = Page(session2.fetches, held2, 0.0)
+    page.next_step(0.0)
+    page.failed(RuntimeError("a bug in a fetcher"), 1.0)
+    assert (session.tally.errors, session2.tally.errors) == ({"timeout": 1}, {"fetcher": 1})
+
+
+def test_a_page_put_back_before_its_request_counted_leaves_the_hosts_count_alone() -> None:
+    """Not yet handed out as Send, a page the gate stops takes nothing out of the host's
+    --max-pages-per-host count; and a count already gone (the host handed over) stays 0."""
+    session, held = dispatched(max_pages_per_host=5)
+    session.taken["a.test"] = 2
+    Page(session.fetches, held, 0.0).not_sent(0.0)
+    assert session.taken["a.test"] == 2
+    session, held = dispatched(max_pages_per_host=5)
+    page = Page(session.fetches, held, 0.0)
+    page.next_step(0.0)
+    session.taken["a.test"] = 0  # handed over meanwhile
+    page.not_sent(0.0)
+    assert session.taken["a.test"] == 0
