@@ -148,3 +148,28 @@ def test_the_deliberate_bugs_write_the_items_or_revisits_after_the_batch() -> No
     assert committing.next_step(0.3) == PutRevisits(["record"])
     committing.answered(None, 0.3)
     assert committing.next_step(0.3) == Done()
+
+
+def test_links_carried_alone_are_committed_and_a_commit_of_nothing_ends_at_once() -> None:
+    """No outcome, links of other shards' pages: a batch of them; carried again (seen
+    now), nothing is sent and the process ends with nothing committed."""
+    session = session_of(worker="w1", members=("w1",))
+    session.commits.scope = session.commits.scope.widened({"b.test"})
+    link = Entry(url="http://b.test/x")
+    assert session.commits.start(200) is None  # nothing at all
+    committing = session.commits.start(200, [link])
+    assert committing is not None
+    step = committing.next_step(0.0)
+    assert isinstance(step, CommitBatch) and [a[0] for a in step.batch.add] == ["q:w1"]
+    committing.answered(Committed(status="ok"), 0.1)
+    assert committing.next_step(0.1) == Done() and committing.result == 0
+    again = session.commits.start(200, [link])
+    assert again is not None and again.next_step(0.2) == Done() and again.result == 0
+
+
+def test_a_crawl_that_keeps_no_revisits_puts_none() -> None:
+    """An outcome with a revisit record, in a crawl without --revisit's store: no step."""
+    session = session_of()
+    fetched_page(session, [], revisit="record")
+    committing = session.commits.start(200, revisits=False)
+    assert committing is not None and isinstance(committing.next_step(0.0), CommitBatch)

@@ -228,15 +228,17 @@ def test_joining_learns_the_scope_its_settings_widen_the_members_and_the_parked(
 def test_an_epoch_applied_after_skipping_some_paces_kept_hosts_from_their_records() -> None:
     """Applying epoch 2 from 1, a host kept stays paced; applying 3 from 1, someone may
     have owned it at epoch 2: it waits for that owner's pace record, read as any gained
-    host's."""
+    host's. (A host given away comes first in the frontier: each kept one is seen to.)"""
     for epoch, skipped in ((2, False), (3, True)):
         session = session_of(members=("w1",))
-        ready(session, "http://a.test/")
-        session.epochs.members_read(epoch, ("w1",))
+        ring = Ring.of(epoch, ("w1", "w2"))
+        lost, kept = host_owned_by(ring, "w2"), host_owned_by(ring, "w1")
+        ready(session, f"http://{lost}/", f"http://{kept}/")
+        session.epochs.members_read(epoch, ("w1", "w2"))
         applying = session.handover.apply(0.0)
         assert applying is not None
-        host = session.frontier.hosts["a.test"]
-        assert (host.paced, "a.test" in session.pacing.carry.unpaced) == (not skipped, skipped)
+        host = session.frontier.hosts[kept]
+        assert (host.paced, kept in session.pacing.carry.unpaced) == (not skipped, skipped)
 
 
 def test_a_host_revoked_by_an_overtaken_handoff_and_kept_by_the_newer_epoch_comes_back() -> None:

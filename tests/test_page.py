@@ -20,6 +20,7 @@ from hashcrawl._core._page import (
     Page,
     Recover,
     Send,
+    TakePage,
 )
 from hashcrawl._core._robotsrules import Robots, Unreachable
 from hashcrawl._core._session import Session
@@ -281,3 +282,43 @@ def test_a_page_put_back_before_its_request_counted_leaves_the_hosts_count_alone
     session.taken["a.test"] = 0  # handed over meanwhile
     page.not_sent(0.0)
     assert session.taken["a.test"] == 0
+
+
+def test_a_page_granted_a_crawl_page_is_counted_for_its_host_as_it_leaves() -> None:
+    """After TakePage, the Send handed out is asked of the gate and counted for the
+    host's --max-pages-per-host, as one handed out at once is."""
+    session, held = dispatched(max_pages_total=5, max_pages_per_host=5)
+    page = Page(session.fetches, held, 0.0)
+    assert page.next_step(0.0) == TakePage(5)
+    page.answered(True, 0.0)
+    assert isinstance(page.next_step(0.0), Send) and session.taken["a.test"] == 1
+
+
+def test_a_host_never_requested_is_not_full_at_a_cap_of_one() -> None:
+    """--max-pages-per-host 1: a host with no request yet gets its one."""
+    session, held = dispatched(max_pages_per_host=1)
+    assert isinstance(Page(session.fetches, held, 0.0).next_step(0.0), Send)
+
+
+def test_a_page_put_back_after_its_host_was_handed_over_changes_no_count() -> None:
+    """The host's count went with it (handed over): putting the page back is harmless."""
+    session, held = dispatched(max_pages_per_host=5)
+    page = Page(session.fetches, held, 0.0)
+    page.next_step(0.0)
+    del session.taken["a.test"]
+    page.not_sent(0.0)
+    assert "a.test" not in session.taken
+
+
+def test_a_refused_request_is_counted_failed_once_and_a_nameless_error_named_by_type() -> None:
+    """Refused: one failure counted; an exception with no message is named by its type."""
+    session, held = dispatched()
+    page = Page(session.fetches, held, 0.0)
+    page.next_step(0.0)
+    page.failed(Refused("address not allowed"), 0.0)
+    assert session.tally.failed == 1
+    session, held = dispatched()
+    page = Page(session.fetches, held, 0.0)
+    page.next_step(0.0)
+    page.failed(RuntimeError(), 0.0)
+    assert page.outcome is not None and page.outcome.error == "RuntimeError"
