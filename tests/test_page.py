@@ -322,3 +322,14 @@ def test_a_refused_request_is_counted_failed_once_and_a_nameless_error_named_by_
     page.next_step(0.0)
     page.failed(RuntimeError(), 0.0)
     assert page.outcome is not None and page.outcome.error == "RuntimeError"
+
+
+def test_a_hosts_first_request_stopped_as_it_left_takes_its_count_back_to_zero() -> None:
+    """The first request of a host, counted as Send is handed out and stopped by the
+    gate as it is written: the host's count is 0 again, not 1."""
+    session, held = dispatched(max_pages_per_host=5)
+    page = Page(session.fetches, held, 0.0)
+    page.next_step(0.0)
+    assert session.taken["a.test"] == 1
+    page.failed(NotSent("the host moved"), 0.0)
+    assert session.taken["a.test"] == 0
