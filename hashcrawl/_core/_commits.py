@@ -168,15 +168,6 @@ class Commits:
         records = self.pacing.records(names, now, robots=False)  # cookies only: each commit
         return [x for pair in records.items() for x in pair]
 
-    def delivery(self, entries: Iterable[Entry], now: float, ring: Ring | None = None) -> Batch:
-        """A batch that only adds ``entries`` (links found in another shard, of hosts in
-        this one), routed and filtered as follows are: no acknowledgement, no pace.
-        (``ring``: routed by another ring, the deliberate bug ``deliver_by_source_ring``.)"""
-        latest = self.epochs.latest
-        batch = Batch(worker=self.id, epoch=latest.epoch, src=self.stream, scope=self.scope.version)
-        _add_links(batch, self.router(ring or latest, now), entries)
-        return batch
-
     def items_written(self, count: int) -> None:
         """``count`` items of the oldest outcomes are written (before their commit)."""
         self.tally.items += count
