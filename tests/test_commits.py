@@ -3,6 +3,7 @@ pace records read since the last commit; only an answered OK takes the outcomes 
 
 from __future__ import annotations
 
+import json
 from typing import Any
 
 import attrs
@@ -173,3 +174,40 @@ def test_a_crawl_that_keeps_no_revisits_puts_none() -> None:
     fetched_page(session, [], revisit="record")
     committing = session.commits.start(200, revisits=False)
     assert committing is not None and isinstance(committing.next_step(0.0), CommitBatch)
+
+
+def test_a_dead_letter_is_dated_by_the_servers_clock_in_seconds() -> None:
+    """The record's ``at`` is the server's UNIX second at the commit, whatever this
+    worker's clock says (status lists the most recent dead letters by it)."""
+    session = session_of()
+    ready(session, "http://a.test/")
+    held = session.gate.next_fetch(0.0)
+    session.clock.sample(0.0, 0.0, 1_700_000_000_500)  # the server is far ahead
+    assert isinstance(held, Held)
+    session.fetches.ended(held, Outcome.dead(held, "refused"), 0.1)
+    batch = session.commits.batch(session.ledger.next_commit(), 2.0)
+    assert json.loads(batch.dead[1])["at"] == 1_700_000_002
+
+
+def test_a_commit_marks_each_hosts_cookies_stored_by_the_record_it_wrote() -> None:
+    """Two hosts' cookies changed: the commit writes both records, and once it went
+    through neither is changed any more."""
+    session = session_of()
+    for host in ("a.test", "b.test"):
+        session.jars.take(host, "GET", f"http://{host}/", [f"sid={host}"])
+    commit = session.ledger.next_commit()
+    batch = session.commits.batch(commit, 0.0)
+    assert batch.pace[::2] == ["a.test", "b.test"]
+    session.commits.committed(commit, batch, Committed(status="ok"), 0.0)
+    assert session.jars.changed() == []
+
+
+def test_a_carried_link_that_skips_the_filter_is_added_as_it_is() -> None:
+    """A link of another shard's page with dont_filter goes into the batch unfiltered
+    (no seen-filter fields to check), to its host's owner, every time it is carried."""
+    session = session_of(worker="w1", members=("w1",))
+    session.commits.scope = session.commits.scope.widened({"b.test"})
+    link = Entry(url="http://b.test/x", dont_filter=True)
+    for _ in range(2):
+        batch = session.commits.batch(session.ledger.next_commit(), 0.0, [link])
+        assert [(a[0], a[1]) for a in batch.add] == [("q:w1", link.encode())]
