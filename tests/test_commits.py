@@ -100,6 +100,7 @@ def test_a_commit_writes_the_items_and_the_revisits_before_the_batch() -> None:
     committing.answered(Committed(status="ok"), 0.5)
     assert committing.next_step(0.5) == Done()
     assert session.ledger.outcomes == []
+    assert session.tally.commit_latency.total == pytest.approx(0.1)  # from 0.4 to 0.5
 
 
 def test_a_commit_with_no_items_and_no_archive_goes_straight_to_the_batch() -> None:
@@ -204,10 +205,11 @@ def test_a_commit_marks_each_hosts_cookies_stored_by_the_record_it_wrote() -> No
 
 def test_a_carried_link_that_skips_the_filter_is_added_as_it_is() -> None:
     """A link of another shard's page with dont_filter goes into the batch unfiltered
-    (no seen-filter fields to check), to its host's owner, every time it is carried."""
+    (its filter flag 0: commit.lua does not gate it), to its host's owner, every time
+    it is carried."""
     session = session_of(worker="w1", members=("w1",))
     session.commits.scope = session.commits.scope.widened({"b.test"})
     link = Entry(url="http://b.test/x", dont_filter=True)
     for _ in range(2):
         batch = session.commits.batch(session.ledger.next_commit(), 0.0, [link])
-        assert [(a[0], a[1]) for a in batch.add] == [("q:w1", link.encode())]
+        assert [(a[0], a[1], a[4]) for a in batch.add] == [("q:w1", link.encode(), 0)]
