@@ -22,6 +22,8 @@ from hashcrawl._core._exchanges import (
 from hashcrawl._core._faults import Faults
 from hashcrawl._core._frontier import Held
 from hashcrawl._core._outcome import Outcome
+from hashcrawl._core._pace import PaceRecord
+from hashcrawl._core._robotsrules import Robots
 from hashcrawl._core._session import Session
 from hashcrawl._exceptions import Fenced
 from tests.test_core import ready, session_of
@@ -213,3 +215,20 @@ def test_a_carried_link_that_skips_the_filter_is_added_as_it_is() -> None:
     for _ in range(2):
         batch = session.commits.batch(session.ledger.next_commit(), 0.0, [link])
         assert [(a[0], a[1], a[4]) for a in batch.add] == [("q:w1", link.encode(), 0)]
+
+
+def test_a_commits_cookie_record_leaves_the_hosts_robots_rules_out() -> None:
+    """Each commit writes the records of hosts whose cookies changed: cookies only, not
+    the robots.txt rules a handoff's record carries (tens of KiB a commit otherwise)."""
+    session = session_of(obey_robots=True)
+    ready(session, "http://a.test/1", "http://a.test/2")
+    session.robots.rules["a.test"] = Robots.parse("User-agent: *\nDisallow: /x\n", "hc")
+    session.robots.rules["a.test"] = session.robots.rules["a.test"].kept_until(3600.0)
+    held = session.gate.next_fetch(0.0)
+    assert isinstance(held, Held)
+    session.jars.take("a.test", "GET", held.entry.url, ["sid=1"])
+    handed = session.pacing.records(["a.test"], 0.1)["a.test"]
+    assert PaceRecord.from_text(handed).robots  # a handoff's record carries the rules
+    batch = session.commits.batch(session.ledger.next_commit(), 0.1)
+    record = PaceRecord.from_text(batch.pace[1])
+    assert record.cookies and not record.robots
