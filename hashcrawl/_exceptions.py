@@ -27,7 +27,8 @@ at the adapter that calls them, and no message ever carries a password.
 
 Apart from the tree, ``NotSent`` is a request stopped before it left, raised by a
 fetcher that asks as it writes (``_web._pools``) and handed to the page that sent it
-(``Page.failed``): never an error a user sees.
+(``Page.failed``), and ``Interrupted`` a fetch a handoff cut short, handed to its page
+by the dispatcher: never errors a user sees.
 """
 
 from __future__ import annotations
@@ -106,3 +107,7 @@ class DropItem(HashcrawlError):
 
 class NotSent(Exception):
     """A request was stopped before it left: its worker may no longer fetch the host."""
+
+
+class Interrupted(Exception):
+    """A fetch was cut short (a handoff's deadline): the page was not fetched after all."""

@@ -461,7 +461,7 @@ class SimWorker:
             revisits=revisits,
             place=place,
         )
-        self.taker = Taker(self.driver, revisits)
+        self.taker = Taker(self.driver)
         self.last_take = float("-inf")
         self.session = self.driver.session
         self.tasks: dict[str, Task] = {}

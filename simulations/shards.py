@@ -289,7 +289,9 @@ class ShardWorld:
         self.say("model", f"shard {primary.shard}'s primary dies after {newcomer}'s join")
         await self.join()
         with contextlib.suppress(QueueError):
-            await member.drivers[primary.shard].read_members()
+            driver = member.drivers[primary.shard]
+            epoch, members = await driver.persist(driver.store.members)
+            driver.session.epochs.members_read(epoch, members)
         primary.fail_over()
         # A real failover takes cluster-node-timeout at least, so the promoted node's
         # clock reads later than any the lost suffix's epochs were drawn at: the jump's

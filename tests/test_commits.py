@@ -13,6 +13,7 @@ from hashcrawl._core._batch import Committed, Status
 from hashcrawl._core._entry import Entry
 from hashcrawl._core._exchanges import (
     CommitBatch,
+    CommitOutcomes,
     Done,
     PutRevisits,
     ReadMembers,
@@ -24,6 +25,7 @@ from hashcrawl._core._frontier import Held
 from hashcrawl._core._outcome import Outcome
 from hashcrawl._core._pace import PaceRecord
 from hashcrawl._core._robotsrules import Robots
+from hashcrawl._core._scope import members as scope_members
 from hashcrawl._core._session import Session
 from hashcrawl._exceptions import Fenced
 from tests.test_core import ready, session_of
@@ -90,7 +92,7 @@ def test_a_commit_writes_the_items_and_the_revisits_before_the_batch() -> None:
     has its items kept and its next revisit recorded."""
     session = session_of()
     fetched_page(session, [{"a": 1}], revisit="record")
-    committing = session.commits.start(200, revisits=True)
+    committing = session.commits.start(CommitOutcomes(200, revisits=True))
     assert committing is not None
     assert committing.next_step(0.2) == WriteItems([{"a": 1}])
     committing.answered(None, 0.3)
@@ -109,12 +111,12 @@ def test_a_commit_with_no_items_and_no_archive_goes_straight_to_the_batch() -> N
     """Nothing to write: no step for it; with an archive, the flush is still a step."""
     session = session_of()
     fetched_page(session, [])
-    committing = session.commits.start(200)
+    committing = session.commits.start(CommitOutcomes(200))
     assert committing is not None
     assert isinstance(committing.next_step(0.2), CommitBatch)
     session = session_of()
     fetched_page(session, [])
-    committing = session.commits.start(200, archive=True)
+    committing = session.commits.start(CommitOutcomes(200, archive=True))
     assert committing is not None and committing.next_step(0.2) == WriteItems([])
 
 
@@ -123,12 +125,13 @@ def test_a_commit_refused_for_its_scope_or_epoch_reads_again_and_sends_a_new_bat
     (the newer epoch routes the next batch)."""
     session = session_of(members=("w1",))
     fetched_page(session, [])
-    committing = session.commits.start(200)
+    committing = session.commits.start(CommitOutcomes(200))
     assert committing is not None
     committing.next_step(0.2)
     committing.answered(Committed(status="rescope"), 0.3)
     assert committing.next_step(0.3) == ReadScope()
-    committing.answered(None, 0.3)
+    committing.answered(scope_members(hosts=["a.test", "b.test"]), 0.3)  # grown: taken on
+    assert session.commits.scope.allows("b.test")
     committing.next_step(0.3)
     committing.answered(Committed(status="stale", epoch=2), 0.4)
     assert committing.next_step(0.4) == ReadMembers()
@@ -143,7 +146,7 @@ def test_the_deliberate_bugs_write_the_items_or_revisits_after_the_batch() -> No
     session = session_of()
     session.commits.faults = Faults.of(["ack_before_write", "revisit_put_after_ack"])
     fetched_page(session, [{"a": 1}], revisit="record")
-    committing = session.commits.start(200, revisits=True)
+    committing = session.commits.start(CommitOutcomes(200, revisits=True))
     assert committing is not None
     assert isinstance(committing.next_step(0.2), CommitBatch)
     committing.answered(Committed(status="ok"), 0.3)
@@ -160,14 +163,14 @@ def test_links_carried_alone_are_committed_and_a_commit_of_nothing_ends_at_once(
     session = session_of(worker="w1", members=("w1",))
     session.commits.scope = session.commits.scope.widened({"b.test"})
     link = Entry(url="http://b.test/x")
-    assert session.commits.start(200) is None  # nothing at all
-    committing = session.commits.start(200, [link])
+    assert session.commits.start(CommitOutcomes(200)) is None  # nothing at all
+    committing = session.commits.start(CommitOutcomes(200, [link]))
     assert committing is not None
     step = committing.next_step(0.0)
     assert isinstance(step, CommitBatch) and [a[0] for a in step.batch.add] == ["q:w1"]
     committing.answered(Committed(status="ok"), 0.1)
     assert committing.next_step(0.1) == Done() and committing.result == 0
-    again = session.commits.start(200, [link])
+    again = session.commits.start(CommitOutcomes(200, [link]))
     assert again is not None and again.next_step(0.2) == Done() and again.result == 0
 
 
@@ -175,7 +178,7 @@ def test_a_crawl_that_keeps_no_revisits_puts_none() -> None:
     """An outcome with a revisit record, in a crawl without --revisit's store: no step."""
     session = session_of()
     fetched_page(session, [], revisit="record")
-    committing = session.commits.start(200, revisits=False)
+    committing = session.commits.start(CommitOutcomes(200, revisits=False))
     assert committing is not None and isinstance(committing.next_step(0.0), CommitBatch)
 
 

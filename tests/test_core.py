@@ -8,8 +8,9 @@ import pytest
 
 from hashcrawl._core._entry import Entry
 from hashcrawl._core._epochs import Release
-from hashcrawl._core._exchanges import Done, ReadStream, WidenScope
+from hashcrawl._core._exchanges import Done, Join, Read, ReadStream, WidenScope
 from hashcrawl._core._frontier import Held
+from hashcrawl._core._intake import Reading
 from hashcrawl._core._outcome import Kind, Outcome
 from hashcrawl._core._pace import Paces
 from hashcrawl._core._page import Page, Send
@@ -39,12 +40,11 @@ def session_of(
         jars=Jars(),
         now=0.0,
     )
-    joining = session.joined(0.0, 0.0, now_ms=0)
+    joining = session.start(Join(0.0, 0.0, now_ms=0))
     widen = joining.next_step(0.0)
     assert isinstance(widen, WidenScope)
     joining.answered(None, 0.0)
-    session.scope_read(widen.members)  # the scope, as if Redis stored it and gave it back
-    joining.answered(None, 0.0)
+    joining.answered(widen.members, 0.0)  # the scope, as if Redis stored it and gave it back
     joining.answered((epoch, members), 0.0)
     joining.answered(set(), 0.0)  # no host parked
     assert joining.next_step(0.0) == Done()
@@ -376,35 +376,42 @@ def test_heartbeat_reports_this_memberships_counts_only() -> None:
     assert session.heartbeat.request(0.0, resident_kib=0)["stats"]["fetched"] == 2
 
 
+def reading_of(session: Session, block_ms: int) -> Reading:
+    """The session's next read, as the driver starts it."""
+    reading = session.start(Read(block_ms))
+    assert isinstance(reading, Reading)
+    return reading
+
+
 def test_a_read_that_failed_is_followed_by_rereading_pending_entries() -> None:
     """After a failed read (which raises on), the next one asks for this reader's
     pending entries, and once none is left, for new ones."""
     session = session_of()
-    reading = session.reading(500)
+    reading = reading_of(session, 500)
     assert reading.next_step(0.0) == ReadStream(200, None, 500)
     reading.answered([("5-0", b"bad")], 0.0)
     assert reading.next_step(0.0) == Done() and reading.result == [("5-0", b"bad")]
     with pytest.raises(QueueError):
-        session.reading(500).failed(QueueError("timed out"), 0.0)
-    reading = session.reading(500)
+        reading_of(session, 500).failed(QueueError("timed out"), 0.0)
+    reading = reading_of(session, 500)
     assert reading.next_step(0.0) == ReadStream(200, "5-0", 500)
     reading.answered([], 0.0)
-    assert session.reading(500).next_step(0.0) == ReadStream(200, None, 500)
+    assert reading_of(session, 500).next_step(0.0) == ReadStream(200, None, 500)
 
 
 def test_a_read_asks_for_no_more_than_the_buffer_has_room_for() -> None:
     """Memory stays bounded: a read asks for what --max-buffer leaves room for; with the
     buffer full it reads on only to park."""
     session = session_of(max_buffer=50)
-    assert (session.reading(1).read.count, session.reading(1).read.parking) == (50, False)
+    assert (reading_of(session, 1).read.count, reading_of(session, 1).read.parking) == (50, False)
     session.take_in(
         [(f"{n}-0", Entry(url=f"http://a.test/{n}").encode().encode()) for n in range(10)]
     )
-    assert session.reading(1).read.count == 40
+    assert reading_of(session, 1).read.count == 40
     session.take_in(
         [(f"{n}-1", Entry(url=f"http://a.test/x{n}").encode().encode()) for n in range(40)]
     )
-    assert session.reading(1).read.parking
+    assert reading_of(session, 1).read.parking
 
 
 def test_a_suspect_blamed_before_is_fetched_alone_until_it_ends() -> None:

@@ -77,10 +77,10 @@ def test_a_robots_txt_redirects_hop_waits_its_hosts_turn_when_the_host_is_this_w
     gate = session.gate
     held = gate.next_fetch(0.0)  # the page, whose robots.txt is fetched first
     assert isinstance(held, Held)
-    assert gate.hop_turn("http://a.test/robots.txt", 0.5) == 2.0  # its last start + delay
-    assert gate.hop_turn("http://a.test/robots2.txt", 2.1) == 4.0  # the hop counted too
-    assert gate.hop_turn("http://elsewhere.test/robots.txt", 3.0) == 5.0
-    assert gate.hop_turn("not a url", 3.0) == 5.0
+    assert gate.sub_request("http://a.test/robots.txt", 0.5, hop=True) == 2.0  # last start + delay
+    assert gate.sub_request("http://a.test/robots2.txt", 2.1, hop=True) == 4.0  # the hop counted
+    assert gate.sub_request("http://elsewhere.test/robots.txt", 3.0, hop=True) == 5.0
+    assert gate.sub_request("not a url", 3.0, hop=True) == 5.0
 
 
 def test_a_sub_request_is_refused_with_a_reason_not_raised() -> None:

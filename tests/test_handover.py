@@ -16,6 +16,7 @@ from hashcrawl._core._exchanges import (
     CutShort,
     Done,
     Flush,
+    Join,
     LeaveRing,
     NextOrphan,
     ReadEntries,
@@ -26,6 +27,7 @@ from hashcrawl._core._exchanges import (
     ReadScope,
     Release,
     Unpark,
+    Unparks,
     WidenScope,
 )
 from hashcrawl._core._frontier import Held
@@ -195,7 +197,7 @@ def test_unparks_are_decided_one_at_a_time_as_each_is_answered() -> None:
     drops the host; the hosts that took entries back are named."""
     session = session_of()
     session.intake.parked_read({"a.test", "b.test"}, session.epochs.latest, "w1")
-    unparking = session.unparking()
+    unparking = session.start(Unparks())
     count = session.intake.unpark_count
     assert unparking.next_step(0.0) == Unpark("a.test", 1, count, 0)
     unparking.answered(("ok", 3, 0), 0.0)
@@ -210,12 +212,12 @@ def test_joining_learns_the_scope_its_settings_widen_the_members_and_the_parked(
     scope, applies the members read at once (not settled yet), then reads its parked
     hosts; the epoch and members joined at are its result."""
     session = session_of(allow_domains=("example.org",))
-    joining = session.joined(0.0, 0.0, now_ms=5000)
+    joining = session.start(Join(0.0, 0.0, now_ms=5000))
     step = joining.next_step(0.0)
     assert isinstance(step, WidenScope) and any("example.org" in m for m in step.members)
     joining.answered(None, 0.0)
     assert joining.next_step(0.0) == ReadScope()
-    joining.answered(None, 0.0)
+    joining.answered(set(), 0.0)
     assert joining.next_step(0.0) == ReadMembers()
     joining.answered((4, ("w1", "w2")), 0.0)
     assert session.epochs.latest.epoch == 4 and joining.result == (4, ("w1", "w2"))

@@ -19,7 +19,6 @@ from hashcrawl import Queue, Worker
 from hashcrawl._cli._progress import summary
 from hashcrawl._cli._statusview import read_view, render_text
 from hashcrawl._core._entry import Entry
-from hashcrawl._core._frontier import Frontier
 from hashcrawl._exceptions import ConfigError
 from hashcrawl._run._metrics import Tally, error_kind
 from hashcrawl._web._models import Response
@@ -137,7 +136,7 @@ def test_a_rejoined_worker_reports_only_the_pages_of_its_new_membership() -> Non
     base = tally.counts()
     tally.response(200, 5, 0.01)
     tally.response(503, 0, 0.01)
-    fields = tally.beat_fields(1.0, Frontier(delay=1.0, per_host=1), since=base)
+    fields = tally.beat_fields(1.0, since=base)
     assert (fields["status_2xx"], fields["status_5xx"], fields["bytes"]) == (1, 1, 5)
     assert fields["error_ReadTimeout"] == 0
 

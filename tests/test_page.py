@@ -24,7 +24,7 @@ from hashcrawl._core._page import (
 )
 from hashcrawl._core._robotsrules import Robots, Unreachable
 from hashcrawl._core._session import Session
-from hashcrawl._exceptions import FetchError, NotSent, Refused
+from hashcrawl._exceptions import FetchError, Interrupted, NotSent, Refused
 from tests.test_core import LEASE, ready, session_of
 
 
@@ -191,14 +191,14 @@ def test_a_page_ends_once_however_it_went() -> None:
     session, held = dispatched()
     page = Page(session.fetches, held, 0.0)
     page.next_step(0.0)
-    page.cancelled(0.5)
+    page.failed(Interrupted(), 0.5)  # a handoff's deadline cut it short
     assert page.next_step(0.5) == Done() and page.outcome is None
     assert page.ended(0.5) is False and session.flight.in_flight == 0
     assert session.frontier.hosts["a.test"].queue  # back in its host's queue
     session, held = dispatched()
     page = Page(session.fetches, held, 0.0)
     page.next_step(0.0)
-    page.crashed(LookupError("a bogus charset"), 0.0)  # the dispatcher's code raised
+    page.failed(LookupError("a bogus charset"), 0.0, crashed=True)  # the dispatcher's own
     assert page.next_step(0.0) == Done() and page.outcome is not None
     assert page.outcome.kind is Kind.RETRY and session.tally.failed == 1
     page.ended(0.0)

@@ -8,7 +8,7 @@ from typing import Any
 
 from hashcrawl._core._batch import LOST, Beat
 from hashcrawl._core._epochs import Epochs
-from hashcrawl._core._exchanges import Done, Process, SendHeartbeat
+from hashcrawl._core._exchanges import Done, Process, SendHeartbeat, Step, TakeDue
 from hashcrawl._core._faults import Faults
 from hashcrawl._core._frontier import Frontier
 from hashcrawl._core._ledger import Ledger
@@ -54,10 +54,15 @@ class Heartbeat:
         self.pacing, self.tally = pacing, tally
         self.tally_base = tally.counts()  # the heartbeat reports this membership's counts
         self.took_s = -1  # server second of this session's last take that queued revisits
+        self.last: Beat | None = None  # the newest heartbeat's answer
 
     def took(self, server_s: int) -> None:
         """This session's taker queued due revisits at server second ``server_s``."""
         self.took_s = max(self.took_s, server_s)
+
+    def take(self, requeue_s: float) -> Taking:
+        """A take of the crawl's due revisits (see :class:`Taking`)."""
+        return Taking(self, requeue_s)
 
     def beat(self, now: float, *, resident_kib: int) -> Beating:
         """One heartbeat, sent at ``now`` (see :class:`Beating`)."""
@@ -98,7 +103,7 @@ class Heartbeat:
                 f"worker {self.id} was silent longer than its lease and lost its membership"
             )
         self.clock.sample(sent, received, beat.now_ms)
-        self.epochs.confirmed_at = sent
+        self.epochs.confirmed_at, self.last = sent, beat
         if beat.members is not None:
             self.epochs.members_read(beat.epoch, beat.members)
         # Taking the newest epoch for the settled one is a deliberate bug to catch.
@@ -114,9 +119,12 @@ class Heartbeat:
         if beat.orphans:
             self.epochs.orphans_waiting = True
 
-    def finished(self, beat: Beat) -> bool:
-        """Whether the crawl is over: the fleet idle ``--idle`` seconds, this worker too."""
-        if self.current.settings.idle is None or beat.idle_since < 0 or self.busy():
+    def finished(self, beat: Beat | None) -> bool:
+        """Whether the crawl is over by ``beat``: the fleet idle ``--idle`` seconds, this
+        worker too."""
+        if beat is None or self.current.settings.idle is None:
+            return False
+        if beat.idle_since < 0 or self.busy():
             return False
         # A take of this worker's since Redis ran the heartbeat (its reply still on its
         # way) made the crawl busy again: its revisits are in the inbox, to see through.
@@ -141,7 +149,9 @@ class Heartbeat:
             "held": self.held(),
             "frontier": self.frontier.size,
             "rss_kib": resident_kib,
-            **self.tally.beat_fields(now, self.frontier, since=self.tally_base),
+            "busiest": self.frontier.top(now, busiest=True),
+            "backed_off": self.frontier.top(now, busiest=False),
+            **self.tally.beat_fields(now, since=self.tally_base),
         }
 
 
@@ -165,3 +175,18 @@ class Beating(Process):
         self.heartbeat.failed(self.sent, exc)
         log.info("heartbeat failed: %s", exc)
         self.step = Done()
+
+
+class Taking(Process):
+    """A take of the crawl's due revisits into the inbox, as a step; ``result``: how
+    many entries it added. One that added some marks the crawl busy as of the server's
+    second it ran at (``Heartbeat.finished``)."""
+
+    def __init__(self, heartbeat: Heartbeat, requeue_s: float) -> None:
+        self.heartbeat, self.result = heartbeat, 0
+        self.step: Step = TakeDue(requeue_s)
+
+    def answered(self, reply: Any, now: float) -> None:
+        if reply.entries:
+            self.heartbeat.took(int(reply.now_s))
+        self.result, self.step = int(reply.entries), Done()

@@ -24,6 +24,7 @@ from hashcrawl._core._entry import Entry
 from hashcrawl._core._epochs import Epochs
 from hashcrawl._core._exchanges import (
     CommitBatch,
+    CommitOutcomes,
     Done,
     Process,
     PutRevisits,
@@ -99,23 +100,16 @@ class Commits:
     def settings(self) -> Settings:
         return self.current.settings
 
-    def start(
-        self,
-        count: int,
-        carried: Sequence[Entry] = (),
-        misroute: Callable[[], Ring | None] = lambda: None,
-        *,
-        archive: bool = False,
-        revisits: bool = False,
-    ) -> Committing | None:
-        """Commit the oldest outcomes (at most ``count``) with ``carried`` (links of
-        other shards' pages), if there is any (see :class:`Committing`). ``archive``: a
-        sink keeps every response, so it is flushed even with no items; ``revisits``:
-        the crawl keeps revisit records."""
-        commit = self.ledger.next_commit(count)
-        if not commit.outcomes and not carried:
+    def start(self, turn: CommitOutcomes) -> Committing | None:
+        """Commit the oldest outcomes (at most ``turn.count``) with the links of other
+        shards' pages it carries, if there is any (see :class:`Committing` and
+        ``_exchanges.Commit``)."""
+        commit = self.ledger.next_commit(turn.count)
+        if not commit.outcomes and not turn.carried:
             return None
-        return Committing(self, commit, carried, misroute, archive=archive, revisits=revisits)
+        return Committing(
+            self, commit, turn.carried, turn.misroute, archive=turn.archive, revisits=turn.revisits
+        )
 
     def router(self, ring: Ring, now: float) -> Router:
         """Where entries go at ``ring``'s epoch; dead letters dated by the server's clock."""
@@ -278,7 +272,7 @@ class Committing(Process):
             if status is Status.OK:
                 break
             if status is Status.RESCOPE:
-                yield ReadScope()
+                self.commits.scope = Scope.from_members((yield ReadScope()))
                 continue
             epoch, members = yield ReadMembers()  # stale: route by the newer epoch
             commits.epochs.members_read(epoch, members)

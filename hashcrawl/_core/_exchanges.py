@@ -12,6 +12,7 @@ process is abandoned with its session (Redis unreachable for a lease, or fenced)
 
 from __future__ import annotations
 
+from collections.abc import Callable, Sequence
 from typing import Any
 
 import attrs
@@ -51,7 +52,7 @@ class PutRevisits(Step):
 
 @attrs.frozen
 class ReadScope(Step):
-    """Read the crawl's scope (it has grown), and take it on; answered with None."""
+    """Read the crawl's scope (it has grown); answered with its stored members."""
 
 
 @attrs.frozen
@@ -169,6 +170,14 @@ class CutShort(Step):
     deadline: float
 
 
+@attrs.frozen
+class TakeDue(Step):
+    """Take the crawl's due revisits into the inbox, each due again ``requeue_s`` from
+    now unless fetched; answered with the ``Taken``."""
+
+    requeue_s: float
+
+
 class Process:
     """Exchanges in a row, decided by the core (see the module's docstring): the step
     to do now (``step``, unless a process decides it as it is asked), and what each
@@ -189,3 +198,121 @@ class Process:
         """The step failed with ``exc`` (Redis did not answer). Raises it again, unless
         the process goes on without it (a heartbeat, a read: the next one may pass)."""
         raise exc
+
+
+class Idle(Process):
+    """A turn with nothing to exchange: done at once, with ``result``."""
+
+    def __init__(self, result: Any = None) -> None:
+        self.step, self.result = Done(), result
+
+
+class Turn:
+    """What the driver asks the session to start (``Session.start``): a value naming the
+    turn and what it starts with. The session answers with the turn's process."""
+
+
+@attrs.frozen
+class Join(Turn):
+    """This worker joined at the server's ``now_ms`` (asked at ``sent``, answered at
+    ``received``): learn the crawl's scope, members and parked hosts."""
+
+    sent: float
+    received: float
+    now_ms: int
+
+
+@attrs.frozen
+class Renew(Turn):
+    """A heartbeat at ``now``, this process holding ``resident_kib`` of memory."""
+
+    now: float
+    resident_kib: int
+
+
+@attrs.frozen
+class Read(Turn):
+    """A read of this worker's stream, waiting up to ``block_ms`` for entries."""
+
+    block_ms: int
+
+
+@attrs.frozen
+class Unparks(Turn):
+    """Take parked entries back, for the hosts running short."""
+
+
+@attrs.frozen
+class PaceDue(Turn):
+    """Read the previous owners' pace records of the hosts due now."""
+
+
+@attrs.frozen
+class Apply(Turn):
+    """Apply the newest epoch, if one waits (asked at ``now``)."""
+
+    now: float
+
+
+@attrs.frozen
+class DrainOrphans(Turn):
+    """Drain every departed worker's stream there is."""
+
+
+@attrs.frozen
+class Drain(Turn):
+    """Move every entry left in ``stream`` to its host's owner (``leaving``: this
+    worker's own, once it is out of the ring)."""
+
+    stream: str
+    leaving: bool = False
+
+
+@attrs.frozen
+class Leave(Turn):
+    """Hand every host back at once; nothing more starts."""
+
+
+@attrs.frozen
+class CommitOutcomes(Turn):
+    """Commit the oldest outcomes (at most ``count``) with ``carried``, the links of
+    other shards' pages (``misroute``: a deliberate bug's ring to route them by).
+    ``archive``: a sink keeps every response; ``revisits``: the crawl keeps revisit
+    records."""
+
+    count: int
+    carried: Sequence[Any] = ()
+    misroute: Callable[[], Any] = lambda: None
+    archive: bool = False
+    revisits: bool = False
+
+
+@attrs.frozen
+class Dispatch(Turn):
+    """The next fetch to start at ``now``: a ``Page``, or an ``Idle`` whose result says
+    when to ask again."""
+
+    now: float
+
+
+@attrs.frozen
+class TakeRevisits(Turn):
+    """Take the crawl's due revisits (see ``TakeDue``); the result: how many."""
+
+    requeue_s: float
+
+
+@attrs.frozen
+class Forget(Turn):
+    """Drop the state of hosts idle a while (asked at ``now``); the result: those hosts."""
+
+    now: float
+
+
+@attrs.frozen
+class Limits(Turn):
+    """Check the --max-* limits at ``now``, with ``resident_mib`` of memory held; the
+    result: whether one is reached (then this worker stops)."""
+
+    now: float
+    resident_mib: float

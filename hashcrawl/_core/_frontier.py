@@ -10,11 +10,14 @@ from __future__ import annotations
 
 import heapq
 import itertools
+import math
 from collections.abc import Callable, Iterator
 
 import attrs
 
 from hashcrawl._core._entry import Entry
+
+TOP_HOSTS = 5  # hosts a heartbeat names as the busiest, and as the longest backed off
 
 
 @attrs.frozen
@@ -160,6 +163,18 @@ class Frontier:
         host = self.hosts.get(name)
         if host is not None:
             host.last_end = max(host.last_end, now)
+
+    def top(self, now: float, *, busiest: bool) -> str:
+        """``host=figure`` pairs, comma-separated, for status: the TOP_HOSTS hosts with
+        most queued, or (not ``busiest``) longest backed off, in seconds from ``now``."""
+        hosts = list(self.hosts.values())
+        if busiest:
+            ranked = heapq.nlargest(TOP_HOSTS, hosts, key=lambda h: len(h.queue))
+            return ",".join(f"{h.name}={len(h.queue)}" for h in ranked if h.queue)
+        ranked = heapq.nlargest(TOP_HOSTS, hosts, key=lambda h: h.backoff_until)
+        return ",".join(
+            f"{h.name}={math.ceil(h.backoff_until - now)}" for h in ranked if h.backoff_until > now
+        )
 
     def back_off(self, name: str, until: float) -> None:
         host = self.hosts.get(name)

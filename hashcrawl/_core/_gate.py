@@ -49,9 +49,11 @@ class Pool:
     def held(self) -> int:
         return sum(s.flight.in_flight + s.ledger.uncommitted for s in self._sessions())
 
-    def full(self) -> bool:
+    def full(self, *, mark: bool = True) -> bool:
+        """Whether every slot is held (``mark``: a dispatch is refused for it, so that
+        every shard's is woken once one is released)."""
         if self.held() >= self.limit:
-            self.refused = True
+            self.refused = self.refused or mark
             return True
         return False
 
@@ -107,8 +109,9 @@ class Gate:
         wide = "wide_fresh_window" in self.faults
         return self.epochs.fresh(now, self.settings.lease if wide else self.settings.fresh_for)
 
-    def saturated(self) -> bool:
-        """Every slot is taken by a request in flight or a page not yet committed.
+    def saturated(self, *, mark: bool = True) -> bool:
+        """Every slot is taken by a request in flight or a page not yet committed
+        (``mark``: a dispatch is refused for it, see ``Pool.full``).
 
         Counting the uncommitted keeps what a killed worker held, and so what is
         fetched twice, within --concurrency (a sharded worker's: ``Pool``).
@@ -116,7 +119,7 @@ class Gate:
         in_flight, pool = self.flight.in_flight, self.pool
         if pool is None:
             return in_flight + self.ledger.uncommitted >= self.settings.concurrency
-        return in_flight >= self.settings.concurrency or pool.full()
+        return in_flight >= self.settings.concurrency or pool.full(mark=mark)
 
     def commit_due(self) -> bool:
         """Whether the committer should commit at once: half of --concurrency waits for a
@@ -171,35 +174,29 @@ class Gate:
         fresh = "send_stale" in self.faults or self.fresh(now)  # off: a deliberate bug to catch
         return fresh and self.epochs.latest.owner_of(held.host) == self.id
 
-    def sub_request(self, url: str, now: float, *, shared: bool = False) -> float | str:
+    def sub_request(
+        self, url: str, now: float, *, shared: bool = False, hop: bool = False
+    ) -> float | str:
         """When a rendered page's sub-request to ``url`` may start (its host's turn,
         counted as the host's last start at once: see ``Frontier.sub_request_turn``),
         or why it may not: robots.txt disallows it, or the host is not this worker's.
         A ``shared`` host (``_turns``) that is not this worker's may start now: its
-        turn in Redis paces it."""
+        turn in Redis paces it. A ``hop`` of a robots.txt redirect is never refused: it
+        starts at its host's turn when this worker owns the host, or --delay from now
+        when another owner paces the host's pages."""
         try:
             host = Entry(url=url).host
         except InvalidURL:
-            return f"not a URL to fetch: {url:.100}"
-        rules = self.robots.rules.get(host) if self.settings.obey_robots else None
+            return now + self.settings.delay if hop else f"not a URL to fetch: {url:.100}"
+        rules = self.robots.rules.get(host) if self.settings.obey_robots and not hop else None
         if rules is not None and not rules.allowed(url):
             return f"robots.txt disallows {url:.100}"
         turn = self.frontier.sub_request_turn(host, now)
-        if turn is None and shared:
-            return now
+        if turn is None and (shared or hop):
+            return now if shared else now + self.settings.delay
         if turn is None:
             return f"{host} is no longer this worker's host: {url:.100} not fetched"
         return turn
 
     def sub_request_ended(self, url: str, now: float) -> None:
         self.frontier.sub_request_ended(Entry(url=url).host, now)
-
-    def hop_turn(self, url: str, now: float) -> float:
-        """When a robots.txt redirect's next hop, to ``url``, may start: at its host's
-        turn when this worker owns the host (counted as a start, as a sub-request's), or
-        --delay from now when another owner paces the host's pages."""
-        try:
-            turn = self.frontier.sub_request_turn(Entry(url=url).host, now)
-        except InvalidURL:
-            turn = None
-        return turn if turn is not None else now + self.settings.delay

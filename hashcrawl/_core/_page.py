@@ -25,7 +25,7 @@ from hashcrawl._core._outcome import Origin, Outcome
 from hashcrawl._core._robotsrules import Robots, Unreachable
 from hashcrawl._core._seams import Reply
 from hashcrawl._core._settings import Settings
-from hashcrawl._exceptions import FetchError, NotSent, Refused
+from hashcrawl._exceptions import FetchError, Interrupted, NotSent, Refused
 
 
 @attrs.frozen
@@ -122,10 +122,11 @@ class Page(Process):
 
     The page settles its own accounting with the session's parts (the frontier, the
     counts, the robots.txt cache, the page caps and the cookie jars), which ``fetches``
-    holds (see ``Fetches``).
+    holds (see ``Fetches``). It begins at ``now``, as its fetch starts (None: at its
+    first step; a dispatched page's task starts a moment later).
     """
 
-    def __init__(self, fetches: Fetches, held: Held, now: float) -> None:
+    def __init__(self, fetches: Fetches, held: Held, now: float | None = None) -> None:
         self.fetches, self.held = fetches, held
         self.outcome: Outcome | None = None
         self.rules: Robots | None = None  # the rules to check, at CHECK_RULES
@@ -135,7 +136,13 @@ class Page(Process):
         self.took = False  # it holds one of the crawl's --max-pages-total pages
         self.give_back = False  # it took one and sent nothing: the caller gives it back
         self.cleared = False  # the gate let the step that sends go out
-        self.noted = fetches.suspects.started(held)  # the in-flight record to write first
+        self.noted: tuple[int, list[str]] | None = None  # the in-flight record to write first
+        self.at, self.begun = _At.NOTE, False
+        if now is not None:  # else at the first step: when its fetch task starts
+            self._begin(now)
+
+    def _begin(self, now: float) -> None:
+        self.begun, self.noted = True, self.fetches.suspects.started(self.held)
         self.at = _At.NOTE if self.noted is not None else self._first(now)
 
     def _first(self, now: float) -> _At:
@@ -150,6 +157,8 @@ class Page(Process):
         """What the caller does next. A step that sends a request is handed out only if
         the gate says it may still leave (else the page is put back: ``not_sent``), and a
         page request is counted in its host's --max-pages-per-host as it is."""
+        if not self.begun:
+            self._begin(now)
         if self.at in (_At.FETCH_ROBOTS, _At.SEND) and not self.cleared:
             unchecked = "send_unchecked" in self.fetches.faults  # a deliberate bug to catch
             if not unchecked and not self.fetches.gate.may_send(self.held, now):
@@ -212,11 +221,19 @@ class Page(Process):
             assert result is None or isinstance(result, Outcome)
             self._done(result)
 
-    def failed(self, exc: Exception, now: float, *, took: float = 0.0) -> None:
+    def failed(
+        self, exc: Exception, now: float, *, took: float = 0.0, crashed: bool = False
+    ) -> None:
         """The step handed out raised ``exc``: the request (which took ``took``), or the
         handler. ``NotSent``: the gate said no as the request was written (see
-        :meth:`not_sent`)."""
-        if isinstance(exc, NotSent):
+        :meth:`not_sent`); ``Interrupted``: a handoff cut the fetch short (see
+        :meth:`cancelled`); ``crashed``: the caller's own code raised it (see
+        :meth:`crashed`)."""
+        if crashed:
+            self.crashed(exc, now)
+        elif isinstance(exc, Interrupted):
+            self.cancelled(now)
+        elif isinstance(exc, NotSent):
             self.not_sent(now)
         elif self.at is _At.SEND:
             self._send_failed(exc, took, now)
@@ -234,6 +251,26 @@ class Page(Process):
         """The fetch was cut short (a handoff's deadline): the page was not fetched after
         all, and waits for its host's next turn or goes to the host's new owner."""
         self._done(self.fetches.put_back(self.held, now))
+
+    def may_send(self, now: float) -> bool:
+        """Whether the request may leave now, asked as it is written (see
+        ``Gate.may_send``); a wait for a connection, or a pause, can come between the
+        step handed out and the socket."""
+        if "send_unchecked" in self.fetches.faults:  # a deliberate bug the tests catch
+            return True
+        return self.fetches.gate.may_send(self.held, now)
+
+    def sub_request(
+        self, url: str, now: float, *, shared: bool = False, hop: bool = False
+    ) -> float | str:
+        """When a request the page makes to ``url`` may start (a rendered page's
+        sub-request, or a robots.txt redirect's ``hop``), or why it may not (see
+        ``Gate.sub_request``)."""
+        return self.fetches.gate.sub_request(url, now, shared=shared, hop=hop)
+
+    def sub_request_ended(self, url: str, now: float) -> None:
+        """A request the page made to ``url`` ended: its host's pace counts the end."""
+        self.fetches.gate.sub_request_ended(url, now)
 
     def ended(self, now: float) -> bool:
         """The fetch is over: its slot is freed and its outcome, if any, waits to be

@@ -10,7 +10,7 @@ from __future__ import annotations
 from typing import TYPE_CHECKING, Any, Protocol
 
 if TYPE_CHECKING:
-    from hashcrawl._core._frontier import Frontier
+    pass
 
 
 class Tally(Protocol):
@@ -27,9 +27,7 @@ class Tally(Protocol):
 
     def counts(self) -> dict[str, int]: ...
 
-    def beat_fields(
-        self, now: float, frontier: Frontier, *, since: dict[str, int]
-    ) -> dict[str, int | str]: ...
+    def beat_fields(self, now: float, *, since: dict[str, int]) -> dict[str, int | str]: ...
 
     def response(self, status: int, size: int, seconds: float) -> None: ...
 

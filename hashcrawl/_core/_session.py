@@ -8,20 +8,19 @@ next commit batch, the hosts whose pace records to read, the entries to hand ove
 The driver in ``_run`` does the IO it asks for; the simulations drive the same
 driver turn by turn, so they run these decisions and no copy of them.
 
-The session builds its parts, each given the parts it reads (none holds the session),
-and the driver's loops ask the part they drive: ``gate`` (which request next, and
-whether it may still leave), ``fetches`` (how each ends), ``heartbeat``, ``intake``
-(reading the stream), ``ledger`` and ``commits``, ``handover``, ``pacing``. Each
-exchange with Redis is two calls, one as it goes out and one with its reply, each with
-its own time (``heartbeat.request``/``answered``, ``read_request``/``read_answered``,
-``commits.batch``/``committed``); whether a request may still be sent is asked
-separately (``Gate.may_send``), right before it leaves.
+The session builds its parts, each given the parts it reads (none holds the session).
+The driver's loops enter it one way: :meth:`Session.start` takes a turn (a value of
+``_exchanges``: ``Dispatch``, ``Read``, ``Commit``, ``Renew``, ``Apply``...) and answers
+with its process, whose steps the driver does (``next_step``, ``answered``, ``failed``,
+``result``); :meth:`Session.due` says which turns the state asks for. A page's process
+(``Page``) is the one the driver holds longer: the gate's questions a request asks as
+it is written, and a rendered page's sub-requests, go through it.
 """
 
 from __future__ import annotations
 
 import logging
-from collections.abc import Callable, Iterable
+from collections.abc import Callable
 from typing import Any
 
 from hashcrawl._core._beats import Heartbeat
@@ -29,16 +28,32 @@ from hashcrawl._core._commits import Commits
 from hashcrawl._core._entry import Entry
 from hashcrawl._core._epochs import Epochs
 from hashcrawl._core._exchanges import (
+    Apply,
+    CommitOutcomes,
+    Dispatch,
     Done,
+    Drain,
+    DrainOrphans,
+    Forget,
+    Idle,
+    Join,
+    Leave,
+    Limits,
+    PaceDue,
     Process,
+    Read,
     ReadMembers,
     ReadParked,
     ReadScope,
+    Renew,
+    TakeRevisits,
+    Turn,
+    Unparks,
     WidenScope,
 )
 from hashcrawl._core._faults import NO_FAULTS, Faults
 from hashcrawl._core._fetches import Fetches
-from hashcrawl._core._frontier import Frontier
+from hashcrawl._core._frontier import Frontier, Held
 from hashcrawl._core._gate import Gate, Pool
 from hashcrawl._core._handover import Handover
 from hashcrawl._core._intake import PARK_AT as PARK_AT
@@ -48,6 +63,7 @@ from hashcrawl._core._ledger import COMMIT_MAX as COMMIT_MAX
 from hashcrawl._core._ledger import Ledger
 from hashcrawl._core._outcome import SeenCache
 from hashcrawl._core._pacing import Pacing
+from hashcrawl._core._page import Page
 from hashcrawl._core._parts import (
     Clock,
     Due,
@@ -139,21 +155,42 @@ class Session:
     def settings(self) -> Settings:
         return self.current.settings
 
-    # -- joining -------------------------------------------------------------------------
-
-    def scope_read(self, stored: Iterable[str]) -> None:
-        self.commits.scope = Scope.from_members(stored)
-
-    def joined(self, sent: float, received: float, now_ms: int) -> Joining:
-        """Joined at the server's ``now_ms``; then the crawl's scope, members and parked
-        hosts are learnt (:class:`Joining`). Taking a predecessor's place by name, the
-        join left floors in Redis for its hosts, read with their records (``Paces``)."""
-        self.clock.sample(sent, received, now_ms)
-        self.epochs.joined_ms = now_ms
-        self.epochs.confirmed_at = sent
-        return Joining(self.current.settings, self.epochs, self.intake, self.id)
-
-    # -- what the driver's loops are told ---------------------------------------------------
+    def start(self, turn: Turn) -> Process:
+        """The process of ``turn``, the one way the driver's loops enter the core: each
+        turn a value (``_exchanges``), each answered with the process that does it."""
+        heartbeat, handover, pacing = self.heartbeat, self.handover, self.pacing
+        match turn:
+            case Dispatch(now):
+                got = self.gate.next_fetch(now)
+                return Page(self.fetches, got) if isinstance(got, Held) else Idle(got)
+            case Read(block_ms):
+                read = self.intake.request(self.frontier, self.settings.max_buffer)
+                return Reading(self.intake, read, block_ms, self.take_in)
+            case CommitOutcomes():
+                return self.commits.start(turn) or Idle(0)
+            case Renew(now, resident_kib):
+                return heartbeat.beat(now, resident_kib=resident_kib)
+            case Apply(now):
+                return handover.apply(now) or Idle()
+            case DrainOrphans():
+                return handover.orphans() or Idle([])
+            case Drain(stream, leaving):
+                return handover.drain(stream, leaving=leaving)
+            case Leave():
+                return handover.leave()
+            case PaceDue():
+                return pacing.read_due() or Idle([])
+            case Unparks():
+                return self.unparking()
+            case TakeRevisits(requeue_s):
+                return heartbeat.take(requeue_s)
+            case Forget(now):
+                return Idle(forget_idle(self.frontier, self.robots, now))
+            case Limits(now, resident_mib):
+                return Idle(self.check_limits(now, resident_mib))
+        assert isinstance(turn, Join), turn
+        self.clock.sample(turn.sent, turn.received, turn.now_ms)
+        return Joining(turn, self.settings, self.epochs, self.intake, self.commits, self.id)
 
     def take_settings(self, settings: Settings) -> None:
         """Decide by ``settings`` from now on (the crawl's changed); a host's next
@@ -172,12 +209,13 @@ class Session:
 
     def due(self) -> Due:
         """The session's state as the driver's loops read it (see ``Due``)."""
-        epochs, flight, ledger = self.epochs, self.flight, self.ledger
+        epochs, flight, ledger, heartbeat = self.epochs, self.flight, self.ledger, self.heartbeat
         pending, in_flight, stopping = len(ledger.outcomes), flight.in_flight, flight.stopping
         return Due(
             epochs.waiting, epochs.orphans_waiting, bool(self.pacing.carry.due), stopping,
-            in_flight, pending, ledger.backlogged(), self.heartbeat.busy(),
-            stopping and not pending and not in_flight,
+            in_flight, pending, ledger.backlogged(), heartbeat.busy(),
+            stopping and not pending and not in_flight, heartbeat.finished(heartbeat.last),
+            self.gate.saturated(mark=False), epochs.latest, self.commits.scope, ledger.outcomes,
         )  # fmt: skip
 
     def check_limits(self, now: float, resident_mib: float) -> bool:
@@ -191,27 +229,7 @@ class Session:
             self.flight.stopping = True
         return hit is not None
 
-    def forget_idle(self, now: float) -> list[str]:
-        """Drop the state of hosts idle a while, or beyond the most idle hosts kept, so
-        memory follows the hosts at work, not every host ever seen. A host that comes
-        back is made afresh: its robots.txt is fetched again, its pacing is exact (only
-        hosts free to be fetched now are forgotten)."""
-        gone = self.frontier.evict_idle(now, idle_for=IDLE_HOST_SECONDS, keep=IDLE_HOSTS_KEPT)
-        for name in gone:
-            self.robots.forget(name)
-        return gone
-
-    # -- reading the stream ----------------------------------------------------------------
-
-    def reading(self, block_ms: int) -> Reading:
-        """The next read of this worker's stream (see ``Intake``), waiting up to
-        ``block_ms`` for entries."""
-        read = self.intake.request(self.frontier, self.settings.max_buffer)
-        return Reading(
-            self.intake, read, block_ms, lambda got, parking: self.take_in(got, parking=parking)
-        )
-
-    def take_in(self, got: list[tuple[str, bytes | None]], *, parking: bool = False) -> None:
+    def take_in(self, got: list[tuple[str, bytes | None]], parking: bool = False) -> None:
         """Queue what was read (see ``Intake.take_in``); hosts new here get their pacing."""
         ring, frontier = self.epochs.latest, self.frontier
         mine = Mine(self.id, self.refuses)
@@ -224,15 +242,32 @@ class Session:
         return Unparking(self.intake, due, self.id)
 
 
+def forget_idle(frontier: Frontier, robots: RobotsCache, now: float) -> list[str]:
+    """Drop the state of hosts idle a while, or beyond the most idle hosts kept, so
+    memory follows the hosts at work, not every host ever seen. A host that comes back
+    is made afresh: its robots.txt is fetched again, its pacing is exact (only hosts
+    free to be fetched now are forgotten)."""
+    gone = frontier.evict_idle(now, idle_for=IDLE_HOST_SECONDS, keep=IDLE_HOSTS_KEPT)
+    for name in gone:
+        robots.forget(name)
+    return gone
+
+
 class Joining(Process):
-    """What a worker learns as it joins, as the driver's steps: what its settings add to
+    """What a worker learns as it joins at the server's ``turn.now_ms`` (taking a
+    predecessor's place by name, the join left floors in Redis for its hosts, read with
+    their records: ``Paces``), as the driver's steps: what its settings add to
     the crawl's scope, the scope, the members (the first read is applied at once, but
     not settled: until a heartbeat says every member has applied it, a host gained by
     joining may still be in its previous owner's hands), and the hosts it has parked
     entries of. ``result``: the epoch and members joined at."""
 
-    def __init__(self, settings: Settings, epochs: Epochs, intake: Intake, worker: str) -> None:
-        self.epochs, self.intake, self.worker = epochs, intake, worker
+    def __init__(
+        self, turn: Join, settings: Settings, epochs: Epochs, intake: Intake, commits: Commits,
+        worker: str,
+    ) -> None:  # fmt: skip
+        self.epochs, self.intake, self.commits, self.worker = epochs, intake, commits, worker
+        epochs.joined_ms, epochs.confirmed_at = turn.now_ms, turn.sent
         own = scope_members(domains=settings.allow_domains, span=settings.span_hosts)
         self.step = WidenScope(own)
 
@@ -241,6 +276,7 @@ class Joining(Process):
         if isinstance(step, WidenScope):
             self.step = ReadScope()
         elif isinstance(step, ReadScope):
+            self.commits.scope = Scope.from_members(reply)
             self.step = ReadMembers()
         elif isinstance(step, ReadMembers):
             epoch, members = self.result = reply

@@ -9,6 +9,7 @@ import logging
 
 import trio
 
+from hashcrawl._core._exchanges import CommitOutcomes, Idle
 from hashcrawl._core._ledger import COMMIT_MAX
 from hashcrawl._run._dispatcher import tell_unwanted
 from hashcrawl._run._membership import Membership
@@ -47,14 +48,16 @@ class Committer:
         committed. The core's ``Committing`` decides the steps."""
         count = await self.m.committable()
         parcels = self.m.inbound.take()
-        committing = self.m.session.commits.start(
-            count,
-            [e for p in parcels for e in p.entries],
-            lambda: self.m.inbound.misroute,
-            archive=self.m.worker.archive is not None,
-            revisits=self.m.revisits is not None,
+        committing = self.m.session.start(
+            CommitOutcomes(
+                count,
+                [e for p in parcels for e in p.entries],
+                lambda: self.m.inbound.misroute,
+                archive=self.m.worker.archive is not None,
+                revisits=self.m.revisits is not None,
+            )
         )
-        if committing is None:
+        if isinstance(committing, Idle):  # nothing to commit
             return 0
         try:
             committed: int = await self.m.carry_out(committing)

@@ -12,7 +12,7 @@ import trio
 
 from hashcrawl._browser._pace import paced_by
 from hashcrawl._core._due import conditional
-from hashcrawl._core._exchanges import Done
+from hashcrawl._core._exchanges import Dispatch, Done
 from hashcrawl._core._frontier import Held
 from hashcrawl._core._page import (
     CheckRules,
@@ -28,7 +28,7 @@ from hashcrawl._core._page import (
 )
 from hashcrawl._core._patterns import Refusal
 from hashcrawl._core._revisit import Record
-from hashcrawl._exceptions import FetchError, Refused
+from hashcrawl._exceptions import FetchError, Interrupted, Refused
 from hashcrawl._run._frontierpace import FrontierPace
 from hashcrawl._run._membership import Membership
 from hashcrawl._run._metrics import error_kind
@@ -47,7 +47,6 @@ class Dispatcher:
     def __init__(self, m: Membership, fetcher: Fetcher) -> None:
         self.m = m
         self.fetcher = fetcher
-        self.pace = FrontierPace(m)  # a rendered page's sub-requests
         self.robots_limiter = trio.CapacityLimiter(2)  # threads checking heavy robots.txt
 
     async def dispatch_loop(self) -> None:
@@ -72,20 +71,22 @@ class Dispatcher:
 
     def dispatch_one(self) -> Held | float:
         """Start the next fetch the session allows, or say when to look again."""
-        got = self.m.session.gate.next_fetch(self.m.now())
-        if isinstance(got, Held):
-            self.m.scopes[got.eid] = trio.CancelScope()
-            self.m.spawn(self.fetch_one, got)
-        return got
+        got = self.m.session.start(Dispatch(self.m.now()))
+        if not isinstance(got, Page):
+            return float(got.result)
+        held = got.held
+        self.m.scopes[held.eid] = trio.CancelScope()
+        self.m.spawn(self.fetch_one, got)
+        return held
 
-    async def fetch_one(self, held: Held) -> None:
-        page = Page(self.m.session.fetches, held, self.m.now())
+    async def fetch_one(self, page: Page) -> None:
+        held = page.held
         scope = self.m.scopes.setdefault(held.eid, trio.CancelScope())
         try:
             with scope:
                 await self.fetch_guarded(page, held)
             if scope.cancelled_caught:
-                page.cancelled(self.m.now())
+                page.failed(Interrupted(), self.m.now())
         finally:
             del self.m.scopes[held.eid]
             commit_now = page.ended(self.m.now())
@@ -101,7 +102,7 @@ class Dispatcher:
             await self.fetch_and_handle(page, held)
         except Exception as exc:  # e.g. a LookupError from a bogus charset
             log.exception("fetching %s failed", held.entry.url)
-            page.crashed(exc, self.m.now())
+            page.failed(exc, self.m.now(), crashed=True)
 
     async def fetch_and_handle(self, page: Page, held: Held) -> None:
         """Do the steps the core's :class:`Page` hands out, in its order, until it is done."""
@@ -115,7 +116,7 @@ class Dispatcher:
                 page.answered(recovered, self.m.now())
             elif isinstance(step, NoteInFlight):
                 note = self.m.store.note_in_flight
-                await self.m.persist(note, self.m.session.id, step.noted, step.suspects)
+                await self.m.persist(note, self.m.worker.id, step.noted, step.suspects)
                 page.answered(None, self.m.now())
             elif isinstance(step, CheckRules):
                 allowed = await self.robots_allow(step.rules, held.entry.url)
@@ -129,7 +130,7 @@ class Dispatcher:
                 page.answered(None, self.m.now())
             elif isinstance(step, FetchRobots):
                 try:
-                    page.answered(await self.fetch_robots(held), self.m.now())
+                    page.answered(await self.fetch_robots(page), self.m.now())
                 except NotSent as exc:
                     page.failed(exc, self.m.now())
             else:
@@ -145,7 +146,7 @@ class Dispatcher:
         request = Request.from_entry(entry, cookie)
         sent = self.m.now()
         try:
-            response = await self.send(held, request)
+            response = await self.send(page, request)
         except NotSent as exc:
             page.failed(exc, self.m.now())
             return None
@@ -222,21 +223,16 @@ class Dispatcher:
     def tell(self, reason: str, line: str) -> None:
         tell(self.m, reason, line)
 
-    def may_send(self, held: Held) -> bool:
-        """Ask the gate, as a request is written, whether it still may leave."""
-        if "send_unchecked" in self.m.worker.faults:  # a deliberate bug the end-to-end tests catch
-            return True
-        return self.m.session.gate.may_send(held, self.m.now())
-
-    async def send(self, held: Held, request: Request) -> Response:
-        """Fetch ``request`` on ``held``'s behalf, asking :meth:`may_send` once more as
-        the request is written (with the default fetcher): a wait for a connection, or
-        a pause, can come between the worker's check and the socket.
+    async def send(self, page: Page, request: Request) -> Response:
+        """Fetch ``request`` on ``page``'s behalf, asking the page once more as the
+        request is written (with the default fetcher) whether it may leave, and pacing
+        a rendered page's own requests by its host's (``FrontierPace``).
 
         Raises:
             NotSent: the check said no; nothing reached the host.
         """
-        with sending_only_while(lambda: self.may_send(held)), paced_by(self.pace):
+        pace = FrontierPace(self.m, page)  # a rendered page's own requests
+        with sending_only_while(lambda: page.may_send(self.m.now())), paced_by(pace):
             started = time.monotonic()
             try:
                 response = await self.fetcher.fetch(request)
@@ -252,7 +248,7 @@ class Dispatcher:
                 archive.archive(fetched)  # a rendered page's own requests, as fetched
         return response
 
-    async def fetch_robots(self, held: Held) -> Robots | Unreachable:
+    async def fetch_robots(self, page: Page) -> Robots | Unreachable:
         """Fetch a host's robots.txt, per RFC 9309 (see ``_robots``): the rules, or why
         it is unreachable. Nothing a robots.txt or its server does raises out of here: a
         fetcher's failure counts as an unreachable robots.txt.
@@ -260,15 +256,16 @@ class Dispatcher:
         Raises:
             NotSent: this worker may no longer fetch the host; nothing was asked.
         """
-        fetch = RobotsFetch(held.entry.url, self.m.settings.user_agent)
+        fetch = RobotsFetch(page.held.entry.url, self.m.settings.user_agent)
         got: str | Robots | Unreachable = fetch.url
         while isinstance(got, str):
             if fetch.hops:  # a redirect: its target waits its host's turn, as any request
-                turn = self.m.session.gate.hop_turn(got, self.m.now())
+                turn = page.sub_request(got, self.m.now(), hop=True)
+                assert not isinstance(turn, str)  # a hop is never refused
                 await trio.sleep(max(0.0, turn - self.m.now()))
             try:
-                response = await self.send(held, Request(got))
-                self.m.session.gate.sub_request_ended(got, self.m.now())
+                response = await self.send(page, Request(got))
+                page.sub_request_ended(got, self.m.now())
                 # Parsing 500 KiB of rules takes a good part of a second: not on the loop.
                 answered = functools.partial(fetch.answered, truncated=response.truncated)
                 got = await self.m.offload(

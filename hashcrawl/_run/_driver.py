@@ -33,6 +33,7 @@ from typing import Any
 import trio
 
 from hashcrawl._core._entry import BadEntry, Entry
+from hashcrawl._core._exchanges import Forget, Idle, Join, Leave, PaceDue, Read, Renew, Unparks
 from hashcrawl._core._gate import Pool
 from hashcrawl._core._names import Holder, HolderBehind
 from hashcrawl._core._session import FORGET_EVERY
@@ -148,7 +149,7 @@ class Driver(Membership):
                 ):
                     nursery.start_soon(loop)
                 if self.revisits is not None:
-                    nursery.start_soon(Taker(self, self.revisits).take_loop)
+                    nursery.start_soon(Taker(self).take_loop)
             await self.leave()
         finally:
             self.worker.sink.flush()
@@ -184,7 +185,7 @@ class Driver(Membership):
                 break
             except HolderBehind:  # an epoch began between the look and the join
                 continue
-        joining = session.joined(sent, self.now(), now_ms)
+        joining = session.start(Join(sent, self.now(), now_ms))
         if self.after_join is not None:
             try:
                 await self.after_join(self)
@@ -194,7 +195,7 @@ class Driver(Membership):
         epoch, members = await self.carry_out(joining)
         log.info(
             "%s joined crawl %s at epoch %d with %d members",
-            session.id,
+            worker.id,
             worker.crawl,
             epoch,
             len(members),
@@ -249,10 +250,9 @@ class Driver(Membership):
         """Whether the membership ends after ``beat``: the crawl is over, or this worker
         was asked to stop before this beat and has committed everything since. (A limit
         this beat finds reached ends the membership at a later beat.)"""
-        session = self.session
-        flushed = session.due().flushed
+        due = self.session.due()
         self.check_limits()
-        return session.heartbeat.finished(beat) or flushed
+        return due.finished or due.flushed
 
     async def beat_once(self) -> Beat | None:
         """One heartbeat: renew membership and learn the fleet's state; None on failure.
@@ -262,8 +262,9 @@ class Driver(Membership):
             QueueError: no heartbeat got through for a whole lease.
         """
         resident_kib = int(_resident_mib() * 1024)
-        beating = self.session.heartbeat.beat(self.now(), resident_kib=resident_kib)
-        beat: Beat | None = await self.carry_out(beating)
+        beat: Beat | None = await self.carry_out(
+            self.session.start(Renew(self.now(), resident_kib))
+        )
         if beat is None:
             return None
         if _crawlconfig.newer(self.worker.crawl_settings, beat):
@@ -278,10 +279,10 @@ class Driver(Membership):
         lease = self.settings.lease
         try:
             with trio.fail_after(lease):
-                await self.carry_out(self.session.handover.leave())
+                await self.carry_out(self.session.start(Leave()))
         except trio.TooSlowError:
             raise QueueError(f"could not leave the crawl within a lease ({lease:g} s)") from None
-        log.info("%s left the crawl", self.session.id)
+        log.info("%s left the crawl", self.worker.id)
 
     async def settings_loop(self) -> None:
         """Take on the crawl's settings whenever a heartbeat names a new version."""
@@ -320,8 +321,7 @@ class Driver(Membership):
         Raises:
             QueueError: the read failed (the intake reads its own pending entries next).
         """
-        reading = self.session.reading(block_ms)
-        got = await self.carry_out(reading)
+        got = await self.carry_out(self.session.start(Read(block_ms)))
         self.wake()
         return len(got)
 
@@ -333,22 +333,22 @@ class Driver(Membership):
 
     async def unpark_turn(self) -> list[str]:
         """One pass over the parked hosts; returns the hosts that took entries back."""
-        took: list[str] = await self.carry_out(self.session.unparking())
+        took: list[str] = await self.carry_out(self.session.start(Unparks()))
         return took
 
     async def forget_loop(self) -> None:
         """Every few seconds, forget hosts long idle (see ``Session.forget_idle``)."""
         while True:
             await trio.sleep(FORGET_EVERY)
-            self.session.forget_idle(self.now())
+            self.session.start(Forget(self.now()))
 
     async def pace_loop(self) -> None:
         await self.pace_due.turns(self.pace_turn)
 
     async def pace_turn(self) -> list[str]:
         """Read the previous owners' pacing state for the hosts whose turn it is."""
-        reading = self.session.pacing.read_due()
-        if reading is None:
+        reading = self.session.start(PaceDue())
+        if isinstance(reading, Idle):  # none due
             return []
         hosts: list[str] = await self.carry_out(reading)
         self.wake()

@@ -15,23 +15,24 @@ from __future__ import annotations
 
 import trio
 
+from hashcrawl._core._page import Page
 from hashcrawl._core._turns import host_of, shared_hosts
 from hashcrawl._exceptions import Refused
 from hashcrawl._run._membership import Membership
 
 
 class FrontierPace:
-    """The pace of the sub-requests of the pages one membership renders."""
+    """The pace of the sub-requests of ``page``, rendered by one membership."""
 
-    def __init__(self, m: Membership) -> None:
-        self.m = m
+    def __init__(self, m: Membership, page: Page) -> None:
+        self.m, self.page = m, page
 
     async def turn(self, url: str) -> None:
         host = host_of(url)
         shared = host is not None and host in shared_hosts(self.m.settings.render_fetch_hosts)
         if shared and host is not None:
             await self._robots_allow(url, host)
-        turn = self.m.session.gate.sub_request(url, self.m.now(), shared=shared)
+        turn = self.page.sub_request(url, self.m.now(), shared=shared)
         if isinstance(turn, str):
             raise Refused(turn)
         await trio.sleep(max(0.0, turn - self.m.now()))
@@ -44,7 +45,7 @@ class FrontierPace:
             raise Refused(f"robots.txt disallows {url:.100} (or is unreachable)")
 
     def ended(self, url: str) -> None:
-        self.m.session.gate.sub_request_ended(url, self.m.now())
+        self.page.sub_request_ended(url, self.m.now())
 
     def refused(self, url: str, why: str) -> None:
         worker = self.m.worker

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import logging
 
+from hashcrawl._core._exchanges import Apply, Drain, DrainOrphans, Idle
 from hashcrawl._core._ring import Ring
 from hashcrawl._run._membership import Membership
 
@@ -32,8 +33,8 @@ class Handoffs:
         (or, cancelled, forwarded to the new owner). So no slow server holds up the
         fleet's epoch.
         """
-        applying = self.m.session.handover.apply(self.m.now())
-        if applying is None:
+        applying = self.m.session.start(Apply(self.m.now()))
+        if isinstance(applying, Idle):  # no new epoch
             return None
         ring: Ring = await self.m.carry_out(applying)
         self.m.wake()
@@ -44,8 +45,8 @@ class Handoffs:
 
     async def drain_turn(self) -> list[str]:
         """Drain every departed worker's stream there is; returns the streams drained."""
-        orphans = self.m.session.handover.orphans()
-        if orphans is None:
+        orphans = self.m.session.start(DrainOrphans())
+        if isinstance(orphans, Idle):  # none heard of
             return []
         drained: list[str] = await self.m.carry_out(orphans)
         return drained
@@ -53,4 +54,4 @@ class Handoffs:
     async def drain(self, stream: str, *, leaving: bool = False) -> None:
         """Move every entry left in ``stream`` to its host's owner (``leaving``: this
         worker's own, out of the ring), then release the stream."""
-        await self.m.carry_out(self.m.session.handover.drain(stream, leaving=leaving))
+        await self.m.carry_out(self.m.session.start(Drain(stream, leaving)))

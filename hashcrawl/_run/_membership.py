@@ -18,6 +18,7 @@ from hashcrawl._core._exchanges import (
     Done,
     Flush,
     LeaveRing,
+    Limits,
     NextOrphan,
     Process,
     PutRevisits,
@@ -31,6 +32,7 @@ from hashcrawl._core._exchanges import (
     Release,
     SendHeartbeat,
     Step,
+    TakeDue,
     Unpark,
     WidenScope,
     WriteItems,
@@ -229,7 +231,7 @@ class Membership:
 
     async def perform(self, step: Step) -> Any:
         """Do one step a process of the session asks for; returns the reply."""
-        store, worker = self.store, self.session.id
+        store, worker = self.store, self.worker.id
         if isinstance(step, SendHeartbeat):  # once: the next heartbeat is the retry
             instance = self.worker.instance
             return await self.call(store.heartbeat, worker, **step.fields, instance=instance)
@@ -257,6 +259,9 @@ class Membership:
             return await self.persist(self.revisits.put, step.fetches)
         if isinstance(step, ReadScope):
             return await self.read_scope()
+        if isinstance(step, TakeDue):
+            assert self.revisits is not None
+            return await self.persist(self.revisits.take, requeue_s=step.requeue_s)
         if isinstance(step, ReadParked):
             return await self.persist(store.parked_hosts)
         if isinstance(step, NextOrphan):
@@ -311,7 +316,7 @@ class Membership:
     def check_limits(self) -> None:
         settings = self.settings
         memory = _resident_mib() if settings.max_memory else 0.0
-        if self.session.check_limits(self.now(), memory):
+        if self.session.start(Limits(self.now(), memory)).result:
             self.worker.stop()
 
     async def committable(self) -> int:
@@ -337,13 +342,10 @@ class Membership:
             sink.write(items)
         sink.flush()
 
-    async def read_scope(self) -> None:
-        """Learn the crawl's scope (at join, and when a commit finds that it has grown)."""
-        stored = await self.persist(self.store.scope)
-        self.session.scope_read(stored)
+    async def read_scope(self) -> set[str]:
+        """Read the crawl's scope (at join, and when a commit finds that it has grown);
+        a --no-parent worker stops if the start directories were not all kept."""
+        stored: set[str] = await self.persist(self.store.scope)
         if self.worker.settings.no_parent and FULL in stored:
             self.worker.refuse(ConfigError(UNKNOWN_PARENTS))
-
-    async def read_members(self) -> None:
-        epoch, members = await self.persist(self.store.members)
-        self.session.epochs.members_read(epoch, members)
+        return stored

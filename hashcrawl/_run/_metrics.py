@@ -12,8 +12,6 @@ from __future__ import annotations
 
 import bisect
 import collections
-import heapq
-import math
 import re
 from collections.abc import Iterator
 from typing import TYPE_CHECKING, Any, Protocol
@@ -24,14 +22,12 @@ from hashcrawl._core._outcome import Kind, Outcome, is_last_attempt
 from hashcrawl._exceptions import ConfigError
 
 if TYPE_CHECKING:
-    from hashcrawl._core._frontier import Frontier
     from hashcrawl._core._session import Session
 
 # Seconds: loopback pages take a millisecond, slow origins many seconds.
 LATENCY_BUCKETS = (0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0)
 RATE_WINDOW = 60.0  # seconds over which a heartbeat's "pages in the last minute" is taken
 MAX_KINDS = 24  # distinct error kinds kept; a fetcher inventing more gets "other"
-TOP_HOSTS = 5
 _KIND = re.compile(r"[A-Za-z][A-Za-z0-9_]{0,39}")
 
 
@@ -176,9 +172,7 @@ class Tally:
         counts.update({"error_" + kind: n for kind, n in dict(self.errors).items()})
         return counts
 
-    def beat_fields(
-        self, now: float, frontier: Frontier, *, since: dict[str, int]
-    ) -> dict[str, int | str]:
+    def beat_fields(self, now: float, *, since: dict[str, int]) -> dict[str, int | str]:
         """What the heartbeat adds to the worker's ``w:ID`` hash (see docs/design.md).
 
         Counts are those since ``since`` (the counts when this membership began): a
@@ -188,21 +182,7 @@ class Tally:
             name: count - since.get(name, 0) for name, count in self.counts().items()
         }
         fields["per_minute"] = self.per_minute(now)
-        fields["busiest"] = _top(frontier, now, busiest=True)
-        fields["backed_off"] = _top(frontier, now, busiest=False)
         return fields
-
-
-def _top(frontier: Frontier, now: float, *, busiest: bool) -> str:
-    """``host=figure`` pairs, comma-separated: most queued, or longest backed off (s)."""
-    hosts = list(frontier.hosts.values())
-    if busiest:
-        ranked = heapq.nlargest(TOP_HOSTS, hosts, key=lambda h: len(h.queue))
-        return ",".join(f"{h.name}={len(h.queue)}" for h in ranked if h.queue)
-    ranked = heapq.nlargest(TOP_HOSTS, hosts, key=lambda h: h.backoff_until)
-    return ",".join(
-        f"{h.name}={math.ceil(h.backoff_until - now)}" for h in ranked if h.backoff_until > now
-    )
 
 
 def parse_top(text: str) -> list[tuple[str, int]]:

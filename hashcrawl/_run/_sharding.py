@@ -37,6 +37,7 @@ from hashcrawl._core._batch import Beat, chunks
 from hashcrawl._core._entry import Entry
 from hashcrawl._core._gate import Pool
 from hashcrawl._core._outcome import Outcome
+from hashcrawl._core._scope import Scope
 from hashcrawl._core._scope import members as scope_members
 from hashcrawl._core._session import COMMIT_MAX
 from hashcrawl._core._settings import Settings
@@ -152,9 +153,9 @@ class ShardDriver(Driver):
         """Whether this membership ends: once every shard is flushed (a stop), or the
         crawl is over in every shard (``Ends``)."""
         session = self.session
-        flushed = session.due().flushed
+        due = session.due()
         self.check_limits()
-        if flushed:
+        if due.flushed:
             if self.sharded.flushed():
                 return True
             # The heartbeat loop waits on this shard's flush, done: pace it here instead.
@@ -170,7 +171,7 @@ class ShardDriver(Driver):
                 except QueueError:
                     begun = True
                 marker = None if begun else "unbegun"
-        quiet = marker == "unbegun" or session.heartbeat.finished(beat)
+        quiet = marker == "unbegun" or session.due().finished
         report = Report(marker, quiet, self.beat_sent, self.now())
         return self.sharded.ends.report(self.shard, report)
 
@@ -178,19 +179,21 @@ class ShardDriver(Driver):
         if self.shard == 0:  # the crawl's settings are shard 0's
             await super().settings_loop()
 
-    async def read_scope(self) -> None:
-        before = self.session.commits.scope
-        await super().read_scope()
+    async def read_scope(self) -> set[str]:
+        before = self.session.due().scope
+        stored = await super().read_scope()
         if self.shard == 0:  # configure widens shard 0's scope: every shard's, from here
-            new = _scope_members_of(self.session.commits.scope) - _scope_members_of(before)
+            after = Scope.from_members(stored)  # as the session takes it on
+            new = _scope_members_of(after) - _scope_members_of(before)
             await self.sharded.widen_others(self.shard, new)
+        return stored
 
     def hand_off(self) -> None:
         """Give the links of this shard's new outcomes whose hosts are in other shards
         to those shards' next commits (``Inbound``). An outcome that widens the scope (a
         redirect) waits for its owner to widen every shard's first (``hand_off_widening``)."""
         sent: dict[int, tuple[Outcome, list[Parcel] | None]] = {}
-        for outcome in self.session.ledger.outcomes:
+        for outcome in self.session.due().outcomes:
             key = id(outcome)
             if key in self._sent:
                 sent[key] = self._sent[key]
@@ -207,8 +210,8 @@ class ShardDriver(Driver):
                 self._sent[id(outcome)] = (outcome, self._parcels_of(outcome))
 
     def _parcels_of(self, outcome: Outcome) -> list[Parcel]:
-        session, count = self.session, len(self.sharded.shards)
-        scope = session.commits.scope.widened(outcome.widen)
+        due, count = self.session.due(), len(self.sharded.shards)
+        scope = due.scope.widened(outcome.widen)
         elsewhere: dict[int, list[Entry]] = {}
         for entry in outcome.follows:
             host = entry.host
@@ -219,9 +222,9 @@ class ShardDriver(Driver):
         for shard, entries in sorted(elsewhere.items()):
             other = self.sharded.drivers[shard]
             if "deliver_by_source_ring" in self.worker.faults:  # a deliberate bug
-                other.inbound.misroute = session.epochs.latest
+                other.inbound.misroute = due.ring
             parcels.append(other.inbound.put(entries))
-            if session.gate.saturated():  # this shard's slots wait on that commit: at once
+            if due.saturated:  # this shard's slots wait on that commit: at once
                 other.commit_soon.set()
         return parcels
 
@@ -231,7 +234,7 @@ class ShardDriver(Driver):
         them here first). A crash in between costs a refetch of the page."""
         self.sharded.hand_off()
         await self.hand_off_widening()
-        outcomes = self.session.ledger.outcomes[:COMMIT_MAX]
+        outcomes = self.session.due().outcomes[:COMMIT_MAX]
         if "deliver_after_ack" in self.worker.faults:  # a deliberate bug to catch
             return len(outcomes)
         count = 0
@@ -309,7 +312,8 @@ class Sharded:
         """A commit carried links: the drivers waiting on them may commit."""
         self.delivered.notify()
         for driver in self.drivers:
-            if driver.session.gate.saturated() or driver.session.due().stopping:
+            due = driver.session.due()
+            if due.saturated or due.stopping:
                 driver.commit_soon.set()
 
     def slots_freed(self, woken: ShardDriver) -> None:

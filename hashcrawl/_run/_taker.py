@@ -9,9 +9,9 @@ from __future__ import annotations
 
 import trio
 
+from hashcrawl._core._exchanges import TakeRevisits
 from hashcrawl._core._settings import revisit_policy
 from hashcrawl._run._membership import Membership
-from hashcrawl._store._base import RevisitStore
 
 TAKE_EVERY = 1.0  # seconds between takes while nothing is due
 #: How long a taken record waits for its fetch's put before it is taken again (a page
@@ -22,9 +22,8 @@ REQUEUE_FLOOR_S = 3600
 class Taker:
     """Takes due revisits for the crawl, a batch at a time."""
 
-    def __init__(self, m: Membership, revisits: RevisitStore) -> None:
-        self.m = m
-        self.revisits = revisits
+    def __init__(self, m: Membership) -> None:
+        self.m = m  # its store's revisit records, taken by the core's ``Taking``
 
     async def take_loop(self) -> None:
         while True:
@@ -39,7 +38,5 @@ class Taker:
         requeue = max(policy.high, REQUEUE_FLOOR_S)
         if "revisit_stays_due" in self.m.worker.faults:  # a deliberate bug to catch
             requeue = 0
-        taken = await self.m.persist(self.revisits.take, requeue_s=requeue)
-        if taken.entries:
-            self.m.session.heartbeat.took(int(taken.now_s))
-        return int(taken.entries)
+        taken: int = await self.m.carry_out(self.m.session.start(TakeRevisits(requeue)))
+        return taken
