@@ -11,7 +11,7 @@ docs/simulation.md says. A :class:`Faults` value is passed in (``Worker(faults=.
 - ``drop_pace``: a handoff leaves the hosts' pacing state behind;
 - ``send_unchecked``: a request is sent without asking the gate whether it still may
   leave, neither as the page hands out the step that sends it (``Page.next_step``) nor
-  as the trio driver writes it (``Dispatcher.may_send``). The simulation does not
+  as the trio driver writes it (``Page.may_send``). The simulation does not
   model the time between that check and the socket; tests/test_politeness.py's
   stale-request test catches it, and so does the simulation, whose fetcher holds a
   request before it leaves;

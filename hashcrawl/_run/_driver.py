@@ -337,7 +337,7 @@ class Driver(Membership):
         return took
 
     async def forget_loop(self) -> None:
-        """Every few seconds, forget hosts long idle (see ``Session.forget_idle``)."""
+        """Every few seconds, forget hosts long idle (``_session.forget_idle``)."""
         while True:
             await trio.sleep(FORGET_EVERY)
             self.session.start(Forget(self.now()))
