@@ -84,6 +84,14 @@ _LINK_PIECES = st.sampled_from(
 
 #: Links built of those pieces, and the bases they are resolved against.
 tricky_hrefs = st.lists(_LINK_PIECES, min_size=1, max_size=10).map("".join)
+# Pieces of the plainest links (unreserved characters, "?=&"), and of what lies just
+# outside them: origins and ports, dot segments, "//", an empty query, a fragment.
+_PLAIN_PIECES = st.sampled_from(
+    [*"aZ09-._~/?=&#", "..", "./", "//", ".x", "http://h", "https://h.example", "http://H",
+     "http://127.0.0.2:8123", ":80", ":443", ":080", ":0", ":99999", ":8080", "http://a..b"]
+)  # fmt: skip
+#: Links most of which are as plain as a crawl's pages write them.
+plain_hrefs = st.lists(_PLAIN_PIECES, min_size=1, max_size=10).map("".join)
 tricky_bases = st.one_of(
     http_urls,
     st.sampled_from(

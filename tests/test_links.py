@@ -13,7 +13,7 @@ from hashcrawl._core._entry import Entry
 from hashcrawl._core._links import header_links, request_url, sendable
 from hashcrawl._core._urls import canonicalize
 from hashcrawl._web._models import Request, Response
-from tests.strategies import hrefs, tricky_bases, tricky_hrefs
+from tests.strategies import hrefs, plain_hrefs, tricky_bases, tricky_hrefs
 
 BASE = "http://example.com/dir/page.html"
 
@@ -103,6 +103,14 @@ def _joined_by_urllib(base: str, href: str) -> str | None:
 @given(tricky_bases, tricky_hrefs)
 def test_fast_joins_send_what_urljoin_sends(base: str, href: str) -> None:
     """ada-url's fast path and the absolute-link cache give urljoin's URL, quirks and all."""
+    assert request_url(base, href) == _joined_by_urllib(base, href)
+
+
+@settings(max_examples=1000, deadline=None)
+@given(tricky_bases, plain_hrefs)
+def test_plain_links_are_sent_as_urljoin_sends_them(base: str, href: str) -> None:
+    """A link of unreserved characters, sent as written after the base's directory or
+    origin, is the URL urljoin and escaping make of it; so is any near one."""
     assert request_url(base, href) == _joined_by_urllib(base, href)
 
 

@@ -7,11 +7,15 @@ sources followed are wget's: ``<a href>``, ``<area href>``, ``<frame src>``,
 ``<iframe src>``, ``<meta http-equiv="refresh">``, and ``<link>`` elements and ``Link:``
 headers whose rel is next, prev (previous) or alternate. Every function is pure.
 
-Most links take a fast path: a relative reference of plain ASCII against a plain base is
-joined by ada-url (the WHATWG URL parser in C++, which Node.js uses), where WHATWG and
-``urllib.parse.urljoin`` give the same URL; an absolute link is resolved once however
-many pages write it. Everything else goes the way all links went before, through
-``urljoin`` and w3lib, so odd links are sent exactly as they were.
+Most links take a fast path. The plainest, a path of unreserved characters (no segment
+starting with a dot, none empty) and maybe a query of them and "=&", are sent as
+written, after the base's directory or origin when relative: that is what ``urljoin``
+and escaping make of them, found with one regular expression and no cache, so their
+cost does not grow with the crawl. Other relative references of plain ASCII against a
+plain base are joined by ada-url (the WHATWG URL parser in C++, which Node.js uses),
+where WHATWG and ``urllib.parse.urljoin`` give the same URL; other absolute links are
+resolved once however many pages write them. Everything else goes the way all links
+went before, through ``urljoin`` and w3lib, so odd links are sent exactly as they were.
 """
 
 from __future__ import annotations
@@ -25,7 +29,7 @@ from urllib.parse import urljoin, urlsplit, urlunsplit
 import ada_url
 from w3lib.url import safe_url_string
 
-from hashcrawl._core._urls import canonicalize
+from hashcrawl._core._urls import canonical_parts, canonicalize
 
 if TYPE_CHECKING:
     # Only the elements' type: the caller (``_web._html``) parses, so the core loads no lxml.
@@ -54,6 +58,18 @@ _PLAIN_BASE = re.compile(
     re.ASCII,
 )
 _UNPLAIN_PATH = re.compile(r"/\.\.?(?:/|$)|//|%2", re.IGNORECASE)
+# Links that urljoin and sendable leave as written (a relative one after the base's
+# directory or origin, an absolute one with "/" for an empty path): segments of unreserved
+# characters, none empty or starting with a dot (so no dot segment), then maybe a query
+# of them and "=&". An absolute one's scheme and host are in lower case; its port, if
+# the scheme's default, is sendable's to drop.
+_PLAIN_SEGMENTS = r"[A-Za-z0-9\-_~][A-Za-z0-9\-._~]*(?:/[A-Za-z0-9\-_~][A-Za-z0-9\-._~]*)*/?"
+_PLAIN_QUERY = r"(?:\?[A-Za-z0-9\-._~=&]+)?"
+_PLAIN_RELATIVE = re.compile(rf"(?:/|/?{_PLAIN_SEGMENTS}){_PLAIN_QUERY}", re.ASCII)
+_PLAIN_ABSOLUTE = re.compile(
+    rf"(https?)://[a-z0-9._-]+(?::([0-9]{{1,5}}))?(/(?:{_PLAIN_SEGMENTS})?)?{_PLAIN_QUERY}",
+    re.ASCII,
+)
 # A scheme and a non-empty authority: urljoin ignores the base ("http:///x" it does not,
 # nor "http://\t/x", since urlsplit removes tabs and newlines first).
 _ABSOLUTE = re.compile(r"[A-Za-z][A-Za-z0-9+.-]*://[^/?#\t\r\n]")
@@ -78,6 +94,9 @@ def request_url(base: str, href: str) -> str | None:
     href = href.strip()
     if not href or href.startswith("#"):
         return None
+    plain = _plain_url(base, href.partition("#")[0])
+    if plain is not None:
+        return _crawlable(plain)
     if _ABSOLUTE.match(href) and len(href) <= _CACHED_HREF:  # urljoin reads only the scheme
         return _absolute_url(_scheme_of(base), href)
     written = href.partition("#")[0]
@@ -93,6 +112,52 @@ def request_url(base: str, href: str) -> str | None:
         return _joined_url(base, href)
     try:
         canonicalize(url)
+    except ValueError:
+        return None
+    return url
+
+
+def _plain_url(base: str, written: str) -> str | None:
+    """``written`` (a link without its fragment) resolved against ``base`` if it is
+    plain (``_PLAIN_RELATIVE`` or ``_PLAIN_ABSOLUTE``), else None."""
+    if ":" not in written:  # no scheme: the quick test first, as most links are relative
+        if _PLAIN_RELATIVE.fullmatch(written) is None:
+            return None
+        prefixes = _plain_prefixes(base)
+        if prefixes is None:
+            return None
+        return (prefixes[0] if written[0] == "/" else prefixes[1]) + written
+    match = _PLAIN_ABSOLUTE.fullmatch(written)
+    if match is None:
+        return None
+    scheme, port, path = match.groups()
+    if port is not None and int(port) == _DEFAULT_PORTS[scheme]:
+        return None  # sendable writes it out ("http://h:080/" too)
+    if path is None:  # "http://h" or "http://h?q": sendable's path is "/"
+        origin, mark, query = written.partition("?")
+        return f"{origin}/{mark}{query}"
+    return written
+
+
+@functools.lru_cache(maxsize=64)  # as _scheme_of: the few bases of the pages in hand
+def _plain_prefixes(base: str) -> tuple[str, str] | None:
+    """The origin and directory of a plain base, which a plain link's URL starts with;
+    None for another base, or one with a default port (sendable writes it out)."""
+    origin = _plain_origin(base)
+    directory = _directory_of(base)
+    if origin is None or directory is None:
+        return None
+    scheme, _, authority = origin.partition("://")
+    port = authority.partition(":")[2]
+    if port and int(port) == _DEFAULT_PORTS[scheme]:
+        return None
+    return origin, directory
+
+
+def _crawlable(url: str) -> str | None:
+    """``url``, or None if ``canonicalize`` refuses it."""
+    try:
+        canonical_parts(url)
     except ValueError:
         return None
     return url
