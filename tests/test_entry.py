@@ -107,6 +107,20 @@ def test_no_json_object_makes_decode_raise_anything_but_bad_entry(doc):
     assert isinstance(entry.depth, int) and isinstance(entry.priority, int)
 
 
+@given(st.text(), json_values, st.booleans())
+def test_a_url_and_depth_alone_are_read_as_among_other_fields(url, depth, ascii_only):
+    """A followed link's entry (its URL and depth, the entry read most) decodes as the same
+    fields beside a default priority do: the same entry, or BadEntry with the same reason."""
+
+    def read(doc):
+        try:
+            return Entry.decode(json.dumps(doc, ensure_ascii=ascii_only))
+        except BadEntry as exc:
+            return str(exc).partition(": ")[0]  # the reason, before the payload quoted
+
+    assert read({"u": url, "d": depth}) == read({"u": url, "d": depth, "p": 0})
+
+
 @settings(max_examples=500)
 @given(stream_payloads)
 def test_no_bytes_in_a_stream_make_decode_raise_anything_but_bad_entry(payload):

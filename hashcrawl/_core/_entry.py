@@ -54,6 +54,11 @@ TOKEN = re.compile(r"[!#$%&'*+\-.^_`|~0-9A-Za-z]{1,64}", re.ASCII)
 #: A header value: visible ASCII, spaces and tabs; no CR, LF or NUL to split a request.
 HEADER_VALUE = re.compile(r"[\t\x20-\x7e]{0,8192}", re.ASCII)
 _FULL_KEYS = frozenset("MHBYtr")
+# The keys whose values ``_from_doc`` checks to be integers, flags, a name or the URL: a
+# plain GET's entry has no others, and without a backslash (a \ud800 escape) in its
+# payload nothing in them can fail to be written again.
+_SCALAR_KEYS = frozenset("udpacfsxh")
+_LINK_KEYS = frozenset("ud")  # all a followed link's entry has: its URL and depth
 _SCRAPY_KEYS = frozenset(
     "ekSR"
 )  # errback, cb_kwargs, statuses, rule  # the keys of a full request's fields
@@ -221,16 +226,16 @@ class Entry:
         if not isinstance(doc, dict) or not isinstance(doc.get("u"), str) or not doc["u"]:
             raise BadEntry(f"entry has no url: {_clip(data)}")
         entry = cls._from_doc(doc, data)
-        try:  # lone surrogates (from \ud800 escapes) and 1e999 would not survive a resend
-            json.dumps(doc, ensure_ascii=False, allow_nan=False).encode("utf-8")
-        except ValueError:
-            raise BadEntry(
-                f"entry holds text or numbers JSON cannot carry: {_clip(data)}"
-            ) from None
+        if not _resendable(doc, data):
+            raise BadEntry(f"entry holds text or numbers JSON cannot carry: {_clip(data)}")
         return entry
 
     @classmethod
     def _from_doc(cls, doc: dict[str, Any], data: bytes | str | None) -> Entry:
+        if doc.keys() <= _LINK_KEYS:  # a followed link's entry: the checks below, in short
+            depth = doc.get("d", 0)
+            if type(depth) is int and RANGES["d"][0] <= depth <= RANGES["d"][1]:
+                return cls(url=doc["u"], depth=depth)
         numbers = {key: doc.get(key, 0) for key in RANGES}
         for key, value in numbers.items():
             low, high = RANGES[key]
@@ -385,7 +390,7 @@ def _document(data: bytes | str | None) -> Any:
     except UnicodeDecodeError:
         raise BadEntry(f"entry is not UTF-8: {_clip(data)}") from None
     try:
-        return json.loads(text, parse_constant=_no_constant)
+        return _DECODER.decode(text)
     except RecursionError:  # json's parser recurses once per level of nesting
         raise BadEntry(f"entry nests deeper than Python can parse: {_clip(data)}") from None
     except ValueError:  # also NaN/Infinity, and integers of more than 4,300 digits
@@ -394,6 +399,24 @@ def _document(data: bytes | str | None) -> Any:
 
 def _no_constant(name: str) -> Any:
     raise ValueError(f"{name} is not a JSON number")
+
+
+# One decoder for every payload: json.loads builds a new one per call when given
+# parse_constant. (Both read a leading byte-order mark as not JSON.)
+_DECODER = json.JSONDecoder(parse_constant=_no_constant)
+
+
+def _resendable(doc: dict[str, Any], data: bytes | str | None) -> bool:
+    """Whether an entry read from ``data`` can be written back: lone surrogates (from
+    \\ud800 escapes) and 1e999 (read as infinity) cannot."""
+    unescaped = b"\\" not in data if isinstance(data, bytes) else "\\" not in (data or "")
+    if unescaped and doc.keys() <= _SCALAR_KEYS:
+        return True  # checked integers, flags and text without escapes: the common entry
+    try:
+        json.dumps(doc, ensure_ascii=False, allow_nan=False).encode("utf-8")
+    except ValueError:
+        return False
+    return True
 
 
 def _depth(value: Any) -> int:
