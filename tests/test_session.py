@@ -86,13 +86,19 @@ def test_each_turn_starts_the_process_that_does_it() -> None:
     assert isinstance(page, Page) and page.held.entry.url == "http://a.test/1"
 
 
-def test_a_commit_turn_commits_the_outcomes_waiting() -> None:
-    """With an outcome waiting, the commit turn is a commit (``Committing``)."""
+def fetched_one() -> Session:
+    """A session that fetched one page of a.test, its outcome waiting to be committed."""
     session = session_of()
     ready(session, "http://a.test/1")
     held = session.gate.next_fetch(0.0)
     assert isinstance(held, Held)
     session.fetches.ended(held, Outcome.done(held, [], []), 0.1)
+    return session
+
+
+def test_a_commit_turn_commits_the_outcomes_waiting() -> None:
+    """With an outcome waiting, the commit turn is a commit (``Committing``)."""
+    session = fetched_one()
     assert isinstance(started(session, CommitOutcomes(200)), Committing)
 
 
@@ -121,11 +127,7 @@ def test_a_limit_turn_stops_the_worker_once() -> None:
 
 def test_forgetting_drops_hosts_idle_long_enough() -> None:
     """A host with nothing queued or in flight is forgotten once idle long enough."""
-    session = session_of()
-    ready(session, "http://a.test/1")
-    held = session.gate.next_fetch(0.0)
-    assert isinstance(held, Held)
-    session.fetches.ended(held, Outcome.done(held, [], []), 0.1)
+    session = fetched_one()
     assert started(session, Forget(1.0)).result == []
     assert started(session, Forget(IDLE_HOST_SECONDS + 10)).result == ["a.test"]
 
